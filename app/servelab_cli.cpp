@@ -1,0 +1,324 @@
+// servelab-cli: the engine without a window. Every subcommand prints JSON with --json, and every
+// error is one readable line on stderr with a non-zero exit code.
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "experiments/batch_sweep.h"
+#include "experiments/kv_cache_timing.h"
+#include "generate/generator.h"
+#include "model/engine.h"
+#include "model/safetensors_file.h"
+#include "tokenizer/tokenizer.h"
+#include "util/device.h"
+#include "util/errors.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace servelab;
+
+namespace {
+
+const std::vector<std::string> kSeedPrompts = {"The quick brown fox jumped over the", "The rain in Spain falls",
+                                               "What comes up must"};
+
+struct ModelArgs {
+  std::string model;
+  std::string device = "cpu";
+  std::string dtype = "fp32";
+  int threads = 0;
+
+  void add_to(CLI::App* app) {
+    app->add_option("--model", model, "Hugging Face GPT-2 folder (default: the built-in demo model)");
+    app->add_option("--device", device, "cpu, cuda or cuda:N");
+    app->add_option("--dtype", dtype, "fp32, fp16 or bf16");
+    app->add_option("--threads", threads, "CPU threads for libtorch (0: its default)");
+  }
+  std::unique_ptr<Engine> load() const {
+    EngineOptions o{device, dtype, threads};
+    return model.empty() ? Engine::load_demo(o) : Engine::load_folder(model, o);
+  }
+};
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw InputError(what + ": \"" + item + "\" is not an integer");
+    }
+  }
+  if (out.empty()) throw InputError(what + " is empty");
+  return out;
+}
+
+void print_json(const json& j) { std::cout << j.dump() << "\n"; }
+
+int cmd_info(const ModelArgs& m) {
+  auto engine = m.load();
+  std::cout << engine->info().dump(2) << "\n";
+  return 0;
+}
+
+int cmd_tokenize(const std::string& tokenizer_dir, const std::string& model_dir, bool as_json,
+                 const std::vector<std::string>& texts) {
+  if (!tokenizer_dir.empty() && !model_dir.empty()) throw InputError("give --tokenizer or --model, not both");
+  const std::string dir = !tokenizer_dir.empty() ? tokenizer_dir : !model_dir.empty() ? model_dir : default_tokenizer_dir();
+  auto tok = load_tokenizer(dir);
+  for (const auto& text : texts) {
+    std::vector<int32_t> ids = tok->encode(text);
+    std::vector<std::string> pieces;
+    for (int32_t id : ids) pieces.push_back(tok->token_display(id));
+    if (as_json) {
+      print_json({{"text", text}, {"ids", ids}, {"tokens", pieces}});
+    } else {
+      std::cout << text << "\n  ids:";
+      for (int32_t id : ids) std::cout << " " << id;
+      std::cout << "\n  tokens:";
+      for (const auto& p : pieces) std::cout << " " << p;
+      std::cout << "\n";
+    }
+  }
+  return 0;
+}
+
+json sequence_json(const std::string& prompt, const GeneratedSequence& s) {
+  json top = json::array();
+  for (const auto& step : s.top) {
+    json row = json::array();
+    for (const auto& [id, logit] : step) row.push_back({id, logit});
+    top.push_back(row);
+  }
+  return {{"prompt", prompt}, {"prompt_ids", s.prompt_ids}, {"generated_ids", s.generated_ids}, {"text", s.text},
+          {"top5", top},      {"step_ms", s.step_ms},       {"finish_reason", s.finish_reason}};
+}
+
+struct GenerateArgs {
+  std::vector<std::string> prompts;
+  int64_t max_new_tokens = 10;
+  bool greedy = false;
+  double temperature = -1;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  std::uint64_t seed = 0;
+  bool no_kv_cache = false;
+  bool batch = false;
+  bool json_out = false;
+  std::vector<std::string> stop;
+};
+
+int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
+  auto engine = m.load();
+  GenerateOptions o;
+  o.max_new_tokens = a.max_new_tokens;
+  o.use_kv_cache = !a.no_kv_cache;
+  o.stop_strings = a.stop;
+  o.sampling.greedy = a.greedy || a.temperature < 0;
+  if (!o.sampling.greedy) {
+    o.sampling.temperature = a.temperature;
+    o.sampling.top_k = a.top_k;
+    o.sampling.top_p = a.top_p;
+    o.sampling.seed = a.seed;
+  }
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& p : a.prompts) ids.push_back(engine->tokenizer().encode(p));
+  std::vector<GeneratedSequence> out;
+  if (a.batch) {
+    out = generate(engine->model(), engine->tokenizer(), ids, o).sequences;
+  } else {
+    check_generation_fits(engine->model(), ids, o);
+    for (const auto& one : ids) out.push_back(generate(engine->model(), engine->tokenizer(), {one}, o).sequences[0]);
+  }
+  if (!a.json_out && engine->is_demo()) std::cout << "[" << engine->text_caveat() << "]\n";
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (a.json_out) {
+      print_json(sequence_json(a.prompts[i], out[i]));
+    } else {
+      std::cout << a.prompts[i] << "\x1b[31m" << out[i].text << "\x1b[0m\n";
+    }
+  }
+  return 0;
+}
+
+int cmd_bench_kv(const ModelArgs& m, const KvCacheTimingParams& p, bool as_json) {
+  auto engine = m.load();
+  KvCacheTimingResult r = run_kv_cache_timing(*engine, p);
+  json j = r.to_json();
+  j["engine"] = engine->info();
+  if (as_json) {
+    print_json(j);
+  } else {
+    std::cout << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& sizes, bool as_json) {
+  if (!sizes.empty()) p.batch_sizes = parse_int_list(sizes, "--batch-sizes");
+  auto engine = m.load();
+  BatchSweepResult r = run_batch_sweep(*engine, p);
+  json j = r.to_json();
+  j["engine"] = engine->info();
+  if (as_json) {
+    print_json(j);
+  } else {
+    std::cout << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+int cmd_export_demo(const ModelArgs& m, const std::string& out_dir) {
+  ModelArgs demo = m;
+  demo.model.clear();
+  demo.dtype = "fp32";
+  auto engine = demo.load();
+  fs::create_directories(out_dir);
+  save_gpt2_weights(engine->model().weights(), (fs::path(out_dir) / "model.safetensors").string());
+  json cfg = engine->model().config().to_json();
+  cfg["architectures"] = {"GPT2LMHeadModel"};
+  std::ofstream(fs::path(out_dir) / "config.json") << cfg.dump(2) << "\n";
+  const std::string tok = default_tokenizer_dir();
+  for (const char* f : {"vocab.json", "merges.txt"})
+    fs::copy_file(fs::path(tok) / f, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
+  std::cout << "wrote the built-in demo model to " << out_dir << "\n";
+  return 0;
+}
+
+int cmd_demo(const ModelArgs& m) {
+  auto engine = m.load();
+  const json info = engine->info();
+  std::cout << "ServeLab demo on " << engine->name() << ", " << info["device"].get<std::string>() << " "
+            << info["dtype"].get<std::string>() << ", " << info["threads"] << " threads\n";
+  if (engine->is_demo()) std::cout << "[" << engine->text_caveat() << "]\n";
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& p : kSeedPrompts) ids.push_back(engine->tokenizer().encode(p));
+  GenerateResult g = generate(engine->model(), engine->tokenizer(), ids, o);
+  std::cout << "\nGreedy, 10 new tokens, the three seed prompts as one left-padded batch:\n";
+  for (size_t i = 0; i < ids.size(); ++i) std::cout << "  " << kSeedPrompts[i] << "\x1b[31m" << g.sequences[i].text << "\x1b[0m\n";
+  KvCacheTimingParams kp;
+  kp.prompt = kSeedPrompts[0];
+  kp.new_tokens = 10;
+  KvCacheTimingResult r = run_kv_cache_timing(*engine, kp);
+  std::printf("\nPer-token latency, \"%s\", median of %lld interleaved runs (ms):\n", kp.prompt.c_str(),
+              static_cast<long long>(r.repeats));
+  std::printf("  %5s %14s %14s\n", "token", "no KV cache", "KV cache");
+  for (size_t i = 0; i < r.cache_ms.size(); ++i)
+    std::printf("  %5zu %14.2f %14.2f%s\n", i + 1, r.no_cache_ms[i], r.cache_ms[i], i == 0 ? "   (prefill)" : "");
+  std::printf("  %5s %14.2f %14.2f\n", "total", r.no_cache_total_ms, r.cache_total_ms);
+  std::printf("KV cache speed-up: %.2fx overall, %.2fx on decode steps; cache holds %.1f KiB\n", r.speedup,
+              r.decode_speedup, static_cast<double>(r.kv_cache_bytes) / 1024.0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ServeLab headless engine: GPT-2 generation, tokenization and serving benchmarks"};
+  app.require_subcommand(1);
+  ModelArgs margs;
+
+  auto* info = app.add_subcommand("info", "Print the model's config, parameter count, dtype, device, weight bytes");
+  margs.add_to(info);
+
+  std::string tok_dir, tok_model;
+  bool tok_json = false;
+  std::vector<std::string> tok_texts;
+  auto* tokenize = app.add_subcommand("tokenize", "Print token ids and pieces of each TEXT");
+  tokenize->add_option("--tokenizer", tok_dir, "folder with tokenizer.json, vocab.json+merges.txt or a .model");
+  tokenize->add_option("--model", tok_model, "model folder whose tokenizer to use");
+  tokenize->add_flag("--json", tok_json, "one JSON line per text");
+  tokenize->add_option("text", tok_texts, "texts to tokenize")->required();
+
+  GenerateArgs gargs;
+  auto* gen = app.add_subcommand("generate", "Generate from one or more prompts");
+  margs.add_to(gen);
+  gen->add_option("--prompt", gargs.prompts, "prompt text (repeatable)")->required();
+  gen->add_option("--max-new-tokens", gargs.max_new_tokens, "tokens to generate per prompt");
+  gen->add_flag("--greedy", gargs.greedy, "argmax decoding (the default)");
+  gen->add_option("--temperature", gargs.temperature, "sample with this temperature (> 0)");
+  gen->add_option("--top-k", gargs.top_k, "sample from the k most likely tokens");
+  gen->add_option("--top-p", gargs.top_p, "sample from the smallest set with this probability mass");
+  gen->add_option("--seed", gargs.seed, "sampling seed");
+  gen->add_option("--stop", gargs.stop, "stop string (repeatable)");
+  gen->add_flag("--no-kv-cache", gargs.no_kv_cache, "re-run the whole sequence every step");
+  gen->add_flag("--batch", gargs.batch, "run all prompts as one left-padded batch");
+  gen->add_flag("--json", gargs.json_out, "one JSON line per prompt");
+
+  auto* bench = app.add_subcommand("bench", "Timing experiments, as JSON");
+  bench->require_subcommand(1);
+  KvCacheTimingParams kv;
+  bool kv_json = false;
+  auto* bench_kv = bench->add_subcommand("kv-cache", "Per-token latency with and without the KV cache");
+  margs.add_to(bench_kv);
+  bench_kv->add_option("--prompt", kv.prompt, "prompt");
+  bench_kv->add_option("--new-tokens", kv.new_tokens, "tokens to generate");
+  bench_kv->add_option("--repeats", kv.repeats, "interleaved repeats (medians are reported)");
+  bench_kv->add_flag("--json", kv_json, "compact JSON");
+  BatchSweepParams sw;
+  std::string sizes;
+  bool sw_json = false;
+  auto* bench_sweep = bench->add_subcommand("batch-sweep", "Throughput and latency per batch size");
+  margs.add_to(bench_sweep);
+  bench_sweep->add_option("--batch-sizes", sizes, "comma-separated, e.g. 1,2,4,8");
+  bench_sweep->add_option("--new-tokens", sw.new_tokens, "tokens to generate per row");
+  bench_sweep->add_option("--repeats", sw.repeats, "repeats per batch size (medians are reported)");
+  bench_sweep->add_option("--prompt", sw.prompts, "prompts, cycled to fill the batch (repeatable)");
+  bench_sweep->add_flag("--json", sw_json, "compact JSON");
+
+  std::string export_dir;
+  auto* exp = app.add_subcommand("export-demo", "Write the built-in demo model as a Hugging Face GPT-2 folder");
+  exp->add_option("--out", export_dir, "output folder")->required();
+
+  auto* demo = app.add_subcommand("demo", "Generate from the seed prompts and compare KV-cache timings");
+  margs.add_to(demo);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "servelab-cli: " << one_line(e.what()) << " (see --help)\n";
+    return 2;
+  }
+  try {
+    if (*info) return cmd_info(margs);
+    if (*tokenize) return cmd_tokenize(tok_dir, tok_model, tok_json, tok_texts);
+    if (*gen) return cmd_generate(margs, gargs);
+    if (*bench_kv) return cmd_bench_kv(margs, kv, kv_json);
+    if (*bench_sweep) return cmd_bench_sweep(margs, sw, sizes, sw_json);
+    if (*exp) return cmd_export_demo(margs, export_dir);
+    if (*demo) return cmd_demo(margs);
+  } catch (const Error& e) {
+    std::cerr << "servelab-cli: " << error_kind_name(e.kind()) << ": " << one_line(e.what()) << "\n";
+    return 1;
+  } catch (const c10::Error& e) {
+    std::cerr << "servelab-cli: libtorch error: " << one_line(e.what_without_backtrace()) << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "servelab-cli: " << one_line(e.what()) << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,56 @@
+# Imported target servelab::torch for the libtorch inside a pip-installed torch package.
+#
+# Why not find_package(Torch)? PyPI torch ships its CUDA libraries as separate pip packages
+# (nvidia-*), while TorchConfig.cmake looks for a system CUDA toolkit and links that one's
+# libcudart/libnccl, which do not match the wheel's (link errors, or two CUDA runtimes in one
+# process). We need no CUDA compiler: the CUDA backend is a library libtorch loads. So we link
+# libtorch's own .so files and let libtorch_cuda find its nvidia-* libraries through its RUNPATH.
+#
+# Input: SERVELAB_TORCH_ROOT, the torch package folder (…/site-packages/torch). Found from a
+# python (SERVELAB_PYTHON, default .venv/bin/python then python3) when not given.
+if(NOT SERVELAB_TORCH_ROOT)
+  set(_candidates "${SERVELAB_PYTHON}" "${CMAKE_SOURCE_DIR}/.venv/bin/python" python3)
+  foreach(_py ${_candidates})
+    if(_py)
+      execute_process(COMMAND "${_py}" -c "import os, torch; print(os.path.dirname(torch.__file__))"
+                      OUTPUT_VARIABLE _root OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc ERROR_QUIET)
+      if(_rc EQUAL 0 AND EXISTS "${_root}/lib")
+        set(SERVELAB_TORCH_ROOT "${_root}" CACHE PATH "torch package folder whose libtorch we link")
+        break()
+      endif()
+    endif()
+  endforeach()
+endif()
+if(NOT SERVELAB_TORCH_ROOT OR NOT EXISTS "${SERVELAB_TORCH_ROOT}/lib/libtorch_cpu.so")
+  message(FATAL_ERROR "libtorch not found. Run scripts/bootstrap (it installs PyPI torch into .venv), "
+                      "or pass -DSERVELAB_TORCH_ROOT=/path/to/site-packages/torch.")
+endif()
+
+set(_lib "${SERVELAB_TORCH_ROOT}/lib")
+add_library(servelab_torch INTERFACE)
+add_library(servelab::torch ALIAS servelab_torch)
+target_include_directories(servelab_torch SYSTEM INTERFACE
+  "${SERVELAB_TORCH_ROOT}/include" "${SERVELAB_TORCH_ROOT}/include/torch/csrc/api/include")
+# The ABI libtorch was built with (PyPI torch >= 2.7 uses the C++11 ABI).
+execute_process(COMMAND nm -D --defined-only "${_lib}/libc10.so" OUTPUT_VARIABLE _syms ERROR_QUIET)
+if(_syms MATCHES "__cxx11")
+  target_compile_definitions(servelab_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
+else()
+  target_compile_definitions(servelab_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=0)
+endif()
+set(_libs "${_lib}/libtorch.so" "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so")
+set(SERVELAB_TORCH_HAS_CUDA OFF)
+if(EXISTS "${_lib}/libtorch_cuda.so")
+  set(SERVELAB_TORCH_HAS_CUDA ON)
+  # --no-as-needed: nothing of ours calls into libtorch_cuda directly, but loading it is what
+  # registers the CUDA backend.
+  target_link_options(servelab_torch INTERFACE "LINKER:--no-as-needed,${_lib}/libtorch_cuda.so,--as-needed")
+  file(GLOB _nv_dirs LIST_DIRECTORIES true "${SERVELAB_TORCH_ROOT}/../nvidia/*/lib")
+  foreach(_d ${_nv_dirs})
+    target_link_options(servelab_torch INTERFACE "LINKER:-rpath-link,${_d}")
+  endforeach()
+  target_link_options(servelab_torch INTERFACE "LINKER:-rpath-link,${_lib}")
+endif()
+target_link_libraries(servelab_torch INTERFACE ${_libs})
+target_link_options(servelab_torch INTERFACE "LINKER:-rpath,${_lib}")
+message(STATUS "libtorch: ${SERVELAB_TORCH_ROOT} (CUDA backend: ${SERVELAB_TORCH_HAS_CUDA})")

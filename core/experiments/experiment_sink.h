@@ -1,0 +1,23 @@
+#pragma once
+// What an experiment reports while it runs; the GUI worker turns each call into a queued signal,
+// the CLI ignores it or prints progress. Calls come from the engine thread.
+#include <atomic>
+#include <string>
+
+namespace servelab {
+
+class ExperimentSink {
+ public:
+  virtual ~ExperimentSink() = default;
+  // A new point of a named series (e.g. "with cache", token index, milliseconds).
+  virtual void on_point(const std::string& series, double x, double y) {}
+  // Fraction done in [0, 1] with a short description of the current stage.
+  virtual void on_progress(double fraction, const std::string& stage) {}
+};
+
+struct ExperimentControl {
+  ExperimentSink* sink = nullptr;
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+}  // namespace servelab

@@ -1,0 +1,37 @@
+#pragma once
+// Lesson 1: the same greedy tokens generated with and without the KV cache, per-token latency
+// of both measured side by side (interleaved repeats, median per token).
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "experiments/experiment_sink.h"
+#include "model/engine.h"
+
+namespace servelab {
+
+struct KvCacheTimingParams {
+  std::string prompt = "The quick brown fox jumped over the";
+  int64_t new_tokens = 10;
+  int64_t repeats = 3;  // interleaved no-cache / cache runs; medians are reported
+  bool warmup = true;
+};
+
+struct KvCacheTimingResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> tokens;    // generated (identical both ways, checked)
+  std::string text;
+  std::vector<double> no_cache_ms;  // median per token over repeats; [0] includes the prefill
+  std::vector<double> cache_ms;
+  double no_cache_total_ms = 0, cache_total_ms = 0;  // sums of the medians
+  double speedup = 0;                                // no_cache_total / cache_total
+  double decode_speedup = 0;                         // same, prefill step excluded
+  int64_t kv_cache_bytes = 0;
+  int64_t repeats = 0;
+  nlohmann::json to_json() const;
+};
+
+KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimingParams& params,
+                                        const ExperimentControl& control = {});
+
+}  // namespace servelab

@@ -1,0 +1,196 @@
+#include "generate/generator.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "tokenizer/stream_decoder.h"
+#include "util/device.h"
+#include "util/errors.h"
+
+namespace servelab {
+
+PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int32_t pad_id) {
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  int64_t len = 0;
+  for (const auto& p : prompts) len = std::max<int64_t>(len, static_cast<int64_t>(p.size()));
+  PaddedBatch b;
+  b.input_ids = at::full({batch, len}, pad_id, at::kLong);
+  b.attention_mask = at::zeros({batch, len}, at::kLong);
+  auto ids = b.input_ids.accessor<int64_t, 2>();
+  auto mask = b.attention_mask.accessor<int64_t, 2>();
+  for (int64_t r = 0; r < batch; ++r) {
+    const auto& p = prompts[static_cast<size_t>(r)];
+    const int64_t offset = len - static_cast<int64_t>(p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      ids[r][offset + static_cast<int64_t>(i)] = p[i];
+      mask[r][offset + static_cast<int64_t>(i)] = 1;
+    }
+  }
+  b.position_ids = (b.attention_mask.cumsum(1) - 1).masked_fill(b.attention_mask == 0, 1);
+  return b;
+}
+
+void check_generation_fits(const Gpt2Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                           const GenerateOptions& o) {
+  const Gpt2Config& c = model.config();
+  if (prompts.empty()) throw InputError("no prompts given");
+  if (o.max_new_tokens < 1) throw InputError("max new tokens must be at least 1, got " + std::to_string(o.max_new_tokens));
+  o.sampling.validate();
+  int64_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& p = prompts[i];
+    if (p.empty()) throw InputError("prompt " + std::to_string(i + 1) + " is empty: it needs at least one token");
+    for (int32_t id : p)
+      if (id < 0 || id >= c.vocab_size)
+        throw InputError("prompt " + std::to_string(i + 1) + " has token id " + std::to_string(id) +
+                         " outside the vocabulary of " + std::to_string(c.vocab_size));
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+    if (static_cast<int64_t>(p.size()) + o.max_new_tokens > c.n_positions)
+      throw InputError("prompt " + std::to_string(i + 1) + " has " + std::to_string(p.size()) + " tokens; with " +
+                       std::to_string(o.max_new_tokens) + " new tokens that exceeds the context of " +
+                       std::to_string(c.n_positions) + " positions");
+  }
+  // The memory a run needs beyond the weights: the KV cache and the largest activations.
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  const int64_t len = longest + o.max_new_tokens;
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(model.dtype()));
+  const int64_t kv = o.use_kv_cache ? KvCache::bytes_needed(c.n_layer, batch, c.n_head, len, c.head_dim(), model.dtype()) : 0;
+  const int64_t act = batch * len * (4 * c.n_embd + c.inner_dim()) * elem * 2 + batch * c.n_head * len * len * 4 +
+                      batch * c.vocab_size * 4 * 2;
+  if (model.device().is_cpu()) {
+    const int64_t avail = available_host_memory_bytes();
+    if (avail > 0 && kv + act > avail) {
+      auto gib = [](int64_t b) { return std::to_string(static_cast<double>(b) / (1 << 30)).substr(0, 5); };
+      throw InputError("batch size " + std::to_string(batch) + " with " + std::to_string(len) + " positions needs about " +
+                       gib(kv + act) + " GiB (KV cache " + gib(kv) + " GiB), but only " + gib(avail) +
+                       " GiB of memory is available");
+    }
+  }
+}
+
+namespace {
+
+struct RowState {
+  std::optional<StreamDecoder> decoder;
+  bool finished = false;
+};
+
+}  // namespace
+
+GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
+                        const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o,
+                        GenerationSink* sink) {
+  check_generation_fits(model, prompts, o);
+  c10::InferenceMode guard;
+  const at::Device dev = model.device();
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  const int32_t eos = static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
+  const int32_t pad = eos >= 0 ? eos : 0;
+
+  GenerateResult result;
+  result.sequences.resize(prompts.size());
+  std::vector<RowState> rows(prompts.size());
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    result.sequences[r].prompt_ids = prompts[r];
+    rows[r].decoder.emplace(tokenizer);
+  }
+
+  try {
+    PaddedBatch pb = left_pad(prompts, pad);
+    const bool padded = !pb.attention_mask.all().item<bool>();
+    at::Tensor ids = pb.input_ids.to(dev);
+    at::Tensor positions = pb.position_ids.to(dev);
+    at::Tensor mask = pb.attention_mask.to(dev);
+    std::optional<KvCache> cache;
+    if (o.use_kv_cache) {
+      cache.emplace(model.make_cache(batch, ids.size(1) + o.max_new_tokens));
+      result.kv_cache_bytes = cache->bytes();
+    }
+    Sampler sampler(o.sampling);
+    at::Tensor last_ids, last_pos = positions.select(1, -1).unsqueeze(1);
+    const DeviceTimer total(dev);
+    for (int64_t step = 0; step < o.max_new_tokens; ++step) {
+      if (o.cancel && o.cancel->load()) throw CancelledError("generation cancelled after " + std::to_string(step) + " tokens");
+      DeviceTimer timer(dev);
+      ForwardInput in;
+      if (step == 0 || !o.use_kv_cache) {
+        in = {ids, positions, padded ? mask : at::Tensor(), false};
+      } else {
+        in = {last_ids, last_pos, padded ? mask : at::Tensor(), false};
+      }
+      at::Tensor logits = model.forward(in, cache ? &*cache : nullptr);
+      at::Tensor next = sampler.next(logits);
+      at::Tensor top_vals, top_ids;
+      if (o.report_top > 0) {
+        auto t = logits.topk(std::min<int64_t>(o.report_top, logits.size(-1)), -1);
+        top_vals = std::get<0>(t).to(at::kCPU, at::kFloat);
+        top_ids = std::get<1>(t).to(at::kCPU);
+      }
+      const double ms = timer.elapsed_ms();
+      result.step_ms.push_back(ms);
+
+      auto next_a = next.accessor<int64_t, 1>();
+      int64_t active = 0;
+      for (int64_t r = 0; r < batch; ++r) {
+        RowState& st = rows[static_cast<size_t>(r)];
+        if (st.finished) {
+          next_a[r] = pad;  // finished rows keep stepping on padding, as HF does, and record nothing
+          continue;
+        }
+        ++active;
+        GeneratedSequence& seq = result.sequences[static_cast<size_t>(r)];
+        const int32_t id = static_cast<int32_t>(next_a[r]);
+        seq.generated_ids.push_back(id);
+        seq.step_ms.push_back(ms);
+        if (o.report_top > 0) {
+          std::vector<std::pair<int32_t, float>> top;
+          for (int64_t k = 0; k < top_ids.size(1); ++k)
+            top.emplace_back(static_cast<int32_t>(top_ids[r][k].item<int64_t>()), top_vals[r][k].item<float>());
+          seq.top.push_back(std::move(top));
+        }
+        std::string piece;
+        if (o.stop_at_eos && id == eos) {
+          st.finished = true;
+          seq.finish_reason = "eos";
+        } else {
+          piece = st.decoder->push(id);
+          seq.text += piece;
+          for (const std::string& s : o.stop_strings) {
+            const size_t at = s.empty() ? std::string::npos : seq.text.find(s);
+            if (at != std::string::npos) {
+              seq.text.resize(at);
+              st.finished = true;
+              seq.finish_reason = "stop";
+              break;
+            }
+          }
+        }
+        if (sink) sink->on_token({static_cast<size_t>(r), step, id, piece, ms});
+      }
+      if (sink) sink->on_step({step, active, batch * ((step == 0 || !o.use_kv_cache) ? ids.size(1) : 1), ms});
+      if (std::all_of(rows.begin(), rows.end(), [](const RowState& s) { return s.finished; })) break;
+
+      last_ids = next.to(dev).unsqueeze(1);
+      last_pos = last_pos + 1;
+      if (padded) mask = at::cat({mask, at::ones({batch, 1}, mask.options())}, 1);
+      if (!o.use_kv_cache) {
+        ids = at::cat({ids, last_ids}, 1);
+        positions = at::cat({positions, last_pos}, 1);
+      }
+    }
+    result.total_ms = total.elapsed_ms();
+  } catch (const c10::OutOfMemoryError&) {
+    throw OutOfMemoryError("out of memory on " + dev.str() + " generating for a batch of " + std::to_string(batch) +
+                           "; try a smaller batch or fewer new tokens");
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    GeneratedSequence& seq = result.sequences[r];
+    if (!rows[r].finished) seq.finish_reason = "length";
+    if (seq.finish_reason != "stop") seq.text += rows[r].decoder->flush();
+  }
+  return result;
+}
+
+}  // namespace servelab

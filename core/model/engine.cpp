@@ -1,0 +1,103 @@
+#include "model/engine.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "util/device.h"
+#include "util/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace servelab {
+
+std::string default_tokenizer_dir() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("SERVELAB_TOKENIZER_DIR"); env && *env) candidates.emplace_back(env);
+  candidates.emplace_back(SERVELAB_DEFAULT_TOKENIZER_DIR);
+  for (const auto& dir : candidates) {
+    if (fs::exists(fs::path(dir) / "vocab.json") && fs::exists(fs::path(dir) / "merges.txt")) return dir;
+  }
+  throw TokenizerError("GPT-2 tokenizer for the built-in model not found (looked in " + candidates.front() +
+                       (candidates.size() > 1 ? " and " + candidates.back() : std::string()) +
+                       "); run scripts/bootstrap or set SERVELAB_TOKENIZER_DIR");
+}
+
+void set_engine_threads(int threads) {
+  if (threads < 0) throw InputError("thread count must be positive, got " + std::to_string(threads));
+  if (threads > 0) at::set_num_threads(threads);
+}
+
+std::unique_ptr<Engine> Engine::load_demo(const EngineOptions& o, const std::string& tokenizer_dir) {
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype = parse_dtype(o.dtype);
+  set_engine_threads(o.threads);
+  std::unique_ptr<Engine> e(new Engine());
+  e->tokenizer_ = load_tokenizer(tokenizer_dir.empty() ? default_tokenizer_dir() : tokenizer_dir);
+  c10::InferenceMode guard;
+  Gpt2Config config = Gpt2Config::gpt2_small();
+  e->model_ =
+      std::make_unique<Gpt2Model>(config, make_random_gpt2_weights(config, o.demo_seed, device, dtype));
+  e->is_demo_ = true;
+  e->name_ = "built-in demo (GPT-2 small shape, random weights)";
+  return e;
+}
+
+std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const EngineOptions& o) {
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype = parse_dtype(o.dtype);
+  set_engine_threads(o.threads);
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) throw ModelFormatError("model folder " + dir + " not found");
+  const fs::path weights = root / "model.safetensors";
+  if (!fs::exists(weights)) {
+    if (fs::exists(root / "pytorch_model.bin"))
+      throw ModelFormatError(dir +
+                             ": only model.safetensors is supported, found pytorch_model.bin "
+                             "(convert it with transformers' save_pretrained(safe_serialization=True))");
+    if (fs::exists(root / "model.safetensors.index.json"))
+      throw ModelFormatError(dir + ": sharded checkpoints (model.safetensors.index.json) are not supported");
+    throw ModelFormatError(dir + ": model.safetensors not found");
+  }
+  std::unique_ptr<Engine> e(new Engine());
+  Gpt2Config config = parse_gpt2_config((root / "config.json").string());
+  e->tokenizer_ = load_tokenizer(dir);
+  if (e->tokenizer_->vocab_size() > config.vocab_size)
+    throw ModelFormatError(dir + ": tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
+                           " tokens but config.json vocab_size is " + std::to_string(config.vocab_size));
+  c10::InferenceMode guard;
+  try {
+    e->model_ =
+        std::make_unique<Gpt2Model>(config, load_gpt2_weights(weights.string(), config, device, dtype));
+  } catch (const c10::OutOfMemoryError&) {
+    throw OutOfMemoryError("out of memory loading " + weights.string() + " onto " + device.str());
+  }
+  e->name_ = root.filename().empty() ? root.parent_path().filename().string() : root.filename().string();
+  return e;
+}
+
+std::string Engine::text_caveat() const {
+  return is_demo_ ? "random weights: timings are real, text is noise" : "";
+}
+
+nlohmann::json Engine::info() const {
+  const Gpt2Config& c = model_->config();
+  nlohmann::json j;
+  j["model"] = name_;
+  j["demo"] = is_demo_;
+  if (is_demo_) j["caveat"] = text_caveat();
+  j["config"] = c.to_json();
+  j["parameters"] = model_->weights().parameter_count();
+  j["weight_bytes"] = model_->weights().bytes();
+  j["lm_head_tied"] = model_->weights().lm_head_tied;
+  j["dtype"] = dtype_label(model_->dtype());
+  j["device"] = device_label(model_->device());
+  j["threads"] = at::get_num_threads();
+  j["tokenizer"] = tokenizer_->kind();
+  j["cuda_available"] = cuda_available();
+  return j;
+}
+
+}  // namespace servelab

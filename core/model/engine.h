@@ -1,0 +1,51 @@
+#pragma once
+// The engine a face talks to: one model, its tokenizer, a device and a dtype.
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/gpt2_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace servelab {
+
+struct EngineOptions {
+  std::string device = "cpu";
+  std::string dtype = "fp32";
+  int threads = 0;  // 0: leave libtorch's default
+  std::uint64_t demo_seed = 1234;
+};
+
+class Engine {
+ public:
+  // GPT-2 small shape with seeded random weights and the real GPT-2 tokenizer (from
+  // tokenizer_dir, or default_tokenizer_dir() when empty).
+  static std::unique_ptr<Engine> load_demo(const EngineOptions& options, const std::string& tokenizer_dir = "");
+  // A Hugging Face GPT-2 folder: config.json, model.safetensors and the tokenizer files.
+  static std::unique_ptr<Engine> load_folder(const std::string& dir, const EngineOptions& options);
+
+  const Gpt2Model& model() const { return *model_; }
+  Gpt2Model& model() { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  bool is_demo() const { return is_demo_; }
+  const std::string& name() const { return name_; }
+  // What the faces print beside any generated text.
+  std::string text_caveat() const;
+  nlohmann::json info() const;
+
+ private:
+  Engine() = default;
+  std::unique_ptr<Gpt2Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  bool is_demo_ = false;
+  std::string name_;
+};
+
+// Where the built-in model's GPT-2 tokenizer is: $SERVELAB_TOKENIZER_DIR, else the folder
+// scripts/bootstrap filled (compiled in). Throws TokenizerError when neither has the files.
+std::string default_tokenizer_dir();
+
+// Applies the thread count (0 = keep) to libtorch's intra-op pool.
+void set_engine_threads(int threads);
+
+}  // namespace servelab

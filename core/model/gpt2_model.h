@@ -1,0 +1,58 @@
+#pragma once
+// The GPT-2 forward pass in plain libtorch, in the spirit of gpt-fast: one function per block,
+// Conv1D weights used as [in, out] with addmm, explicit position ids and key masks so that a
+// left-padded batch computes exactly what each prompt computes alone.
+#include <ATen/ATen.h>
+
+#include "model/gpt2_config.h"
+#include "model/gpt2_weights.h"
+#include "model/kv_cache.h"
+
+namespace servelab {
+
+enum class AttentionBackend {
+  Sdpa,    // at::scaled_dot_product_attention (fused kernels where libtorch has them)
+  Manual,  // softmax(q k^T * scale + mask) v: the reference, and the path for old libtorch builds
+};
+
+struct ForwardInput {
+  at::Tensor input_ids;     // [batch, T] int64
+  at::Tensor position_ids;  // [batch, T] int64
+  // [batch, past + T] with 1 where a key position holds a real token, 0 for padding.
+  // Undefined means every position is real (no padding anywhere).
+  at::Tensor key_mask;
+  // Logits for every position ([batch, T, vocab]) instead of the last one only ([batch, vocab]).
+  bool all_logits = false;
+};
+
+class Gpt2Model {
+ public:
+  Gpt2Model(Gpt2Config config, Gpt2Weights weights);
+
+  // With a cache, T new positions are appended to it and attend to everything cached before;
+  // without one, the input is the whole sequence (the teaching contrast: no reuse at all).
+  at::Tensor forward(const ForwardInput& in, KvCache* cache = nullptr) const;
+
+  KvCache make_cache(int64_t batch, int64_t capacity) const;
+
+  const Gpt2Config& config() const { return config_; }
+  const Gpt2Weights& weights() const { return weights_; }
+  at::Device device() const { return weights_.wte.device(); }
+  at::ScalarType dtype() const { return weights_.wte.scalar_type(); }
+
+  void set_attention_backend(AttentionBackend b) { backend_ = b; }
+  AttentionBackend attention_backend() const { return backend_; }
+
+ private:
+  at::Tensor attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x, const at::Tensor& mask,
+                       bool causal, KvCache* cache) const;
+  at::Tensor mlp(const Gpt2LayerWeights& w, const at::Tensor& x) const;
+  at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& mask, bool causal) const;
+
+  Gpt2Config config_;
+  Gpt2Weights weights_;
+  AttentionBackend backend_ = AttentionBackend::Sdpa;
+};
+
+}  // namespace servelab

@@ -1,0 +1,39 @@
+#pragma once
+// SentencePiece tokenizer (a .model file), wrapping libsentencepiece. The library's headers stay
+// in the .cpp (pimpl): it brings protobuf-lite, and libtorch may bring its own protobuf, so no
+// other translation unit should see either.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace servelab {
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  // Throws TokenizerError naming the file when it is missing or not a SentencePiece model.
+  explicit SentencePieceTokenizer(const std::string& model_path);
+  ~SentencePieceTokenizer() override;
+  SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
+  SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
+
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  // The piece's text with "▁" as a space; a byte piece (<0xE3>) gives its byte; control pieces
+  // (<s>, </s>) give nothing; the unknown piece gives what decode() shows for it.
+  std::string token_bytes(int32_t id) const override;
+  std::string token_display(int32_t id) const override;
+  int32_t vocab_size() const override;
+  std::optional<int32_t> eos_id() const override;
+  std::string kind() const override { return "sentencepiece"; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace servelab

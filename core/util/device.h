@@ -1,0 +1,42 @@
+#pragma once
+// Device and dtype choices, and the clock that reads time only after the device has finished.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <string>
+
+namespace servelab {
+
+// "cpu" / "cuda" / "cuda:1" -> device; DeviceError when CUDA is asked for but absent.
+at::Device parse_device(const std::string& name);
+// "fp32" / "fp16" / "bf16" -> scalar type; InputError otherwise.
+at::ScalarType parse_dtype(const std::string& name);
+std::string dtype_label(at::ScalarType dtype);
+std::string device_label(const at::Device& device);
+bool cuda_available();
+
+// Waits for all queued work on the device (a no-op on CPU). Called before every clock read.
+void synchronize(const at::Device& device);
+
+// Milliseconds between construction (or restart) and elapsed_ms(), both taken after a sync.
+class DeviceTimer {
+ public:
+  explicit DeviceTimer(at::Device device) : device_(device) { restart(); }
+  void restart() {
+    synchronize(device_);
+    start_ = std::chrono::steady_clock::now();
+  }
+  double elapsed_ms() const {
+    synchronize(device_);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  at::Device device_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Bytes of memory the OS could still give us (MemAvailable), or 0 when unknown.
+std::int64_t available_host_memory_bytes();
+
+}  // namespace servelab

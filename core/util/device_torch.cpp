@@ -1,0 +1,64 @@
+#include <torch/cuda.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "util/device.h"
+#include "util/errors.h"
+
+namespace servelab {
+
+bool cuda_available() { return torch::cuda::is_available(); }
+
+at::Device parse_device(const std::string& name) {
+  if (name == "cpu") return at::Device(at::kCPU);
+  if (name.rfind("cuda", 0) == 0) {
+    if (!cuda_available())
+      throw DeviceError("device \"" + name + "\" requested but CUDA is not available on this machine");
+    try {
+      at::Device d(name);
+      if (d.has_index() && d.index() >= static_cast<int>(torch::cuda::device_count()))
+        throw DeviceError("device \"" + name + "\" does not exist: this machine has " +
+                          std::to_string(torch::cuda::device_count()) + " CUDA device(s)");
+      return d;
+    } catch (const c10::Error&) {
+      throw DeviceError("cannot parse device \"" + name + "\" (expected cpu, cuda or cuda:N)");
+    }
+  }
+  throw InputError("unknown device \"" + name + "\" (expected cpu, cuda or cuda:N)");
+}
+
+at::ScalarType parse_dtype(const std::string& name) {
+  if (name == "fp32" || name == "float32") return at::kFloat;
+  if (name == "fp16" || name == "float16") return at::kHalf;
+  if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
+  throw InputError("unknown dtype \"" + name + "\" (expected fp32, fp16 or bf16)");
+}
+
+std::string dtype_label(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "fp32";
+    case at::kHalf: return "fp16";
+    case at::kBFloat16: return "bf16";
+    default: return c10::toString(dtype);
+  }
+}
+
+std::string device_label(const at::Device& device) { return device.str(); }
+
+void synchronize(const at::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+}
+
+std::int64_t available_host_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t value = 0;
+  std::string unit;
+  while (in >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return 0;
+}
+
+}  // namespace servelab

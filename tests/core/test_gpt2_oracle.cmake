@@ -1,0 +1,12 @@
+# Oracle parity against HF transformers. The fixtures are made by a Python script from .venv before
+# the suite runs (a CTest fixture); without .venv the setup step fails and says why.
+add_test(NAME oracle_fixtures
+  COMMAND "${CMAKE_SOURCE_DIR}/.venv/bin/python" "${CMAKE_SOURCE_DIR}/tests/oracle/make_gpt2_fixtures.py"
+          --out "${CMAKE_BINARY_DIR}/oracle")
+set_tests_properties(oracle_fixtures PROPERTIES FIXTURES_SETUP oracle TIMEOUT 300)
+
+servelab_add_qtest(test_gpt2_oracle
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_oracle.cpp
+  LIBS servelab_core FIXTURES oracle TIMEOUT 600)
+set_target_properties(test_gpt2_oracle PROPERTIES AUTOMOC ON)
+set_property(TEST test_gpt2_oracle APPEND PROPERTY ENVIRONMENT "SERVELAB_ORACLE_DIR=${CMAKE_BINARY_DIR}/oracle")

@@ -1,0 +1,57 @@
+#pragma once
+// Helpers shared by the engine test suites (libtorch side).
+#include <ATen/ATen.h>
+
+#include <QString>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+#include "util/errors.h"
+
+namespace servelab::test {
+
+// A tokenizer over bare ids for models with a made-up vocabulary (the oracle checkpoints).
+class IdTokenizer : public Tokenizer {
+ public:
+  IdTokenizer(int32_t vocab, int32_t eos) : vocab_(vocab), eos_(eos) {}
+  std::vector<int32_t> encode(std::string_view) const override { throw TokenizerError("IdTokenizer cannot encode"); }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string s;
+    for (int32_t id : ids) s += token_bytes(id);
+    return s;
+  }
+  std::string token_bytes(int32_t id) const override { return "<" + std::to_string(id) + ">"; }
+  std::string token_display(int32_t id) const override { return token_bytes(id); }
+  int32_t vocab_size() const override { return vocab_; }
+  std::optional<int32_t> eos_id() const override { return eos_; }
+  std::string kind() const override { return "ids"; }
+
+ private:
+  int32_t vocab_, eos_;
+};
+
+inline std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+// The message of the servelab::Error of kind `kind` that fn throws, or a marker no check matches.
+inline std::string error_of(ErrorKind kind, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (e.kind() != kind) return std::string("<wrong kind: ") + error_kind_name(e.kind()) + ": " + e.what() + ">";
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<not a servelab::Error: ") + e.what() + ">";
+  }
+  return "<no exception>";
+}
+
+inline double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+
+}  // namespace servelab::test
