@@ -63,17 +63,19 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
   }
   std::unique_ptr<Engine> e(new Engine());
   Gpt2Config config = parse_gpt2_config((root / "config.json").string());
+  {
+    c10::InferenceMode guard;
+    try {
+      e->model_ =
+          std::make_unique<Gpt2Model>(config, load_gpt2_weights(weights.string(), config, device, dtype));
+    } catch (const c10::OutOfMemoryError&) {
+      throw OutOfMemoryError("out of memory loading " + weights.string() + " onto " + device.str());
+    }
+  }
   e->tokenizer_ = load_tokenizer(dir);
   if (e->tokenizer_->vocab_size() > config.vocab_size)
     throw ModelFormatError(dir + ": tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
                            " tokens but config.json vocab_size is " + std::to_string(config.vocab_size));
-  c10::InferenceMode guard;
-  try {
-    e->model_ =
-        std::make_unique<Gpt2Model>(config, load_gpt2_weights(weights.string(), config, device, dtype));
-  } catch (const c10::OutOfMemoryError&) {
-    throw OutOfMemoryError("out of memory loading " + weights.string() + " onto " + device.str());
-  }
   e->name_ = root.filename().empty() ? root.parent_path().filename().string() : root.filename().string();
   return e;
 }

@@ -180,6 +180,8 @@ struct Gpt2BpeTokenizer::Impl {
 
   pcre2_code* regex = nullptr;
   bool jit = false;
+  // Rust regex's \w, for the single_word option of added tokens.
+  pcre2_code* word_char = nullptr;
 
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
@@ -189,27 +191,34 @@ struct Gpt2BpeTokenizer::Impl {
 
   ~Impl() {
     if (regex) pcre2_code_free(regex);
+    if (word_char) pcre2_code_free(word_char);
   }
 
-  void compile_regex() {
+  static pcre2_code* compile(const char* pattern) {
     int error_code = 0;
     PCRE2_SIZE error_offset = 0;
-    regex = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
-    if (!regex) {
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                                     PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+    if (!code) {
       std::array<PCRE2_UCHAR, 256> buf{};
       pcre2_get_error_message(error_code, buf.data(), buf.size());
-      throw TokenizerError(std::string("GPT-2 pre-tokenizer regex does not compile: ") +
+      throw TokenizerError(std::string("GPT-2 tokenizer regex does not compile: ") +
                            reinterpret_cast<const char*>(buf.data()));
     }
+    return code;
+  }
+
+  void compile_regexes() {
+    regex = compile(kPattern);
     // JIT is a speed-up only; without it pcre2_match interprets the same pattern.
     jit = pcre2_jit_compile(regex, PCRE2_JIT_COMPLETE) == 0;
+    word_char = compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])");
   }
 
   // Splits `text` at added tokens (leftmost-longest, as HF's Aho-Corasick) into `out`. Only plain
   // text segments of `in` are split further.
-  static void split_added(std::string_view text, const std::vector<AddedToken>& tokens,
-                          const std::vector<Segment>& in, std::vector<Segment>& out) {
+  void split_added(std::string_view text, const std::vector<AddedToken>& tokens,
+                   const std::vector<Segment>& in, std::vector<Segment>& out, pcre2_match_data* md) const {
     for (const Segment& seg : in) {
       if (seg.added_id >= 0 || tokens.empty()) {
         out.push_back(seg);
@@ -234,9 +243,8 @@ struct Gpt2BpeTokenizer::Impl {
         if (!best) break;
         size_t start = best_start;
         size_t stop = best_start + best->content.size();
-        if (best->single_word && !is_single_word(part, start, stop, seg.begin)) {
-          search = best_start + 1;
-          while (search < seg.end && (static_cast<uint8_t>(part[search]) & 0xC0) == 0x80) ++search;
+        if (best->single_word && !is_single_word(part, start, stop, seg.begin, md)) {
+          search = stop;  // HF's match iterator also goes on after the discarded match
           continue;
         }
         if (best->lstrip) {
@@ -262,12 +270,14 @@ struct Gpt2BpeTokenizer::Impl {
     }
   }
 
-  // HF's single_word rule: the match must not touch a word character (alphanumeric or '_') on
-  // either side. Used by no GPT-2 token; approximated with ASCII plus "any non-ASCII letter".
-  static bool is_single_word(std::string_view part, size_t start, size_t stop, size_t seg_begin) {
+  // HF's single_word rule: the match must not touch a word character (Rust regex \w) on either
+  // side within its segment.
+  bool is_single_word(std::string_view part, size_t start, size_t stop, size_t seg_begin,
+                      pcre2_match_data* md) const {
     auto is_word = [&](size_t i) {
-      const char32_t c = code_point_at(part, i).first;
-      return c == '_' || (c < 0x80 ? std::isalnum(static_cast<int>(c)) != 0 : !is_white_space(c));
+      const size_t len = code_point_at(part, i).second;
+      return pcre2_match(word_char, reinterpret_cast<PCRE2_SPTR>(part.data() + i), len, 0,
+                         PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, md, nullptr) >= 0;
     };
     if (start > seg_begin && is_word(code_point_before(part, start))) return false;
     if (stop < part.size() && is_word(stop)) return false;
@@ -597,7 +607,7 @@ std::unique_ptr<Gpt2BpeTokenizer::Impl> Gpt2BpeTokenizer::Impl::build(RawTokeniz
     if (a.content == "<|endoftext|>") impl->eos = a.id;
     (a.normalized ? impl->normalized_added : impl->raw_added).push_back(std::move(a));
   }
-  impl->compile_regex();
+  impl->compile_regexes();
   return impl;
 }
 
@@ -607,17 +617,18 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
   out.reserve(text.size() / 3 + 1);
   if (text.empty()) return out;
 
-  std::vector<Segment> segments{{0, text.size(), -1}};
-  if (!impl_->raw_added.empty() || !impl_->normalized_added.empty()) {
-    std::vector<Segment> first, second;
-    Impl::split_added(text, impl_->raw_added, segments, first);
-    Impl::split_added(text, impl_->normalized_added, first, second);
-    segments = std::move(second);
-  }
-
+  // Per call, not per tokenizer: match data is scratch space, and encode() must stay const.
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       pcre2_match_data_create_from_pattern(impl_->regex, nullptr), &pcre2_match_data_free);
   if (!md) throw TokenizerError("encode: out of memory for regex match data");
+
+  std::vector<Segment> segments{{0, text.size(), -1}};
+  if (!impl_->raw_added.empty() || !impl_->normalized_added.empty()) {
+    std::vector<Segment> first, second;
+    impl_->split_added(text, impl_->raw_added, segments, first, md.get());
+    impl_->split_added(text, impl_->normalized_added, first, second, md.get());
+    segments = std::move(second);
+  }
   for (const Segment& seg : segments) {
     if (seg.added_id >= 0) {
       out.push_back(seg.added_id);

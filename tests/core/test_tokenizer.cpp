@@ -8,6 +8,7 @@
 #include <QElapsedTimer>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tokenizer/gpt2_bpe_tokenizer.h"
@@ -157,6 +159,7 @@ class TestTokenizer : public QObject {
   void initTestCase() {
     const std::string fixture_path =
         std::string(SERVELAB_SOURCE_DIR) + "/tests/fixtures/tokenizer_cases.json";
+    QVERIFY2(fs::exists(fixture_path), ("missing fixture " + fixture_path).c_str());
     fixture_ = json::parse(read_file(fixture_path));
     QVERIFY2(fixture_["cases"].size() > 100, "fixture has too few cases");
     files_ = find_gpt2_files();
@@ -391,6 +394,48 @@ class TestTokenizer : public QObject {
     QCOMPARE(a->encode(text)[4], 263);  // hello, Ġwor, l, d, <|endoftext|>, ...
     QCOMPARE(a->vocab_size(), 264);
     QCOMPARE(a->decode(a->encode(text)), text);
+  }
+
+  void added_token_options_match_hugging_face() {
+    // A tiny tokenizer.json made by the oracle script, with lstrip/rstrip/single_word/normalized
+    // added tokens (GPT-2's <|endoftext|> uses none of them), and HF's ids for it.
+    QTemporaryDir tmp;
+    const std::string path = tmp.path().toStdString() + "/tokenizer.json";
+    const json& options = fixture_["added_token_options"];
+    write_file(path, options["tokenizer"].dump());
+    const auto tok = Gpt2BpeTokenizer::from_tokenizer_json(path);
+    for (const auto& c : options["cases"]) {
+      const std::string text = c["text"];
+      const std::vector<int32_t> expected = c["ids"];
+      const auto got = tok->encode(text);
+      QVERIFY2(got == expected,
+               ("'" + text + "': got " + ids_str(got) + ", HF gives " + ids_str(expected)).c_str());
+    }
+  }
+
+  void encode_is_safe_from_several_threads() {
+    // The word cache is shared; encode() is const and must give the same ids from any thread.
+    QTemporaryDir tmp;
+    const std::string dir = tiny_dir(tmp);
+    const auto tok = Gpt2BpeTokenizer::from_vocab_merges(dir + "/vocab.json", dir + "/merges.txt");
+    std::vector<std::string> texts;
+    for (const auto& c : fixture_["cases"]) texts.push_back(c["text"]);
+    std::vector<std::vector<int32_t>> expected;
+    for (const auto& t : texts) expected.push_back(tok->encode(t));
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int round = 0; round < 20; ++round) {
+          for (size_t i = 0; i < texts.size(); ++i) {
+            const size_t k = (i + static_cast<size_t>(t) * 37) % texts.size();
+            if (tok->encode(texts[k]) != expected[k]) ++mismatches;
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    QCOMPARE(mismatches.load(), 0);
   }
 
   void encode_rejects_invalid_utf8() {

@@ -118,6 +118,33 @@ def decode_cases(tok):
     return cases
 
 
+def added_token_options():
+    """A tiny byte-level BPE whose added tokens use lstrip, rstrip, single_word and normalized=False,
+    which GPT-2's own <|endoftext|> does not, with HF's ids for texts that exercise them."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    b2u = bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    merges = [("h", "e"), ("l", "l"), ("ll", "o"), ("he", "llo"), ("Ġ", "w")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([
+        AddedToken("<mask>", lstrip=True, rstrip=True, single_word=True, normalized=False),
+        AddedToken("[SEP]", normalized=False),
+        AddedToken("[SEP]x", normalized=True),
+    ])
+    tok.add_tokens([AddedToken("ask", single_word=False), AddedToken("wörd", single_word=True, lstrip=True)])
+    texts = [
+        "hello <mask> world", "hello\t<mask>\u2000there", "a<mask> <mask>b <mask>", "x <mask>, <mask>- \u25cc\u0330<mask>",
+        "[SEP][SEP]x [SEP]xx", "mask ask task", "wörd a wörd wördy _wörd \u3000wörd", "   <mask>   <mask>   ", "",
+    ]
+    cases = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in texts]
+    return {"tokenizer": json.loads(tok.to_str()), "cases": cases}
+
+
 def bytes_to_unicode():
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -170,6 +197,7 @@ def main():
         "vocab_size": tok.get_vocab_size(with_added_tokens=True),
         "cases": cases,
         "decode_cases": decode_cases(tok),
+        "added_token_options": added_token_options(),
     }
     cross_check_slow(args.tokenizer_dir, cases)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +205,11 @@ def main():
     dump = lambda v: json.dumps(v, ensure_ascii=True, separators=(",", ":"))  # noqa: E731
     lines = ["{"]
     for key, value in fixture.items():
-        if isinstance(value, list):
+        if key == "added_token_options":
+            lines.append(f'{dump(key)}:{{"tokenizer":{dump(value["tokenizer"])},"cases":[')
+            lines.append(",\n".join("  " + dump(v) for v in value["cases"]))
+            lines.append("]},")
+        elif isinstance(value, list):
             items = ",\n".join("  " + dump(v) for v in value)
             lines.append(f"{dump(key)}:[\n{items}\n],")
         else:

@@ -1,0 +1,5 @@
+# servelab-cli end to end through QProcess.
+servelab_add_qtest(test_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cli.cpp TIMEOUT 900)
+set_target_properties(test_cli PROPERTIES AUTOMOC ON)
+target_compile_definitions(test_cli PRIVATE SERVELAB_CLI="$<TARGET_FILE:servelab-cli>")
+add_dependencies(test_cli servelab-cli)

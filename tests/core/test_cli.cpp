@@ -1,0 +1,159 @@
+// servelab-cli as scripts use it: its fixed JSON interface, and one readable stderr line with a
+// non-zero exit code for every bad input (never a crash or a stack trace).
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+class TestCli : public QObject {
+  Q_OBJECT
+
+  struct Run {
+    int code;
+    QString out, err;
+  };
+
+  Run cli(const QStringList& args) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    const QString shared = env.value("SERVELAB_SHARED");
+    if (!shared.isEmpty() && env.value("SERVELAB_TOKENIZER_DIR").isEmpty())
+      env.insert("SERVELAB_TOKENIZER_DIR", shared + "/data/gpt2");
+    p.setProcessEnvironment(env);
+    p.start(SERVELAB_CLI, args);
+    p.waitForFinished(300000);
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+  }
+
+  QList<QJsonObject> json_lines(const QString& out) {
+    QList<QJsonObject> objs;
+    for (const QString& line : out.split('\n', Qt::SkipEmptyParts)) {
+      QJsonParseError err;
+      QJsonDocument d = QJsonDocument::fromJson(line.toUtf8(), &err);
+      if (err.error != QJsonParseError::NoError) qWarning() << "not JSON:" << line;
+      objs.append(d.object());
+    }
+    return objs;
+  }
+
+  static std::vector<int> ints(const QJsonValue& v) {
+    std::vector<int> out;
+    for (const auto& x : v.toArray()) out.push_back(x.toInt());
+    return out;
+  }
+
+ private Q_SLOTS:
+  void info_reports_gpt2_small() {
+    Run r = cli({"info"});
+    QCOMPARE(r.code, 0);
+    QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(j["parameters"].toInteger(), 124439808);
+    QCOMPARE(j["weight_bytes"].toInteger(), 124439808LL * 4);
+    QCOMPARE(j["dtype"].toString(), QString("fp32"));
+    QCOMPARE(j["device"].toString(), QString("cpu"));
+    QVERIFY(j["caveat"].toString().contains("random weights"));
+  }
+
+  void tokenize_json() {
+    Run r = cli({"tokenize", "--json", "The quick brown fox jumped over the", "What comes up must"});
+    QCOMPARE(r.code, 0);
+    auto lines = json_lines(r.out);
+    QCOMPARE(lines.size(), 2);
+    QCOMPARE(ints(lines[0]["ids"]), (std::vector<int>{464, 2068, 7586, 21831, 11687, 625, 262}));
+    QCOMPARE(lines[0]["tokens"].toArray()[1].toString(), QString("Ġquick"));
+    QCOMPARE(ints(lines[1]["ids"]), (std::vector<int>{2061, 2058, 510, 1276}));
+  }
+
+  void generate_json_batch_equals_one_by_one() {
+    const QStringList base = {"generate", "--json", "--max-new-tokens", "3", "--prompt", "The rain in Spain falls",
+                              "--prompt", "What comes up must"};
+    Run single = cli(base);
+    Run batch = cli(base + QStringList{"--batch"});
+    Run nocache = cli(base + QStringList{"--no-kv-cache"});
+    QCOMPARE(single.code, 0);
+    QCOMPARE(batch.code, 0);
+    QCOMPARE(nocache.code, 0);
+    auto a = json_lines(single.out), b = json_lines(batch.out), c = json_lines(nocache.out);
+    QCOMPARE(a.size(), 2);
+    QCOMPARE(b.size(), 2);
+    for (int i = 0; i < 2; ++i) {
+      for (const char* key : {"prompt", "prompt_ids", "generated_ids", "text", "top5", "step_ms"})
+        QVERIFY2(a[i].contains(key), key);
+      QCOMPARE(ints(a[i]["generated_ids"]).size(), size_t{3});
+      QCOMPARE(ints(a[i]["generated_ids"]), ints(b[i]["generated_ids"]));
+      QCOMPARE(ints(a[i]["generated_ids"]), ints(c[i]["generated_ids"]));
+      QCOMPARE(a[i]["top5"].toArray().size(), 3);
+      QCOMPARE(a[i]["top5"].toArray()[0].toArray().size(), 5);
+      QCOMPARE(a[i]["step_ms"].toArray().size(), 3);
+    }
+    QCOMPARE(a[1]["prompt"].toString(), QString("What comes up must"));
+  }
+
+  void bench_commands_emit_json() {
+    Run kv = cli({"bench", "kv-cache", "--new-tokens", "3", "--repeats", "1", "--json"});
+    QCOMPARE(kv.code, 0);
+    QJsonObject k = QJsonDocument::fromJson(kv.out.toUtf8()).object();
+    QCOMPARE(k["cache_ms"].toArray().size(), 3);
+    QCOMPARE(k["no_cache_ms"].toArray().size(), 3);
+    Run sw = cli({"bench", "batch-sweep", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats", "1", "--json"});
+    QCOMPARE(sw.code, 0);
+    QJsonObject s = QJsonDocument::fromJson(sw.out.toUtf8()).object();
+    QCOMPARE(s["points"].toArray().size(), 2);
+    QCOMPARE(s["points"].toArray()[1].toObject()["batch_size"].toInt(), 2);
+  }
+
+  void errors_are_one_line_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<int>("code");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("missing model folder") << QStringList{"generate", "--model", "/nonexistent/gpt2", "--prompt", "hi"} << 1
+                                          << "model folder /nonexistent/gpt2 not found";
+    QTest::newRow("empty prompt") << QStringList{"generate", "--prompt", ""} << 1 << "prompt 1 is empty";
+    QTest::newRow("prompt too long") << QStringList{"generate", "--prompt", "hi", "--max-new-tokens", "5000"} << 1
+                                     << "exceeds the context of 1024";
+    QTest::newRow("bad temperature") << QStringList{"generate", "--prompt", "hi", "--temperature", "0"} << 1
+                                     << "temperature must be > 0";
+    QTest::newRow("bad dtype") << QStringList{"generate", "--prompt", "hi", "--dtype", "int3"} << 1 << "unknown dtype";
+    QTest::newRow("bad batch size") << QStringList{"bench", "batch-sweep", "--batch-sizes", "1,0"} << 1
+                                    << "batch size must be at least 1";
+    QTest::newRow("not a number") << QStringList{"bench", "batch-sweep", "--batch-sizes", "1,x"} << 1 << "not an integer";
+    QTest::newRow("impossible batch") << QStringList{"bench", "batch-sweep", "--batch-sizes", "500000", "--repeats", "1"}
+                                      << 1 << "GiB of memory is available";
+    QTest::newRow("unknown option") << QStringList{"generate", "--prompt", "hi", "--frobnicate"} << 2 << "frobnicate";
+    QTest::newRow("missing tokenizer") << QStringList{"tokenize", "--tokenizer", "/nonexistent/tok", "x"} << 1
+                                       << "/nonexistent/tok";
+    QTest::newRow("no subcommand") << QStringList{} << 2 << "subcommand";
+  }
+  void errors_are_one_line() {
+    QFETCH(QStringList, args);
+    QFETCH(int, code);
+    QFETCH(QString, expected);
+    Run r = cli(args);
+    QCOMPARE(r.code, code);
+    const QString err = r.err.trimmed();
+    QVERIFY2(err.contains(expected), qPrintable(err));
+    QVERIFY2(!err.contains('\n'), qPrintable("more than one line: " + err));
+    QVERIFY2(err.startsWith("servelab-cli: "), qPrintable(err));
+  }
+
+  void truncated_model_file() {
+    QTemporaryDir tmp;
+    Run exp = cli({"export-demo", "--out", tmp.path()});
+    QCOMPARE(exp.code, 0);
+    Run ok = cli({"info", "--model", tmp.path()});
+    QCOMPARE(ok.code, 0);
+    QCOMPARE(QJsonDocument::fromJson(ok.out.toUtf8()).object()["parameters"].toInteger(), 124439808);
+    QFile f(tmp.path() + "/model.safetensors");
+    QVERIFY(f.resize(f.size() / 2));
+    Run bad = cli({"info", "--model", tmp.path()});
+    QCOMPARE(bad.code, 1);
+    QVERIFY2(bad.err.contains("truncated") && bad.err.contains("model.safetensors"), qPrintable(bad.err));
+    QVERIFY(!bad.err.trimmed().contains('\n'));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"
