@@ -141,14 +141,10 @@ struct RawTokenizer {
   bool merges_are_lines = true;
 };
 
-// Code point at `i` of valid UTF-8 and its length.
-std::pair<char32_t, size_t> code_point_at(std::string_view s, size_t i) {
+// Length in bytes of the character at `i` of valid UTF-8.
+size_t char_length(std::string_view s, size_t i) {
   const auto b0 = static_cast<uint8_t>(s[i]);
-  if (b0 < 0x80) return {b0, 1};
-  const size_t len = b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : 2;
-  char32_t cp = b0 & (0x3F >> (len - 1));
-  for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
-  return {cp, len};
+  return b0 < 0x80 ? 1 : b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : 2;
 }
 
 // Start of the code point that ends at `end` (exclusive) in valid UTF-8.
@@ -156,13 +152,6 @@ size_t code_point_before(std::string_view s, size_t end) {
   size_t i = end - 1;
   while (i > 0 && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80) --i;
   return i;
-}
-
-// Rust's char::is_whitespace (the White_Space property), which HF uses for lstrip/rstrip.
-bool is_white_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
 }
 
 }  // namespace
@@ -180,8 +169,9 @@ struct Gpt2BpeTokenizer::Impl {
 
   pcre2_code* regex = nullptr;
   bool jit = false;
-  // Rust regex's \w, for the single_word option of added tokens.
+  // Rust regex's \w and \s, for the single_word, lstrip and rstrip options of added tokens.
   pcre2_code* word_char = nullptr;
+  pcre2_code* space_char = nullptr;
 
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
@@ -192,6 +182,7 @@ struct Gpt2BpeTokenizer::Impl {
   ~Impl() {
     if (regex) pcre2_code_free(regex);
     if (word_char) pcre2_code_free(word_char);
+    if (space_char) pcre2_code_free(space_char);
   }
 
   static pcre2_code* compile(const char* pattern) {
@@ -213,6 +204,7 @@ struct Gpt2BpeTokenizer::Impl {
     // JIT is a speed-up only; without it pcre2_match interprets the same pattern.
     jit = pcre2_jit_compile(regex, PCRE2_JIT_COMPLETE) == 0;
     word_char = compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])");
+    space_char = compile(R"(\p{White_Space})");
   }
 
   // Splits `text` at added tokens (leftmost-longest, as HF's Aho-Corasick) into `out`. Only plain
@@ -250,15 +242,14 @@ struct Gpt2BpeTokenizer::Impl {
         if (best->lstrip) {
           while (start > pos) {
             const size_t prev = code_point_before(part, start);
-            if (!is_white_space(code_point_at(part, prev).first)) break;
+            if (!char_is(space_char, part, prev, md)) break;
             start = prev;
           }
         }
         if (best->rstrip) {
           while (stop < seg.end) {
-            const auto [cp, len] = code_point_at(part, stop);
-            if (!is_white_space(cp)) break;
-            stop += len;
+            if (!char_is(space_char, part, stop, md)) break;
+            stop += char_length(part, stop);
           }
         }
         if (start > pos) out.push_back({pos, start, -1});
@@ -270,17 +261,19 @@ struct Gpt2BpeTokenizer::Impl {
     }
   }
 
-  // HF's single_word rule: the match must not touch a word character (Rust regex \w) on either
-  // side within its segment.
+  // Whether the character at byte `i` of valid UTF-8 `part` matches the one-character class `code`.
+  static bool char_is(const pcre2_code* code, std::string_view part, size_t i, pcre2_match_data* md) {
+    const size_t len = char_length(part, i);
+    return pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(part.data() + i), len, 0,
+                       PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, md, nullptr) >= 0;
+  }
+
+  // HF's single_word rule: the match must not touch a word character on either side within its
+  // segment.
   bool is_single_word(std::string_view part, size_t start, size_t stop, size_t seg_begin,
                       pcre2_match_data* md) const {
-    auto is_word = [&](size_t i) {
-      const size_t len = code_point_at(part, i).second;
-      return pcre2_match(word_char, reinterpret_cast<PCRE2_SPTR>(part.data() + i), len, 0,
-                         PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, md, nullptr) >= 0;
-    };
-    if (start > seg_begin && is_word(code_point_before(part, start))) return false;
-    if (stop < part.size() && is_word(stop)) return false;
+    if (start > seg_begin && char_is(word_char, part, code_point_before(part, start), md)) return false;
+    if (stop < part.size() && char_is(word_char, part, stop, md)) return false;
     return true;
   }
 
@@ -385,7 +378,7 @@ struct Gpt2BpeTokenizer::Impl {
         offset = end;
       } else {
         // The pattern cannot match empty; should it ever, step one character to make progress.
-        offset = start + code_point_at(text, start).second;
+        offset = start + char_length(text, start);
         if (start < offset) bpe(text.substr(start, offset - start), out);
       }
     }

@@ -30,6 +30,10 @@
 #include "util/errors.h"
 
 using namespace servelab;
+
+#ifdef SERVELAB_TEST_WITH_TORCH
+double servelab_test_torch_probe();  // torch_probe.cpp: a libtorch matmul
+#endif
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -573,6 +577,11 @@ class TestTokenizer : public QObject {
 
     // load_tokenizer picks the .model file when there is no GPT-2 file.
     QCOMPARE(load_tokenizer(dir)->kind(), std::string("sentencepiece"));
+#ifdef SERVELAB_TEST_WITH_TORCH
+    // libsentencepiece (protobuf-lite) and PyPI libtorch in one process: both still work after
+    // SentencePiece has trained and loaded a model.
+    QCOMPARE(servelab_test_torch_probe(), 6.0);
+#endif
 
     write_file(dir + "/corrupt.model", "this is not a protobuf \x01\x02\x03");
     std::string e = tokenizer_error([&] { SentencePieceTokenizer bad(dir + "/corrupt.model"); });

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""ServeLab vs Hugging Face transformers on the same weights, same threads, one run. Prints JSON.
+
+  .venv/bin/python bench/compare_hf.py [--threads 2] [--tokens 10] [--repeats 5]
+                                       [--batch-sizes 1,2,4,8,16,32,64]
+
+What it measures (all medians over --repeats, our engine and HF interleaved so that both see the
+same machine state):
+  * decode: per-token latency at batch 1 with the KV cache (steps after the first), and without it
+    - ours: `servelab-cli bench kv-cache`; HF: the seed's loop with past_key_values (lesson 1)
+  * batch sweep: whole-batch time for --tokens new tokens per row, throughput = rows*tokens/time
+    - ours: `servelab-cli bench batch-sweep`; HF: the seed's generate_batch (lesson 2)
+  * the memory floor of a batch-1 decode step: weight bytes / copy bandwidth, where the copy
+    bandwidth is bytes read + bytes written per second by torch's copy_ of a 512 MiB buffer on
+    the same threads (a decode step must stream every weight once).
+The built-in demo model is exported once with `servelab-cli export-demo` so HF loads the very
+same weights.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI = os.path.join(ROOT, "build", "release", "app", "servelab-cli")
+PROMPTS = ["The quick brown fox jumped over the", "The rain in Spain falls", "What comes up must"]
+
+
+def ours(args, threads):
+    out = subprocess.run([CLI, "bench", *args, "--threads", str(threads), "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def copy_bandwidth(torch, threads, repeats):
+    n = 512 * 1024 * 1024 // 4
+    src, dst = torch.ones(n), torch.empty(n)
+    dst.copy_(src)
+    times = []
+    for _ in range(max(repeats, 5)):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return 2 * n * 4 / statistics.median(times)  # bytes read + written per second
+
+
+def hf_token_loop(torch, model, tok, prompt, tokens, use_cache):
+    """Lesson 1's loops: per-token seconds, with or without past_key_values."""
+    inputs = tok(prompt, return_tensors="pt")
+    nxt = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+    durations = []
+    with torch.no_grad():
+        for _ in range(tokens):
+            t0 = time.perf_counter()
+            out = model(**nxt, use_cache=use_cache)
+            token = out.logits[0, -1, :].argmax()
+            durations.append(time.perf_counter() - t0)
+            mask = torch.cat([nxt["attention_mask"], torch.tensor([[1]])], dim=1)
+            if use_cache:
+                nxt = {"input_ids": token.reshape(1, 1), "attention_mask": mask, "past_key_values": out.past_key_values}
+            else:
+                nxt = {"input_ids": torch.cat([nxt["input_ids"], token.reshape(1, 1)], dim=1), "attention_mask": mask}
+    return durations
+
+
+def hf_generate_batch(torch, model, tok, batch_size, tokens):
+    """Lesson 2's generate_batch, timed as the seed times it (tokenization included)."""
+    t0 = time.perf_counter()
+    inputs = tok([PROMPTS[i % len(PROMPTS)] for i in range(batch_size)], padding=True, return_tensors="pt")
+    mask = inputs["attention_mask"]
+    pos = mask.long().cumsum(-1) - 1
+    pos.masked_fill_(mask == 0, 1)
+    nxt = {"position_ids": pos, **inputs}
+    with torch.no_grad():
+        for _ in range(tokens):
+            out = model(**nxt)
+            ids = out.logits[:, -1, :].argmax(dim=1)
+            nxt = {"input_ids": ids.reshape((-1, 1)), "position_ids": nxt["position_ids"][:, -1].unsqueeze(-1) + 1,
+                   "attention_mask": torch.cat([nxt["attention_mask"], torch.ones((ids.shape[0], 1))], dim=1),
+                   "past_key_values": out.past_key_values}
+            tok.batch_decode(ids)
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--tokens", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
+    ap.add_argument("--model-dir", default=os.path.join(ROOT, "build", "bench", "demo-model"))
+    a = ap.parse_args()
+    sizes = [int(s) for s in a.batch_sizes.split(",")]
+
+    import torch
+    from transformers import GPT2LMHeadModel, GPT2TokenizerFast
+    torch.set_num_threads(a.threads)
+    if not os.path.exists(os.path.join(a.model_dir, "model.safetensors")):
+        subprocess.run([CLI, "export-demo", "--out", a.model_dir], check=True, capture_output=True)
+    model = GPT2LMHeadModel.from_pretrained(a.model_dir, dtype=torch.float32).eval()
+    tok = GPT2TokenizerFast.from_pretrained(a.model_dir)
+    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    bw = copy_bandwidth(torch, a.threads, a.repeats)
+    floor_ms = weight_bytes / bw * 1e3
+
+    # Decode latency, batch 1: interleave ours and HF, repeat, take medians of per-step medians.
+    hf_hot(torch, model, tok)
+    ours_cache, ours_nocache, hf_cache, hf_nocache = [], [], [], []
+    for _ in range(a.repeats):
+        r = ours(["kv-cache", "--new-tokens", str(a.tokens), "--repeats", "1"], a.threads)
+        ours_cache.append(statistics.median(r["cache_ms"][1:]))
+        ours_nocache.append(statistics.median(r["no_cache_ms"][1:]))
+        hf_cache.append(statistics.median(hf_token_loop(torch, model, tok, PROMPTS[0], a.tokens, True)[1:]) * 1e3)
+        hf_nocache.append(statistics.median(hf_token_loop(torch, model, tok, PROMPTS[0], a.tokens, False)[1:]) * 1e3)
+    decode = {
+        "ours_ms": statistics.median(ours_cache), "hf_ms": statistics.median(hf_cache),
+        "ours_no_cache_ms": statistics.median(ours_nocache), "hf_no_cache_ms": statistics.median(hf_nocache),
+    }
+    decode["speedup_vs_hf"] = decode["hf_ms"] / decode["ours_ms"]
+    decode["ratio_to_floor"] = decode["ours_ms"] / floor_ms
+
+    # Batch sweep: ours (median over its own repeats) and HF's seed loop, batch size by batch size.
+    sweep = []
+    for bs in sizes:
+        o = ours(["batch-sweep", "--batch-sizes", str(bs), "--new-tokens", str(a.tokens), "--repeats",
+                  str(a.repeats)], a.threads)["points"][0]
+        hf_generate_batch(torch, model, tok, bs, 2)  # warm-up at this shape
+        h = statistics.median([hf_generate_batch(torch, model, tok, bs, a.tokens) for _ in range(a.repeats)]) * 1e3
+        hf_tpms = bs * a.tokens / h
+        sweep.append({"batch_size": bs, "ours_ms": o["total_ms"], "hf_ms": h, "ours_tokens_per_ms": o["tokens_per_ms"],
+                      "hf_tokens_per_ms": hf_tpms, "throughput_ratio": o["tokens_per_ms"] / hf_tpms})
+
+    print(json.dumps({
+        "machine": {"threads": a.threads, "torch": torch.__version__, "cpu_count": os.cpu_count()},
+        "model": {"dir": a.model_dir, "weight_bytes": weight_bytes},
+        "memory_floor": {"copy_bandwidth_gb_s": bw / 1e9, "decode_floor_ms": floor_ms},
+        "decode_bs1": decode,
+        "batch_sweep": sweep,
+        "tokens": a.tokens, "repeats": a.repeats, "statistic": "median",
+    }, indent=2))
+
+
+def hf_hot(torch, model, tok):
+    hf_token_loop(torch, model, tok, PROMPTS[0], 3, True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
