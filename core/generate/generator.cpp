@@ -36,36 +36,41 @@ void check_generation_fits(const Gpt2Model& model, const std::vector<std::vector
                            const GenerateOptions& o) {
   const Gpt2Config& c = model.config();
   if (prompts.empty()) throw InputError("no prompts given");
-  if (o.max_new_tokens < 1) throw InputError("max new tokens must be at least 1, got " + std::to_string(o.max_new_tokens));
+  if (o.max_new_tokens < 1)
+    throw InputError("max new tokens must be at least 1, got " + std::to_string(o.max_new_tokens));
   o.sampling.validate();
   int64_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto& p = prompts[i];
-    if (p.empty()) throw InputError("prompt " + std::to_string(i + 1) + " is empty: it needs at least one token");
+    if (p.empty())
+      throw InputError("prompt " + std::to_string(i + 1) + " is empty: it needs at least one token");
     for (int32_t id : p)
       if (id < 0 || id >= c.vocab_size)
         throw InputError("prompt " + std::to_string(i + 1) + " has token id " + std::to_string(id) +
                          " outside the vocabulary of " + std::to_string(c.vocab_size));
     longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
     if (static_cast<int64_t>(p.size()) + o.max_new_tokens > c.n_positions)
-      throw InputError("prompt " + std::to_string(i + 1) + " has " + std::to_string(p.size()) + " tokens; with " +
-                       std::to_string(o.max_new_tokens) + " new tokens that exceeds the context of " +
-                       std::to_string(c.n_positions) + " positions");
+      throw InputError("prompt " + std::to_string(i + 1) + " has " + std::to_string(p.size()) +
+                       " tokens; with " + std::to_string(o.max_new_tokens) +
+                       " new tokens that exceeds the context of " + std::to_string(c.n_positions) +
+                       " positions");
   }
   // The memory a run needs beyond the weights: the KV cache and the largest activations.
   const int64_t batch = static_cast<int64_t>(prompts.size());
   const int64_t len = longest + o.max_new_tokens;
   const int64_t elem = static_cast<int64_t>(c10::elementSize(model.dtype()));
-  const int64_t kv = o.use_kv_cache ? KvCache::bytes_needed(c.n_layer, batch, c.n_head, len, c.head_dim(), model.dtype()) : 0;
-  const int64_t act = batch * len * (4 * c.n_embd + c.inner_dim()) * elem * 2 + batch * c.n_head * len * len * 4 +
-                      batch * c.vocab_size * 4 * 2;
+  const int64_t kv = o.use_kv_cache
+                         ? KvCache::bytes_needed(c.n_layer, batch, c.n_head, len, c.head_dim(), model.dtype())
+                         : 0;
+  const int64_t act = batch * len * (4 * c.n_embd + c.inner_dim()) * elem * 2 +
+                      batch * c.n_head * len * len * 4 + batch * c.vocab_size * 4 * 2;
   if (model.device().is_cpu()) {
     const int64_t avail = available_host_memory_bytes();
     if (avail > 0 && kv + act > avail) {
       auto gib = [](int64_t b) { return std::to_string(static_cast<double>(b) / (1 << 30)).substr(0, 5); };
-      throw InputError("batch size " + std::to_string(batch) + " with " + std::to_string(len) + " positions needs about " +
-                       gib(kv + act) + " GiB (KV cache " + gib(kv) + " GiB), but only " + gib(avail) +
-                       " GiB of memory is available");
+      throw InputError("batch size " + std::to_string(batch) + " with " + std::to_string(len) +
+                       " positions needs about " + gib(kv + act) + " GiB (KV cache " + gib(kv) +
+                       " GiB), but only " + gib(avail) + " GiB of memory is available");
     }
   }
 }
@@ -86,7 +91,8 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
   c10::InferenceMode guard;
   const at::Device dev = model.device();
   const int64_t batch = static_cast<int64_t>(prompts.size());
-  const int32_t eos = static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
+  const int32_t eos =
+      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
   const int32_t pad = eos >= 0 ? eos : 0;
 
   GenerateResult result;
@@ -112,7 +118,8 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
     at::Tensor last_ids, last_pos = positions.select(1, -1).unsqueeze(1);
     const DeviceTimer total(dev);
     for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-      if (o.cancel && o.cancel->load()) throw CancelledError("generation cancelled after " + std::to_string(step) + " tokens");
+      if (o.cancel && o.cancel->load())
+        throw CancelledError("generation cancelled after " + std::to_string(step) + " tokens");
       DeviceTimer timer(dev);
       ForwardInput in;
       if (step == 0 || !o.use_kv_cache) {
@@ -147,7 +154,8 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
         if (o.report_top > 0) {
           std::vector<std::pair<int32_t, float>> top;
           for (int64_t k = 0; k < top_ids.size(1); ++k)
-            top.emplace_back(static_cast<int32_t>(top_ids[r][k].item<int64_t>()), top_vals[r][k].item<float>());
+            top.emplace_back(static_cast<int32_t>(top_ids[r][k].item<int64_t>()),
+                             top_vals[r][k].item<float>());
           seq.top.push_back(std::move(top));
         }
         std::string piece;
@@ -181,9 +189,10 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
       }
     }
     result.total_ms = total.elapsed_ms();
-  } catch (const c10::OutOfMemoryError&) {
-    throw OutOfMemoryError("out of memory on " + dev.str() + " generating for a batch of " + std::to_string(batch) +
-                           "; try a smaller batch or fewer new tokens");
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e)) throw;
+    throw OutOfMemoryError("out of memory on " + dev.str() + " generating for a batch of " +
+                           std::to_string(batch) + "; try a smaller batch or fewer new tokens");
   }
   for (size_t r = 0; r < rows.size(); ++r) {
     GeneratedSequence& seq = result.sequences[r];

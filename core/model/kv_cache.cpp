@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include "util/device.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -7,8 +8,18 @@ namespace servelab {
 KvCache::KvCache(int64_t n_layer, int64_t batch, int64_t n_head, int64_t capacity, int64_t head_dim,
                  at::TensorOptions options)
     : batch_(batch), capacity_(capacity) {
-  keys_ = at::zeros({n_layer, batch, n_head, capacity, head_dim}, options);
-  values_ = at::zeros({n_layer, batch, n_head, capacity, head_dim}, options);
+  try {
+    keys_ = at::zeros({n_layer, batch, n_head, capacity, head_dim}, options);
+    values_ = at::zeros({n_layer, batch, n_head, capacity, head_dim}, options);
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e)) throw;
+    const double gib = static_cast<double>(bytes_needed(n_layer, batch, n_head, capacity, head_dim,
+                                                        c10::typeMetaToScalarType(options.dtype()))) /
+                       (1 << 30);
+    throw OutOfMemoryError("out of memory allocating a KV cache of " + std::to_string(gib) + " GiB (batch " +
+                           std::to_string(batch) + ", " + std::to_string(capacity) + " positions) on " +
+                           options.device().str());
+  }
 }
 
 int64_t KvCache::bytes_needed(int64_t n_layer, int64_t batch, int64_t n_head, int64_t capacity,

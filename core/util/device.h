@@ -36,6 +36,10 @@ class DeviceTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
+// True for libtorch's allocation failures: c10::OutOfMemoryError (CUDA) and the CPU allocator's
+// plain c10::Error ("DefaultCPUAllocator: can't allocate memory").
+bool is_out_of_memory(const c10::Error& error);
+
 // Bytes of memory the OS could still give us (MemAvailable), or 0 when unknown.
 std::int64_t available_host_memory_bytes();
 

@@ -37,10 +37,14 @@ at::ScalarType parse_dtype(const std::string& name) {
 
 std::string dtype_label(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return "fp32";
-    case at::kHalf: return "fp16";
-    case at::kBFloat16: return "bf16";
-    default: return c10::toString(dtype);
+    case at::kFloat:
+      return "fp32";
+    case at::kHalf:
+      return "fp16";
+    case at::kBFloat16:
+      return "bf16";
+    default:
+      return c10::toString(dtype);
   }
 }
 
@@ -48,6 +52,13 @@ std::string device_label(const at::Device& device) { return device.str(); }
 
 void synchronize(const at::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+}
+
+bool is_out_of_memory(const c10::Error& error) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error)) return true;
+  const std::string msg = error.what_without_backtrace();
+  return msg.find("can't allocate memory") != std::string::npos ||
+         msg.find("not enough memory") != std::string::npos;
 }
 
 std::int64_t available_host_memory_bytes() {

@@ -48,7 +48,8 @@ Gpt2Config tiny_config() {
 // A small HF-style GPT-2 folder written by our own writer: config.json + model.safetensors.
 void write_tiny_model(const fs::path& dir, const Gpt2Config& c) {
   fs::create_directories(dir);
-  save_gpt2_weights(make_random_gpt2_weights(c, 7, at::Device(at::kCPU), at::kFloat), (dir / "model.safetensors").string());
+  save_gpt2_weights(make_random_gpt2_weights(c, 7, at::Device(at::kCPU), at::kFloat),
+                    (dir / "model.safetensors").string());
   std::ofstream(dir / "config.json") << c.to_json().dump(2);
 }
 
@@ -81,8 +82,10 @@ class TestEngine : public QObject {
   void initTestCase() {
     // The real GPT-2 tokenizer: from ../shared when CI gives it, else the project's own copy.
     const std::string shared = test::env_or_empty("SERVELAB_SHARED");
-    if (!shared.empty()) tokenizer_dir_ = (fs::path(shared) / "data" / "gpt2").string();
-    else qInfo("SERVELAB_SHARED unset: using the tokenizer scripts/bootstrap installed");
+    if (!shared.empty())
+      tokenizer_dir_ = (fs::path(shared) / "data" / "gpt2").string();
+    else
+      qInfo("SERVELAB_SHARED unset: using the tokenizer scripts/bootstrap installed");
     demo_ = Engine::load_demo({}, tokenizer_dir_);
   }
 
@@ -96,22 +99,26 @@ class TestEngine : public QObject {
     QCOMPARE(info["weight_bytes"].get<int64_t>(), int64_t{124439808} * 4);
     // Deterministic: the same seed gives the same weights.
     auto again = Engine::load_demo({}, tokenizer_dir_);
-    QVERIFY(at::equal(again->model().weights().layers[5].c_fc_weight, demo_->model().weights().layers[5].c_fc_weight));
+    QVERIFY(at::equal(again->model().weights().layers[5].c_fc_weight,
+                      demo_->model().weights().layers[5].c_fc_weight));
   }
 
   void seed_padded_tensors() {
     // SEEDS.md, lesson 2: the exact tensors the course shows for its three prompts.
-    if (tokenizer_dir_.empty()) QSKIP("SERVELAB_SHARED unset: the seed check reads the real tokenizer from ../shared");
+    if (tokenizer_dir_.empty())
+      QSKIP("SERVELAB_SHARED unset: the seed check reads the real tokenizer from ../shared");
     auto ids = seed_ids();
     QCOMPARE(ids[0], (std::vector<int32_t>{464, 2068, 7586, 21831, 11687, 625, 262}));
     PaddedBatch b = left_pad(ids, 50256);
-    QCOMPARE(rows(b.input_ids), (std::vector<std::vector<int64_t>>{{464, 2068, 7586, 21831, 11687, 625, 262},
-                                                                    {50256, 50256, 464, 6290, 287, 8602, 8953},
-                                                                    {50256, 50256, 50256, 2061, 2058, 510, 1276}}));
+    QCOMPARE(rows(b.input_ids),
+             (std::vector<std::vector<int64_t>>{{464, 2068, 7586, 21831, 11687, 625, 262},
+                                                {50256, 50256, 464, 6290, 287, 8602, 8953},
+                                                {50256, 50256, 50256, 2061, 2058, 510, 1276}}));
     QCOMPARE(rows(b.attention_mask),
-             (std::vector<std::vector<int64_t>>{{1, 1, 1, 1, 1, 1, 1}, {0, 0, 1, 1, 1, 1, 1}, {0, 0, 0, 1, 1, 1, 1}}));
-    QCOMPARE(rows(b.position_ids),
-             (std::vector<std::vector<int64_t>>{{0, 1, 2, 3, 4, 5, 6}, {1, 1, 0, 1, 2, 3, 4}, {1, 1, 1, 0, 1, 2, 3}}));
+             (std::vector<std::vector<int64_t>>{
+                 {1, 1, 1, 1, 1, 1, 1}, {0, 0, 1, 1, 1, 1, 1}, {0, 0, 0, 1, 1, 1, 1}}));
+    QCOMPARE(rows(b.position_ids), (std::vector<std::vector<int64_t>>{
+                                       {0, 1, 2, 3, 4, 5, 6}, {1, 1, 0, 1, 2, 3, 4}, {1, 1, 1, 0, 1, 2, 3}}));
   }
 
   void batch_equals_single_on_demo() {
@@ -184,11 +191,13 @@ class TestEngine : public QObject {
     o.max_new_tokens = 50;
     o.cancel = &cancel;
     auto ids = seed_ids();
-    const std::string msg = error_of(ErrorKind::Cancelled, [&] { generate(demo_->model(), demo_->tokenizer(), {ids[0]}, o, &sink); });
+    const std::string msg = error_of(
+        ErrorKind::Cancelled, [&] { generate(demo_->model(), demo_->tokenizer(), {ids[0]}, o, &sink); });
     QVERIFY2(msg.find("after 3 tokens") != std::string::npos, msg.c_str());
     cancel = false;
     o.max_new_tokens = 2;
-    QCOMPARE(generate(demo_->model(), demo_->tokenizer(), {ids[0]}, o).sequences[0].generated_ids.size(), size_t{2});
+    QCOMPARE(generate(demo_->model(), demo_->tokenizer(), {ids[0]}, o).sequences[0].generated_ids.size(),
+             size_t{2});
   }
 
   void bad_generation_input_data() {
@@ -209,17 +218,47 @@ class TestEngine : public QObject {
     std::vector<std::vector<int32_t>> prompts = {{464, 2068}};
     GenerateOptions o;
     switch (case_id) {
-      case 0: prompts.push_back({}); break;
-      case 1: prompts = {std::vector<int32_t>(1020, 464)}; break;
-      case 2: o.max_new_tokens = 0; break;
-      case 3: prompts = std::vector<std::vector<int32_t>>(200000, std::vector<int32_t>(900, 464)); break;
-      case 4: o.sampling = {false, 0.0, 0, 1.0, 0}; break;
-      case 5: o.sampling = {false, 1.0, 0, 1.5, 0}; break;
-      case 6: prompts = {{464, 60000}}; break;
-      case 7: prompts.clear(); break;
+      case 0:
+        prompts.push_back({});
+        break;
+      case 1:
+        prompts = {std::vector<int32_t>(1020, 464)};
+        break;
+      case 2:
+        o.max_new_tokens = 0;
+        break;
+      case 3:
+        prompts = std::vector<std::vector<int32_t>>(200000, std::vector<int32_t>(900, 464));
+        break;
+      case 4:
+        o.sampling = {false, 0.0, 0, 1.0, 0};
+        break;
+      case 5:
+        o.sampling = {false, 1.0, 0, 1.5, 0};
+        break;
+      case 6:
+        prompts = {{464, 60000}};
+        break;
+      case 7:
+        prompts.clear();
+        break;
     }
-    const std::string msg = error_of(ErrorKind::Input, [&] { generate(demo_->model(), demo_->tokenizer(), prompts, o); });
+    const std::string msg =
+        error_of(ErrorKind::Input, [&] { generate(demo_->model(), demo_->tokenizer(), prompts, o); });
     QVERIFY2(msg.find(expected.toStdString()) != std::string::npos, msg.c_str());
+  }
+
+  void out_of_memory_is_a_typed_error_and_engine_survives() {
+    // 38 PB of KV cache: the allocator refuses at once; the engine must say so and keep working.
+    const std::string msg =
+        error_of(ErrorKind::OutOfMemory, [&] { demo_->model().make_cache(1 << 20, 1 << 20); });
+    QVERIFY2(msg.find("KV cache") != std::string::npos && msg.find("batch 1048576") != std::string::npos,
+             msg.c_str());
+    GenerateOptions o;
+    o.max_new_tokens = 1;
+    QCOMPARE(
+        generate(demo_->model(), demo_->tokenizer(), {seed_ids()[0]}, o).sequences[0].generated_ids.size(),
+        size_t{1});
   }
 
   void invalid_utf8_prompt_is_a_tokenizer_error() {
@@ -228,11 +267,14 @@ class TestEngine : public QObject {
   }
 
   void bad_device_and_dtype() {
-    QVERIFY(error_of(ErrorKind::Input, [] { parse_device("tpu"); }).find("unknown device \"tpu\"") != std::string::npos);
-    QVERIFY(error_of(ErrorKind::Input, [] { parse_dtype("fp8"); }).find("unknown dtype \"fp8\"") != std::string::npos);
+    QVERIFY(error_of(ErrorKind::Input, [] { parse_device("tpu"); }).find("unknown device \"tpu\"") !=
+            std::string::npos);
+    QVERIFY(error_of(ErrorKind::Input, [] { parse_dtype("fp8"); }).find("unknown dtype \"fp8\"") !=
+            std::string::npos);
     QVERIFY(error_of(ErrorKind::Input, [] { set_engine_threads(-2); }).find("-2") != std::string::npos);
     if (cuda_available()) QSKIP("CUDA is available here: the no-CUDA error cannot be provoked");
-    QVERIFY(error_of(ErrorKind::Device, [] { parse_device("cuda"); }).find("CUDA is not available") != std::string::npos);
+    QVERIFY(error_of(ErrorKind::Device, [] { parse_device("cuda"); }).find("CUDA is not available") !=
+            std::string::npos);
   }
 
   void model_folder_errors() {
@@ -240,16 +282,23 @@ class TestEngine : public QObject {
     const fs::path root(tmp.path().toStdString());
     const Gpt2Config c = tiny_config();
     // Missing folder, missing weights, only a pytorch_model.bin.
-    QVERIFY(error_of(ErrorKind::ModelFormat, [&] { Engine::load_folder((root / "nope").string(), {}); }).find("not found") != std::string::npos);
+    QVERIFY(error_of(ErrorKind::ModelFormat, [&] {
+              Engine::load_folder((root / "nope").string(), {});
+            }).find("not found") != std::string::npos);
     fs::create_directories(root / "empty");
-    QVERIFY(error_of(ErrorKind::ModelFormat, [&] { Engine::load_folder((root / "empty").string(), {}); }).find("model.safetensors not found") != std::string::npos);
+    QVERIFY(error_of(ErrorKind::ModelFormat, [&] {
+              Engine::load_folder((root / "empty").string(), {});
+            }).find("model.safetensors not found") != std::string::npos);
     fs::create_directories(root / "bin");
     std::ofstream(root / "bin" / "pytorch_model.bin") << "x";
-    QVERIFY(error_of(ErrorKind::ModelFormat, [&] { Engine::load_folder((root / "bin").string(), {}); }).find("pytorch_model.bin") != std::string::npos);
+    QVERIFY(error_of(ErrorKind::ModelFormat, [&] {
+              Engine::load_folder((root / "bin").string(), {});
+            }).find("pytorch_model.bin") != std::string::npos);
 
     // A good tiny model without tokenizer files: the weights load, the tokenizer is missing.
     write_tiny_model(root / "good", c);
-    std::string msg = error_of(ErrorKind::Tokenizer, [&] { Engine::load_folder((root / "good").string(), {}); });
+    std::string msg =
+        error_of(ErrorKind::Tokenizer, [&] { Engine::load_folder((root / "good").string(), {}); });
     QVERIFY2(msg.find("good") != std::string::npos, msg.c_str());
 
     // Truncated weights.
@@ -257,7 +306,8 @@ class TestEngine : public QObject {
     const fs::path w = root / "trunc" / "model.safetensors";
     fs::resize_file(w, fs::file_size(w) - 1000);
     msg = error_of(ErrorKind::ModelFormat, [&] { Engine::load_folder((root / "trunc").string(), {}); });
-    QVERIFY2(msg.find("truncated") != std::string::npos && msg.find("model.safetensors") != std::string::npos, msg.c_str());
+    QVERIFY2(msg.find("truncated") != std::string::npos && msg.find("model.safetensors") != std::string::npos,
+             msg.c_str());
 
     // A config that disagrees with the tensors: the message names the tensor and both shapes.
     write_tiny_model(root / "shape", c);
@@ -265,7 +315,9 @@ class TestEngine : public QObject {
     wider.n_embd = 64;
     std::ofstream(root / "shape" / "config.json") << wider.to_json().dump(2);
     msg = error_of(ErrorKind::ModelFormat, [&] { Engine::load_folder((root / "shape").string(), {}); });
-    QVERIFY2(msg.find("wte.weight") != std::string::npos && msg.find("expected [300, 64]") != std::string::npos, msg.c_str());
+    QVERIFY2(
+        msg.find("wte.weight") != std::string::npos && msg.find("expected [300, 64]") != std::string::npos,
+        msg.c_str());
 
     // A config missing a key.
     write_tiny_model(root / "cfg", c);
@@ -282,8 +334,10 @@ class TestEngine : public QObject {
       std::vector<StWriteTensor> out;
       std::vector<int64_t> ints(static_cast<size_t>(c.n_embd), 1);
       for (const auto& t : f.tensors()) {
-        if (t.name == "transformer.ln_f.bias") out.push_back({t.name, StDType::I64, t.shape, ints.data(), ints.size() * 8});
-        else out.push_back({t.name, t.dtype, t.shape, t.data, t.nbytes});
+        if (t.name == "transformer.ln_f.bias")
+          out.push_back({t.name, StDType::I64, t.shape, ints.data(), ints.size() * 8});
+        else
+          out.push_back({t.name, t.dtype, t.shape, t.data, t.nbytes});
       }
       write_safetensors((root / "dtype" / "model2.safetensors").string(), out);
     }
@@ -293,7 +347,8 @@ class TestEngine : public QObject {
 
     // A tokenizer larger than the model's vocabulary.
     if (!tokenizer_dir_.empty()) {
-      for (const char* f : {"vocab.json", "merges.txt"}) fs::copy_file(fs::path(tokenizer_dir_) / f, root / "good" / f);
+      for (const char* f : {"vocab.json", "merges.txt"})
+        fs::copy_file(fs::path(tokenizer_dir_) / f, root / "good" / f);
       msg = error_of(ErrorKind::ModelFormat, [&] { Engine::load_folder((root / "good").string(), {}); });
       QVERIFY2(msg.find("vocab_size is 300") != std::string::npos, msg.c_str());
     }
@@ -305,7 +360,8 @@ class TestEngine : public QObject {
     const fs::path dir(tmp.path().toStdString());
     Gpt2Config c = tiny_config();
     write_tiny_model(dir, c);
-    Gpt2Weights w = load_gpt2_weights((dir / "model.safetensors").string(), c, at::Device(at::kCPU), at::kFloat);
+    Gpt2Weights w =
+        load_gpt2_weights((dir / "model.safetensors").string(), c, at::Device(at::kCPU), at::kFloat);
     Gpt2Weights ref = make_random_gpt2_weights(c, 7, at::Device(at::kCPU), at::kFloat);
     for (size_t i = 0; i < w.named_tensors().size(); ++i)
       QVERIFY(at::equal(w.named_tensors()[i].second, ref.named_tensors()[i].second));
@@ -346,7 +402,8 @@ class TestEngine : public QObject {
     QCOMPARE(s.points[1].batch_size, int64_t{3});
     QVERIFY(s.points[1].tokens_per_ms > 0);
     b.batch_sizes = {0};
-    QVERIFY(error_of(ErrorKind::Input, [&] { run_batch_sweep(*demo_, b); }).find("at least 1") != std::string::npos);
+    QVERIFY(error_of(ErrorKind::Input, [&] { run_batch_sweep(*demo_, b); }).find("at least 1") !=
+            std::string::npos);
   }
 };
 
