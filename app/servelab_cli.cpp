@@ -25,8 +25,8 @@ using namespace servelab;
 
 namespace {
 
-const std::vector<std::string> kSeedPrompts = {"The quick brown fox jumped over the", "The rain in Spain falls",
-                                               "What comes up must"};
+const std::vector<std::string> kSeedPrompts = {"The quick brown fox jumped over the",
+                                               "The rain in Spain falls", "What comes up must"};
 
 struct ModelArgs {
   std::string model;
@@ -81,7 +81,9 @@ int cmd_info(const ModelArgs& m) {
 int cmd_tokenize(const std::string& tokenizer_dir, const std::string& model_dir, bool as_json,
                  const std::vector<std::string>& texts) {
   if (!tokenizer_dir.empty() && !model_dir.empty()) throw InputError("give --tokenizer or --model, not both");
-  const std::string dir = !tokenizer_dir.empty() ? tokenizer_dir : !model_dir.empty() ? model_dir : default_tokenizer_dir();
+  const std::string dir = !tokenizer_dir.empty() ? tokenizer_dir
+                          : !model_dir.empty()   ? model_dir
+                                                 : default_tokenizer_dir();
   auto tok = load_tokenizer(dir);
   for (const auto& text : texts) {
     std::vector<int32_t> ids = tok->encode(text);
@@ -107,8 +109,9 @@ json sequence_json(const std::string& prompt, const GeneratedSequence& s) {
     for (const auto& [id, logit] : step) row.push_back({id, logit});
     top.push_back(row);
   }
-  return {{"prompt", prompt}, {"prompt_ids", s.prompt_ids}, {"generated_ids", s.generated_ids}, {"text", s.text},
-          {"top5", top},      {"step_ms", s.step_ms},       {"finish_reason", s.finish_reason}};
+  return {
+      {"prompt", prompt}, {"prompt_ids", s.prompt_ids}, {"generated_ids", s.generated_ids}, {"text", s.text},
+      {"top5", top},      {"step_ms", s.step_ms},       {"finish_reason", s.finish_reason}};
 }
 
 struct GenerateArgs {
@@ -145,7 +148,8 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
     out = generate(engine->model(), engine->tokenizer(), ids, o).sequences;
   } else {
     check_generation_fits(engine->model(), ids, o);
-    for (const auto& one : ids) out.push_back(generate(engine->model(), engine->tokenizer(), {one}, o).sequences[0]);
+    for (const auto& one : ids)
+      out.push_back(generate(engine->model(), engine->tokenizer(), {one}, o).sequences[0]);
   }
   if (!a.json_out && engine->is_demo()) std::cout << "[" << engine->text_caveat() << "]\n";
   for (size_t i = 0; i < out.size(); ++i) {
@@ -214,7 +218,8 @@ int cmd_demo(const ModelArgs& m) {
   for (const auto& p : kSeedPrompts) ids.push_back(engine->tokenizer().encode(p));
   GenerateResult g = generate(engine->model(), engine->tokenizer(), ids, o);
   std::cout << "\nGreedy, 10 new tokens, the three seed prompts as one left-padded batch:\n";
-  for (size_t i = 0; i < ids.size(); ++i) std::cout << "  " << kSeedPrompts[i] << "\x1b[31m" << g.sequences[i].text << "\x1b[0m\n";
+  for (size_t i = 0; i < ids.size(); ++i)
+    std::cout << "  " << kSeedPrompts[i] << "\x1b[31m" << g.sequences[i].text << "\x1b[0m\n";
   KvCacheTimingParams kp;
   kp.prompt = kSeedPrompts[0];
   kp.new_tokens = 10;
@@ -223,7 +228,8 @@ int cmd_demo(const ModelArgs& m) {
               static_cast<long long>(r.repeats));
   std::printf("  %5s %14s %14s\n", "token", "no KV cache", "KV cache");
   for (size_t i = 0; i < r.cache_ms.size(); ++i)
-    std::printf("  %5zu %14.2f %14.2f%s\n", i + 1, r.no_cache_ms[i], r.cache_ms[i], i == 0 ? "   (prefill)" : "");
+    std::printf("  %5zu %14.2f %14.2f%s\n", i + 1, r.no_cache_ms[i], r.cache_ms[i],
+                i == 0 ? "   (prefill)" : "");
   std::printf("  %5s %14.2f %14.2f\n", "total", r.no_cache_total_ms, r.cache_total_ms);
   std::printf("KV cache speed-up: %.2fx overall, %.2fx on decode steps; cache holds %.1f KiB\n", r.speedup,
               r.decode_speedup, static_cast<double>(r.kv_cache_bytes) / 1024.0);
@@ -237,14 +243,16 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ModelArgs margs;
 
-  auto* info = app.add_subcommand("info", "Print the model's config, parameter count, dtype, device, weight bytes");
+  auto* info =
+      app.add_subcommand("info", "Print the model's config, parameter count, dtype, device, weight bytes");
   margs.add_to(info);
 
   std::string tok_dir, tok_model;
   bool tok_json = false;
   std::vector<std::string> tok_texts;
   auto* tokenize = app.add_subcommand("tokenize", "Print token ids and pieces of each TEXT");
-  tokenize->add_option("--tokenizer", tok_dir, "folder with tokenizer.json, vocab.json+merges.txt or a .model");
+  tokenize->add_option("--tokenizer", tok_dir,
+                       "folder with tokenizer.json, vocab.json+merges.txt or a .model");
   tokenize->add_option("--model", tok_model, "model folder whose tokenizer to use");
   tokenize->add_flag("--json", tok_json, "one JSON line per text");
   tokenize->add_option("text", tok_texts, "texts to tokenize")->required();
@@ -286,7 +294,8 @@ int main(int argc, char** argv) {
   bench_sweep->add_flag("--json", sw_json, "compact JSON");
 
   std::string export_dir;
-  auto* exp = app.add_subcommand("export-demo", "Write the built-in demo model as a Hugging Face GPT-2 folder");
+  auto* exp =
+      app.add_subcommand("export-demo", "Write the built-in demo model as a Hugging Face GPT-2 folder");
   exp->add_option("--out", export_dir, "output folder")->required();
 
   auto* demo = app.add_subcommand("demo", "Generate from the seed prompts and compare KV-cache timings");

@@ -23,11 +23,14 @@ nlohmann::json BatchSweepResult::to_json() const {
                    {"decode_step_ms", p.decode_step_ms},
                    {"tokens_per_ms", p.tokens_per_ms},
                    {"tokens_per_s", p.tokens_per_s}});
-  return {{"experiment", "batch-sweep"}, {"new_tokens", new_tokens}, {"points", pts},
+  return {{"experiment", "batch-sweep"},
+          {"new_tokens", new_tokens},
+          {"points", pts},
           {"statistic", "median over repeats"}};
 }
 
-BatchSweepResult run_batch_sweep(const Engine& engine, const BatchSweepParams& p, const ExperimentControl& control) {
+BatchSweepResult run_batch_sweep(const Engine& engine, const BatchSweepParams& p,
+                                 const ExperimentControl& control) {
   if (p.prompts.empty()) throw InputError("batch sweep needs at least one prompt");
   if (p.batch_sizes.empty()) throw InputError("batch sweep needs at least one batch size");
   if (p.repeats < 1) throw InputError("repeats must be at least 1");

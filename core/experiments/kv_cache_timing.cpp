@@ -9,11 +9,19 @@
 namespace servelab {
 
 nlohmann::json KvCacheTimingResult::to_json() const {
-  return {{"experiment", "kv-cache"},   {"prompt_ids", prompt_ids},         {"tokens", tokens},
-          {"text", text},               {"no_cache_ms", no_cache_ms},       {"cache_ms", cache_ms},
-          {"no_cache_total_ms", no_cache_total_ms}, {"cache_total_ms", cache_total_ms},
-          {"speedup", speedup},         {"decode_speedup", decode_speedup}, {"kv_cache_bytes", kv_cache_bytes},
-          {"repeats", repeats},         {"statistic", "median per token over repeats"}};
+  return {{"experiment", "kv-cache"},
+          {"prompt_ids", prompt_ids},
+          {"tokens", tokens},
+          {"text", text},
+          {"no_cache_ms", no_cache_ms},
+          {"cache_ms", cache_ms},
+          {"no_cache_total_ms", no_cache_total_ms},
+          {"cache_total_ms", cache_total_ms},
+          {"speedup", speedup},
+          {"decode_speedup", decode_speedup},
+          {"kv_cache_bytes", kv_cache_bytes},
+          {"repeats", repeats},
+          {"statistic", "median per token over repeats"}};
 }
 
 KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimingParams& p,
@@ -36,7 +44,8 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
     w.max_new_tokens = std::min<int64_t>(2, p.new_tokens);
     generate(engine.model(), engine.tokenizer(), prompts, w);
   }
-  std::vector<std::vector<double>> without(static_cast<size_t>(p.new_tokens)), with(static_cast<size_t>(p.new_tokens));
+  std::vector<std::vector<double>> without(static_cast<size_t>(p.new_tokens)),
+      with(static_cast<size_t>(p.new_tokens));
   for (int64_t rep = 0; rep < p.repeats; ++rep) {
     for (bool cache : {false, true}) {
       GenerateResult g = run(cache);
@@ -52,11 +61,13 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
       for (size_t i = 0; i < g.step_ms.size(); ++i) {
         dst[i].push_back(g.step_ms[i]);
         if (control.sink && rep == p.repeats - 1)
-          control.sink->on_point(cache ? "with KV cache" : "without KV cache", static_cast<double>(i), g.step_ms[i]);
+          control.sink->on_point(cache ? "with KV cache" : "without KV cache", static_cast<double>(i),
+                                 g.step_ms[i]);
       }
       if (control.sink)
-        control.sink->on_progress(static_cast<double>(2 * rep + (cache ? 2 : 1)) / static_cast<double>(2 * p.repeats),
-                                  cache ? "with KV cache" : "without KV cache");
+        control.sink->on_progress(
+            static_cast<double>(2 * rep + (cache ? 2 : 1)) / static_cast<double>(2 * p.repeats),
+            cache ? "with KV cache" : "without KV cache");
     }
   }
   for (size_t i = 0; i < without.size(); ++i) {

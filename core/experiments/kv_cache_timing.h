@@ -19,7 +19,7 @@ struct KvCacheTimingParams {
 
 struct KvCacheTimingResult {
   std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> tokens;    // generated (identical both ways, checked)
+  std::vector<int32_t> tokens;  // generated (identical both ways, checked)
   std::string text;
   std::vector<double> no_cache_ms;  // median per token over repeats; [0] includes the prefill
   std::vector<double> cache_ms;

@@ -27,7 +27,7 @@ struct GenerateOptions {
   bool use_kv_cache = true;
   bool stop_at_eos = true;
   std::vector<std::string> stop_strings;
-  int64_t report_top = 5;                    // top-N logits reported per step (0: none)
+  int64_t report_top = 5;                     // top-N logits reported per step (0: none)
   const std::atomic<bool>* cancel = nullptr;  // checked before every step
 };
 
@@ -56,10 +56,10 @@ class GenerationSink {
 struct GeneratedSequence {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> generated_ids;
-  std::string text;                                        // decoded generated text (stop string cut off)
+  std::string text;                                         // decoded generated text (stop string cut off)
   std::vector<std::vector<std::pair<int32_t, float>>> top;  // per step: report_top (id, logit)
-  std::vector<double> step_ms;                             // per generated token
-  std::string finish_reason;                               // "length", "eos" or "stop"
+  std::vector<double> step_ms;                              // per generated token
+  std::string finish_reason;                                // "length", "eos" or "stop"
 };
 
 struct GenerateResult {

@@ -12,7 +12,8 @@ void SamplingParams::validate() const {
   if (greedy) return;
   if (!(temperature > 0.0)) throw InputError("temperature must be > 0, got " + std::to_string(temperature));
   if (top_k < 0) throw InputError("top-k must be >= 0, got " + std::to_string(top_k));
-  if (!(top_p > 0.0 && top_p <= 1.0)) throw InputError("top-p must be in (0, 1], got " + std::to_string(top_p));
+  if (!(top_p > 0.0 && top_p <= 1.0))
+    throw InputError("top-p must be in (0, 1], got " + std::to_string(top_p));
 }
 
 Sampler::Sampler(const SamplingParams& params)

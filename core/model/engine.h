@@ -20,7 +20,8 @@ class Engine {
  public:
   // GPT-2 small shape with seeded random weights and the real GPT-2 tokenizer (from
   // tokenizer_dir, or default_tokenizer_dir() when empty).
-  static std::unique_ptr<Engine> load_demo(const EngineOptions& options, const std::string& tokenizer_dir = "");
+  static std::unique_ptr<Engine> load_demo(const EngineOptions& options,
+                                           const std::string& tokenizer_dir = "");
   // A Hugging Face GPT-2 folder: config.json, model.safetensors and the tokenizer files.
   static std::unique_ptr<Engine> load_folder(const std::string& dir, const EngineOptions& options);
 

@@ -24,8 +24,8 @@ class TestCli : public QObject {
     p.setProcessEnvironment(env);
     p.start(SERVELAB_CLI, args);
     p.waitForFinished(300000);
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
-            QString::fromUtf8(p.readAllStandardError())};
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
+            QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
   }
 
   QList<QJsonObject> json_lines(const QString& out) {
@@ -68,8 +68,10 @@ class TestCli : public QObject {
   }
 
   void generate_json_batch_equals_one_by_one() {
-    const QStringList base = {"generate", "--json", "--max-new-tokens", "3", "--prompt", "The rain in Spain falls",
-                              "--prompt", "What comes up must"};
+    const QStringList base = {"generate",         "--json",
+                              "--max-new-tokens", "3",
+                              "--prompt",         "The rain in Spain falls",
+                              "--prompt",         "What comes up must"};
     Run single = cli(base);
     Run batch = cli(base + QStringList{"--batch"});
     Run nocache = cli(base + QStringList{"--no-kv-cache"});
@@ -98,7 +100,8 @@ class TestCli : public QObject {
     QJsonObject k = QJsonDocument::fromJson(kv.out.toUtf8()).object();
     QCOMPARE(k["cache_ms"].toArray().size(), 3);
     QCOMPARE(k["no_cache_ms"].toArray().size(), 3);
-    Run sw = cli({"bench", "batch-sweep", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats", "1", "--json"});
+    Run sw = cli(
+        {"bench", "batch-sweep", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats", "1", "--json"});
     QCOMPARE(sw.code, 0);
     QJsonObject s = QJsonDocument::fromJson(sw.out.toUtf8()).object();
     QCOMPARE(s["points"].toArray().size(), 2);
@@ -109,22 +112,27 @@ class TestCli : public QObject {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<int>("code");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("missing model folder") << QStringList{"generate", "--model", "/nonexistent/gpt2", "--prompt", "hi"} << 1
-                                          << "model folder /nonexistent/gpt2 not found";
+    QTest::newRow("missing model folder")
+        << QStringList{"generate", "--model", "/nonexistent/gpt2", "--prompt", "hi"} << 1
+        << "model folder /nonexistent/gpt2 not found";
     QTest::newRow("empty prompt") << QStringList{"generate", "--prompt", ""} << 1 << "prompt 1 is empty";
-    QTest::newRow("prompt too long") << QStringList{"generate", "--prompt", "hi", "--max-new-tokens", "5000"} << 1
-                                     << "exceeds the context of 1024";
+    QTest::newRow("prompt too long") << QStringList{"generate", "--prompt", "hi", "--max-new-tokens", "5000"}
+                                     << 1 << "exceeds the context of 1024";
     QTest::newRow("bad temperature") << QStringList{"generate", "--prompt", "hi", "--temperature", "0"} << 1
                                      << "temperature must be > 0";
-    QTest::newRow("bad dtype") << QStringList{"generate", "--prompt", "hi", "--dtype", "int3"} << 1 << "unknown dtype";
+    QTest::newRow("bad dtype") << QStringList{"generate", "--prompt", "hi", "--dtype", "int3"} << 1
+                               << "unknown dtype";
     QTest::newRow("bad batch size") << QStringList{"bench", "batch-sweep", "--batch-sizes", "1,0"} << 1
                                     << "batch size must be at least 1";
-    QTest::newRow("not a number") << QStringList{"bench", "batch-sweep", "--batch-sizes", "1,x"} << 1 << "not an integer";
-    QTest::newRow("impossible batch") << QStringList{"bench", "batch-sweep", "--batch-sizes", "500000", "--repeats", "1"}
-                                      << 1 << "GiB of memory is available";
-    QTest::newRow("unknown option") << QStringList{"generate", "--prompt", "hi", "--frobnicate"} << 2 << "frobnicate";
-    QTest::newRow("missing tokenizer") << QStringList{"tokenize", "--tokenizer", "/nonexistent/tok", "x"} << 1
-                                       << "/nonexistent/tok";
+    QTest::newRow("not a number") << QStringList{"bench", "batch-sweep", "--batch-sizes", "1,x"} << 1
+                                  << "not an integer";
+    QTest::newRow("impossible batch")
+        << QStringList{"bench", "batch-sweep", "--batch-sizes", "500000", "--repeats", "1"} << 1
+        << "GiB of memory is available";
+    QTest::newRow("unknown option") << QStringList{"generate", "--prompt", "hi", "--frobnicate"} << 2
+                                    << "frobnicate";
+    QTest::newRow("missing tokenizer")
+        << QStringList{"tokenize", "--tokenizer", "/nonexistent/tok", "x"} << 1 << "/nonexistent/tok";
     QTest::newRow("no subcommand") << QStringList{} << 2 << "subcommand";
   }
   void errors_are_one_line() {

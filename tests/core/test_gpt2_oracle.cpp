@@ -40,8 +40,8 @@ class TestGpt2Oracle : public QObject {
     const fs::path d = fs::path(dir_) / layout.toStdString();
     Case c;
     Gpt2Config cfg = parse_gpt2_config((d / "config.json").string());
-    c.model = std::make_unique<Gpt2Model>(cfg, load_gpt2_weights((d / "model.safetensors").string(), cfg,
-                                                                 at::Device(at::kCPU), at::kFloat));
+    c.model = std::make_unique<Gpt2Model>(
+        cfg, load_gpt2_weights((d / "model.safetensors").string(), cfg, at::Device(at::kCPU), at::kFloat));
     c.model->set_attention_backend(backend);
     std::ifstream(d / "reference.json") >> c.ref;
     SafetensorsFile ref = SafetensorsFile::open((d / "reference.safetensors").string());
@@ -49,14 +49,18 @@ class TestGpt2Oracle : public QObject {
     return c;
   }
 
-  std::vector<std::vector<int32_t>> prompts(const Case& c) { return c.ref["prompts"].get<std::vector<std::vector<int32_t>>>(); }
+  std::vector<std::vector<int32_t>> prompts(const Case& c) {
+    return c.ref["prompts"].get<std::vector<std::vector<int32_t>>>();
+  }
 
   void layouts() {
     QTest::addColumn<QString>("layout");
     QTest::addColumn<int>("backend");
     for (const char* l : {"prefixed", "unprefixed", "untied"}) {
-      QTest::newRow((std::string(l) + "/sdpa").c_str()) << QString(l) << static_cast<int>(AttentionBackend::Sdpa);
-      QTest::newRow((std::string(l) + "/manual").c_str()) << QString(l) << static_cast<int>(AttentionBackend::Manual);
+      QTest::newRow((std::string(l) + "/sdpa").c_str())
+          << QString(l) << static_cast<int>(AttentionBackend::Sdpa);
+      QTest::newRow((std::string(l) + "/manual").c_str())
+          << QString(l) << static_cast<int>(AttentionBackend::Manual);
     }
   }
 
@@ -64,8 +68,9 @@ class TestGpt2Oracle : public QObject {
   void initTestCase() {
     dir_ = test::env_or_empty("SERVELAB_ORACLE_DIR");
     if (dir_.empty() || !fs::exists(fs::path(dir_) / "prefixed" / "reference.json"))
-      QSKIP("oracle fixtures not found: SERVELAB_ORACLE_DIR is unset or empty. They are written by "
-            "tests/oracle/make_gpt2_fixtures.py (CTest runs it first when .venv has transformers).");
+      QSKIP(
+          "oracle fixtures not found: SERVELAB_ORACLE_DIR is unset or empty. They are written by "
+          "tests/oracle/make_gpt2_fixtures.py (CTest runs it first when .venv has transformers).");
   }
 
   void full_logits_match_hf_data() { layouts(); }
@@ -96,10 +101,12 @@ class TestGpt2Oracle : public QObject {
     const at::Tensor ref = c.tensors.at("logits_0");
     KvCache cache = c.model->make_cache(1, static_cast<int64_t>(p.size()));
     at::Tensor ids = at::tensor(std::vector<int64_t>(p.begin(), p.end())).unsqueeze(0);
-    at::Tensor out = c.model->forward({ids.narrow(1, 0, 2), at::arange(2).unsqueeze(0), at::Tensor(), true}, &cache);
+    at::Tensor out =
+        c.model->forward({ids.narrow(1, 0, 2), at::arange(2).unsqueeze(0), at::Tensor(), true}, &cache);
     QVERIFY(max_abs_diff(out.squeeze(0), ref.narrow(0, 0, 2)) < 1e-4);
     for (int64_t t = 2; t < static_cast<int64_t>(p.size()); ++t) {
-      at::Tensor l = c.model->forward({ids.narrow(1, t, 1), at::full({1, 1}, t, at::kLong), at::Tensor(), false}, &cache);
+      at::Tensor l = c.model->forward(
+          {ids.narrow(1, t, 1), at::full({1, 1}, t, at::kLong), at::Tensor(), false}, &cache);
       const double d = max_abs_diff(l.squeeze(0), ref[t]);
       QVERIFY2(d < 1e-4, qPrintable(QString("position %1: max |logit diff| = %2").arg(t).arg(d)));
     }
@@ -118,7 +125,8 @@ class TestGpt2Oracle : public QObject {
     QFETCH(QString, layout);
     QFETCH(bool, kv_cache);
     Case c = load(layout);
-    test::IdTokenizer tok(static_cast<int32_t>(c.model->config().vocab_size), static_cast<int32_t>(c.model->config().eos_token_id));
+    test::IdTokenizer tok(static_cast<int32_t>(c.model->config().vocab_size),
+                          static_cast<int32_t>(c.model->config().eos_token_id));
     GenerateOptions o;
     o.max_new_tokens = c.ref["new_tokens"].get<int64_t>();
     o.use_kv_cache = kv_cache;
@@ -154,7 +162,8 @@ class TestGpt2Oracle : public QObject {
       return rows;
     };
     QCOMPARE(as_rows(pb.input_ids), c.ref["batch"]["input_ids"].get<std::vector<std::vector<int64_t>>>());
-    QCOMPARE(as_rows(pb.attention_mask), c.ref["batch"]["attention_mask"].get<std::vector<std::vector<int64_t>>>());
+    QCOMPARE(as_rows(pb.attention_mask),
+             c.ref["batch"]["attention_mask"].get<std::vector<std::vector<int64_t>>>());
     at::Tensor logits = c.model->forward({pb.input_ids, pb.position_ids, pb.attention_mask, false});
     const double d = max_abs_diff(logits, c.tensors.at("batch_last_logits"));
     QVERIFY2(d < 1e-4, qPrintable(QString("max |logit diff| = %1").arg(d)));

@@ -16,7 +16,9 @@ namespace servelab::test {
 class IdTokenizer : public Tokenizer {
  public:
   IdTokenizer(int32_t vocab, int32_t eos) : vocab_(vocab), eos_(eos) {}
-  std::vector<int32_t> encode(std::string_view) const override { throw TokenizerError("IdTokenizer cannot encode"); }
+  std::vector<int32_t> encode(std::string_view) const override {
+    throw TokenizerError("IdTokenizer cannot encode");
+  }
   std::string decode(const std::vector<int32_t>& ids) const override {
     std::string s;
     for (int32_t id : ids) s += token_bytes(id);
@@ -42,7 +44,8 @@ inline std::string error_of(ErrorKind kind, const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
-    if (e.kind() != kind) return std::string("<wrong kind: ") + error_kind_name(e.kind()) + ": " + e.what() + ">";
+    if (e.kind() != kind)
+      return std::string("<wrong kind: ") + error_kind_name(e.kind()) + ": " + e.what() + ">";
     return e.what();
   } catch (const std::exception& e) {
     return std::string("<not a servelab::Error: ") + e.what() + ">";
