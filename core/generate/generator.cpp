@@ -153,9 +153,11 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
         seq.step_ms.push_back(ms);
         if (o.report_top > 0) {
           std::vector<std::pair<int32_t, float>> top;
+          // Plain accessors: indexing tensors here would make views and syncs per element per step.
+          const auto ids_a = top_ids.accessor<int64_t, 2>();
+          const auto vals_a = top_vals.accessor<float, 2>();
           for (int64_t k = 0; k < top_ids.size(1); ++k)
-            top.emplace_back(static_cast<int32_t>(top_ids[r][k].item<int64_t>()),
-                             top_vals[r][k].item<float>());
+            top.emplace_back(static_cast<int32_t>(ids_a[r][k]), vals_a[r][k]);
           seq.top.push_back(std::move(top));
         }
         std::string piece;
