@@ -14,6 +14,7 @@
 #include "experiments/kv_cache_timing.h"
 #include "generate/generator.h"
 #include "model/engine.h"
+#include "model/model_export.h"
 #include "model/safetensors_file.h"
 #include "tokenizer/tokenizer.h"
 #include "util/device.h"
@@ -102,16 +103,21 @@ int cmd_tokenize(const std::string& tokenizer_dir, const std::string& model_dir,
   return 0;
 }
 
-json sequence_json(const std::string& prompt, const GeneratedSequence& s) {
+json sequence_json(const std::string& prompt, const GeneratedSequence& s, double total_ms) {
   json top = json::array();
   for (const auto& step : s.top) {
     json row = json::array();
     for (const auto& [id, logit] : step) row.push_back({id, logit});
     top.push_back(row);
   }
-  return {
-      {"prompt", prompt}, {"prompt_ids", s.prompt_ids}, {"generated_ids", s.generated_ids}, {"text", s.text},
-      {"top5", top},      {"step_ms", s.step_ms},       {"finish_reason", s.finish_reason}};
+  return {{"prompt", prompt},
+          {"prompt_ids", s.prompt_ids},
+          {"generated_ids", s.generated_ids},
+          {"text", s.text},
+          {"top5", top},
+          {"step_ms", s.step_ms},
+          {"finish_reason", s.finish_reason},
+          {"total_ms", total_ms}};
 }
 
 struct GenerateArgs {
@@ -144,17 +150,23 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
   std::vector<std::vector<int32_t>> ids;
   for (const auto& p : a.prompts) ids.push_back(engine->tokenizer().encode(p));
   std::vector<GeneratedSequence> out;
+  std::vector<double> totals;  // wall time of the generate() call that produced each sequence
   if (a.batch) {
-    out = generate(engine->model(), engine->tokenizer(), ids, o).sequences;
+    GenerateResult r = generate(engine->model(), engine->tokenizer(), ids, o);
+    out = std::move(r.sequences);
+    totals.assign(out.size(), r.total_ms);
   } else {
     check_generation_fits(engine->model(), ids, o);
-    for (const auto& one : ids)
-      out.push_back(generate(engine->model(), engine->tokenizer(), {one}, o).sequences[0]);
+    for (const auto& one : ids) {
+      GenerateResult r = generate(engine->model(), engine->tokenizer(), {one}, o);
+      out.push_back(std::move(r.sequences[0]));
+      totals.push_back(r.total_ms);
+    }
   }
   if (!a.json_out && engine->is_demo()) std::cout << "[" << engine->text_caveat() << "]\n";
   for (size_t i = 0; i < out.size(); ++i) {
     if (a.json_out) {
-      print_json(sequence_json(a.prompts[i], out[i]));
+      print_json(sequence_json(a.prompts[i], out[i], totals[i]));
     } else {
       std::cout << a.prompts[i] << "\x1b[31m" << out[i].text << "\x1b[0m\n";
     }
@@ -189,20 +201,12 @@ int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& s
   return 0;
 }
 
-int cmd_export_demo(const ModelArgs& m, const std::string& out_dir) {
-  ModelArgs demo = m;
-  demo.model.clear();
-  demo.dtype = "fp32";
-  auto engine = demo.load();
-  fs::create_directories(out_dir);
-  save_gpt2_weights(engine->model().weights(), (fs::path(out_dir) / "model.safetensors").string());
-  json cfg = engine->model().config().to_json();
-  cfg["architectures"] = {"GPT2LMHeadModel"};
-  std::ofstream(fs::path(out_dir) / "config.json") << cfg.dump(2) << "\n";
-  const std::string tok = default_tokenizer_dir();
-  for (const char* f : {"vocab.json", "merges.txt"})
-    fs::copy_file(fs::path(tok) / f, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
-  std::cout << "wrote the built-in demo model to " << out_dir << "\n";
+int cmd_export_demo(const std::string& out_dir, bool tiny) {
+  // Same config, seed, device and dtype as Engine::load_demo, so the folder loads to the same model.
+  const EngineOptions defaults;
+  export_random_gpt2_folder(out_dir, tiny ? tiny_gpt2_config() : Gpt2Config::gpt2_small(),
+                            defaults.demo_seed);
+  std::cout << "wrote the " << (tiny ? "tiny test" : "built-in demo") << " model to " << out_dir << "\n";
   return 0;
 }
 
@@ -279,6 +283,8 @@ int main(int argc, char** argv) {
   auto* bench_kv = bench->add_subcommand("kv-cache", "Per-token latency with and without the KV cache");
   margs.add_to(bench_kv);
   bench_kv->add_option("--prompt", kv.prompt, "prompt");
+  bench_kv->add_option("--prompt-tokens", kv.prompt_tokens,
+                       "repeat the prompt's tokens to exactly this many");
   bench_kv->add_option("--new-tokens", kv.new_tokens, "tokens to generate");
   bench_kv->add_option("--repeats", kv.repeats, "interleaved repeats (medians are reported)");
   bench_kv->add_flag("--json", kv_json, "compact JSON");
@@ -296,7 +302,9 @@ int main(int argc, char** argv) {
   std::string export_dir;
   auto* exp =
       app.add_subcommand("export-demo", "Write the built-in demo model as a Hugging Face GPT-2 folder");
+  bool export_tiny = false;
   exp->add_option("--out", export_dir, "output folder")->required();
+  exp->add_flag("--tiny", export_tiny, "a 2-layer, 32-wide model with GPT-2's vocabulary (for tests)");
 
   auto* demo = app.add_subcommand("demo", "Generate from the seed prompts and compare KV-cache timings");
   margs.add_to(demo);
@@ -317,7 +325,7 @@ int main(int argc, char** argv) {
     if (*gen) return cmd_generate(margs, gargs);
     if (*bench_kv) return cmd_bench_kv(margs, kv, kv_json);
     if (*bench_sweep) return cmd_bench_sweep(margs, sw, sizes, sw_json);
-    if (*exp) return cmd_export_demo(margs, export_dir);
+    if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);
   } catch (const Error& e) {
     std::cerr << "servelab-cli: " << error_kind_name(e.kind()) << ": " << one_line(e.what()) << "\n";

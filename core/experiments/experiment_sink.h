@@ -11,6 +11,8 @@ class ExperimentSink {
   virtual ~ExperimentSink() = default;
   // A new point of a named series (e.g. "with cache", token index, milliseconds).
   virtual void on_point(const std::string& series, double x, double y) {}
+  // The named series starts over (a new repeat, or the final medians replacing the live run).
+  virtual void on_reset(const std::string& series) {}
   // Fraction done in [0, 1] with a short description of the current stage.
   virtual void on_progress(double fraction, const std::string& stage) {}
 };

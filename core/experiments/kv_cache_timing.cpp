@@ -20,6 +20,7 @@ nlohmann::json KvCacheTimingResult::to_json() const {
           {"speedup", speedup},
           {"decode_speedup", decode_speedup},
           {"kv_cache_bytes", kv_cache_bytes},
+          {"kv_bytes_per_token", kv_bytes_per_token},
           {"repeats", repeats},
           {"statistic", "median per token over repeats"}};
 }
@@ -29,15 +30,55 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
   if (p.repeats < 1) throw InputError("repeats must be at least 1");
   KvCacheTimingResult r;
   r.prompt_ids = engine.tokenizer().encode(p.prompt);
+  if (p.prompt_tokens < 0)
+    throw InputError("prompt length must be positive, got " + std::to_string(p.prompt_tokens));
+  if (p.prompt_tokens > 0) {
+    if (r.prompt_ids.empty())
+      throw InputError("the prompt is empty: nothing to repeat to " + std::to_string(p.prompt_tokens) +
+                       " tokens");
+    std::vector<int32_t> ids;
+    while (static_cast<int64_t>(ids.size()) < p.prompt_tokens)
+      ids.push_back(r.prompt_ids[ids.size() % r.prompt_ids.size()]);
+    r.prompt_ids = std::move(ids);
+  }
+  {
+    const Gpt2Config& c = engine.config();
+    r.kv_bytes_per_token = 2 * c.n_layer * c.n_embd * engine.dtype_bytes();
+  }
   GenerateOptions o;
   o.max_new_tokens = p.new_tokens;
   o.stop_at_eos = false;  // both runs must produce exactly new_tokens tokens
   o.report_top = 0;
   o.cancel = control.cancel;
   const std::vector<std::vector<int32_t>> prompts{r.prompt_ids};
+  const auto series = [](bool cache) { return cache ? "with KV cache" : "without KV cache"; };
+  // Streams each step of a run to the experiment sink as it is measured, so charts draw live.
+  class LiveSteps : public GenerationSink {
+   public:
+    LiveSteps(ExperimentSink* sink, std::string name, double done, double share, int64_t steps)
+        : sink_(sink), name_(std::move(name)), done_(done), share_(share), steps_(steps) {}
+    void on_step(const StepEvent& e) override {
+      sink_->on_point(name_, static_cast<double>(e.step), e.ms);
+      sink_->on_progress(done_ + share_ * static_cast<double>(e.step + 1) / static_cast<double>(steps_),
+                         name_);
+    }
+
+   private:
+    ExperimentSink* sink_;
+    std::string name_;
+    double done_, share_;
+    int64_t steps_;
+  };
+  const double runs = static_cast<double>(2 * p.repeats);
+  int64_t run_index = 0;
   auto run = [&](bool cache) {
     o.use_kv_cache = cache;
-    return generate(engine.model(), engine.tokenizer(), prompts, o);
+    if (!control.sink) return generate(engine.model(), engine.tokenizer(), prompts, o);
+    control.sink->on_reset(series(cache));
+    LiveSteps live(control.sink, series(cache), static_cast<double>(run_index) / runs, 1.0 / runs,
+                   p.new_tokens);
+    ++run_index;
+    return generate(engine.model(), engine.tokenizer(), prompts, o, &live);
   };
   if (p.warmup) {
     GenerateOptions w = o;
@@ -58,21 +99,22 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
       }
       if (cache) r.kv_cache_bytes = g.kv_cache_bytes;
       auto& dst = cache ? with : without;
-      for (size_t i = 0; i < g.step_ms.size(); ++i) {
-        dst[i].push_back(g.step_ms[i]);
-        if (control.sink && rep == p.repeats - 1)
-          control.sink->on_point(cache ? "with KV cache" : "without KV cache", static_cast<double>(i),
-                                 g.step_ms[i]);
-      }
-      if (control.sink)
-        control.sink->on_progress(
-            static_cast<double>(2 * rep + (cache ? 2 : 1)) / static_cast<double>(2 * p.repeats),
-            cache ? "with KV cache" : "without KV cache");
+      for (size_t i = 0; i < g.step_ms.size(); ++i) dst[i].push_back(g.step_ms[i]);
     }
   }
   for (size_t i = 0; i < without.size(); ++i) {
     r.no_cache_ms.push_back(median(without[i]));
     r.cache_ms.push_back(median(with[i]));
+  }
+  if (control.sink) {
+    // The live runs give way to the medians the result reports.
+    for (bool cache : {false, true}) {
+      control.sink->on_reset(series(cache));
+      const auto& v = cache ? r.cache_ms : r.no_cache_ms;
+      for (size_t i = 0; i < v.size(); ++i)
+        control.sink->on_point(series(cache), static_cast<double>(i), v[i]);
+    }
+    control.sink->on_progress(1.0, "medians");
   }
   r.no_cache_total_ms = std::accumulate(r.no_cache_ms.begin(), r.no_cache_ms.end(), 0.0);
   r.cache_total_ms = std::accumulate(r.cache_ms.begin(), r.cache_ms.end(), 0.0);

@@ -12,6 +12,8 @@ namespace servelab {
 
 struct KvCacheTimingParams {
   std::string prompt = "The quick brown fox jumped over the";
+  // > 0: the prompt's tokens repeated (and cut) to exactly this many, to study long prompts.
+  int64_t prompt_tokens = 0;
   int64_t new_tokens = 10;
   int64_t repeats = 3;  // interleaved no-cache / cache runs; medians are reported
   bool warmup = true;
@@ -26,7 +28,8 @@ struct KvCacheTimingResult {
   double no_cache_total_ms = 0, cache_total_ms = 0;  // sums of the medians
   double speedup = 0;                                // no_cache_total / cache_total
   double decode_speedup = 0;                         // same, prefill step excluded
-  int64_t kv_cache_bytes = 0;
+  int64_t kv_cache_bytes = 0;                        // preallocated for prompt + new tokens
+  int64_t kv_bytes_per_token = 0;                    // K and V of one position across all layers
   int64_t repeats = 0;
   nlohmann::json to_json() const;
 };

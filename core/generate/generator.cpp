@@ -129,10 +129,13 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
       }
       at::Tensor logits = model.forward(in, cache ? &*cache : nullptr);
       at::Tensor next = sampler.next(logits);
-      at::Tensor top_vals, top_ids;
+      at::Tensor top_vals, top_ids, top_probs;
       if (o.report_top > 0) {
         auto t = logits.topk(std::min<int64_t>(o.report_top, logits.size(-1)), -1);
-        top_vals = std::get<0>(t).to(at::kCPU, at::kFloat);
+        top_vals = std::get<0>(t).to(at::kFloat);
+        // Probabilities over the whole vocabulary: exp(logit - logsumexp(logits)).
+        top_probs = (top_vals - logits.to(at::kFloat).logsumexp(-1, true)).exp().to(at::kCPU);
+        top_vals = top_vals.to(at::kCPU);
         top_ids = std::get<1>(t).to(at::kCPU);
       }
       const double ms = timer.elapsed_ms();
@@ -151,13 +154,17 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
         const int32_t id = static_cast<int32_t>(next_a[r]);
         seq.generated_ids.push_back(id);
         seq.step_ms.push_back(ms);
+        std::vector<TopToken> event_top;
         if (o.report_top > 0) {
           std::vector<std::pair<int32_t, float>> top;
           // Plain accessors: indexing tensors here would make views and syncs per element per step.
           const auto ids_a = top_ids.accessor<int64_t, 2>();
           const auto vals_a = top_vals.accessor<float, 2>();
-          for (int64_t k = 0; k < top_ids.size(1); ++k)
+          const auto probs_a = top_probs.accessor<float, 2>();
+          for (int64_t k = 0; k < top_ids.size(1); ++k) {
             top.emplace_back(static_cast<int32_t>(ids_a[r][k]), vals_a[r][k]);
+            if (sink) event_top.push_back({static_cast<int32_t>(ids_a[r][k]), vals_a[r][k], probs_a[r][k]});
+          }
           seq.top.push_back(std::move(top));
         }
         std::string piece;
@@ -177,7 +184,7 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
             }
           }
         }
-        if (sink) sink->on_token({static_cast<size_t>(r), step, id, piece, ms});
+        if (sink) sink->on_token({static_cast<size_t>(r), step, id, piece, ms, std::move(event_top)});
       }
       if (sink) sink->on_step({step, active, batch * ((step == 0 || !o.use_kv_cache) ? ids.size(1) : 1), ms});
       if (std::all_of(rows.begin(), rows.end(), [](const RowState& s) { return s.finished; })) break;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "generate/generation.h"
 #include "generate/sampling.h"
 #include "model/gpt2_model.h"
 #include "tokenizer/tokenizer.h"
@@ -20,64 +21,5 @@ struct PaddedBatch {
   at::Tensor position_ids;    // [batch, len] int64
 };
 PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int32_t pad_id);
-
-struct GenerateOptions {
-  int64_t max_new_tokens = 10;
-  SamplingParams sampling;
-  bool use_kv_cache = true;
-  bool stop_at_eos = true;
-  std::vector<std::string> stop_strings;
-  int64_t report_top = 5;                     // top-N logits reported per step (0: none)
-  const std::atomic<bool>* cancel = nullptr;  // checked before every step
-};
-
-struct TokenEvent {
-  size_t row;
-  int64_t step;
-  int32_t id;
-  std::string piece;  // complete UTF-8 text this token finished (may be empty mid-character)
-  double step_ms;
-};
-
-struct StepEvent {
-  int64_t step;       // 0 is the prefill step that yields the first token
-  int64_t batch;      // rows still generating
-  int64_t positions;  // query positions the forward pass computed
-  double ms;
-};
-
-class GenerationSink {
- public:
-  virtual ~GenerationSink() = default;
-  virtual void on_token(const TokenEvent&) {}
-  virtual void on_step(const StepEvent&) {}
-};
-
-struct GeneratedSequence {
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> generated_ids;
-  std::string text;                                         // decoded generated text (stop string cut off)
-  std::vector<std::vector<std::pair<int32_t, float>>> top;  // per step: report_top (id, logit)
-  std::vector<double> step_ms;                              // per generated token
-  std::string finish_reason;                                // "length", "eos" or "stop"
-};
-
-struct GenerateResult {
-  std::vector<GeneratedSequence> sequences;
-  std::vector<double> step_ms;  // per step of the whole batch; [0] is time to first token
-  double total_ms = 0;
-  int64_t kv_cache_bytes = 0;
-};
-
-// Checks a batch before any memory is touched: non-empty prompts, prompt + new tokens within the
-// context, a batch whose KV cache and activations fit in memory. Throws InputError.
-void check_generation_fits(const Gpt2Model& model, const std::vector<std::vector<int32_t>>& prompts,
-                           const GenerateOptions& options);
-
-// Generates for all prompts as one left-padded batch (a batch of one is plain generation).
-// Greedy tokens of a row equal those of the same prompt generated alone.
-GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
-                        const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
-                        GenerationSink* sink = nullptr);
 
 }  // namespace servelab

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "model/gpt2_model.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -78,6 +79,20 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
                            " tokens but config.json vocab_size is " + std::to_string(config.vocab_size));
   e->name_ = root.filename().empty() ? root.parent_path().filename().string() : root.filename().string();
   return e;
+}
+
+Engine::~Engine() = default;
+
+const Gpt2Config& Engine::config() const { return model_->config(); }
+
+int64_t Engine::dtype_bytes() const { return static_cast<int64_t>(c10::elementSize(model_->dtype())); }
+
+int engine_threads() { return at::get_num_threads(); }
+
+std::vector<std::string> available_devices() {
+  std::vector<std::string> d{"cpu"};
+  if (cuda_available()) d.emplace_back("cuda");
+  return d;
 }
 
 std::string Engine::text_caveat() const {

@@ -1,13 +1,17 @@
 #pragma once
-// The engine a face talks to: one model, its tokenizer, a device and a dtype.
+// The engine a face talks to: one model, its tokenizer, a device and a dtype. Torch-free header:
+// the GUI includes it (the model itself stays behind a forward declaration).
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
-#include "model/gpt2_model.h"
+#include "model/gpt2_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
+
+class Gpt2Model;
 
 struct EngineOptions {
   std::string device = "cpu";
@@ -25,8 +29,14 @@ class Engine {
   // A Hugging Face GPT-2 folder: config.json, model.safetensors and the tokenizer files.
   static std::unique_ptr<Engine> load_folder(const std::string& dir, const EngineOptions& options);
 
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
   const Gpt2Model& model() const { return *model_; }
   Gpt2Model& model() { return *model_; }
+  const Gpt2Config& config() const;
+  int64_t dtype_bytes() const;  // bytes per element of the weights and KV cache
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   bool is_demo() const { return is_demo_; }
   const std::string& name() const { return name_; }
@@ -48,5 +58,9 @@ std::string default_tokenizer_dir();
 
 // Applies the thread count (0 = keep) to libtorch's intra-op pool.
 void set_engine_threads(int threads);
+// libtorch's intra-op thread count now.
+int engine_threads();
+// "cpu", plus "cuda" when libtorch sees a CUDA device.
+std::vector<std::string> available_devices();
 
 }  // namespace servelab

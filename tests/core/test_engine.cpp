@@ -7,11 +7,13 @@
 #include <QtTest>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
 #include "generate/generator.h"
 #include "model/engine.h"
+#include "model/model_export.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
 #include "util/device.h"
@@ -368,6 +370,21 @@ class TestEngine : public QObject {
     QVERIFY(w.lm_head_tied);
   }
 
+  void exported_folders_load_back() {
+    // export_random_gpt2_folder writes a complete HF folder (the tiny one the UI tests use).
+    QTemporaryDir tmp;
+    const std::string dir = tmp.filePath("tiny").toStdString();
+    export_random_gpt2_folder(dir, tiny_gpt2_config(), 11, tokenizer_dir_);
+    auto e = Engine::load_folder(dir, EngineOptions{});
+    QVERIFY(e->config() == tiny_gpt2_config());
+    QCOMPARE(e->tokenizer().vocab_size(), 50257);
+    QVERIFY(e->text_caveat().empty());
+    // Unwritable destinations are input errors naming the path.
+    QVERIFY(error_of(ErrorKind::Input, [&] {
+              export_random_gpt2_folder("/proc/servelab-cannot-write", tiny_gpt2_config(), 1, tokenizer_dir_);
+            }).find("/proc/servelab-cannot-write") != std::string::npos);
+  }
+
   void reduced_precision_runs() {
     // fp16 / bf16 weights generate end to end on the CPU (parity is checked on CUDA).
     for (const char* dt : {"bf16", "fp16"}) {
@@ -382,6 +399,40 @@ class TestEngine : public QObject {
     }
   }
 
+  void token_events_carry_top_probabilities() {
+    // With every vocabulary entry reported, the probabilities of a step are a softmax: they sum to
+    // 1, follow the logits' order, and the greedy token is the most likely one.
+    QTemporaryDir tmp;
+    const fs::path dir(tmp.path().toStdString());
+    const Gpt2Config c = tiny_config();
+    write_tiny_model(dir, c);
+    Gpt2Model model(
+        c, load_gpt2_weights((dir / "model.safetensors").string(), c, at::Device(at::kCPU), at::kFloat));
+    class Events : public GenerationSink {
+     public:
+      std::vector<TokenEvent> tokens;
+      void on_token(const TokenEvent& e) override { tokens.push_back(e); }
+    } events;
+    GenerateOptions o;
+    o.max_new_tokens = 3;
+    o.stop_at_eos = false;
+    o.report_top = c.vocab_size;
+    servelab::test::IdTokenizer tok(static_cast<int32_t>(c.vocab_size), 299);
+    generate(model, tok, {{1, 2, 3}}, o, &events);
+    QCOMPARE(events.tokens.size(), size_t{3});
+    for (const TokenEvent& e : events.tokens) {
+      QCOMPARE(e.top.size(), size_t(c.vocab_size));
+      double sum = 0;
+      for (size_t k = 0; k < e.top.size(); ++k) {
+        sum += e.top[k].probability;
+        if (k) QVERIFY(e.top[k].probability <= e.top[k - 1].probability);
+        if (k) QVERIFY(e.top[k].logit <= e.top[k - 1].logit);
+      }
+      QVERIFY(std::abs(sum - 1.0) < 1e-4);
+      QCOMPARE(e.top.front().id, e.id);
+    }
+  }
+
   void experiments_report_consistent_series() {
     KvCacheTimingParams p;
     p.new_tokens = 4;
@@ -392,6 +443,35 @@ class TestEngine : public QObject {
     QCOMPARE(r.no_cache_ms.size(), size_t{4});
     QCOMPARE(r.tokens.size(), size_t{4});
     QCOMPARE(r.kv_cache_bytes, int64_t{2 * 12 * 12 * (7 + 4) * 64 * 4});
+    QCOMPARE(r.kv_bytes_per_token, int64_t{2 * 12 * 768 * 4});
+    // A prompt repeated to an exact length, streamed live and then replaced by the medians.
+    class Recorder : public ExperimentSink {
+     public:
+      std::map<std::string, std::vector<std::pair<double, double>>> series;
+      int resets = 0;
+      double last_progress = 0;
+      void on_point(const std::string& s, double x, double y) override { series[s].emplace_back(x, y); }
+      void on_reset(const std::string& s) override {
+        ++resets;
+        series[s].clear();
+      }
+      void on_progress(double f, const std::string&) override { last_progress = f; }
+    } rec;
+    p.prompt_tokens = 20;
+    p.repeats = 2;
+    KvCacheTimingResult long_prompt = run_kv_cache_timing(*demo_, p, {&rec, nullptr});
+    QCOMPARE(long_prompt.prompt_ids.size(), size_t{20});
+    QCOMPARE(long_prompt.prompt_ids[7], long_prompt.prompt_ids[0]);  // the 7-token prompt, cycled
+    QCOMPARE(rec.resets, 2 * 2 + 2);                                 // each run, then the medians
+    QCOMPARE(rec.last_progress, 1.0);
+    for (const auto& [name, pts] : rec.series) {
+      const auto& medians = name == "with KV cache" ? long_prompt.cache_ms : long_prompt.no_cache_ms;
+      QCOMPARE(pts.size(), size_t{4});
+      for (size_t i = 0; i < pts.size(); ++i) QCOMPARE(pts[i].second, medians[i]);
+    }
+    p.prompt_tokens = -1;
+    QVERIFY(error_of(ErrorKind::Input, [&] { run_kv_cache_timing(*demo_, p); }).find("prompt length") !=
+            std::string::npos);
     BatchSweepParams b;
     b.batch_sizes = {1, 3};
     b.new_tokens = 2;

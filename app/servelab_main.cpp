@@ -1,0 +1,87 @@
+// servelab: the desktop face. Opens the main window on the last (or the built-in) model; with
+// --tab/--run/--screenshot/--export-chart it runs one experiment, saves what was asked and exits
+// (0 on success, 1 with one line on stderr otherwise).
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QIcon>
+#include <QSettings>
+#include <cstdio>
+#include <memory>
+
+#include "main_window.h"
+
+int main(int argc, char** argv) {
+  Q_INIT_RESOURCE(servelab);  // resources live in the static servelab_ui library
+  QApplication::setHighDpiScaleFactorRoundingPolicy(Qt::HighDpiScaleFactorRoundingPolicy::PassThrough);
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName(QStringLiteral("ServeLab"));
+  QApplication::setApplicationName(QStringLiteral("ServeLab"));
+  QApplication::setApplicationVersion(QStringLiteral(SERVELAB_VERSION));
+  QApplication::setWindowIcon(QIcon(QStringLiteral(":/servelab/icons/servelab.svg")));
+
+  QCommandLineParser cli;
+  cli.setApplicationDescription(QStringLiteral("ServeLab: watch what LLM serving techniques do, live."));
+  cli.addHelpOption();
+  cli.addVersionOption();
+  const QCommandLineOption tab(QStringLiteral("tab"), QStringLiteral("Tab to open: generate, kv-cache."),
+                               QStringLiteral("id"));
+  const QCommandLineOption run(QStringLiteral("run"),
+                               QStringLiteral("Run the tab's experiment with its saved or "
+                                              "default parameters, then exit."));
+  const QCommandLineOption screenshot(QStringLiteral("screenshot"),
+                                      QStringLiteral("Save a window screenshot when done, then exit."),
+                                      QStringLiteral("png"));
+  const QCommandLineOption exportChart(
+      QStringLiteral("export-chart"),
+      QStringLiteral("Save the tab's main chart (.png, .svg, .pdf or .csv) when "
+                     "done, then exit."),
+      QStringLiteral("file"));
+  const QCommandLineOption report(QStringLiteral("report"),
+                                  QStringLiteral("Write the run's result as JSON when done."),
+                                  QStringLiteral("json"));
+  const QCommandLineOption model(QStringLiteral("model"),
+                                 QStringLiteral("Hugging Face GPT-2 folder to load."), QStringLiteral("dir"));
+  const QCommandLineOption demo(QStringLiteral("demo"), QStringLiteral("Start on the built-in model."));
+  const QCommandLineOption settings(QStringLiteral("settings"),
+                                    QStringLiteral("Read and write settings in this INI file instead of the "
+                                                   "user's (for scripts and reproducible screenshots)."),
+                                    QStringLiteral("ini"));
+  const QCommandLineOption theme(QStringLiteral("theme"), QStringLiteral("light or dark."),
+                                 QStringLiteral("name"));
+  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme});
+  cli.process(app);
+
+  std::unique_ptr<QSettings> store =
+      cli.isSet(settings) ? std::make_unique<QSettings>(cli.value(settings), QSettings::IniFormat)
+                          : std::make_unique<QSettings>();
+  if (cli.isSet(demo)) store->remove(QStringLiteral("model/folder"));
+  if (cli.isSet(theme)) {
+    const QString t = cli.value(theme);
+    if (t != QLatin1String("light") && t != QLatin1String("dark")) {
+      std::fprintf(stderr, "servelab: --theme must be light or dark, got \"%s\"\n", qPrintable(t));
+      return 2;
+    }
+    store->setValue(QStringLiteral("ui/theme"), t);
+  }
+
+  servelab::ui::MainWindow window(std::move(store));
+  window.show();
+  servelab::ui::ScriptOptions script;
+  script.tab = cli.value(tab);
+  script.run = cli.isSet(run);
+  script.screenshot = cli.value(screenshot);
+  script.exportChart = cli.value(exportChart);
+  script.report = cli.value(report);
+  window.loadInitialModel(cli.isSet(demo) ? QString() : cli.value(model));
+  if (script.active() || !script.tab.isEmpty()) {
+    if (script.active())
+      window.runScript(script);
+    else if (!window.selectTab(script.tab)) {
+      std::fprintf(stderr, "servelab: unknown tab \"%s\" (tabs: %s)\n", qPrintable(script.tab),
+                   qPrintable(window.tabIds().join(QStringLiteral(", "))));
+      return 2;
+    }
+  }
+  return app.exec();
+}

@@ -1,0 +1,473 @@
+// The desktop app end to end on the offscreen platform: the window on the built-in model, tabs,
+// the KV-cache and Generate runs, Stop, a corrupt model folder, export, settings, responsiveness
+// of the event loop during a run, and the scripted --run/--screenshot mode.
+#include <QElapsedTimer>
+#include <QFile>
+#include <QImage>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QTimer>
+#include <QtWidgets>
+#include <filesystem>
+#include <memory>
+
+#include "chart_view.h"
+#include "engine_worker.h"
+#include "generate_tab.h"
+#include "kv_cache_tab.h"
+#include "main_window.h"
+#include "model/engine.h"
+#include "model/model_export.h"
+
+using namespace servelab::ui;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kLoadTimeoutMs = 120000;
+constexpr int kRunTimeoutMs = 300000;
+
+// Parses ChartView CSV rows "series,x,y" (header skipped) into per-series points.
+QMap<QString, QVector<QPointF>> parseSeriesCsv(const QString& csv) {
+  QMap<QString, QVector<QPointF>> out;
+  const QStringList lines = csv.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+  for (qsizetype i = 1; i < lines.size(); ++i) {
+    const QString line = lines[i];
+    const qsizetype lastComma = line.lastIndexOf(QLatin1Char(','));
+    const qsizetype midComma = line.lastIndexOf(QLatin1Char(','), lastComma - 1);
+    QString name = line.left(midComma);
+    if (name.startsWith(QLatin1Char('"')))
+      name = name.mid(1, name.size() - 2).replace(QStringLiteral("\"\""), QStringLiteral("\""));
+    out[name].push_back(
+        {line.mid(midComma + 1, lastComma - midComma - 1).toDouble(), line.mid(lastComma + 1).toDouble()});
+  }
+  return out;
+}
+
+}  // namespace
+
+class TestMainWindow : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+  QString tiny_;  // a tiny GPT-2-vocabulary model folder
+  QString settingsPath(const QString& name) { return tmp_.filePath(name + QStringLiteral(".ini")); }
+
+  std::unique_ptr<MainWindow> makeWindow(const QString& settingsName) {
+    auto w = std::make_unique<MainWindow>(
+        std::make_unique<QSettings>(settingsPath(settingsName), QSettings::IniFormat));
+    w->show();
+    return w;
+  }
+  bool waitLoaded(MainWindow& w) {
+    QSignalSpy ready(&w, &MainWindow::modelReady);
+    return ready.wait(kLoadTimeoutMs);
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(tmp_.isValid());
+    tiny_ = tmp_.filePath(QStringLiteral("tiny"));
+    try {
+      servelab::export_random_gpt2_folder(tiny_.toStdString(), servelab::tiny_gpt2_config(), 11);
+    } catch (const std::exception& e) {
+      QFAIL(qPrintable(QStringLiteral("cannot write the tiny test model (run scripts/bootstrap for the GPT-2 "
+                                      "tokenizer): %1")
+                           .arg(QString::fromUtf8(e.what()))));
+    }
+  }
+
+  void opensOnBuiltInModel() {
+    auto w = makeWindow(QStringLiteral("builtin"));
+    w->loadInitialModel();
+    QVERIFY(waitLoaded(*w));
+    const ModelSummary& m = w->engine()->model();
+    QVERIFY(m.demo);
+    QCOMPARE(m.parameters, 124439808);
+    QVERIFY(m.caveat.contains(QStringLiteral("random weights: timings are real, text is noise")));
+    auto* label = w->findChild<QLabel*>(QStringLiteral("modelLabel"));
+    QVERIFY(label && label->text().contains(QStringLiteral("random weights")));
+    QVERIFY(w->findChild<QLabel*>(QStringLiteral("deviceStatus"))->text().contains(QStringLiteral("cpu")));
+    QVERIFY(w->findChild<QLabel*>(QStringLiteral("memoryStatus"))->text().contains(QStringLiteral("MiB")));
+    QVERIFY(w->findChild<QLabel*>(QStringLiteral("stateStatus"))->text().contains(QStringLiteral("ready")));
+    // The Generate tab labels the demo model's text as noise.
+    auto* caveat = w->findChild<QLabel*>(QStringLiteral("generateCaveat"));
+    QVERIFY(caveat && caveat->text().contains(QStringLiteral("text is noise")));
+  }
+
+  void switchesTabs() {
+    auto w = makeWindow(QStringLiteral("tabs"));
+    QCOMPARE(w->tabIds(), (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache")}));
+    auto* tabs = w->findChild<QTabWidget*>(QStringLiteral("tabs"));
+    QVERIFY(tabs);
+    QVERIFY(w->selectTab(QStringLiteral("kv-cache")));
+    QCOMPARE(w->currentTab()->tabId(), QStringLiteral("kv-cache"));
+    tabs->setCurrentIndex(0);
+    QCOMPARE(w->currentTab()->tabId(), QStringLiteral("generate"));
+    QVERIFY(!w->selectTab(QStringLiteral("no-such-tab")));
+    QCOMPARE(w->currentTab()->tabId(), QStringLiteral("generate"));
+  }
+
+  void kvCacheRunDrawsBothSeries() {
+    auto w = makeWindow(QStringLiteral("kv"));
+    w->loadFolder(tiny_);
+    QVERIFY(waitLoaded(*w));
+    auto* tab = qobject_cast<KvCacheTab*>(w->tab(QStringLiteral("kv-cache")));
+    QVERIFY(tab);
+    w->selectTab(QStringLiteral("kv-cache"));
+    tab->setNewTokens(12);
+    tab->setRepeats(2);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QSignalSpy points(w->engine(), &EngineController::point);
+    QVERIFY(tab->run());
+    QVERIFY(w->engine()->isBusy());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QCOMPARE(done.front().at(0).toBool(), true);
+    // Live points streamed while it ran: 2 repeats x 2 ways x 12 tokens, then the 2 x 12 medians.
+    QCOMPARE(points.size(), 2 * 2 * 12 + 2 * 12);
+    const servelab::KvCacheTimingResult& r = tab->result();
+    QCOMPARE(r.tokens.size(), size_t(12));
+    ChartView* chart = tab->primaryChart();
+    QCOMPARE(chart->seriesCount(), 2);
+    for (int s = 0; s < 2; ++s) {
+      const QVector<QPointF> pts = chart->seriesPoints(s);
+      QCOMPARE(pts.size(), 12);
+      const auto& expected =
+          chart->seriesName(s) == QStringLiteral("with KV cache") ? r.cache_ms : r.no_cache_ms;
+      for (int i = 0; i < 12; ++i) {
+        QCOMPARE(pts[i].x(), double(i));
+        QCOMPARE(pts[i].y(), expected[size_t(i)]);
+      }
+    }
+    QVERIFY(r.speedup > 0);
+    QVERIFY(tab->summaryText().contains(QStringLiteral("Speed-up %1").arg(r.speedup, 0, 'f', 2)));
+    QVERIFY(!w->engine()->isBusy());
+  }
+
+  void generateStreamsWhatTheCliProduces_data() {
+    QTest::addColumn<bool>("greedy");
+    QTest::newRow("greedy") << true;
+    QTest::newRow("sampling") << false;
+  }
+  void generateStreamsWhatTheCliProduces() {
+    QFETCH(bool, greedy);
+    auto w = makeWindow(QStringLiteral("gen"));
+    w->loadFolder(tiny_);
+    QVERIFY(waitLoaded(*w));
+    auto* tab = qobject_cast<GenerateTab*>(w->tab(QStringLiteral("generate")));
+    const QString prompt = QStringLiteral("The rain in Spain falls");
+    tab->setPrompt(prompt);
+    tab->setMaxNewTokens(24);
+    tab->setGreedy(greedy);
+    // The tab's sampling defaults: temperature 0.8, top-k 50, top-p 0.95, seed 42.
+    QSignalSpy streamed(w->engine(), &EngineController::token);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+
+    QStringList args{QStringLiteral("generate"),
+                     QStringLiteral("--model"),
+                     tiny_,
+                     QStringLiteral("--prompt"),
+                     prompt,
+                     QStringLiteral("--max-new-tokens"),
+                     QStringLiteral("24"),
+                     QStringLiteral("--json")};
+    if (greedy)
+      args << QStringLiteral("--greedy");
+    else
+      args << QStringLiteral("--temperature") << QStringLiteral("0.8") << QStringLiteral("--top-k")
+           << QStringLiteral("50") << QStringLiteral("--top-p") << QStringLiteral("0.95")
+           << QStringLiteral("--seed") << QStringLiteral("42");
+    QProcess cli;
+    cli.start(QStringLiteral(SERVELAB_CLI), args);
+    QVERIFY(cli.waitForFinished(kRunTimeoutMs));
+    QCOMPARE(cli.exitCode(), 0);
+    const QJsonObject line = QJsonDocument::fromJson(cli.readAllStandardOutput().trimmed()).object();
+    QVector<int> cliIds;
+    for (const auto& v : line[QStringLiteral("generated_ids")].toArray()) cliIds << v.toInt();
+    QVERIFY(!cliIds.isEmpty());
+    QCOMPARE(tab->summary().generatedIds, cliIds);
+    // Every token was streamed, in order, before the run finished.
+    QCOMPARE(streamed.size(), cliIds.size());
+    QCOMPARE(tab->tokens().size(), cliIds.size());
+    for (qsizetype i = 0; i < cliIds.size(); ++i) QCOMPARE(tab->tokens()[i].id, cliIds[i]);
+    QCOMPARE(tab->summary().text, line[QStringLiteral("text")].toString());
+    // The output view shows the prompt followed by the generated text.
+    QCOMPARE(tab->outputText(), prompt + line[QStringLiteral("text")].toString());
+    QVERIFY(tab->metricsText().contains(QStringLiteral("Time to first token")));
+    // The bar chart holds the last step's top-10 probabilities, most likely first.
+    const QVector<double> probs = tab->primaryChart()->barValues();
+    QCOMPARE(probs.size(), 10);
+    double sum = 0;
+    for (qsizetype i = 0; i < probs.size(); ++i) {
+      QVERIFY(probs[i] > 0 && probs[i] <= 1);
+      if (i) QVERIFY(probs[i] <= probs[i - 1]);
+      sum += probs[i];
+    }
+    QVERIFY(sum <= 1.0 + 1e-5);
+    if (greedy) QCOMPARE(tab->tokens().back().top.front().id, cliIds.back());
+    // Inspecting an earlier step shows that step's candidates.
+    tab->inspectStep(0);
+    QCOMPARE(tab->primaryChart()->barLabels().front(), tab->tokens()[0].top.front().text);
+  }
+
+  void stopKeepsPartialResultsAndTheAppUsable() {
+    auto w = makeWindow(QStringLiteral("stop"));
+    w->loadDemo();
+    QVERIFY(waitLoaded(*w));
+    auto* tab = qobject_cast<GenerateTab*>(w->tab(QStringLiteral("generate")));
+    tab->setMaxNewTokens(400);
+    tab->setGreedy(true);
+    // Stop as soon as the third token reaches the GUI.
+    int seen = 0;
+    connect(w->engine(), &EngineController::token, w.get(), [&] {
+      if (++seen == 3) w->stopCurrent();
+    });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QCOMPARE(done.front().at(0).toBool(), false);
+    QVERIFY(tab->tokens().size() >= 3);
+    QVERIFY2(tab->tokens().size() < 400, "Stop did not stop the run");
+    QVERIFY(tab->metricsText().contains(QStringLiteral("Stopped")));
+    QVERIFY(tab->outputText().size() > QStringLiteral("The quick brown fox jumped over the").size() - 1);
+    QVERIFY(w->errorText().isEmpty());  // a stop is not an error
+    QCOMPARE(w->engine()->state(), EngineController::State::Idle);
+    // Usable again: a short run completes.
+    tab->setMaxNewTokens(3);
+    QSignalSpy again(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(again.wait(kRunTimeoutMs));
+    QCOMPARE(again.front().at(0).toBool(), true);
+    QCOMPARE(tab->tokens().size(), 3);
+  }
+
+  void busyEngineRejectsASecondRun() {
+    auto w = makeWindow(QStringLiteral("busy"));
+    w->loadDemo();
+    QVERIFY(waitLoaded(*w));
+    auto* gen = qobject_cast<GenerateTab*>(w->tab(QStringLiteral("generate")));
+    auto* kv = qobject_cast<KvCacheTab*>(w->tab(QStringLiteral("kv-cache")));
+    gen->setMaxNewTokens(200);
+    QSignalSpy rejected(w->engine(), &EngineController::rejected);
+    QSignalSpy done(gen, &ExperimentTab::runFinished);
+    QVERIFY(gen->run());
+    QVERIFY(!kv->run());
+    QCOMPARE(rejected.size(), 1);
+    QVERIFY(rejected.front().at(0).toString().contains(QStringLiteral("busy")));
+    w->stopCurrent();
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY(!kv->isRunning());
+  }
+
+  void corruptFolderKeepsThePreviousModel() {
+    auto w = makeWindow(QStringLiteral("corrupt"));
+    w->loadFolder(tiny_);
+    QVERIFY(waitLoaded(*w));
+    const QString good = w->engine()->model().name;
+    // A copy of the tiny model whose weights file is cut in half.
+    const QString bad = tmp_.filePath(QStringLiteral("truncated"));
+    fs::create_directories(bad.toStdString());
+    for (const char* f : {"config.json", "vocab.json", "merges.txt", "model.safetensors"})
+      fs::copy_file(fs::path(tiny_.toStdString()) / f, fs::path(bad.toStdString()) / f,
+                    fs::copy_options::overwrite_existing);
+    const auto weights = fs::path(bad.toStdString()) / "model.safetensors";
+    fs::resize_file(weights, fs::file_size(weights) / 2);
+
+    QSignalSpy failed(w->engine(), &EngineController::modelLoadFailed);
+    w->loadFolder(bad);
+    QVERIFY(failed.wait(kLoadTimeoutMs));
+    QVERIFY2(w->errorText().contains(QStringLiteral("model.safetensors")), qPrintable(w->errorText()));
+    QVERIFY(w->errorText().contains(QStringLiteral("Still using")));
+    QCOMPARE(w->engine()->model().name, good);
+    QCOMPARE(w->engine()->state(), EngineController::State::Idle);
+    // The old model still generates.
+    auto* tab = qobject_cast<GenerateTab*>(w->tab(QStringLiteral("generate")));
+    tab->setMaxNewTokens(4);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QCOMPARE(done.front().at(0).toBool(), true);
+    QVERIFY(w->errorText().isEmpty());  // a new run clears the banner
+
+    // A folder that does not exist, and one without tokenizer files, fail the same way.
+    QSignalSpy failed2(w->engine(), &EngineController::modelLoadFailed);
+    w->loadFolder(tmp_.filePath(QStringLiteral("missing")));
+    QVERIFY(failed2.wait(kLoadTimeoutMs));
+    QVERIFY(w->errorText().contains(QStringLiteral("not found")));
+    QCOMPARE(w->engine()->model().name, good);
+  }
+
+  void exportsMatchTheChart() {
+    auto w = makeWindow(QStringLiteral("export"));
+    w->loadFolder(tiny_);
+    QVERIFY(waitLoaded(*w));
+    auto* tab = qobject_cast<KvCacheTab*>(w->tab(QStringLiteral("kv-cache")));
+    tab->setNewTokens(8);
+    tab->setRepeats(1);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    ChartView* chart = tab->primaryChart();
+    QString error;
+    const QString png = tmp_.filePath(QStringLiteral("kv.png")),
+                  svg = tmp_.filePath(QStringLiteral("kv.svg")),
+                  csv = tmp_.filePath(QStringLiteral("kv.csv"));
+    QVERIFY2(chart->exportImage(png, &error), qPrintable(error));
+    QVERIFY2(chart->exportImage(svg, &error), qPrintable(error));
+    QVERIFY2(chart->exportCsv(csv, &error), qPrintable(error));
+    QImage image(png);
+    QVERIFY(!image.isNull());
+    QVERIFY(image.width() >= 1280);
+    QFile svgFile(svg);
+    QVERIFY(svgFile.open(QIODevice::ReadOnly));
+    const QByteArray svgText = svgFile.readAll();
+    QVERIFY(svgText.contains("<svg"));
+    QVERIFY(svgText.contains("KV cache"));
+    QFile csvFile(csv);
+    QVERIFY(csvFile.open(QIODevice::ReadOnly));
+    const auto series = parseSeriesCsv(QString::fromUtf8(csvFile.readAll()));
+    const servelab::KvCacheTimingResult& r = tab->result();
+    QCOMPARE(series.size(), 2);
+    QCOMPARE(series[QStringLiteral("with KV cache")].size(), 8);
+    for (int i = 0; i < 8; ++i) {
+      QCOMPARE(series[QStringLiteral("with KV cache")][i].y(), r.cache_ms[size_t(i)]);
+      QCOMPARE(series[QStringLiteral("without KV cache")][i].y(), r.no_cache_ms[size_t(i)]);
+    }
+    // Scripted export through the window uses the same chart.
+    QVERIFY(!chart->exportImage(tmp_.filePath(QStringLiteral("no/such/dir/kv.png")), &error));
+    QVERIFY(error.contains(QStringLiteral("no/such/dir")));
+  }
+
+  void settingsPersist() {
+    {
+      auto w = makeWindow(QStringLiteral("persist"));
+      auto* gen = qobject_cast<GenerateTab*>(w->tab(QStringLiteral("generate")));
+      gen->setPrompt(QStringLiteral("Persisted prompt"));
+      gen->setMaxNewTokens(77);
+      auto* kv = qobject_cast<KvCacheTab*>(w->tab(QStringLiteral("kv-cache")));
+      kv->setNewTokens(123);
+      kv->setPromptTokens(50);
+      w->selectTab(QStringLiteral("kv-cache"));
+      w->setTheme(ChartTheme::Dark);
+      w->close();
+    }
+    auto w = makeWindow(QStringLiteral("persist"));
+    QCOMPARE(w->currentTab()->tabId(), QStringLiteral("kv-cache"));
+    QCOMPARE(w->theme(), ChartTheme::Dark);
+    QCOMPARE(w->tab(QStringLiteral("kv-cache"))->primaryChart()->theme(), ChartTheme::Dark);
+    QSettings s(settingsPath(QStringLiteral("persist")), QSettings::IniFormat);
+    QCOMPARE(s.value(QStringLiteral("generate/prompt")).toString(), QStringLiteral("Persisted prompt"));
+    QCOMPARE(s.value(QStringLiteral("generate/maxNewTokens")).toInt(), 77);
+    QCOMPARE(s.value(QStringLiteral("kv-cache/newTokens")).toInt(), 123);
+    QCOMPARE(s.value(QStringLiteral("kv-cache/promptTokens")).toInt(), 50);
+    // The restored window shows the saved values.
+    w->close();  // saves again: the values must survive a round trip
+    QSettings again(settingsPath(QStringLiteral("persist")), QSettings::IniFormat);
+    QCOMPARE(again.value(QStringLiteral("generate/prompt")).toString(), QStringLiteral("Persisted prompt"));
+    QCOMPARE(again.value(QStringLiteral("kv-cache/newTokens")).toInt(), 123);
+    w->setTheme(ChartTheme::Light);
+  }
+
+  void eventLoopAnswersDuringARun() {
+    auto w = makeWindow(QStringLiteral("responsive"));
+    auto* threads = w->findChild<QSpinBox*>(QStringLiteral("threadsSpin"));
+    threads->setValue(1);  // leave a core to the GUI thread on a 2-core machine
+    w->loadDemo();
+    QVERIFY(waitLoaded(*w));
+    auto* tab = qobject_cast<GenerateTab*>(w->tab(QStringLiteral("generate")));
+    tab->setMaxNewTokens(25);
+    QElapsedTimer clock;
+    qint64 last = 0, worst = 0;
+    int ticks = 0;
+    QTimer timer;
+    timer.setInterval(10);
+    connect(&timer, &QTimer::timeout, this, [&] {
+      const qint64 now = clock.elapsed();
+      worst = std::max(worst, now - last);
+      last = now;
+      ++ticks;
+    });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    clock.start();
+    timer.start();
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    timer.stop();
+    qInfo("run took %lld ms; timer fired %d times; longest gap %lld ms",
+          static_cast<long long>(clock.elapsed()), ticks, static_cast<long long>(worst));
+    QVERIFY(ticks > 10);
+    QVERIFY2(worst < 50, qPrintable(QStringLiteral("the GUI thread was blocked for %1 ms").arg(worst)));
+    threads->setValue(0);
+  }
+
+  void scriptedRunSavesScreenshotChartAndReport() {
+    const QString shot = tmp_.filePath(QStringLiteral("shot.png")),
+                  csv = tmp_.filePath(QStringLiteral("chart.csv")),
+                  report = tmp_.filePath(QStringLiteral("report.json"));
+    QProcess app;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+    app.setProcessEnvironment(env);
+    app.start(QStringLiteral(SERVELAB_GUI),
+              {QStringLiteral("--settings"), settingsPath(QStringLiteral("script")),
+               QStringLiteral("--model"), tiny_, QStringLiteral("--tab"), QStringLiteral("kv-cache"),
+               QStringLiteral("--run"), QStringLiteral("--screenshot"), shot,
+               QStringLiteral("--export-chart"), csv, QStringLiteral("--report"), report});
+    QVERIFY(app.waitForFinished(kRunTimeoutMs));
+    QVERIFY2(app.exitCode() == 0, app.readAllStandardError().constData());
+    QVERIFY(!QImage(shot).isNull());
+    QFile rf(report);
+    QVERIFY(rf.open(QIODevice::ReadOnly));
+    const QJsonObject r = QJsonDocument::fromJson(rf.readAll()).object();
+    QCOMPARE(r[QStringLiteral("ok")].toBool(), true);
+    QCOMPARE(r[QStringLiteral("cache_ms")].toArray().size(), 10);  // the seed's 10 tokens by default
+    QFile cf(csv);
+    QVERIFY(cf.open(QIODevice::ReadOnly));
+    const auto series = parseSeriesCsv(QString::fromUtf8(cf.readAll()));
+    QCOMPARE(series[QStringLiteral("with KV cache")].size(), 10);
+    QCOMPARE(series[QStringLiteral("with KV cache")][3].y(),
+             r[QStringLiteral("cache_ms")].toArray()[3].toDouble());
+  }
+
+  void scriptedRunFailsWithOneLine_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("unknown tab") << QStringList{QStringLiteral("--demo"), QStringLiteral("--tab"),
+                                                QStringLiteral("nope"), QStringLiteral("--run")}
+                                 << QStringLiteral("unknown tab");
+    QTest::newRow("missing model") << QStringList{QStringLiteral("--model"),
+                                                  QStringLiteral("/nonexistent/model"),
+                                                  QStringLiteral("--tab"), QStringLiteral("kv-cache"),
+                                                  QStringLiteral("--run")}
+                                   << QStringLiteral("not found");
+  }
+  void scriptedRunFailsWithOneLine() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    QProcess app;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+    app.setProcessEnvironment(env);
+    app.start(QStringLiteral(SERVELAB_GUI),
+              QStringList{QStringLiteral("--settings"), settingsPath(QStringLiteral("fail"))} + args);
+    QVERIFY(app.waitForFinished(kRunTimeoutMs));
+    QCOMPARE(app.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(app.exitCode(), 1);
+    const QString err = QString::fromUtf8(app.readAllStandardError());
+    QStringList ours;
+    for (const QString& l : err.split(QLatin1Char('\n'), Qt::SkipEmptyParts))
+      if (l.startsWith(QStringLiteral("servelab: "))) ours << l;
+    QCOMPARE(ours.size(), 1);
+    QVERIFY2(ours.front().contains(message), qPrintable(ours.front()));
+  }
+};
+
+QTEST_MAIN(TestMainWindow)
+#include "test_main_window.moc"

@@ -1,0 +1,1336 @@
+// ChartView: QCustomPlot with live append, a hover readout, themes and exports. See chart_view.h.
+#include "chart_view.h"
+
+#include <qcustomplot.h>
+
+#include <QBuffer>
+#include <QClipboard>
+#include <QDir>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QGuiApplication>
+#include <QHBoxLayout>
+#include <QMenu>
+#include <QMessageBox>
+#include <QMouseEvent>
+#include <QRegularExpression>
+#include <QSaveFile>
+#include <QStandardPaths>
+#include <QSvgGenerator>
+#include <QTimer>
+#include <QToolButton>
+#include <QVBoxLayout>
+#include <QWheelEvent>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace servelab::ui {
+
+namespace {
+
+constexpr int kExportWidth = 1280;
+constexpr int kExportHeight = 720;
+constexpr double kPngScale = 2.0;
+constexpr double kReadoutRadius = 20.0;  // pixels
+constexpr int kReplotIntervalMs = 50;    // coalesces live appends to at most 20 replots a second
+
+// Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+const char* const kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                "#E69F00", "#56B4E9", "#F0E442", "#000000"};
+constexpr int kPaletteSize = static_cast<int>(sizeof(kPalette) / sizeof(kPalette[0]));
+
+QColor seriesColor(int index, ChartTheme theme) {
+  const int i = index % kPaletteSize;
+  if (theme == ChartTheme::Dark && i == kPaletteSize - 1) return QColor(0xc8, 0xc8, 0xc8);
+  return QColor(kPalette[i]);
+}
+
+struct ThemeColors {
+  QColor background, text, axis, grid, zeroLine, muted;
+};
+
+ThemeColors colorsFor(ChartTheme theme) {
+  if (theme == ChartTheme::Dark) {
+    return {QColor(0x1e, 0x1e, 0x1e), QColor(0xe0, 0xe0, 0xe0), QColor(0xe0, 0xe0, 0xe0),
+            QColor(0x3a, 0x3a, 0x3a), QColor(0x60, 0x60, 0x60), QColor(0xa8, 0xa8, 0xa8)};
+  }
+  return {QColor(Qt::white),        QColor(0x20, 0x20, 0x20), QColor(0x20, 0x20, 0x20),
+          QColor(0xe2, 0xe2, 0xe2), QColor(0xb4, 0xb4, 0xb4), QColor(0x5a, 0x5a, 0x5a)};
+}
+
+QColor withAlpha(QColor c, int alpha) {
+  c.setAlpha(alpha);
+  return c;
+}
+
+QFont chartFont(double points, bool bold = false) {
+  QFont f = QGuiApplication::font();
+  // The resolved family, not an alias like "Sans Serif": SVG files name it and other programs read them.
+  f.setFamily(QFontInfo(f).family());
+  f.setPointSizeF(points);
+  f.setBold(bold);
+  return f;
+}
+
+// Up to 4 significant digits; integers without decimals.
+QString formatNumber(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+    return QString::number(static_cast<qlonglong>(v));
+  }
+  return QString::number(v, 'g', 4);
+}
+
+// A CSV field per RFC 4180: quoted when it holds a comma, a quote or a line break.
+QString csvField(const QString& s) {
+  if (!s.contains(QLatin1Char(',')) && !s.contains(QLatin1Char('"')) && !s.contains(QLatin1Char('\n')) &&
+      !s.contains(QLatin1Char('\r'))) {
+    return s;
+  }
+  QString quoted = s;
+  quoted.replace(QLatin1String("\""), QLatin1String("\"\""));
+  return QLatin1Char('"') + quoted + QLatin1Char('"');
+}
+
+QString csvNumber(double v) { return QString::number(v, 'g', 17); }
+
+// Token pieces made visible: line breaks and tabs escaped, leading/trailing spaces as an open box.
+QString displayLabel(const QString& label) {
+  if (label.isEmpty()) return QStringLiteral("(empty)");
+  QString s = label;
+  s.replace(QLatin1String("\\"), QLatin1String("\\\\"));
+  s.replace(QLatin1String("\r"), QLatin1String("\\r"));
+  s.replace(QLatin1String("\n"), QLatin1String("\\n"));
+  s.replace(QLatin1String("\t"), QLatin1String("\\t"));
+  const QChar openBox(0x2423);
+  int lead = 0;
+  while (lead < s.size() && s[lead] == QLatin1Char(' ')) s[lead++] = openBox;
+  for (int i = static_cast<int>(s.size()) - 1; i >= lead && s[i] == QLatin1Char(' '); --i) s[i] = openBox;
+  if (s.size() > 24) s = s.left(23) + QChar(0x2026);
+  return s;
+}
+
+QString slugify(const QString& title) {
+  QString slug;
+  bool dash = false;
+  for (const QChar c : title.toLower()) {
+    if (c.isLetterOrNumber() && c.unicode() < 128) {
+      slug += c;
+      dash = false;
+    } else if (!dash && !slug.isEmpty()) {
+      slug += QLatin1Char('-');
+      dash = true;
+    }
+  }
+  while (slug.endsWith(QLatin1Char('-'))) slug.chop(1);
+  if (slug.size() > 60) slug = slug.left(60);
+  return slug.isEmpty() ? QStringLiteral("chart") : slug;
+}
+
+// Why a file cannot be written at path, when that can be told before trying; empty otherwise.
+QString writeProblem(const QString& path) {
+  if (path.isEmpty()) return QStringLiteral("no file name given");
+  const QFileInfo info(path);
+  if (info.isDir()) return QStringLiteral("it is a folder");
+  const QFileInfo dir(info.absolutePath());
+  if (!dir.exists())
+    return QStringLiteral("the folder %1 does not exist").arg(QDir::toNativeSeparators(dir.filePath()));
+  if (!dir.isDir()) return QStringLiteral("%1 is not a folder").arg(QDir::toNativeSeparators(dir.filePath()));
+  if (info.exists() && !info.isWritable()) return QStringLiteral("the file is read-only");
+  if (!info.exists() && !dir.isWritable()) {
+    return QStringLiteral("the folder %1 is not writable").arg(QDir::toNativeSeparators(dir.filePath()));
+  }
+  return QString();
+}
+
+// Whether the segment a-b crosses or touches the rectangle.
+bool segmentHits(const QPointF& a, const QPointF& b, const QRectF& r) {
+  if (std::max(a.x(), b.x()) < r.left() || std::min(a.x(), b.x()) > r.right() ||
+      std::max(a.y(), b.y()) < r.top() || std::min(a.y(), b.y()) > r.bottom()) {
+    return false;
+  }
+  if (r.contains(a) || r.contains(b)) return true;
+  const QLineF segment(a, b);
+  const QLineF edges[] = {QLineF(r.topLeft(), r.topRight()), QLineF(r.topRight(), r.bottomRight()),
+                          QLineF(r.bottomRight(), r.bottomLeft()), QLineF(r.bottomLeft(), r.topLeft())};
+  for (const QLineF& edge : edges) {
+    if (segment.intersects(edge, nullptr) == QLineF::BoundedIntersection) return true;
+  }
+  return false;
+}
+
+double squaredDistance(const QPointF& a, const QPointF& b) {
+  const double dx = a.x() - b.x();
+  const double dy = a.y() - b.y();
+  return dx * dx + dy * dy;
+}
+
+struct Range {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  void add(double v) {
+    if (!std::isfinite(v)) return;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  bool valid() const { return lo <= hi; }
+};
+
+// Breaks text into lines no wider than width, at the separator (" · " in footnotes, " " in titles).
+QString wrapToWidth(const QString& text, const QFont& font, double width, const QString& separator) {
+  const QFontMetricsF metrics(font);
+  if (width <= 0 || metrics.horizontalAdvance(text) <= width) return text;
+  const QStringList parts = text.split(separator);
+  QStringList lines;
+  QString line;
+  for (const QString& part : parts) {
+    const QString candidate = line.isEmpty() ? part : line + separator + part;
+    if (!line.isEmpty() && metrics.horizontalAdvance(candidate) > width) {
+      lines << line;
+      line = part;
+    } else {
+      line = candidate;
+    }
+  }
+  if (!line.isEmpty()) lines << line;
+  return lines.join(QLatin1Char('\n'));
+}
+
+// Value range with 0 included below (latencies, probabilities) and a little headroom.
+QCPRange valueRange(const Range& r, double headroom = 0.06) {
+  double lo = std::min(0.0, r.lo);
+  double hi = r.hi;
+  if (hi <= lo) hi = lo + std::max(1.0, std::fabs(lo) * 0.1);
+  const double pad = (hi - lo) * headroom;
+  return QCPRange(lo < 0 ? lo - pad : lo, hi + pad);
+}
+
+// Draws a token that svgDocument finds and replaces; visible only while an SVG is written.
+class SvgClipMarker : public QCPLayerable {
+ public:
+  SvgClipMarker(QCustomPlot* plot, const QString& token) : QCPLayerable(plot), token_(token) {
+    setVisible(false);
+  }
+
+ protected:
+  void applyDefaultAntialiasingHint(QCPPainter*) const override {}
+  void draw(QCPPainter* painter) override {
+    painter->setPen(QColor(1, 2, 3));  // a pen nothing else uses, so the token gets a group of its own
+    painter->drawText(QPointF(0, 0), token_);
+  }
+
+ private:
+  QString token_;
+};
+
+}  // namespace
+
+ChartView::ChartView(QWidget* parent) : QWidget(parent) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->setSpacing(0);
+
+  auto* toolbar = new QHBoxLayout;
+  toolbar->setContentsMargins(4, 2, 4, 0);
+  toolbar->setSpacing(2);
+  toolbar->addStretch(1);
+  auto addButton = [&](const QString& text, const char* name, const QString& tip) {
+    auto* button = new QToolButton(this);
+    button->setText(text);
+    button->setObjectName(QLatin1String(name));
+    button->setToolTip(tip);
+    button->setAutoRaise(true);
+    button->setFocusPolicy(Qt::NoFocus);
+    QFont f = button->font();
+    if (f.pointSizeF() > 0) f.setPointSizeF(f.pointSizeF() * 0.9);
+    button->setFont(f);
+    toolbar->addWidget(button);
+    return button;
+  };
+  connect(addButton(tr("Export…"), "chartExportButton", tr("Save the chart as PNG, SVG, PDF or CSV")),
+          &QToolButton::clicked, this, &ChartView::exportWithDialog);
+  connect(addButton(tr("Copy"), "chartCopyButton", tr("Copy the chart image to the clipboard")),
+          &QToolButton::clicked, this, &ChartView::copyImageToClipboard);
+  connect(addButton(tr("Fit"), "chartFitButton", tr("Fit the axes to the data (or double-click the chart)")),
+          &QToolButton::clicked, this, &ChartView::rescale);
+  layout->addLayout(toolbar);
+
+  plot_ = new QCustomPlot(this);
+  plot_->setObjectName(QStringLiteral("chartPlot"));
+  plot_->setMinimumSize(240, 160);
+  layout->addWidget(plot_, 1);
+
+  plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  plot_->setNoAntialiasingOnDrag(true);
+  QCPAxisRect* rect = plot_->axisRect();
+  rect->setRangeDrag(Qt::Horizontal | Qt::Vertical);
+  rect->setRangeZoom(Qt::Horizontal | Qt::Vertical);
+  rect->setRangeDragAxes(QList<QCPAxis*>{plot_->xAxis}, QList<QCPAxis*>{plot_->yAxis, plot_->yAxis2});
+  rect->setRangeZoomAxes(QList<QCPAxis*>{plot_->xAxis}, QList<QCPAxis*>{plot_->yAxis, plot_->yAxis2});
+  rect->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  plot_->legend->setVisible(false);
+  plot_->legend->setRowSpacing(0);
+  plot_->yAxis2->setVisible(false);
+  plot_->xAxis2->setVisible(false);
+  for (QCPAxis* axis : rect->axes()) {
+    axis->setPadding(6);
+    axis->setLabelPadding(6);
+    axis->setTickLengthIn(4);
+    axis->setTickLengthOut(0);
+    axis->setSubTickLengthIn(2);
+    axis->setSubTickLengthOut(0);
+  }
+  plot_->plotLayout()->setRowSpacing(0);
+
+  // The readout lives on the buffered overlay layer, so hovering redraws only that layer.
+  if (QCPLayer* overlay = plot_->layer(QStringLiteral("overlay"))) overlay->setMode(QCPLayer::lmBuffered);
+  readout_ = new QCPItemText(plot_);
+  readout_->setLayer(QStringLiteral("overlay"));
+  readout_->setClipToAxisRect(false);
+  readout_->position->setType(QCPItemPosition::ptAbsolute);
+  readout_->setPadding(QMargins(7, 4, 7, 4));
+  readout_->setTextAlignment(Qt::AlignLeft);
+  readout_->setVisible(false);
+
+  svgClipBegin_ = new SvgClipMarker(plot_, QStringLiteral("servelab-svg-clip-begin"));
+  svgClipEnd_ = new SvgClipMarker(plot_, QStringLiteral("servelab-svg-clip-end"));
+
+  plot_->setContextMenuPolicy(Qt::CustomContextMenu);
+  connect(plot_, &QWidget::customContextMenuRequested, this, &ChartView::showContextMenu);
+  connect(plot_->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this,
+          [this](const QCPRange&) { placeMarkerLabels(); });
+  plot_->setMouseTracking(true);
+  plot_->installEventFilter(this);
+
+  replotTimer_ = new QTimer(this);
+  replotTimer_->setSingleShot(true);
+  replotTimer_->setInterval(kReplotIntervalMs);
+  connect(replotTimer_, &QTimer::timeout, this, &ChartView::flushPending);
+
+  applyXAxisMode();
+  applyTheme();
+}
+
+ChartView::~ChartView() {
+  replotTimer_->stop();
+  plot_->removeEventFilter(this);  // the plot outlives this part of the object by a little
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text
+
+void ChartView::setTitle(const QString& title) {
+  title_ = title;
+  QCPLayoutGrid* grid = plot_->plotLayout();
+  if (title.isEmpty()) {
+    if (titleElement_) {
+      grid->remove(titleElement_);
+      grid->simplify();
+      titleElement_ = nullptr;
+    }
+  } else {
+    if (!titleElement_) {
+      titleElement_ = new QCPTextElement(plot_);
+      titleElement_->setMargins(QMargins(10, 10, 10, 2));
+      titleElement_->setLayer(QStringLiteral("axes"));
+      grid->insertRow(0);
+      grid->addElement(0, 0, titleElement_);
+    }
+    titleElement_->setText(title);
+  }
+  applyTheme();
+  replotSoon();
+}
+
+QString ChartView::title() const { return title_; }
+
+void ChartView::setFootnote(const QString& footnote) {
+  footnote_ = footnote;
+  QCPLayoutGrid* grid = plot_->plotLayout();
+  if (footnote.isEmpty()) {
+    if (footnoteElement_) {
+      grid->remove(footnoteElement_);
+      grid->simplify();
+      footnoteElement_ = nullptr;
+    }
+  } else {
+    if (!footnoteElement_) {
+      footnoteElement_ = new QCPTextElement(plot_);
+      footnoteElement_->setMargins(QMargins(10, 0, 10, 6));
+      footnoteElement_->setLayer(QStringLiteral("axes"));
+      footnoteElement_->setTextFlags(Qt::AlignRight | Qt::AlignVCenter);
+      grid->addElement(grid->rowCount(), 0, footnoteElement_);
+    }
+    footnoteElement_->setText(footnote);
+  }
+  applyTheme();
+  replotSoon();
+}
+
+QString ChartView::footnote() const { return footnote_; }
+
+void ChartView::setAxisLabels(const QString& x, const QString& y, const QString& y2) {
+  xLabel_ = x;
+  yLabel_ = y;
+  y2Label_ = y2;
+  plot_->xAxis->setLabel(x);
+  plot_->yAxis->setLabel(y.isEmpty() && bars_ ? barValueName_ : y);
+  plot_->yAxis2->setLabel(y2);
+  const bool right = !y2.isEmpty() || seriesAxis_.contains(static_cast<int>(Axis::Right));
+  plot_->yAxis2->setVisible(right);
+  plot_->yAxis2->setTickLabels(right);
+  replotSoon();
+}
+
+void ChartView::setLogXBase2(bool on) {
+  if (logX_ == on) return;
+  logX_ = on;
+  applyXAxisMode();
+  fitPending_ = true;
+  if (!userZoomed_) fitToData();
+  replotSoon();
+}
+
+void ChartView::setTheme(ChartTheme theme) {
+  theme_ = theme;
+  applyTheme();
+  replotSoon();
+}
+
+ChartTheme ChartView::theme() const { return theme_; }
+
+// ---------------------------------------------------------------------------------------------
+// Series
+
+int ChartView::addSeries(const QString& name, Axis axis) {
+  QCPAxis* valueAxis = axis == Axis::Right ? plot_->yAxis2 : plot_->yAxis;
+  if (axis == Axis::Right) {
+    plot_->yAxis2->setVisible(true);
+    plot_->yAxis2->setTickLabels(true);
+  }
+  QCPGraph* graph = plot_->addGraph(plot_->xAxis, valueAxis);
+  graph->setName(axis == Axis::Right ? tr("%1 (right axis)").arg(name) : name);
+  graph->setLineStyle(QCPGraph::lsLine);
+  graphs_.append(graph);
+  seriesNames_.append(name);
+  seriesAxis_.append(static_cast<int>(axis));
+  const int index = static_cast<int>(graphs_.size()) - 1;
+  styleGraph(index);
+  updateLegendVisibility();
+  replotSoon();
+  return index;
+}
+
+int ChartView::seriesIndex(const QString& name) const { return static_cast<int>(seriesNames_.indexOf(name)); }
+
+int ChartView::seriesCount() const { return static_cast<int>(graphs_.size()); }
+
+QString ChartView::seriesName(int series) const {
+  return series >= 0 && series < seriesCount() ? seriesNames_[series] : QString();
+}
+
+QVector<QPointF> ChartView::seriesPoints(int series) const {
+  QVector<QPointF> points;
+  if (!validSeries(series, "seriesPoints")) return points;
+  const auto data = graphs_[series]->data();
+  points.reserve(data->size());
+  for (auto it = data->constBegin(); it != data->constEnd(); ++it) points.append(QPointF(it->key, it->value));
+  return points;
+}
+
+void ChartView::append(int series, double x, double y) {
+  if (!validSeries(series, "append")) return;
+  if (!std::isfinite(x) || !std::isfinite(y)) return;
+  graphs_[series]->addData(x, y);
+  if (!userZoomed_) fitPending_ = true;
+  replotSoon();
+}
+
+void ChartView::setSeriesData(int series, const QVector<double>& x, const QVector<double>& y) {
+  if (!validSeries(series, "setSeriesData")) return;
+  if (x.size() != y.size()) {
+    qWarning("ChartView::setSeriesData: %lld x values but %lld y values; using the shorter",
+             static_cast<long long>(x.size()), static_cast<long long>(y.size()));
+  }
+  const qsizetype n = std::min(x.size(), y.size());
+  QVector<double> keys, values;
+  keys.reserve(n);
+  values.reserve(n);
+  for (qsizetype i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) continue;
+    keys.append(x[i]);
+    values.append(y[i]);
+  }
+  graphs_[series]->setData(keys, values);
+  if (!userZoomed_) fitPending_ = true;
+  replotSoon();
+}
+
+void ChartView::clearSeries(int series) {
+  if (!validSeries(series, "clearSeries")) return;
+  graphs_[series]->data()->clear();
+  if (!userZoomed_) fitPending_ = true;
+  replotSoon();
+}
+
+bool ChartView::validSeries(int series, const char* where) const {
+  if (series >= 0 && series < seriesCount()) return true;
+  qWarning("ChartView::%s: no series %d (the chart has %d)", where, series, seriesCount());
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bars and markers
+
+void ChartView::setBars(const QStringList& labels, const QVector<double>& values, const QString& valueName) {
+  if (labels.size() != values.size()) {
+    qWarning("ChartView::setBars: %lld labels but %lld values; using the shorter",
+             static_cast<long long>(labels.size()), static_cast<long long>(values.size()));
+  }
+  const qsizetype n = std::min(labels.size(), values.size());
+  if (bars_) {
+    plot_->removePlottable(bars_);
+    bars_ = nullptr;
+  }
+  for (QCPItemText* text : barTexts_) plot_->removeItem(text);
+  barTexts_.clear();
+  barLabels_ = labels.mid(0, n);
+  barValueName_ = valueName;
+  if (n > 0) {
+    bars_ = new QCPBars(plot_->xAxis, plot_->yAxis);
+    bars_->setWidth(0.7);
+    bars_->setName(valueName.isEmpty() ? QStringLiteral("value") : valueName);
+    bars_->removeFromLegend();  // the y axis says what the bars are
+    QVector<double> keys(n);
+    for (qsizetype i = 0; i < n; ++i) keys[i] = static_cast<double>(i + 1);
+    bars_->setData(keys, values.mid(0, n), true);
+    // Value labels above the bars (hidden by adaptToSize when the bars are too narrow for them).
+    for (qsizetype i = 0; i < n && n <= 40; ++i) {
+      if (!std::isfinite(values[i])) continue;
+      auto* text = new QCPItemText(plot_);
+      text->setLayer(QStringLiteral("main"));
+      text->position->setAxes(plot_->xAxis, plot_->yAxis);
+      text->position->setCoords(keys[i], values[i]);
+      text->setPositionAlignment(Qt::AlignHCenter | (values[i] < 0 ? Qt::AlignTop : Qt::AlignBottom));
+      text->setPadding(QMargins(1, 1, 1, 3));
+      text->setText(formatNumber(values[i]));
+      barTexts_.append(text);
+    }
+  }
+  plot_->yAxis->setLabel(yLabel_.isEmpty() && bars_ ? barValueName_ : yLabel_);
+  applyXAxisMode();
+  applyTheme();
+  updateLegendVisibility();
+  userZoomed_ = false;
+  fitToData();
+  fitPending_ = false;
+  replotSoon();
+}
+
+QStringList ChartView::barLabels() const { return barLabels_; }
+
+QVector<double> ChartView::barValues() const {
+  QVector<double> values;
+  if (!bars_) return values;
+  const auto data = bars_->data();
+  values.reserve(data->size());
+  for (auto it = data->constBegin(); it != data->constEnd(); ++it) values.append(it->value);
+  return values;
+}
+
+void ChartView::addVerticalMarker(double x, const QString& label) {
+  if (!std::isfinite(x)) return;
+  markers_.append(Marker{x, label});
+  auto* line = new QCPItemStraightLine(plot_);
+  line->setLayer(QStringLiteral("main"));
+  line->point1->setAxes(plot_->xAxis, plot_->yAxis);
+  line->point2->setAxes(plot_->xAxis, plot_->yAxis);
+  line->point1->setCoords(x, 0);
+  line->point2->setCoords(x, 1);
+  markerLines_.append(line);
+
+  auto* text = new QCPItemText(plot_);
+  text->setLayer(QStringLiteral("main"));
+  text->position->setAxes(plot_->xAxis, plot_->yAxis);
+  text->position->setAxisRect(plot_->axisRect());
+  text->position->setTypeX(QCPItemPosition::ptPlotCoords);
+  text->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+  text->position->setCoords(x, 0.0);
+  text->setPadding(QMargins(5, 3, 5, 3));
+  text->setText(label);
+  text->setVisible(!label.isEmpty());
+  markerTexts_.append(text);
+
+  applyTheme();
+  if (!userZoomed_) fitPending_ = true;
+  replotSoon();
+}
+
+void ChartView::placeMarkerLabels() {
+  const QCPRange range = plot_->xAxis->range();
+  for (int i = 0; i < markerTexts_.size(); ++i) {
+    const double x = markers_[i].x;
+    double fraction = 0;
+    if (plot_->xAxis->scaleType() == QCPAxis::stLogarithmic && x > 0 && range.lower > 0) {
+      fraction = std::log(x / range.lower) / std::log(range.upper / range.lower);
+    } else if (range.size() > 0) {
+      fraction = (x - range.lower) / range.size();
+    }
+    // Right of the line, unless that would run off the right edge; stacked when markers are many.
+    const Qt::Alignment h = fraction > 0.7 ? Qt::AlignRight : Qt::AlignLeft;
+    markerTexts_[i]->setPositionAlignment(h | Qt::AlignTop);
+    markerTexts_[i]->position->setCoords(x, 0.01 + 0.07 * (i % 4));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fitting and replots
+
+void ChartView::clearAll() {
+  for (QCPGraph* graph : graphs_) plot_->removeGraph(graph);
+  graphs_.clear();
+  seriesNames_.clear();
+  seriesAxis_.clear();
+  if (bars_) {
+    plot_->removePlottable(bars_);
+    bars_ = nullptr;
+  }
+  barLabels_.clear();
+  barValueName_.clear();
+  for (QCPItemStraightLine* line : markerLines_) plot_->removeItem(line);
+  for (QCPItemText* text : markerTexts_) plot_->removeItem(text);
+  for (QCPItemText* text : barTexts_) plot_->removeItem(text);
+  barTexts_.clear();
+  markerLines_.clear();
+  markerTexts_.clear();
+  markers_.clear();
+  fitLeft_ = FitRange{};
+  fitRight_ = FitRange{};
+  hideReadout();
+  plot_->yAxis->setLabel(yLabel_);
+  plot_->yAxis2->setVisible(!y2Label_.isEmpty());
+  plot_->yAxis2->setTickLabels(!y2Label_.isEmpty());
+  applyXAxisMode();
+  updateLegendVisibility();
+  userZoomed_ = false;
+  fitPending_ = false;
+  replotSoon();
+}
+
+void ChartView::rescale() {
+  userZoomed_ = false;
+  fitToData();
+  fitPending_ = false;
+  replotSoon();
+}
+
+void ChartView::fitToData() {
+  const bool logX = logX_ && !bars_;
+  Range keys, left, right;
+  for (int i = 0; i < graphs_.size(); ++i) {
+    Range& values = seriesAxis_[i] == static_cast<int>(Axis::Right) ? right : left;
+    const auto data = graphs_[i]->data();
+    for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
+      if (logX && it->key <= 0) continue;
+      keys.add(it->key);
+      values.add(it->value);
+    }
+  }
+  if (bars_) {
+    keys.add(1);
+    keys.add(static_cast<double>(barLabels_.size()));
+    const auto data = bars_->data();
+    for (auto it = data->constBegin(); it != data->constEnd(); ++it) left.add(it->value);
+  }
+  fitLeft_ = FitRange{};
+  fitRight_ = FitRange{};
+  if (!keys.valid()) return;  // no data: keep the current ranges
+  for (const Marker& marker : markers_) {
+    if (!logX || marker.x > 0) keys.add(marker.x);
+  }
+
+  QCPRange xRange;
+  if (bars_) {
+    xRange = QCPRange(keys.lo - 0.6, keys.hi + 0.6);
+  } else if (logX) {
+    const double factor = keys.hi > keys.lo ? std::pow(2.0, 0.25) : 2.0;
+    xRange = QCPRange(keys.lo / factor, keys.hi * factor);
+  } else {
+    const double span = keys.hi - keys.lo;
+    const double pad = span > 0 ? span * 0.03 : std::max(0.5, std::fabs(keys.lo) * 0.05);
+    xRange = QCPRange(keys.lo - pad, keys.hi + pad);
+  }
+  plot_->xAxis->setRange(xRange);
+  if (left.valid()) {
+    const QCPRange r = valueRange(left, bars_ && !barTexts_.isEmpty() ? 0.12 : 0.06);
+    fitLeft_ = FitRange{true, r.lower, r.upper};
+    plot_->yAxis->setRange(r);
+  }
+  if (right.valid()) {
+    const QCPRange r = valueRange(right);
+    fitRight_ = FitRange{true, r.lower, r.upper};
+    plot_->yAxis2->setRange(r);
+  }
+  placeMarkerLabels();
+}
+
+void ChartView::replotSoon() {
+  replotPending_ = true;
+  if (!replotTimer_->isActive()) replotTimer_->start();
+}
+
+void ChartView::flushPending() {
+  replotTimer_->stop();
+  if (fitPending_ && !userZoomed_) fitToData();
+  fitPending_ = false;
+  // A hidden chart (a tab in the background) replots when it is shown again.
+  if (!plot_->isVisible()) return;
+  replotPending_ = false;
+  adaptToSize();
+  plot_->replot();
+}
+
+void ChartView::adaptToSize() {
+  QCPLayoutGrid* grid = plot_->plotLayout();
+  const auto relayout = [grid] {
+    grid->update(QCPLayoutElement::upPreparation);
+    grid->update(QCPLayoutElement::upMargins);
+    grid->update(QCPLayoutElement::upLayout);
+  };
+  if (!userZoomed_) {  // start from the fitted ranges; placeLegend may add headroom again
+    if (fitLeft_.valid) plot_->yAxis->setRange(fitLeft_.lower, fitLeft_.upper);
+    if (fitRight_.valid) plot_->yAxis2->setRange(fitRight_.lower, fitRight_.upper);
+  }
+  // Title and footnote wrap rather than run off a narrow chart.
+  const double textWidth = plot_->viewport().width() - 24;
+  if (titleElement_)
+    titleElement_->setText(wrapToWidth(title_, titleElement_->font(), textWidth, QStringLiteral(" ")));
+  if (footnoteElement_)
+    footnoteElement_->setText(
+        wrapToWidth(footnote_, footnoteElement_->font(), textWidth, QStringLiteral(" · ")));
+  relayout();
+  if (bars_) {
+    // Bar labels: level while they fit side by side, slanted when they do not, upright when even
+    // slanted ones would collide.
+    QCPAxis* x = plot_->xAxis;
+    const double spacing = std::fabs(x->coordToPixel(2) - x->coordToPixel(1));
+    const QFontMetricsF metrics(x->tickLabelFont());
+    double widest = 0;
+    for (const QString& label : barLabels_)
+      widest = std::max(widest, metrics.horizontalAdvance(displayLabel(label)));
+    double rotation = 0;
+    if (widest + 10 > spacing) rotation = metrics.height() * 1.6 < spacing ? -45 : -90;
+    if (x->tickLabelRotation() != rotation) {
+      x->setTickLabelRotation(rotation);
+      relayout();
+    }
+    if (!barTexts_.isEmpty()) {  // all value labels or none
+      const QFontMetricsF valueMetrics(barTexts_.first()->font());
+      double widestValue = 0;
+      for (const QCPItemText* text : barTexts_) {
+        widestValue = std::max(widestValue, valueMetrics.horizontalAdvance(text->text()));
+      }
+      for (QCPItemText* text : barTexts_) text->setVisible(widestValue + 4 <= spacing);
+    }
+  }
+  placeLegend();
+}
+
+void ChartView::placeLegend() {
+  QCPLegend* legend = plot_->legend;
+  if (!legend->visible()) return;
+  const QRectF area = plot_->axisRect()->rect();
+  const QSizeF size = legend->minimumOuterSizeHint();
+  constexpr double kInset = 12;  // the inset layout's margin, and some air around the box
+  if (area.width() < size.width() + 2 * kInset || area.height() < size.height() * 1.5) return;
+  const QRectF topRight(area.right() - size.width() - kInset, area.top(), size.width() + kInset,
+                        size.height() + kInset);
+  const QRectF topLeft(area.left(), area.top(), size.width() + kInset, size.height() + kInset);
+  const QRectF bottomRight(topRight.left(), area.bottom() - topRight.height(), topRight.width(),
+                           topRight.height());
+  const QRectF bottomLeft(area.left(), bottomRight.top(), topLeft.width(), topLeft.height());
+  const std::pair<Qt::Alignment, QRectF> corners[] = {{Qt::AlignTop | Qt::AlignRight, topRight},
+                                                      {Qt::AlignTop | Qt::AlignLeft, topLeft},
+                                                      {Qt::AlignBottom | Qt::AlignRight, bottomRight},
+                                                      {Qt::AlignBottom | Qt::AlignLeft, bottomLeft}};
+  // Points under the box count most, lines through it less; top right wins ties.
+  const auto cost = [&](const QRectF& box) {
+    double total = 0;
+    for (const QCPGraph* graph : graphs_) {
+      const QCPAxis* keyAxis = graph->keyAxis();
+      const QCPAxis* valueAxis = graph->valueAxis();
+      const auto data = graph->data();
+      QPointF previous;
+      bool first = true;
+      for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
+        const QPointF q(keyAxis->coordToPixel(it->key), valueAxis->coordToPixel(it->value));
+        if (box.contains(q)) total += 10;
+        if (!first && segmentHits(previous, q, box)) total += 1;
+        previous = q;
+        first = false;
+      }
+    }
+    if (bars_) {
+      const auto data = bars_->data();
+      for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
+        const QRectF bar(
+            QPointF(plot_->xAxis->coordToPixel(it->key - bars_->width() / 2), plot_->yAxis->coordToPixel(0)),
+            QPointF(plot_->xAxis->coordToPixel(it->key + bars_->width() / 2),
+                    plot_->yAxis->coordToPixel(it->value)));
+        if (bar.normalized().adjusted(0, -24, 0, 0).intersects(box)) total += 10;  // 24: the value label
+      }
+    }
+    for (int i = 0; i < markerLines_.size(); ++i) {
+      const double x = plot_->xAxis->coordToPixel(markers_[i].x);
+      if (x >= box.left() && x <= box.right()) total += 2;
+      const QCPItemText* label = markerTexts_[i];
+      if (!label->visible()) continue;
+      const QFontMetricsF metrics(label->font());
+      const QSizeF textSize(metrics.horizontalAdvance(label->text()) + 10, metrics.height() + 6);
+      const QPointF anchor = label->position->pixelPosition();
+      const QRectF textRect(
+          label->positionAlignment() & Qt::AlignRight ? anchor.x() - textSize.width() : anchor.x(),
+          anchor.y(), textSize.width(), textSize.height());
+      if (textRect.intersects(box)) total += 20;
+    }
+    return total;
+  };
+  Qt::Alignment best = corners[0].first;
+  double bestCost = std::numeric_limits<double>::infinity();
+  for (const auto& [alignment, box] : corners) {
+    const double c = cost(box);
+    if (c < bestCost) {
+      bestCost = c;
+      best = alignment;
+    }
+    if (c == 0) break;
+  }
+  // No free corner: while the axes follow the data, raise the fitted value ranges so the data passes
+  // below a legend in the top right (as long as that costs less than half the height).
+  const double f = (size.height() + kInset + 4) / area.height();
+  if (bestCost > 0 && !userZoomed_ && f < 0.45 && (fitLeft_.valid || fitRight_.valid)) {
+    for (const auto& [axis, fit] : {std::pair{plot_->yAxis, fitLeft_}, std::pair{plot_->yAxis2, fitRight_}}) {
+      if (fit.valid) axis->setRange(fit.lower, (fit.upper - fit.lower * f) / (1 - f));
+    }
+    best = Qt::AlignTop | Qt::AlignRight;
+  }
+  plot_->axisRect()->insetLayout()->setInsetAlignment(0, best);
+}
+
+void ChartView::applyXAxisMode() {
+  QCPAxis* x = plot_->xAxis;
+  if (bars_) {
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    bool longLabel = false;
+    for (int i = 0; i < barLabels_.size(); ++i) {
+      const QString shown = displayLabel(barLabels_[i]);
+      longLabel = longLabel || shown.size() > 6;
+      ticker->addTick(i + 1, shown);
+    }
+    ticker->setSubTickCount(0);
+    x->setTicker(ticker);
+    x->setScaleType(QCPAxis::stLinear);
+    // A first guess; adaptToSize decides from the space the labels actually have.
+    x->setTickLabelRotation(barLabels_.size() > 6 || longLabel ? -45 : 0);
+    x->setSubTicks(false);
+    x->setTickLengthIn(0);  // ticks point out of the plot, not into the bars
+    x->setTickLengthOut(4);
+    x->grid()->setVisible(false);
+  } else if (logX_) {
+    auto ticker = QSharedPointer<QCPAxisTickerLog>::create();
+    ticker->setLogBase(2);
+    ticker->setSubTickCount(0);
+    ticker->setTickCount(12);
+    x->setTicker(ticker);
+    x->setScaleType(QCPAxis::stLogarithmic);
+    x->setNumberFormat(QStringLiteral("g"));
+    x->setNumberPrecision(9);
+    x->setTickLabelRotation(0);
+    x->setSubTicks(false);
+    x->setTickLengthIn(4);
+    x->setTickLengthOut(0);
+    x->grid()->setVisible(true);
+  } else {
+    x->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    x->setScaleType(QCPAxis::stLinear);
+    x->setNumberFormat(QStringLiteral("gb"));
+    x->setNumberPrecision(6);
+    x->setTickLabelRotation(0);
+    x->setSubTicks(true);
+    x->setTickLengthIn(4);
+    x->setTickLengthOut(0);
+    x->grid()->setVisible(true);
+  }
+}
+
+void ChartView::updateLegendVisibility() { plot_->legend->setVisible(plot_->legend->itemCount() > 0); }
+
+// ---------------------------------------------------------------------------------------------
+// Theme
+
+void ChartView::styleGraph(int series) {
+  const QColor color = seriesColor(series, theme_);
+  QPen pen(color, 2.0);
+  pen.setJoinStyle(Qt::RoundJoin);
+  pen.setCapStyle(Qt::RoundCap);
+  QCPGraph* graph = graphs_[series];
+  graph->setPen(pen);
+  graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, QPen(color, 1.5), QBrush(color), 6));
+}
+
+void ChartView::applyTheme() {
+  const ThemeColors c = colorsFor(theme_);
+  plot_->setBackground(QBrush(c.background));
+  plot_->axisRect()->setBackground(Qt::NoBrush);
+
+  const QFont tickFont = chartFont(10.5);
+  const QFont labelFont = chartFont(11.5);
+  for (QCPAxis* axis : plot_->axisRect()->axes()) {
+    axis->setBasePen(QPen(c.axis, 1));
+    axis->setTickPen(QPen(c.axis, 1));
+    axis->setSubTickPen(QPen(c.axis, 1));
+    axis->setTickLabelColor(c.text);
+    axis->setLabelColor(c.text);
+    axis->setTickLabelFont(tickFont);
+    axis->setLabelFont(labelFont);
+    axis->grid()->setPen(QPen(c.grid, 1, Qt::SolidLine));
+    axis->grid()->setSubGridPen(QPen(c.grid, 1, Qt::DotLine));
+    axis->grid()->setZeroLinePen(QPen(c.zeroLine, 1, Qt::SolidLine));
+  }
+
+  QCPLegend* legend = plot_->legend;
+  legend->setBrush(QBrush(withAlpha(c.background, 215)));
+  legend->setBorderPen(QPen(withAlpha(c.muted, 140), 1));
+  legend->setTextColor(c.text);
+  legend->setFont(chartFont(10.5));
+  legend->setIconBorderPen(Qt::NoPen);
+  legend->setIconTextPadding(12);  // the line icon overshoots its box by 5 px where nothing clips it (SVG)
+  legend->setMargins(QMargins(8, 5, 10, 5));
+  for (int i = 0; i < legend->itemCount(); ++i) {
+    if (auto* item = legend->item(i)) {
+      item->setTextColor(c.text);
+      item->setFont(legend->font());
+    }
+  }
+
+  if (titleElement_) {
+    titleElement_->setTextColor(c.text);
+    titleElement_->setFont(chartFont(14.5, true));
+  }
+  if (footnoteElement_) {
+    footnoteElement_->setTextColor(c.muted);
+    footnoteElement_->setFont(chartFont(10));
+  }
+
+  readout_->setColor(c.text);
+  readout_->setFont(chartFont(10));
+  readout_->setBrush(QBrush(withAlpha(c.background, 240)));
+  readout_->setPen(QPen(c.muted, 1));
+
+  for (QCPItemStraightLine* line : markerLines_) line->setPen(QPen(c.muted, 1.5, Qt::DashLine));
+  for (QCPItemText* text : markerTexts_) {
+    text->setColor(c.text);
+    text->setFont(chartFont(10));
+    text->setBrush(QBrush(withAlpha(c.background, 200)));
+    text->setPen(Qt::NoPen);
+  }
+
+  for (QCPItemText* text : barTexts_) {
+    text->setColor(c.text);
+    text->setFont(chartFont(9.5));
+  }
+  for (int i = 0; i < graphs_.size(); ++i) styleGraph(i);
+  if (bars_) {
+    const QColor color = seriesColor(theme_ == ChartTheme::Dark ? 5 : 0, theme_);
+    bars_->setPen(QPen(theme_ == ChartTheme::Dark ? color.lighter(120) : color.darker(130), 1));
+    bars_->setBrush(QBrush(withAlpha(color, theme_ == ChartTheme::Dark ? 200 : 215)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hover readout
+
+QString ChartView::readoutAt(const QPoint& pos) const {
+  const QPointF p = plot_->mapFrom(this, pos);
+  const QRectF area = QRectF(plot_->axisRect()->rect()).adjusted(-4, -4, 4, 4);
+  if (!area.contains(p)) return QString();
+  const double limit = kReadoutRadius * kReadoutRadius;
+  double best = limit;
+  QString text;
+  for (int i = 0; i < graphs_.size(); ++i) {
+    const QCPGraph* graph = graphs_[i];
+    const QCPAxis* keyAxis = graph->keyAxis();
+    const QCPAxis* valueAxis = graph->valueAxis();
+    const auto data = graph->data();
+    for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
+      const QPointF q(keyAxis->coordToPixel(it->key), valueAxis->coordToPixel(it->value));
+      if (!area.contains(q)) continue;
+      const double d = squaredDistance(p, q);
+      if (d < best) {
+        best = d;
+        text = QStringLiteral("%1: x = %2, y = %3")
+                   .arg(seriesNames_[i], formatNumber(it->key), formatNumber(it->value));
+      }
+    }
+  }
+  if (bars_) {
+    const QString valueName = barValueName_.isEmpty() ? QStringLiteral("value") : barValueName_;
+    const auto data = bars_->data();
+    int index = 0;
+    for (auto it = data->constBegin(); it != data->constEnd(); ++it, ++index) {
+      if (!std::isfinite(it->value)) continue;
+      // Distance to the bar's rectangle (zero inside it).
+      const double x0 = plot_->xAxis->coordToPixel(it->key - bars_->width() / 2);
+      const double x1 = plot_->xAxis->coordToPixel(it->key + bars_->width() / 2);
+      const double y0 = plot_->yAxis->coordToPixel(0);
+      const double y1 = plot_->yAxis->coordToPixel(it->value);
+      const double dx = std::max({std::min(x0, x1) - p.x(), 0.0, p.x() - std::max(x0, x1)});
+      const double dy = std::max({std::min(y0, y1) - p.y(), 0.0, p.y() - std::max(y0, y1)});
+      const double d = dx * dx + dy * dy;
+      if (d < best || (d == 0 && best > 0)) {
+        best = d;
+        const QString label = index < barLabels_.size() ? displayLabel(barLabels_[index]) : QString();
+        text = QStringLiteral("%1: %2 = %3").arg(label, valueName, formatNumber(it->value));
+      }
+    }
+  }
+  return text;
+}
+
+QPoint ChartView::pixelFor(int series, int index) const {
+  if (series < 0 || series >= seriesCount()) return QPoint(-1, -1);
+  const QCPGraph* graph = graphs_[series];
+  const auto data = graph->data();
+  if (index < 0 || index >= data->size()) return QPoint(-1, -1);
+  const auto it = data->at(index);
+  const QPointF q(graph->keyAxis()->coordToPixel(it->key), graph->valueAxis()->coordToPixel(it->value));
+  if (!QRectF(plot_->axisRect()->rect()).contains(q)) return QPoint(-1, -1);
+  return plot_->mapTo(this, q.toPoint());
+}
+
+QPoint ChartView::barPixelFor(int index) const {
+  if (!bars_ || index < 0 || index >= bars_->data()->size()) return QPoint(-1, -1);
+  const auto it = bars_->data()->at(index);
+  const QPointF q(plot_->xAxis->coordToPixel(it->key), plot_->yAxis->coordToPixel(it->value));
+  if (!QRectF(plot_->axisRect()->rect()).contains(q)) return QPoint(-1, -1);
+  return plot_->mapTo(this, q.toPoint());
+}
+
+void ChartView::setReadout(const QPoint& plotPos) {
+  const QString text = readoutAt(plot_->mapTo(this, plotPos));
+  if (text.isEmpty()) {
+    hideReadout();
+    return;
+  }
+  Qt::Alignment align;
+  QPointF at(plotPos);
+  if (plotPos.x() > plot_->width() * 0.6) {
+    align |= Qt::AlignRight;
+    at.rx() -= 14;
+  } else {
+    align |= Qt::AlignLeft;
+    at.rx() += 14;
+  }
+  if (plotPos.y() > plot_->height() * 0.6) {
+    align |= Qt::AlignBottom;
+    at.ry() -= 12;
+  } else {
+    align |= Qt::AlignTop;
+    at.ry() += 16;
+  }
+  readout_->setText(text);
+  readout_->setPositionAlignment(align);
+  readout_->position->setPixelPosition(at);
+  readout_->setVisible(true);
+  readout_->layer()->replot();
+}
+
+void ChartView::hideReadout() {
+  if (!readout_->visible()) return;
+  readout_->setVisible(false);
+  readout_->layer()->replot();
+}
+
+bool ChartView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched != plot_) return QWidget::eventFilter(watched, event);
+  switch (event->type()) {
+    case QEvent::MouseButtonPress: {
+      auto* e = static_cast<QMouseEvent*>(event);
+      dragging_ = e->button() == Qt::LeftButton;
+      dragStart_ = e->position().toPoint();
+      break;
+    }
+    case QEvent::MouseMove: {
+      auto* e = static_cast<QMouseEvent*>(event);
+      if (dragging_ && (e->buttons() & Qt::LeftButton)) {
+        if ((e->position().toPoint() - dragStart_).manhattanLength() > 2) {
+          userZoomed_ = true;
+          hideReadout();
+        }
+      } else if (e->buttons() == Qt::NoButton) {
+        setReadout(e->position().toPoint());
+      }
+      break;
+    }
+    case QEvent::MouseButtonRelease:
+      dragging_ = false;
+      break;
+    case QEvent::MouseButtonDblClick:
+      if (static_cast<QMouseEvent*>(event)->button() == Qt::LeftButton) rescale();
+      break;
+    case QEvent::Wheel:
+      if (plot_->axisRect()->rect().contains(static_cast<QWheelEvent*>(event)->position().toPoint())) {
+        userZoomed_ = true;
+        hideReadout();
+      }
+      break;
+    case QEvent::Leave:
+      hideReadout();
+      break;
+    case QEvent::Resize:
+      replotSoon();  // bar labels and the legend corner depend on the size
+      break;
+    case QEvent::Show:
+    case QEvent::ScreenChangeInternal:
+      if (!qFuzzyCompare(plot_->bufferDevicePixelRatio(), plot_->devicePixelRatioF())) {
+        plot_->setBufferDevicePixelRatio(plot_->devicePixelRatioF());
+      }
+      if (replotPending_) replotSoon();
+      break;
+    default:
+      break;
+  }
+  return QWidget::eventFilter(watched, event);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Export
+
+bool ChartView::failExport(const QString& path, const QString& reason, QString* error) const {
+  const QString message =
+      QStringLiteral("cannot write chart to %1: %2").arg(QDir::toNativeSeparators(path), reason);
+  if (error) *error = message;
+  Q_EMIT const_cast<ChartView*>(this)->exportFailed(message);
+  return false;
+}
+
+bool ChartView::exportImage(const QString& path, QString* error) {
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  if (suffix != QLatin1String("png") && suffix != QLatin1String("svg") && suffix != QLatin1String("pdf")) {
+    return failExport(
+        path,
+        suffix.isEmpty()
+            ? QStringLiteral("no file suffix (use .png, .svg or .pdf)")
+            : QStringLiteral("unknown image format \".%1\" (use .png, .svg or .pdf)").arg(suffix),
+        error);
+  }
+  if (const QString problem = writeProblem(path); !problem.isEmpty()) return failExport(path, problem, error);
+
+  flushPending();
+  const bool readoutShown = readout_->visible();
+  readout_->setVisible(false);
+  const QRect viewport = plot_->viewport();
+  plot_->setViewport(QRect(0, 0, kExportWidth, kExportHeight));
+  adaptToSize();
+  bool ok = false;
+  QString reason;
+  if (suffix == QLatin1String("png")) {
+    ok = plot_->savePng(path, kExportWidth, kExportHeight, kPngScale);
+    if (!ok) reason = QStringLiteral("the PNG writer failed (disk full?)");
+  } else if (suffix == QLatin1String("pdf")) {
+    ok = plot_->savePdf(path, kExportWidth, kExportHeight, QCP::epAllowCosmetic, QStringLiteral("ServeLab"),
+                        title_);
+    if (!ok) reason = QStringLiteral("the PDF writer failed");
+  } else {
+    const QByteArray svg = svgDocument(&reason);
+    if (!svg.isEmpty()) {
+      QSaveFile file(path);
+      if (!file.open(QIODevice::WriteOnly)) {
+        reason = file.errorString();
+      } else {
+        file.write(svg);
+        ok = file.commit();
+        if (!ok) reason = file.errorString();
+      }
+    }
+  }
+  restoreAfterExport(viewport, readoutShown);
+  if (!ok) return failExport(path, reason, error);
+  Q_EMIT exported(path);
+  return true;
+}
+
+QByteArray ChartView::svgDocument(QString* reason) {
+  // The markers go last on the grid layer and last on the main (data) layer.
+  svgClipBegin_->setLayer(QStringLiteral("main"));
+  svgClipBegin_->setLayer(QStringLiteral("grid"));
+  svgClipEnd_->setLayer(QStringLiteral("grid"));
+  svgClipEnd_->setLayer(QStringLiteral("main"));
+  svgClipBegin_->setVisible(true);
+  svgClipEnd_->setVisible(true);
+  QBuffer buffer;
+  buffer.open(QIODevice::WriteOnly);
+  QSvgGenerator generator;
+  generator.setOutputDevice(&buffer);
+  generator.setSize(QSize(kExportWidth, kExportHeight));
+  generator.setViewBox(QRect(0, 0, kExportWidth, kExportHeight));
+  generator.setResolution(96);  // fonts in points come out at the same size as in PNG and PDF
+  generator.setTitle(title_.isEmpty() ? QStringLiteral("ServeLab chart") : title_);
+  generator.setDescription(footnote_);
+  QCPPainter painter;
+  const bool begun = painter.begin(&generator);
+  if (begun) {
+    plot_->toPainter(&painter, kExportWidth, kExportHeight);
+    painter.end();
+  }
+  svgClipBegin_->setVisible(false);
+  svgClipEnd_->setVisible(false);
+  if (!begun) {
+    if (reason) *reason = QStringLiteral("the SVG writer failed");
+    return QByteArray();
+  }
+  const QRect clip = plot_->axisRect()->rect().translated(0, -1);  // as QCustomPlot clips plottables
+
+  QString svg = QString::fromUtf8(buffer.data());
+  // Each marker sits in a state group of its own (its pen is unique), a sibling of the groups of the
+  // data, so replacing the marker groups by <g clip-path> and </g> nests correctly.
+  static const QRegularExpression markerGroup(
+      QStringLiteral("<g [^>]*>\\s*<text[^>]*>servelab-svg-clip-(begin|end)</text>\\s*</g>"));
+  QStringList found;
+  for (auto it = markerGroup.globalMatch(svg); it.hasNext();) found << it.next().captured(1);
+  const bool clipped = found == QStringList{QStringLiteral("begin"), QStringLiteral("end")};
+  qsizetype at = 0;
+  for (QRegularExpressionMatch m = markerGroup.match(svg); m.hasMatch(); m = markerGroup.match(svg, at)) {
+    const QString replacement = !clipped ? QString()
+                                : m.captured(1) == QLatin1String("begin")
+                                    ? QStringLiteral("<g clip-path=\"url(#plotArea)\">")
+                                    : QStringLiteral("</g>");
+    svg.replace(m.capturedStart(), m.capturedLength(), replacement);
+    at = m.capturedStart() + replacement.size();
+  }
+  if (clipped) {
+    svg.replace(QStringLiteral("<defs>\n</defs>"),
+                QStringLiteral(
+                    "<defs>\n<clipPath id=\"plotArea\"><rect x=\"%1\" y=\"%2\" width=\"%3\" height=\"%4\"/>"
+                    "</clipPath>\n</defs>")
+                    .arg(clip.x())
+                    .arg(clip.y())
+                    .arg(clip.width())
+                    .arg(clip.height()));
+    // clipPath is SVG 1.1 (the generator declares SVG Tiny 1.2, which has none).
+    svg.replace(QStringLiteral("version=\"1.2\" baseProfile=\"tiny\""), QStringLiteral("version=\"1.1\""));
+  }
+  // A generic fallback after each font family, for programs without the font.
+  static const QRegularExpression family(QStringLiteral("font-family=\"([^\"]*)\""));
+  svg.replace(family, QStringLiteral("font-family=\"\\1, sans-serif\""));
+  return svg.toUtf8();
+}
+
+QString ChartView::toCsv() const {
+  QString out;
+  if (!graphs_.isEmpty() || !bars_) {
+    out += QStringLiteral("series,%1,%2\n")
+               .arg(csvField(xLabel_.isEmpty() ? QStringLiteral("x") : xLabel_),
+                    csvField(yLabel_.isEmpty() ? QStringLiteral("y") : yLabel_));
+    for (int i = 0; i < graphs_.size(); ++i) {
+      const QString name = csvField(seriesNames_[i]);
+      const auto data = graphs_[i]->data();
+      for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
+        out += name + QLatin1Char(',') + csvNumber(it->key) + QLatin1Char(',') + csvNumber(it->value) +
+               QLatin1Char('\n');
+      }
+    }
+  }
+  if (bars_) {
+    if (!out.isEmpty()) out += QLatin1Char('\n');
+    out += QStringLiteral("label,%1\n")
+               .arg(csvField(barValueName_.isEmpty() ? QStringLiteral("value") : barValueName_));
+    const QVector<double> values = barValues();
+    for (int i = 0; i < barLabels_.size() && i < values.size(); ++i) {
+      out += csvField(barLabels_[i]) + QLatin1Char(',') + csvNumber(values[i]) + QLatin1Char('\n');
+    }
+  }
+  return out;
+}
+
+bool ChartView::exportCsv(const QString& path, QString* error) const {
+  if (const QString problem = writeProblem(path); !problem.isEmpty()) return failExport(path, problem, error);
+  QSaveFile file(path);
+  if (!file.open(QIODevice::WriteOnly)) return failExport(path, file.errorString(), error);
+  file.write(toCsv().toUtf8());
+  if (!file.commit()) return failExport(path, file.errorString(), error);
+  Q_EMIT const_cast<ChartView*>(this)->exported(path);
+  return true;
+}
+
+QImage ChartView::renderImage(int width, int height, double scale) {
+  flushPending();
+  const bool readoutShown = readout_->visible();
+  readout_->setVisible(false);
+  const QRect viewport = plot_->viewport();
+  plot_->setViewport(QRect(0, 0, width, height));
+  adaptToSize();
+  QImage image = plot_->toPixmap(width, height, scale).toImage();
+  restoreAfterExport(viewport, readoutShown);
+  return image;
+}
+
+// An export lays the plot out at its own size; this lays it out for the widget again.
+void ChartView::restoreAfterExport(const QRect& viewport, bool readoutShown) {
+  plot_->setViewport(viewport);
+  adaptToSize();
+  readout_->setVisible(readoutShown);
+  plot_->replot();
+}
+
+void ChartView::copyImageToClipboard() {
+  if (QClipboard* clipboard = QGuiApplication::clipboard()) clipboard->setImage(renderImage());
+}
+
+void ChartView::showContextMenu(const QPoint& pos) {
+  hideReadout();
+  QMenu menu(this);
+  connect(menu.addAction(tr("Export image…")), &QAction::triggered, this,
+          [this] { exportWithDialogAs(false); });
+  connect(menu.addAction(tr("Export data (CSV)…")), &QAction::triggered, this,
+          [this] { exportWithDialogAs(true); });
+  menu.addSeparator();
+  connect(menu.addAction(tr("Copy image")), &QAction::triggered, this, &ChartView::copyImageToClipboard);
+  connect(menu.addAction(tr("Fit to data")), &QAction::triggered, this, &ChartView::rescale);
+  menu.exec(plot_->mapToGlobal(pos));
+}
+
+void ChartView::exportWithDialog() { exportWithDialogAs(false); }
+
+void ChartView::exportWithDialogAs(bool csv) {
+  static QString lastDir;
+  static QString lastImageFilter;
+  if (lastDir.isEmpty()) {
+    lastDir = QStandardPaths::writableLocation(QStandardPaths::PicturesLocation);
+    if (lastDir.isEmpty() || !QFileInfo(lastDir).isDir()) lastDir = QDir::homePath();
+  }
+  const QStringList filters = {tr("PNG image (*.png)"), tr("SVG vector image (*.svg)"),
+                               tr("PDF document (*.pdf)"), tr("CSV data (*.csv)")};
+  const QStringList suffixes = {QStringLiteral("png"), QStringLiteral("svg"), QStringLiteral("pdf"),
+                                QStringLiteral("csv")};
+  QString selected = csv ? filters[3] : (lastImageFilter.isEmpty() ? filters[0] : lastImageFilter);
+  const auto suffixOf = [&](const QString& filter) {
+    const qsizetype i = filters.indexOf(filter);
+    return suffixes[i < 0 ? 0 : i];
+  };
+  const QString suggested = QDir(lastDir).filePath(slugify(title_) + QLatin1Char('.') + suffixOf(selected));
+  QString path = QFileDialog::getSaveFileName(this, tr("Export chart"), suggested,
+                                              filters.join(QLatin1String(";;")), &selected);
+  if (path.isEmpty()) return;
+  if (!suffixes.contains(QFileInfo(path).suffix().toLower())) path += QLatin1Char('.') + suffixOf(selected);
+  lastDir = QFileInfo(path).absolutePath();
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  if (suffix != QLatin1String("csv")) lastImageFilter = filters[suffixes.indexOf(suffix)];
+
+  QString error;
+  const bool ok = suffix == QLatin1String("csv") ? exportCsv(path, &error) : exportImage(path, &error);
+  if (!ok) QMessageBox::warning(this, tr("Export failed"), error);
+}
+
+}  // namespace servelab::ui

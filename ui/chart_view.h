@@ -1,0 +1,161 @@
+#pragma once
+// The one chart component every tab uses: QCustomPlot underneath, live append, zoom/pan, hover
+// readout, legend, themes for slides, and export (PNG, SVG, PDF, CSV, clipboard).
+// The header does not include qcustomplot.h, so it can be used from code built with QT_NO_KEYWORDS.
+#include <QColor>
+#include <QImage>
+#include <QPointF>
+#include <QString>
+#include <QStringList>
+#include <QVector>
+#include <QWidget>
+
+class QCustomPlot;
+class QCPGraph;
+class QCPBars;
+class QCPTextElement;
+class QCPItemText;
+class QCPItemStraightLine;
+class QCPLayerable;
+class QMouseEvent;
+class QTimer;
+
+namespace servelab::ui {
+
+enum class ChartTheme { Light, Dark };
+
+class ChartView : public QWidget {
+  Q_OBJECT
+ public:
+  enum class Axis { Left, Right };
+
+  explicit ChartView(QWidget* parent = nullptr);
+  ~ChartView() override;
+
+  // Text that exports carry: a title on top, a footnote (model, device, dtype) at the bottom.
+  void setTitle(const QString& title);
+  QString title() const;
+  void setFootnote(const QString& footnote);
+  QString footnote() const;
+  // Axis labels with units, e.g. "token index", "latency (ms)". A non-empty y2 shows the right axis.
+  void setAxisLabels(const QString& x, const QString& y, const QString& y2 = QString());
+  // x axis in log2 with ticks at powers of two (batch sizes).
+  void setLogXBase2(bool on);
+  void setTheme(ChartTheme theme);
+  ChartTheme theme() const;
+
+  // Line series with point markers; colour from a colour-blind-safe palette by index.
+  int addSeries(const QString& name, Axis axis = Axis::Left);
+  int seriesIndex(const QString& name) const;  // -1 when absent
+  int seriesCount() const;
+  QString seriesName(int series) const;
+  QVector<QPointF> seriesPoints(int series) const;
+  // Live append: rescales to fit unless the user has zoomed or panned since the last fit.
+  void append(int series, double x, double y);
+  void setSeriesData(int series, const QVector<double>& x, const QVector<double>& y);
+  void clearSeries(int series);
+
+  // Categorical bars (e.g. the top-10 next tokens). Replaces any previous bars.
+  void setBars(const QStringList& labels, const QVector<double>& values, const QString& valueName);
+  QStringList barLabels() const;
+  QVector<double> barValues() const;
+
+  // A labelled vertical line, e.g. "prefill" at x = 0.
+  void addVerticalMarker(double x, const QString& label);
+
+  // Removes every series, bar and marker (titles, labels and theme stay).
+  void clearAll();
+  // Fits the axes to the data and resumes auto-fit on append.
+  void rescale();
+
+  // Export. The format follows the suffix: .png (2x scale for slides), .svg, .pdf. Returns false
+  // and sets *error (naming the path) when the file cannot be written.
+  bool exportImage(const QString& path, QString* error = nullptr);
+  // CSV of the data: "series,<x label>,<y label>" rows for series; "label,<value name>" for bars.
+  bool exportCsv(const QString& path, QString* error = nullptr) const;
+  QString toCsv() const;
+  QImage renderImage(int width = 1280, int height = 720, double scale = 2.0);
+  void copyImageToClipboard();
+
+  // The hover readout text for a widget position ("series: x, y"), empty when no point is near.
+  QString readoutAt(const QPoint& pos) const;
+  // Where a data point is drawn, in the same (ChartView) coordinates as readoutAt; (-1, -1) when the
+  // point does not exist or is outside the plot area. For tests and for tutorials pointing at data.
+  QPoint pixelFor(int series, int index) const;
+  QPoint barPixelFor(int index) const;  // the middle of the top edge of a bar
+
+ public Q_SLOTS:
+  // Asks for a file name and format (PNG, SVG, PDF, CSV) and exports.
+  void exportWithDialog();
+
+ Q_SIGNALS:
+  void exported(const QString& path);
+  void exportFailed(const QString& message);
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+
+ private:
+  struct Series;
+  void applyTheme();
+  void showContextMenu(const QPoint& pos);
+  void replotSoon();
+  void flushPending();    // runs a pending fit and replot now (before exports and renders)
+  void fitToData();       // sets the axis ranges from the data, markers included
+  void applyXAxisMode();  // ticker and scale type of the x axis: bars, log2 or linear
+  void updateLegendVisibility();
+  void styleGraph(int series);
+  void setReadout(const QPoint& plotPos);
+  void hideReadout();
+  void placeMarkerLabels();  // keeps marker labels inside the plot area (left or right of the line)
+  // Lays the plot out for its current viewport (the widget or an export size) and adapts to it:
+  // bar label rotation, bar value labels, and the legend corner that hides the least data.
+  void adaptToSize();
+  void placeLegend();
+  void restoreAfterExport(const QRect& viewport, bool readoutShown);
+  // SVG with the data clipped to the plot area. Qt's SVG generator ignores clipping, so two invisible
+  // markers drawn around the data layer are replaced by a group with a clipPath afterwards.
+  QByteArray svgDocument(QString* reason);
+  void exportWithDialogAs(bool csv);
+  bool validSeries(int series, const char* where) const;
+  bool failExport(const QString& path, const QString& reason, QString* error) const;
+
+  QCustomPlot* plot_ = nullptr;
+  QCPTextElement* titleElement_ = nullptr;
+  QCPTextElement* footnoteElement_ = nullptr;
+  QCPBars* bars_ = nullptr;
+  QStringList barLabels_;
+  QString barValueName_;
+  QVector<QCPGraph*> graphs_;
+  QStringList seriesNames_;
+  QVector<int> seriesAxis_;
+  struct Marker {
+    double x;
+    QString label;
+  };
+  QVector<Marker> markers_;
+  QVector<QCPItemStraightLine*> markerLines_;
+  QVector<QCPItemText*> markerTexts_;
+  QVector<QCPItemText*> barTexts_;  // value labels above the bars
+  // The y ranges of the last fit, before adaptToSize makes room for the legend.
+  struct FitRange {
+    bool valid = false;
+    double lower = 0, upper = 0;
+  };
+  FitRange fitLeft_, fitRight_;
+  QString title_, footnote_;
+  QTimer* replotTimer_ = nullptr;
+  bool fitPending_ = false;
+  QPoint dragStart_;
+  bool dragging_ = false;
+  QString xLabel_, yLabel_, y2Label_;
+  ChartTheme theme_ = ChartTheme::Light;
+  bool userZoomed_ = false;
+  bool logX_ = false;
+  bool replotPending_ = false;
+  QCPItemText* readout_ = nullptr;
+  QCPLayerable* svgClipBegin_ = nullptr;
+  QCPLayerable* svgClipEnd_ = nullptr;
+};
+
+}  // namespace servelab::ui

@@ -1,0 +1,77 @@
+#pragma once
+// Plain structs that travel between the GUI thread and the engine thread through queued signals.
+// They hold Qt value types or core's torch-free structs only.
+#include <QMetaType>
+#include <QString>
+#include <QVector>
+
+#include "experiments/kv_cache_timing.h"
+#include "generate/generation.h"
+
+namespace servelab::ui {
+
+// What to load: a Hugging Face GPT-2 folder, or the built-in demo model when folder is empty.
+struct ModelRequest {
+  QString folder;
+  QString device = QStringLiteral("cpu");
+  QString dtype = QStringLiteral("fp32");
+  int threads = 0;  // 0: libtorch's default
+};
+
+struct ModelSummary {
+  QString name;
+  QString folder;  // empty for the built-in model
+  bool demo = false;
+  QString caveat;  // shown beside any generated text ("random weights: ...")
+  QString device, dtype, tokenizer;
+  int threads = 0;
+  qint64 parameters = 0, weightBytes = 0;
+  int layers = 0, heads = 0, width = 0, positions = 0, vocab = 0;
+  int dtypeBytes = 4;
+  bool valid() const { return !name.isEmpty(); }
+};
+
+struct GenerateRequest {
+  QString prompt;
+  servelab::GenerateOptions options;  // options.cancel is set by the worker
+};
+
+struct TopCandidate {
+  int id = 0;
+  QString text;  // the token as a readable piece (spaces and control bytes made visible)
+  double probability = 0, logit = 0;
+};
+
+struct TokenInfo {
+  qint64 step = 0;
+  int id = 0;
+  QString piece;    // UTF-8 text this token completed (empty inside a multi-byte character)
+  QString display;  // the token alone, readable
+  double stepMs = 0;
+  QVector<TopCandidate> top;
+};
+
+struct GenerateSummary {
+  QVector<int> promptIds;
+  QVector<int> generatedIds;
+  QString promptText, text;
+  QVector<double> stepMs;
+  double totalMs = 0;
+  double ttftMs = 0;                 // step 0: prefill plus the first token
+  double decodeTokensPerSecond = 0;  // tokens after the first over their summed step time
+  QString finishReason;
+  bool cancelled = false;
+};
+
+// Tokens per second over the decode steps (every step after the first); 0 when there are none.
+double decodeTokensPerSecond(const QVector<double>& stepMs);
+
+}  // namespace servelab::ui
+
+Q_DECLARE_METATYPE(servelab::ui::ModelRequest)
+Q_DECLARE_METATYPE(servelab::ui::ModelSummary)
+Q_DECLARE_METATYPE(servelab::ui::GenerateRequest)
+Q_DECLARE_METATYPE(servelab::ui::TokenInfo)
+Q_DECLARE_METATYPE(servelab::ui::GenerateSummary)
+Q_DECLARE_METATYPE(servelab::KvCacheTimingParams)
+Q_DECLARE_METATYPE(servelab::KvCacheTimingResult)

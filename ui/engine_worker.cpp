@@ -1,0 +1,323 @@
+#include "engine_worker.h"
+
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFileInfo>
+#include <new>
+
+#include "model/engine.h"
+#include "util/errors.h"
+
+namespace servelab::ui {
+
+double decodeTokensPerSecond(const QVector<double>& stepMs) {
+  double ms = 0;
+  for (qsizetype i = 1; i < stepMs.size(); ++i) ms += stepMs[i];
+  return ms > 0 ? 1000.0 * static_cast<double>(stepMs.size() - 1) / ms : 0.0;
+}
+
+namespace {
+
+// The token's own bytes as readable text: a leading space as "␣", newlines and tabs as escapes,
+// bytes that are not complete UTF-8 as <0xNN>.
+QString readableToken(const servelab::Tokenizer& tokenizer, int32_t id) {
+  if (id < 0 || id >= tokenizer.vocab_size()) return QStringLiteral("<id %1>").arg(id);
+  const std::string bytes = tokenizer.token_bytes(id);
+  const QByteArray raw = QByteArray::fromStdString(bytes);
+  QString text = QString::fromUtf8(raw);
+  if (text.contains(QChar::ReplacementCharacter) || text.toUtf8() != raw) {
+    text.clear();
+    for (unsigned char c : bytes)
+      text +=
+          (c >= 0x20 && c < 0x7f) ? QString(QChar(c)) : QStringLiteral("<0x%1>").arg(c, 2, 16, QChar('0'));
+    return text;
+  }
+  if (text.startsWith(QLatin1Char(' '))) text.replace(0, 1, QStringLiteral("\u2423"));
+  text.replace(QLatin1Char('\n'), QStringLiteral("\\n"));
+  text.replace(QLatin1Char('\t'), QStringLiteral("\\t"));
+  text.replace(QLatin1Char('\r'), QStringLiteral("\\r"));
+  return text;
+}
+
+class TokenRelay : public servelab::GenerationSink {
+ public:
+  TokenRelay(EngineWorker* worker, const servelab::Tokenizer& tokenizer)
+      : worker_(worker), tokenizer_(tokenizer) {}
+  void on_token(const servelab::TokenEvent& e) override {
+    TokenInfo t;
+    t.step = e.step;
+    t.id = e.id;
+    t.piece = QString::fromStdString(e.piece);
+    t.display = readableToken(tokenizer_, e.id);
+    t.stepMs = e.step_ms;
+    t.top.reserve(static_cast<qsizetype>(e.top.size()));
+    for (const auto& c : e.top)
+      t.top.push_back({c.id, readableToken(tokenizer_, c.id), static_cast<double>(c.probability),
+                       static_cast<double>(c.logit)});
+    Q_EMIT worker_->token(t);
+  }
+
+ private:
+  EngineWorker* worker_;
+  const servelab::Tokenizer& tokenizer_;
+};
+
+class ExperimentRelay : public servelab::ExperimentSink {
+ public:
+  explicit ExperimentRelay(EngineWorker* worker) : worker_(worker) {}
+  void on_point(const std::string& series, double x, double y) override {
+    Q_EMIT worker_->point(QString::fromStdString(series), x, y);
+  }
+  void on_reset(const std::string& series) override {
+    Q_EMIT worker_->seriesReset(QString::fromStdString(series));
+  }
+  void on_progress(double fraction, const std::string& stage) override {
+    Q_EMIT worker_->progress(fraction, QString::fromStdString(stage));
+  }
+
+ private:
+  EngineWorker* worker_;
+};
+
+QString firstLine(const char* what) {
+  QString s = QString::fromUtf8(what);
+  const qsizetype nl = s.indexOf(QLatin1Char('\n'));
+  return nl < 0 ? s : s.left(nl);
+}
+
+}  // namespace
+
+EngineWorker::EngineWorker(std::atomic<bool>* cancel) : cancel_(cancel) {}
+EngineWorker::~EngineWorker() = default;
+
+template <typename F>
+bool EngineWorker::guarded(const QString& what, F&& job) {
+  try {
+    job();
+    return true;
+  } catch (const servelab::Error& e) {
+    const QString kind = QString::fromUtf8(servelab::error_kind_name(e.kind()));
+    Q_EMIT log(QStringLiteral("%1 failed (%2): %3").arg(what, kind, firstLine(e.what())));
+    Q_EMIT failed(kind, firstLine(e.what()));
+  } catch (const std::bad_alloc&) {
+    Q_EMIT failed(QStringLiteral("out of memory"), what + QStringLiteral(": out of memory"));
+  } catch (const std::exception& e) {
+    Q_EMIT log(QStringLiteral("%1 failed: %2").arg(what, firstLine(e.what())));
+    Q_EMIT failed(QStringLiteral("engine"), firstLine(e.what()));
+  }
+  return false;
+}
+
+ModelSummary EngineWorker::summarize(const QString& folder) const {
+  const nlohmann::json j = engine_->info();
+  const servelab::Gpt2Config& c = engine_->config();
+  ModelSummary s;
+  s.name = QString::fromStdString(engine_->name());
+  s.folder = folder;
+  s.demo = engine_->is_demo();
+  s.caveat = QString::fromStdString(engine_->text_caveat());
+  s.device = QString::fromStdString(j["device"].get<std::string>());
+  s.dtype = QString::fromStdString(j["dtype"].get<std::string>());
+  s.tokenizer = QString::fromStdString(j["tokenizer"].get<std::string>());
+  s.threads = j["threads"].get<int>();
+  s.parameters = j["parameters"].get<qint64>();
+  s.weightBytes = j["weight_bytes"].get<qint64>();
+  s.layers = static_cast<int>(c.n_layer);
+  s.heads = static_cast<int>(c.n_head);
+  s.width = static_cast<int>(c.n_embd);
+  s.positions = static_cast<int>(c.n_positions);
+  s.vocab = static_cast<int>(c.vocab_size);
+  s.dtypeBytes = static_cast<int>(engine_->dtype_bytes());
+  return s;
+}
+
+void EngineWorker::loadModel(const ModelRequest& r) {
+  const QString what = r.folder.isEmpty()
+                           ? QStringLiteral("loading the built-in model")
+                           : QStringLiteral("loading %1").arg(QDir::toNativeSeparators(r.folder));
+  Q_EMIT log(what + QStringLiteral(" on %1 %2").arg(r.device, r.dtype));
+  Q_EMIT progress(0.0, what);
+  QElapsedTimer clock;
+  clock.start();
+  std::unique_ptr<servelab::Engine> next;
+  try {
+    const servelab::EngineOptions o{r.device.toStdString(), r.dtype.toStdString(), r.threads};
+    next = r.folder.isEmpty() ? servelab::Engine::load_demo(o)
+                              : servelab::Engine::load_folder(QDir::cleanPath(r.folder).toStdString(), o);
+  } catch (const servelab::Error& e) {
+    // The previous engine stays loaded and usable.
+    Q_EMIT log(QStringLiteral("%1 failed: %2").arg(what, firstLine(e.what())));
+    Q_EMIT modelLoadFailed(firstLine(e.what()));
+    return;
+  } catch (const std::bad_alloc&) {
+    Q_EMIT modelLoadFailed(what + QStringLiteral(": out of memory"));
+    return;
+  } catch (const std::exception& e) {
+    Q_EMIT log(QStringLiteral("%1 failed: %2").arg(what, firstLine(e.what())));
+    Q_EMIT modelLoadFailed(firstLine(e.what()));
+    return;
+  }
+  engine_ = std::move(next);
+  folder_ = r.folder;
+  Q_EMIT log(
+      QStringLiteral("loaded %1 in %2 ms").arg(QString::fromStdString(engine_->name())).arg(clock.elapsed()));
+  Q_EMIT modelLoaded(summarize(folder_));
+}
+
+void EngineWorker::generate(const GenerateRequest& request) {
+  if (!engine_) {
+    Q_EMIT failed(QStringLiteral("input"), QStringLiteral("no model is loaded"));
+    return;
+  }
+  guarded(QStringLiteral("generate"), [&] {
+    servelab::GenerateOptions o = request.options;
+    o.cancel = cancel_;
+    const std::vector<int32_t> ids = engine_->tokenizer().encode(request.prompt.toStdString());
+    if (ids.empty()) throw servelab::InputError("the prompt is empty: type at least one character");
+    TokenRelay relay(this, engine_->tokenizer());
+    const servelab::GenerateResult g =
+        servelab::generate(engine_->model(), engine_->tokenizer(), {ids}, o, &relay);
+    const servelab::GeneratedSequence& seq = g.sequences.front();
+    GenerateSummary s;
+    for (int32_t id : seq.prompt_ids) s.promptIds.push_back(id);
+    for (int32_t id : seq.generated_ids) s.generatedIds.push_back(id);
+    s.promptText = request.prompt;
+    s.text = QString::fromStdString(seq.text);
+    for (double ms : g.step_ms) s.stepMs.push_back(ms);
+    s.totalMs = g.total_ms;
+    s.ttftMs = s.stepMs.isEmpty() ? 0 : s.stepMs.front();
+    s.decodeTokensPerSecond = decodeTokensPerSecond(s.stepMs);
+    s.finishReason = QString::fromStdString(seq.finish_reason);
+    Q_EMIT generateFinished(s);
+  });
+}
+
+void EngineWorker::runKvCacheTiming(const servelab::KvCacheTimingParams& params) {
+  if (!engine_) {
+    Q_EMIT failed(QStringLiteral("input"), QStringLiteral("no model is loaded"));
+    return;
+  }
+  guarded(QStringLiteral("KV-cache timing"), [&] {
+    ExperimentRelay relay(this);
+    const servelab::KvCacheTimingResult r =
+        servelab::run_kv_cache_timing(*engine_, params, servelab::ExperimentControl{&relay, cancel_});
+    Q_EMIT kvCacheTimingFinished(r);
+  });
+}
+
+// --- EngineController -----------------------------------------------------------------------
+
+EngineController::EngineController(QObject* parent) : QObject(parent), worker_(new EngineWorker(&cancel_)) {
+  qRegisterMetaType<ModelRequest>();
+  qRegisterMetaType<ModelSummary>();
+  qRegisterMetaType<GenerateRequest>();
+  qRegisterMetaType<TokenInfo>();
+  qRegisterMetaType<GenerateSummary>();
+  qRegisterMetaType<servelab::KvCacheTimingParams>();
+  qRegisterMetaType<servelab::KvCacheTimingResult>();
+  thread_.setObjectName(QStringLiteral("servelab-engine"));
+  worker_->moveToThread(&thread_);
+  connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
+
+  connect(worker_, &EngineWorker::token, this, &EngineController::token);
+  connect(worker_, &EngineWorker::point, this, &EngineController::point);
+  connect(worker_, &EngineWorker::seriesReset, this, &EngineController::seriesReset);
+  connect(worker_, &EngineWorker::progress, this, &EngineController::progress);
+  connect(worker_, &EngineWorker::log, this, &EngineController::log);
+  connect(worker_, &EngineWorker::modelLoaded, this, [this](const ModelSummary& s) {
+    model_ = s;
+    hadModel_ = true;
+    setState(State::Idle);
+    Q_EMIT modelLoaded(s);
+  });
+  connect(worker_, &EngineWorker::modelLoadFailed, this, [this](const QString& m) {
+    setState(hadModel_ ? State::Idle : State::NoModel);
+    Q_EMIT modelLoadFailed(m);
+  });
+  connect(worker_, &EngineWorker::generateFinished, this, [this](const GenerateSummary& s) {
+    setState(State::Idle);
+    Q_EMIT generateFinished(s);
+  });
+  connect(worker_, &EngineWorker::kvCacheTimingFinished, this,
+          [this](const servelab::KvCacheTimingResult& r) {
+            setState(State::Idle);
+            Q_EMIT kvCacheTimingFinished(r);
+          });
+  connect(worker_, &EngineWorker::failed, this, [this](const QString& kind, const QString& m) {
+    setState(hadModel_ ? State::Idle : State::NoModel);
+    Q_EMIT failed(kind, m);
+  });
+  thread_.start();
+}
+
+EngineController::~EngineController() {
+  cancel_ = true;
+  thread_.quit();
+  thread_.wait();
+}
+
+QString EngineController::stateText() const {
+  switch (state_) {
+    case State::NoModel:
+      return tr("no model");
+    case State::Loading:
+      return tr("loading model…");
+    case State::Idle:
+      return tr("ready");
+    case State::Running:
+      return tr("running %1 (Esc stops)").arg(running_);
+  }
+  return {};
+}
+
+void EngineController::setState(State s) {
+  state_ = s;
+  Q_EMIT stateChanged(s);
+}
+
+bool EngineController::begin(State next, const QString& what) {
+  if (isBusy()) {
+    Q_EMIT rejected(tr("The engine is busy with %1; stop it or wait before starting %2.")
+                        .arg(state_ == State::Loading ? tr("loading a model") : running_, what));
+    return false;
+  }
+  if (next == State::Running && !hadModel_) {
+    Q_EMIT rejected(tr("No model is loaded yet."));
+    return false;
+  }
+  // Only here, with nothing running, is it safe to clear a previous Stop.
+  cancel_ = false;
+  running_ = what;
+  setState(next);
+  return true;
+}
+
+bool EngineController::loadModel(const ModelRequest& request) {
+  if (!begin(State::Loading, tr("loading a model"))) return false;
+  QMetaObject::invokeMethod(worker_, "loadModel", Qt::QueuedConnection,
+                            Q_ARG(servelab::ui::ModelRequest, request));
+  return true;
+}
+
+bool EngineController::generate(const GenerateRequest& request) {
+  if (!begin(State::Running, tr("generation"))) return false;
+  QMetaObject::invokeMethod(worker_, "generate", Qt::QueuedConnection,
+                            Q_ARG(servelab::ui::GenerateRequest, request));
+  return true;
+}
+
+bool EngineController::runKvCacheTiming(const servelab::KvCacheTimingParams& params) {
+  if (!begin(State::Running, tr("KV-cache timing"))) return false;
+  QMetaObject::invokeMethod(worker_, "runKvCacheTiming", Qt::QueuedConnection,
+                            Q_ARG(servelab::KvCacheTimingParams, params));
+  return true;
+}
+
+void EngineController::stop() {
+  if (state_ == State::Running) {
+    cancel_ = true;
+    Q_EMIT log(tr("stop requested: the engine stops before its next step"));
+  }
+}
+
+}  // namespace servelab::ui

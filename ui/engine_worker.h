@@ -1,0 +1,102 @@
+#pragma once
+// The background core thread. EngineWorker lives in its own QThread and owns the Engine; jobs
+// arrive as queued slot calls and report back through queued signals. EngineController is the
+// GUI-thread side: it starts the thread, tracks the busy state and turns Stop into a flag the
+// engine checks before every step. The GUI thread never waits on the engine.
+#include <QObject>
+#include <QThread>
+#include <atomic>
+#include <memory>
+
+#include "engine_types.h"
+
+namespace servelab {
+class Engine;
+}
+
+namespace servelab::ui {
+
+class EngineWorker : public QObject {
+  Q_OBJECT
+ public:
+  explicit EngineWorker(std::atomic<bool>* cancel);
+  ~EngineWorker() override;
+
+ public Q_SLOTS:
+  void loadModel(const servelab::ui::ModelRequest& request);
+  void generate(const servelab::ui::GenerateRequest& request);
+  void runKvCacheTiming(const servelab::KvCacheTimingParams& params);
+
+ Q_SIGNALS:
+  void modelLoaded(const servelab::ui::ModelSummary& summary);
+  void modelLoadFailed(const QString& message);
+  void token(const servelab::ui::TokenInfo& token);
+  void point(const QString& series, double x, double y);
+  void seriesReset(const QString& series);
+  void progress(double fraction, const QString& stage);
+  void generateFinished(const servelab::ui::GenerateSummary& summary);
+  void kvCacheTimingFinished(const servelab::KvCacheTimingResult& result);
+  // A run ended early: the kind ("input", "out of memory", "cancelled", ...) and a readable line.
+  void failed(const QString& kind, const QString& message);
+  void log(const QString& line);
+
+ private:
+  // Runs a job, turning every exception into failed(); returns whether it succeeded.
+  template <typename F>
+  bool guarded(const QString& what, F&& job);
+  ModelSummary summarize(const QString& folder) const;
+
+  std::unique_ptr<servelab::Engine> engine_;
+  QString folder_;
+  std::atomic<bool>* cancel_;
+};
+
+class EngineController : public QObject {
+  Q_OBJECT
+ public:
+  enum class State { NoModel, Loading, Idle, Running };
+  Q_ENUM(State)
+
+  explicit EngineController(QObject* parent = nullptr);
+  ~EngineController() override;
+
+  State state() const { return state_; }
+  bool isBusy() const { return state_ == State::Loading || state_ == State::Running; }
+  QString stateText() const;
+  const ModelSummary& model() const { return model_; }
+
+  // Each returns false (and emits rejected) when the engine is busy or has no model.
+  bool loadModel(const ModelRequest& request);
+  bool generate(const GenerateRequest& request);
+  bool runKvCacheTiming(const servelab::KvCacheTimingParams& params);
+  // Takes effect before the engine's next step; the run ends with failed("cancelled", ...).
+  void stop();
+
+ Q_SIGNALS:
+  void stateChanged(servelab::ui::EngineController::State state);
+  void modelLoaded(const servelab::ui::ModelSummary& summary);
+  void modelLoadFailed(const QString& message);
+  void token(const servelab::ui::TokenInfo& token);
+  void point(const QString& series, double x, double y);
+  void seriesReset(const QString& series);
+  void progress(double fraction, const QString& stage);
+  void generateFinished(const servelab::ui::GenerateSummary& summary);
+  void kvCacheTimingFinished(const servelab::KvCacheTimingResult& result);
+  void failed(const QString& kind, const QString& message);
+  void rejected(const QString& message);
+  void log(const QString& line);
+
+ private:
+  bool begin(State next, const QString& what);
+  void setState(State s);
+
+  QThread thread_;
+  EngineWorker* worker_;
+  std::atomic<bool> cancel_{false};
+  State state_ = State::NoModel;
+  bool hadModel_ = false;
+  QString running_;
+  ModelSummary model_;
+};
+
+}  // namespace servelab::ui

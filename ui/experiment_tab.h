@@ -1,0 +1,48 @@
+#pragma once
+// What every experiment tab offers the main window: run and stop, its main chart for export, its
+// parameters in QSettings, and its last result as JSON for scripts.
+#include <QJsonObject>
+#include <QSettings>
+#include <QWidget>
+
+#include "engine_types.h"
+
+namespace servelab::ui {
+
+class ChartView;
+class EngineController;
+
+class ExperimentTab : public QWidget {
+  Q_OBJECT
+ public:
+  ExperimentTab(EngineController* engine, QWidget* parent) : QWidget(parent), engine_(engine) {}
+
+  // Stable id used by --tab and QSettings ("generate", "kv-cache", ...).
+  virtual QString tabId() const = 0;
+  virtual QString title() const = 0;
+  // The chart that Export (Ctrl+E) and --export-chart save.
+  virtual ChartView* primaryChart() const = 0;
+  virtual QList<ChartView*> charts() const = 0;
+  // Starts the tab's experiment with its current parameters; false (with a message emitted
+  // through runFailed) when it cannot start.
+  virtual bool run() = 0;
+  virtual void loadSettings(QSettings& settings) = 0;
+  virtual void saveSettings(QSettings& settings) const = 0;
+  virtual QJsonObject lastResult() const = 0;
+  // Model, device, dtype and threads for chart footnotes and captions.
+  virtual void setModel(const ModelSummary& model) = 0;
+  bool isRunning() const { return running_; }
+
+ Q_SIGNALS:
+  // The run this tab started has ended: ok, or the reason it did not finish.
+  void runFinished(bool ok, const QString& message);
+
+ protected:
+  EngineController* engine_;
+  bool running_ = false;
+};
+
+// "model · device dtype · N threads" under every chart.
+QString chartFootnote(const ModelSummary& model);
+
+}  // namespace servelab::ui

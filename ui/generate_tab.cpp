@@ -1,0 +1,407 @@
+#include "generate_tab.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QJsonArray>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QTextBrowser>
+#include <QTextCursor>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include "chart_view.h"
+#include "engine_worker.h"
+
+namespace servelab::ui {
+
+namespace {
+
+QJsonArray toJson(const QVector<int>& v) {
+  QJsonArray a;
+  for (int x : v) a.append(x);
+  return a;
+}
+QJsonArray toJson(const QVector<double>& v) {
+  QJsonArray a;
+  for (double x : v) a.append(x);
+  return a;
+}
+
+}  // namespace
+
+GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
+  prompt_ = new QPlainTextEdit(QStringLiteral("The quick brown fox jumped over the"), this);
+  prompt_->setObjectName(QStringLiteral("generatePrompt"));
+  prompt_->setPlaceholderText(tr("Type a prompt…"));
+  prompt_->setMaximumHeight(110);
+
+  maxTokens_ = new QSpinBox(this);
+  maxTokens_->setObjectName(QStringLiteral("generateMaxTokens"));
+  maxTokens_->setRange(1, 1024);
+  maxTokens_->setValue(40);
+  mode_ = new QComboBox(this);
+  mode_->setObjectName(QStringLiteral("generateMode"));
+  mode_->addItems({tr("Greedy"), tr("Sampling")});
+  temperature_ = new QDoubleSpinBox(this);
+  temperature_->setRange(0.05, 5.0);
+  temperature_->setSingleStep(0.1);
+  temperature_->setValue(0.8);
+  topK_ = new QSpinBox(this);
+  topK_->setRange(0, 100000);
+  topK_->setValue(50);
+  topK_->setSpecialValueText(tr("off"));
+  topP_ = new QDoubleSpinBox(this);
+  topP_->setRange(0.01, 1.0);
+  topP_->setSingleStep(0.05);
+  topP_->setValue(0.95);
+  seed_ = new QSpinBox(this);
+  seed_->setRange(0, 2147483647);
+  seed_->setValue(42);
+  stopAtEos_ = new QCheckBox(tr("Stop at <|endoftext|>"), this);
+  stopAtEos_->setChecked(true);
+
+  runButton_ = new QPushButton(tr("Run"), this);
+  runButton_->setObjectName(QStringLiteral("generateRun"));
+  runButton_->setToolTip(tr("Generate (Ctrl+Return)"));
+  stopButton_ = new QPushButton(tr("Stop"), this);
+  stopButton_->setObjectName(QStringLiteral("generateStop"));
+  stopButton_->setToolTip(tr("Stop before the next token (Esc)"));
+  stopButton_->setEnabled(false);
+  connect(runButton_, &QPushButton::clicked, this, [this] { run(); });
+  connect(stopButton_, &QPushButton::clicked, engine_, &EngineController::stop);
+  connect(mode_, &QComboBox::currentIndexChanged, this, &GenerateTab::updateSamplingEnabled);
+
+  auto* form = new QFormLayout;
+  form->addRow(tr("Max new tokens"), maxTokens_);
+  form->addRow(tr("Decoding"), mode_);
+  form->addRow(tr("Temperature"), temperature_);
+  form->addRow(tr("Top-k"), topK_);
+  form->addRow(tr("Top-p"), topP_);
+  form->addRow(tr("Seed"), seed_);
+  form->addRow(QString(), stopAtEos_);
+  auto* buttons = new QHBoxLayout;
+  buttons->addWidget(runButton_);
+  buttons->addWidget(stopButton_);
+  auto* settingsBox = new QGroupBox(tr("Settings"), this);
+  auto* sv = new QVBoxLayout(settingsBox);
+  sv->addLayout(form);
+  sv->addLayout(buttons);
+  sv->addStretch();
+
+  caveat_ = new QLabel(this);
+  caveat_->setObjectName(QStringLiteral("generateCaveat"));
+  caveat_->setStyleSheet(QStringLiteral("QLabel { color: #b35900; font-weight: bold; }"));
+  caveat_->setWordWrap(true);
+  output_ = new QTextBrowser(this);
+  output_->setObjectName(QStringLiteral("generateOutput"));
+  output_->setOpenLinks(false);
+  output_->setPlaceholderText(
+      tr("Generated tokens appear here as they are made. Click a token to inspect it."));
+  QFont mono = output_->font();
+  mono.setPointSizeF(mono.pointSizeF() * 1.15);
+  output_->setFont(mono);
+  connect(output_, &QTextBrowser::anchorClicked, this, [this](const QUrl& url) {
+    if (url.scheme() == QLatin1String("tok")) inspectStep(url.path().toLongLong());
+  });
+  metrics_ =
+      new QLabel(tr("Time to first token, decode speed and total time appear here after a run."), this);
+  metrics_->setObjectName(QStringLiteral("generateMetrics"));
+  metrics_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  metrics_->setWordWrap(true);
+
+  tokenTable_ = new QTableWidget(0, 5, this);
+  tokenTable_->setObjectName(QStringLiteral("generateTokens"));
+  tokenTable_->setHorizontalHeaderLabels({tr("step"), tr("id"), tr("token"), tr("ms"), tr("p")});
+  tokenTable_->verticalHeader()->setVisible(false);
+  tokenTable_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  tokenTable_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  tokenTable_->setSelectionMode(QAbstractItemView::SingleSelection);
+  tokenTable_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  tokenTable_->horizontalHeader()->setSectionResizeMode(2, QHeaderView::Stretch);
+  tokenTable_->verticalHeader()->setDefaultSectionSize(tokenTable_->fontMetrics().height() + 6);
+  connect(tokenTable_, &QTableWidget::cellClicked, this, [this](int row, int) { inspectStep(row); });
+
+  topChart_ = new ChartView(this);
+  topChart_->setObjectName(QStringLiteral("generateTopChart"));
+  topChart_->setTitle(tr("Top-10 next tokens"));
+  topChart_->setAxisLabels(tr("candidate token"), tr("probability"));
+  latencyChart_ = new ChartView(this);
+  latencyChart_->setObjectName(QStringLiteral("generateLatencyChart"));
+  latencyChart_->setTitle(tr("Per-token latency"));
+  latencyChart_->setAxisLabels(tr("generated token"), tr("step time (ms)"));
+  latencyChart_->addSeries(tr("step time"));
+
+  auto* outputBox = new QWidget(this);
+  auto* ov = new QVBoxLayout(outputBox);
+  ov->setContentsMargins(0, 0, 0, 0);
+  ov->addWidget(caveat_);
+  ov->addWidget(output_, 1);
+  ov->addWidget(metrics_);
+
+  auto* left = new QWidget(this);
+  auto* lv = new QVBoxLayout(left);
+  lv->setContentsMargins(0, 0, 0, 0);
+  lv->addWidget(new QLabel(tr("Prompt"), this));
+  lv->addWidget(prompt_);
+  lv->addWidget(settingsBox);
+  lv->addWidget(tokenTable_, 1);
+
+  auto* charts = new QSplitter(Qt::Horizontal, this);
+  charts->addWidget(topChart_);
+  charts->addWidget(latencyChart_);
+  auto* right = new QSplitter(Qt::Vertical, this);
+  right->addWidget(outputBox);
+  right->addWidget(charts);
+  right->setStretchFactor(0, 2);
+  right->setStretchFactor(1, 3);
+
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  split->addWidget(left);
+  split->addWidget(right);
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 3);
+  auto* layout = new QVBoxLayout(this);
+  layout->addWidget(split);
+
+  connect(engine_, &EngineController::token, this, [this](const TokenInfo& t) {
+    if (running_) onToken(t);
+  });
+  connect(engine_, &EngineController::generateFinished, this, [this](const GenerateSummary& s) {
+    if (running_) onFinished(s);
+  });
+  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
+    if (running_) onFailed(kind, m);
+  });
+  flushTimer_ = new QTimer(this);
+  flushTimer_->setSingleShot(true);
+  flushTimer_->setInterval(100);
+  connect(flushTimer_, &QTimer::timeout, this, &GenerateTab::flushTokens);
+  updateSamplingEnabled();
+}
+
+void GenerateTab::updateSamplingEnabled() {
+  const bool sampling = mode_->currentIndex() == 1;
+  for (QWidget* w : {static_cast<QWidget*>(temperature_), static_cast<QWidget*>(topK_),
+                     static_cast<QWidget*>(topP_), static_cast<QWidget*>(seed_)})
+    w->setEnabled(sampling);
+}
+
+void GenerateTab::setPrompt(const QString& prompt) { prompt_->setPlainText(prompt); }
+void GenerateTab::setMaxNewTokens(int n) { maxTokens_->setValue(n); }
+void GenerateTab::setGreedy(bool greedy) { mode_->setCurrentIndex(greedy ? 0 : 1); }
+QString GenerateTab::outputText() const { return output_->toPlainText(); }
+QString GenerateTab::metricsText() const { return metrics_->text(); }
+
+void GenerateTab::setModel(const ModelSummary& model) {
+  model_ = model;
+  caveat_->setText(model.caveat.isEmpty() ? QString() : tr("Built-in demo model: %1.").arg(model.caveat));
+  caveat_->setVisible(!model.caveat.isEmpty());
+  for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
+}
+
+bool GenerateTab::run() {
+  GenerateRequest r;
+  r.prompt = prompt_->toPlainText();
+  r.options.max_new_tokens = maxTokens_->value();
+  r.options.sampling.greedy = mode_->currentIndex() == 0;
+  r.options.sampling.temperature = temperature_->value();
+  r.options.sampling.top_k = topK_->value();
+  r.options.sampling.top_p = topP_->value();
+  r.options.sampling.seed = static_cast<std::uint64_t>(seed_->value());
+  r.options.stop_at_eos = stopAtEos_->isChecked();
+  r.options.report_top = 10;
+  if (!engine_->generate(r)) return false;
+  running_ = true;
+  lastPrompt_ = r.prompt;
+  lastError_.clear();
+  tokens_.clear();
+  drawn_ = 0;
+  summary_ = GenerateSummary();
+  tokenTable_->setRowCount(0);
+  latencyChart_->clearSeries(0);
+  latencyChart_->rescale();
+  topChart_->setBars({}, {}, tr("probability"));
+  output_->clear();
+  QTextCursor c(output_->document());
+  QTextCharFormat promptFormat;
+  promptFormat.setForeground(palette().color(QPalette::PlaceholderText));
+  c.insertText(r.prompt, promptFormat);
+  metrics_->setText(tr("Generating…"));
+  runButton_->setEnabled(false);
+  stopButton_->setEnabled(true);
+  return true;
+}
+
+void GenerateTab::onToken(const TokenInfo& t) {
+  // Tokens are kept at once but drawn in batches a few times a second: drawing each one as it
+  // comes would take CPU time from the engine on a small machine.
+  tokens_.push_back(t);
+  if (!flushTimer_->isActive()) flushTimer_->start();
+}
+
+void GenerateTab::flushTokens() {
+  flushTimer_->stop();
+  const qsizetype from = drawn_;
+  drawn_ = tokens_.size();
+  for (qsizetype step = from; step < drawn_; ++step) drawToken(step);
+  if (drawn_ > from) {
+    output_->ensureCursorVisible();
+    inspectStep(drawn_ - 1);
+  }
+}
+
+void GenerateTab::drawToken(qsizetype step) {
+  const TokenInfo& t = tokens_[step];
+  const bool dark = palette().color(QPalette::Base).lightness() < 128;
+  if (!t.piece.isEmpty()) {
+    QTextCursor c(output_->document());
+    c.movePosition(QTextCursor::End);
+    QTextCharFormat f;
+    f.setAnchor(true);
+    f.setAnchorHref(QStringLiteral("tok:%1").arg(step));
+    f.setForeground(dark ? QColor(0x56, 0xB4, 0xE9) : QColor(0x00, 0x55, 0x99));
+    // Alternate backgrounds so token boundaries are visible.
+    f.setBackground(step % 2 ? (dark ? QColor(0x2a, 0x3a, 0x4a) : QColor(0xe3, 0xf0, 0xfb))
+                             : (dark ? QColor(0x22, 0x30, 0x3c) : QColor(0xf3, 0xf8, 0xfd)));
+    f.setToolTip(
+        tr("step %1 · id %2 · %3 · %4 ms").arg(step).arg(t.id).arg(t.display).arg(t.stepMs, 0, 'f', 2));
+    c.insertText(t.piece, f);
+  }
+  const int row = tokenTable_->rowCount();
+  tokenTable_->insertRow(row);
+  const double p = t.top.isEmpty() ? 0.0 : [&] {
+    for (const TopCandidate& c : t.top)
+      if (c.id == t.id) return c.probability;
+    return 0.0;
+  }();
+  const QStringList cells{QString::number(step), QString::number(t.id), t.display,
+                          QString::number(t.stepMs, 'f', 2),
+                          t.top.isEmpty() ? QString() : QString::number(p, 'f', 3)};
+  for (int col = 0; col < cells.size(); ++col)
+    tokenTable_->setItem(row, col, new QTableWidgetItem(cells[col]));
+  latencyChart_->append(0, static_cast<double>(step), t.stepMs);
+}
+
+void GenerateTab::inspectStep(qsizetype step) {
+  if (step < 0 || step >= tokens_.size()) return;
+  const TokenInfo& t = tokens_[step];
+  QStringList labels;
+  QVector<double> values;
+  for (const TopCandidate& c : t.top) {
+    labels << c.text;
+    values << c.probability;
+  }
+  topChart_->setBars(labels, values, tr("probability"));
+  topChart_->setTitle(tr("Top-10 next tokens at step %1 (chose “%2”)").arg(step).arg(t.display));
+  if (tokenTable_->currentRow() != step) tokenTable_->selectRow(static_cast<int>(step));
+}
+
+void GenerateTab::onFinished(const GenerateSummary& s) {
+  flushTokens();
+  summary_ = s;
+  // Bytes of an unfinished character at the very end are only decoded (as U+FFFD) when the run
+  // ends; show them too, so the output is exactly the text the run produced.
+  QString streamed;
+  for (const TokenInfo& t : tokens_) streamed += t.piece;
+  if (s.text.size() > streamed.size() && s.text.startsWith(streamed)) {
+    QTextCursor c(output_->document());
+    c.movePosition(QTextCursor::End);
+    QTextCharFormat f;
+    f.setForeground(QColor(0xD5, 0x5E, 0x00));
+    f.setToolTip(tr("bytes of an unfinished UTF-8 character at the end of the output"));
+    c.insertText(s.text.mid(streamed.size()), f);
+  }
+  const qsizetype n = s.generatedIds.size();
+  metrics_->setText(
+      tr("<b>Time to first token</b> %1 ms &nbsp;·&nbsp; <b>decode</b> %2 tokens/s &nbsp;·&nbsp; "
+         "<b>total</b> %3 ms for %4 tokens &nbsp;·&nbsp; finished: %5")
+          .arg(s.ttftMs, 0, 'f', 1)
+          .arg(s.decodeTokensPerSecond, 0, 'f', 1)
+          .arg(s.totalMs, 0, 'f', 1)
+          .arg(n)
+          .arg(s.finishReason == QLatin1String("eos")    ? tr("end of text")
+               : s.finishReason == QLatin1String("stop") ? tr("stop string")
+                                                         : tr("max new tokens")));
+  finish(true, QString());
+}
+
+void GenerateTab::onFailed(const QString& kind, const QString& message) {
+  flushTokens();
+  lastError_ = message;
+  summary_.cancelled = kind == QLatin1String("cancelled");
+  summary_.promptText = lastPrompt_;
+  for (const TokenInfo& t : tokens_) {
+    summary_.generatedIds.push_back(t.id);
+    summary_.stepMs.push_back(t.stepMs);
+  }
+  summary_.ttftMs = summary_.stepMs.isEmpty() ? 0 : summary_.stepMs.front();
+  summary_.decodeTokensPerSecond = decodeTokensPerSecond(summary_.stepMs);
+  metrics_->setText(
+      summary_.cancelled
+          ? tr("<b>Stopped</b> after %1 tokens; what was generated stays above.").arg(tokens_.size())
+          : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
+  finish(false, message);
+}
+
+void GenerateTab::finish(bool ok, const QString& message) {
+  running_ = false;
+  runButton_->setEnabled(true);
+  stopButton_->setEnabled(false);
+  Q_EMIT runFinished(ok, message);
+}
+
+QJsonObject GenerateTab::lastResult() const {
+  QJsonObject o;
+  o[QStringLiteral("experiment")] = QStringLiteral("generate");
+  o[QStringLiteral("prompt")] = summary_.promptText;
+  o[QStringLiteral("prompt_ids")] = toJson(summary_.promptIds);
+  o[QStringLiteral("generated_ids")] = toJson(summary_.generatedIds);
+  o[QStringLiteral("text")] = summary_.text;
+  o[QStringLiteral("step_ms")] = toJson(summary_.stepMs);
+  o[QStringLiteral("total_ms")] = summary_.totalMs;
+  o[QStringLiteral("ttft_ms")] = summary_.ttftMs;
+  o[QStringLiteral("decode_tokens_per_s")] = summary_.decodeTokensPerSecond;
+  o[QStringLiteral("finish_reason")] =
+      summary_.cancelled ? QStringLiteral("cancelled") : summary_.finishReason;
+  if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
+  return o;
+}
+
+void GenerateTab::loadSettings(QSettings& s) {
+  s.beginGroup(tabId());
+  prompt_->setPlainText(s.value(QStringLiteral("prompt"), prompt_->toPlainText()).toString());
+  maxTokens_->setValue(s.value(QStringLiteral("maxNewTokens"), maxTokens_->value()).toInt());
+  mode_->setCurrentIndex(s.value(QStringLiteral("sampling"), false).toBool() ? 1 : 0);
+  temperature_->setValue(s.value(QStringLiteral("temperature"), temperature_->value()).toDouble());
+  topK_->setValue(s.value(QStringLiteral("topK"), topK_->value()).toInt());
+  topP_->setValue(s.value(QStringLiteral("topP"), topP_->value()).toDouble());
+  seed_->setValue(s.value(QStringLiteral("seed"), seed_->value()).toInt());
+  stopAtEos_->setChecked(s.value(QStringLiteral("stopAtEos"), true).toBool());
+  s.endGroup();
+  updateSamplingEnabled();
+}
+
+void GenerateTab::saveSettings(QSettings& s) const {
+  s.beginGroup(tabId());
+  s.setValue(QStringLiteral("prompt"), prompt_->toPlainText());
+  s.setValue(QStringLiteral("maxNewTokens"), maxTokens_->value());
+  s.setValue(QStringLiteral("sampling"), mode_->currentIndex() == 1);
+  s.setValue(QStringLiteral("temperature"), temperature_->value());
+  s.setValue(QStringLiteral("topK"), topK_->value());
+  s.setValue(QStringLiteral("topP"), topP_->value());
+  s.setValue(QStringLiteral("seed"), seed_->value());
+  s.setValue(QStringLiteral("stopAtEos"), stopAtEos_->isChecked());
+  s.endGroup();
+}
+
+}  // namespace servelab::ui

@@ -1,0 +1,83 @@
+#pragma once
+// Generate: a prompt, greedy or sampling, tokens streamed into the output as they are made (each
+// one inspectable), the top-10 next-token probabilities of the current step, step latencies, and
+// time to first token / decode tokens per second / total time under the output.
+#include <QVector>
+
+#include "experiment_tab.h"
+
+class QPlainTextEdit;
+class QSpinBox;
+class QDoubleSpinBox;
+class QComboBox;
+class QCheckBox;
+class QPushButton;
+class QLabel;
+class QTextBrowser;
+class QTableWidget;
+class QTimer;
+
+namespace servelab::ui {
+
+class GenerateTab : public ExperimentTab {
+  Q_OBJECT
+ public:
+  explicit GenerateTab(EngineController* engine, QWidget* parent = nullptr);
+
+  QString tabId() const override { return QStringLiteral("generate"); }
+  QString title() const override { return tr("Generate"); }
+  ChartView* primaryChart() const override { return topChart_; }
+  QList<ChartView*> charts() const override { return {topChart_, latencyChart_}; }
+  bool run() override;
+  void loadSettings(QSettings& settings) override;
+  void saveSettings(QSettings& settings) const override;
+  QJsonObject lastResult() const override;
+  void setModel(const ModelSummary& model) override;
+
+  // For tests and scripts.
+  void setPrompt(const QString& prompt);
+  void setMaxNewTokens(int n);
+  void setGreedy(bool greedy);
+  const QVector<TokenInfo>& tokens() const { return tokens_; }
+  const GenerateSummary& summary() const { return summary_; }
+  QString outputText() const;
+  QString metricsText() const;
+  // Shows the top-10 candidates of a step in the bar chart and selects its row.
+  void inspectStep(qsizetype step);
+
+ private:
+  void onToken(const TokenInfo& token);
+  void flushTokens();
+  void drawToken(qsizetype step);
+  void onFinished(const GenerateSummary& summary);
+  void onFailed(const QString& kind, const QString& message);
+  void updateSamplingEnabled();
+  void finish(bool ok, const QString& message);
+
+  QPlainTextEdit* prompt_;
+  QSpinBox* maxTokens_;
+  QComboBox* mode_;
+  QDoubleSpinBox* temperature_;
+  QSpinBox* topK_;
+  QDoubleSpinBox* topP_;
+  QSpinBox* seed_;
+  QCheckBox* stopAtEos_;
+  QPushButton* runButton_;
+  QPushButton* stopButton_;
+  QLabel* caveat_;
+  QTextBrowser* output_;
+  QLabel* metrics_;
+  QTableWidget* tokenTable_;
+  ChartView* topChart_;
+  ChartView* latencyChart_;
+
+  ModelSummary model_;
+  QVector<TokenInfo> tokens_;
+  qsizetype drawn_ = 0;  // tokens_ drawn so far
+  QTimer* flushTimer_;
+  GenerateSummary summary_;
+  QString lastPrompt_;
+  QString lastError_;
+};
+
+}  // namespace servelab::ui

@@ -1,0 +1,311 @@
+#include "kv_cache_tab.h"
+
+#include <QCheckBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSlider>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QVBoxLayout>
+
+#include "chart_view.h"
+#include "engine_worker.h"
+
+namespace servelab::ui {
+
+namespace {
+
+const QString kWithout = QStringLiteral("without KV cache");
+const QString kWith = QStringLiteral("with KV cache");
+constexpr double kMiB = 1024.0 * 1024.0;
+
+}  // namespace
+
+KvCacheTab::KvCacheTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
+  prompt_ = new QLineEdit(QStringLiteral("The quick brown fox jumped over the"), this);
+  prompt_->setObjectName(QStringLiteral("kvPrompt"));
+  repeatPrompt_ = new QCheckBox(tr("Repeat the prompt to a length of"), this);
+  repeatPrompt_->setObjectName(QStringLiteral("kvRepeatPrompt"));
+  promptTokens_ = new QSlider(Qt::Horizontal, this);
+  promptTokens_->setRange(1, 1000);
+  promptTokens_->setValue(200);
+  promptTokensSpin_ = new QSpinBox(this);
+  promptTokensSpin_->setRange(1, 1000);
+  promptTokensSpin_->setValue(200);
+  promptTokensSpin_->setSuffix(tr(" tokens"));
+  connect(promptTokens_, &QSlider::valueChanged, promptTokensSpin_, &QSpinBox::setValue);
+  connect(promptTokensSpin_, &QSpinBox::valueChanged, promptTokens_, &QSlider::setValue);
+  connect(repeatPrompt_, &QCheckBox::toggled, this, &KvCacheTab::updatePromptLengthEnabled);
+
+  newTokens_ = new QSpinBox(this);
+  newTokens_->setObjectName(QStringLiteral("kvNewTokens"));
+  newTokens_->setRange(1, 1000);
+  newTokens_->setValue(10);
+  repeats_ = new QSpinBox(this);
+  repeats_->setObjectName(QStringLiteral("kvRepeats"));
+  repeats_->setRange(1, 20);
+  repeats_->setValue(3);
+  repeats_->setToolTip(
+      tr("Runs without and with the cache alternate this many times; the chart ends on the "
+         "median of each token."));
+
+  runButton_ = new QPushButton(tr("Run"), this);
+  runButton_->setObjectName(QStringLiteral("kvRun"));
+  runButton_->setToolTip(tr("Generate the same tokens without and with the KV cache (Ctrl+Return)"));
+  stopButton_ = new QPushButton(tr("Stop"), this);
+  stopButton_->setObjectName(QStringLiteral("kvStop"));
+  stopButton_->setEnabled(false);
+  connect(runButton_, &QPushButton::clicked, this, [this] { run(); });
+  connect(stopButton_, &QPushButton::clicked, engine_, &EngineController::stop);
+  progress_ = new QProgressBar(this);
+  progress_->setRange(0, 1000);
+  progress_->setValue(0);
+  progress_->setFormat(tr("idle"));
+
+  auto* lengthRow = new QHBoxLayout;
+  lengthRow->addWidget(promptTokens_, 1);
+  lengthRow->addWidget(promptTokensSpin_);
+  auto* form = new QFormLayout;
+  form->addRow(tr("Prompt"), prompt_);
+  form->addRow(repeatPrompt_);
+  form->addRow(lengthRow);
+  form->addRow(tr("New tokens"), newTokens_);
+  form->addRow(tr("Repeats"), repeats_);
+  auto* buttons = new QHBoxLayout;
+  buttons->addWidget(runButton_);
+  buttons->addWidget(stopButton_);
+
+  summary_ = new QLabel(tr("Run to compare the two ways of generating."), this);
+  summary_->setObjectName(QStringLiteral("kvSummary"));
+  summary_->setWordWrap(true);
+  summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  auto* explanation = new QLabel(
+      tr("<b>Prefill</b> (token 0) reads the whole prompt at once and makes the first token: about the same "
+         "cost either way. <b>Decode</b> is every step after it, one new token each. Without a cache the "
+         "model "
+         "recomputes keys and values for every earlier token at every step, so steps slow down as the text "
+         "grows; with the KV cache it keeps them and computes only the newest token, so steps stay short and "
+         "flat. The price is memory: a key and a value vector per layer for every position (right-hand "
+         "chart)."),
+      this);
+  explanation->setWordWrap(true);
+  explanation->setObjectName(QStringLiteral("kvExplanation"));
+
+  auto* controls = new QGroupBox(tr("Experiment"), this);
+  auto* cv = new QVBoxLayout(controls);
+  cv->addLayout(form);
+  cv->addLayout(buttons);
+  cv->addWidget(progress_);
+  cv->addWidget(summary_);
+  cv->addStretch();
+  controls->setMinimumWidth(300);
+  controls->setMaximumWidth(380);
+
+  latencyChart_ = new ChartView(this);
+  latencyChart_->setObjectName(QStringLiteral("kvLatencyChart"));
+  latencyChart_->setTitle(tr("Per-token latency: without vs with KV cache"));
+  latencyChart_->setAxisLabels(tr("generated token (0 = prefill + first token)"), tr("latency (ms)"));
+  latencyChart_->addSeries(kWithout);
+  latencyChart_->addSeries(kWith);
+  latencyChart_->addVerticalMarker(0, tr("prefill"));
+  memoryChart_ = new ChartView(this);
+  memoryChart_->setObjectName(QStringLiteral("kvMemoryChart"));
+  memoryChart_->setTitle(tr("KV-cache memory"));
+  memoryChart_->setAxisLabels(tr("generated token"), tr("memory (MiB)"));
+  memoryChart_->addSeries(tr("KV cache in use"));
+  memoryChart_->addSeries(tr("KV cache preallocated"));
+
+  auto* charts = new QSplitter(Qt::Horizontal, this);
+  charts->addWidget(latencyChart_);
+  charts->addWidget(memoryChart_);
+  charts->setStretchFactor(0, 3);
+  charts->setStretchFactor(1, 2);
+  charts->setSizes({600, 400});
+  auto* right = new QVBoxLayout;
+  right->addWidget(charts, 1);
+  right->addWidget(explanation);
+  auto* layout = new QHBoxLayout(this);
+  layout->addWidget(controls);
+  layout->addLayout(right, 1);
+
+  connect(engine_, &EngineController::point, this, [this](const QString& s, double x, double y) {
+    if (running_) onPoint(s, x, y);
+  });
+  connect(engine_, &EngineController::seriesReset, this, [this](const QString& s) {
+    if (running_) onReset(s);
+  });
+  connect(engine_, &EngineController::progress, this, [this](double f, const QString& stage) {
+    if (!running_) return;
+    progress_->setValue(static_cast<int>(f * 1000));
+    progress_->setFormat(tr("%1 · %p%").arg(stage));
+  });
+  connect(engine_, &EngineController::kvCacheTimingFinished, this,
+          [this](const servelab::KvCacheTimingResult& r) {
+            if (running_) onFinished(r);
+          });
+  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
+    if (running_) onFailed(kind, m);
+  });
+  updatePromptLengthEnabled();
+}
+
+void KvCacheTab::updatePromptLengthEnabled() {
+  promptTokens_->setEnabled(repeatPrompt_->isChecked());
+  promptTokensSpin_->setEnabled(repeatPrompt_->isChecked());
+}
+
+void KvCacheTab::setPrompt(const QString& prompt) { prompt_->setText(prompt); }
+void KvCacheTab::setNewTokens(int n) { newTokens_->setValue(n); }
+void KvCacheTab::setRepeats(int n) { repeats_->setValue(n); }
+void KvCacheTab::setPromptTokens(int n) {
+  repeatPrompt_->setChecked(n > 0);
+  if (n > 0) promptTokensSpin_->setValue(n);
+}
+QString KvCacheTab::summaryText() const { return summary_->text(); }
+
+void KvCacheTab::setModel(const ModelSummary& model) {
+  model_ = model;
+  for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
+  if (model.positions > 1) {
+    promptTokens_->setMaximum(model.positions - 1);
+    promptTokensSpin_->setMaximum(model.positions - 1);
+    newTokens_->setMaximum(model.positions - 1);
+  }
+}
+
+bool KvCacheTab::run() {
+  servelab::KvCacheTimingParams p;
+  p.prompt = prompt_->text().toStdString();
+  p.prompt_tokens = repeatPrompt_->isChecked() ? promptTokensSpin_->value() : 0;
+  p.new_tokens = newTokens_->value();
+  p.repeats = repeats_->value();
+  if (!engine_->runKvCacheTiming(p)) return false;
+  running_ = true;
+  hasResult_ = false;
+  lastError_.clear();
+  promptLength_ = 0;
+  for (ChartView* c : charts())
+    for (int i = 0; i < c->seriesCount(); ++i) c->clearSeries(i);
+  for (ChartView* c : charts()) c->rescale();
+  progress_->setValue(0);
+  progress_->setFormat(tr("starting · %p%"));
+  summary_->setText(tr("Running: %1 new tokens, %2 repeats each way…").arg(p.new_tokens).arg(p.repeats));
+  runButton_->setEnabled(false);
+  stopButton_->setEnabled(true);
+  return true;
+}
+
+void KvCacheTab::onReset(const QString& series) {
+  const int i = latencyChart_->seriesIndex(series);
+  if (i >= 0) latencyChart_->clearSeries(i);
+}
+
+void KvCacheTab::onPoint(const QString& series, double x, double y) {
+  const int i = latencyChart_->seriesIndex(series);
+  if (i >= 0) latencyChart_->append(i, x, y);
+}
+
+void KvCacheTab::onFinished(const servelab::KvCacheTimingResult& r) {
+  result_ = r;
+  hasResult_ = true;
+  // The chart already holds the medians (the experiment streamed them last); draw them again from
+  // the result so that what is shown is exactly what is reported and exported.
+  QVector<double> xs, without, with;
+  for (size_t i = 0; i < r.cache_ms.size(); ++i) {
+    xs << static_cast<double>(i);
+    without << r.no_cache_ms[i];
+    with << r.cache_ms[i];
+  }
+  latencyChart_->setSeriesData(latencyChart_->seriesIndex(kWithout), xs, without);
+  latencyChart_->setSeriesData(latencyChart_->seriesIndex(kWith), xs, with);
+  latencyChart_->rescale();
+  const double prompt = static_cast<double>(r.prompt_ids.size());
+  QVector<double> used, allocated;
+  for (double x : xs) {
+    used << (prompt + x + 1) * static_cast<double>(r.kv_bytes_per_token) / kMiB;
+    allocated << static_cast<double>(r.kv_cache_bytes) / kMiB;
+  }
+  memoryChart_->setSeriesData(0, xs, used);
+  memoryChart_->setSeriesData(1, xs, allocated);
+  memoryChart_->rescale();
+  const QString setup = tr("%1-token prompt, %2 new tokens, median of %3 runs each way")
+                            .arg(r.prompt_ids.size())
+                            .arg(r.tokens.size())
+                            .arg(r.repeats);
+  latencyChart_->setFootnote(setup + QStringLiteral(" · ") + chartFootnote(model_));
+  summary_->setText(tr("<table cellspacing='4'>"
+                       "<tr><td></td><td><b>without cache</b></td><td><b>with cache</b></td></tr>"
+                       "<tr><td>total</td><td>%1 ms</td><td>%2 ms</td></tr>"
+                       "<tr><td>time to first token</td><td>%3 ms</td><td>%4 ms</td></tr>"
+                       "<tr><td>last token</td><td>%5 ms</td><td>%6 ms</td></tr>"
+                       "</table>"
+                       "<p><b>Speed-up %7×</b> overall, %8× on decode steps · %9 prompt tokens, %10 new · "
+                       "KV cache %11 MiB</p>")
+                        .arg(r.no_cache_total_ms, 0, 'f', 1)
+                        .arg(r.cache_total_ms, 0, 'f', 1)
+                        .arg(r.no_cache_ms.front(), 0, 'f', 1)
+                        .arg(r.cache_ms.front(), 0, 'f', 1)
+                        .arg(r.no_cache_ms.back(), 0, 'f', 1)
+                        .arg(r.cache_ms.back(), 0, 'f', 1)
+                        .arg(r.speedup, 0, 'f', 2)
+                        .arg(r.decode_speedup, 0, 'f', 2)
+                        .arg(r.prompt_ids.size())
+                        .arg(r.tokens.size())
+                        .arg(static_cast<double>(r.kv_cache_bytes) / kMiB, 0, 'f', 2));
+  progress_->setValue(1000);
+  progress_->setFormat(tr("done"));
+  finish(true, QString());
+}
+
+void KvCacheTab::onFailed(const QString& kind, const QString& message) {
+  lastError_ = message;
+  progress_->setFormat(kind == QLatin1String("cancelled") ? tr("stopped") : tr("failed"));
+  summary_->setText(kind == QLatin1String("cancelled")
+                        ? tr("<b>Stopped.</b> The points measured so far stay on the chart.")
+                        : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
+  finish(false, message);
+}
+
+void KvCacheTab::finish(bool ok, const QString& message) {
+  running_ = false;
+  runButton_->setEnabled(true);
+  stopButton_->setEnabled(false);
+  Q_EMIT runFinished(ok, message);
+}
+
+QJsonObject KvCacheTab::lastResult() const {
+  if (!hasResult_) {
+    QJsonObject o{{QStringLiteral("experiment"), QStringLiteral("kv-cache")}};
+    if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
+    return o;
+  }
+  return QJsonDocument::fromJson(QByteArray::fromStdString(result_.to_json().dump())).object();
+}
+
+void KvCacheTab::loadSettings(QSettings& s) {
+  s.beginGroup(tabId());
+  prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
+  const int promptTokens = s.value(QStringLiteral("promptTokens"), 0).toInt();
+  setPromptTokens(promptTokens);
+  newTokens_->setValue(s.value(QStringLiteral("newTokens"), newTokens_->value()).toInt());
+  repeats_->setValue(s.value(QStringLiteral("repeats"), repeats_->value()).toInt());
+  s.endGroup();
+}
+
+void KvCacheTab::saveSettings(QSettings& s) const {
+  s.beginGroup(tabId());
+  s.setValue(QStringLiteral("prompt"), prompt_->text());
+  s.setValue(QStringLiteral("promptTokens"), repeatPrompt_->isChecked() ? promptTokensSpin_->value() : 0);
+  s.setValue(QStringLiteral("newTokens"), newTokens_->value());
+  s.setValue(QStringLiteral("repeats"), repeats_->value());
+  s.endGroup();
+}
+
+}  // namespace servelab::ui

@@ -1,0 +1,528 @@
+#include "main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDateTime>
+#include <QDir>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QLabel>
+#include <QMenu>
+#include <QMenuBar>
+#include <QMimeData>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QSpinBox>
+#include <QStatusBar>
+#include <QStyleFactory>
+#include <QTabWidget>
+#include <QTimer>
+#include <QToolBar>
+#include <QToolButton>
+#include <cstdio>
+
+#include "experiment_tab.h"
+#include "generate_tab.h"
+#include "kv_cache_tab.h"
+#include "model/engine.h"
+
+namespace servelab::ui {
+
+namespace {
+
+constexpr int kMaxRecent = 8;
+
+QString humanBytes(qint64 bytes) {
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  return mib >= 1024 ? QStringLiteral("%1 GiB").arg(mib / 1024.0, 0, 'f', 2)
+                     : QStringLiteral("%1 MiB").arg(mib, 0, 'f', mib < 10 ? 2 : 0);
+}
+
+QPalette darkPalette() {
+  QPalette p;
+  const QColor window(0x2b, 0x2b, 0x2b), base(0x1e, 0x1e, 0x1e), text(0xe0, 0xe0, 0xe0);
+  p.setColor(QPalette::Window, window);
+  p.setColor(QPalette::WindowText, text);
+  p.setColor(QPalette::Base, base);
+  p.setColor(QPalette::AlternateBase, window);
+  p.setColor(QPalette::ToolTipBase, base);
+  p.setColor(QPalette::ToolTipText, text);
+  p.setColor(QPalette::Text, text);
+  p.setColor(QPalette::PlaceholderText, QColor(0x90, 0x90, 0x90));
+  p.setColor(QPalette::Button, window);
+  p.setColor(QPalette::ButtonText, text);
+  p.setColor(QPalette::Highlight, QColor(0x00, 0x72, 0xB2));
+  p.setColor(QPalette::HighlightedText, Qt::white);
+  p.setColor(QPalette::Link, QColor(0x56, 0xB4, 0xE9));
+  p.setColor(QPalette::Disabled, QPalette::Text, QColor(0x70, 0x70, 0x70));
+  p.setColor(QPalette::Disabled, QPalette::ButtonText, QColor(0x70, 0x70, 0x70));
+  p.setColor(QPalette::Disabled, QPalette::WindowText, QColor(0x70, 0x70, 0x70));
+  return p;
+}
+
+}  // namespace
+
+MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
+    : QMainWindow(parent), settings_(std::move(settings)), engine_(new EngineController(this)) {
+  setWindowTitle(tr("ServeLab"));
+  setAcceptDrops(true);
+  setObjectName(QStringLiteral("mainWindow"));
+
+  log_ = new QPlainTextEdit(this);
+  log_->setObjectName(QStringLiteral("log"));
+  log_->setReadOnly(true);
+  log_->setMaximumBlockCount(5000);
+  auto* dock = new QDockWidget(tr("Log"), this);
+  dock->setObjectName(QStringLiteral("logDock"));
+  dock->setWidget(log_);
+  addDockWidget(Qt::BottomDockWidgetArea, dock);
+
+  errorBanner_ = new QLabel(this);
+  errorBanner_->setObjectName(QStringLiteral("errorBanner"));
+  errorBanner_->setWordWrap(true);
+  errorBanner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  errorBanner_->setStyleSheet(QStringLiteral(
+      "QLabel { background: #fdecea; color: #8a1c1c; border: 1px solid #e0a0a0; padding: 6px; }"));
+  errorBanner_->hide();
+
+  tabWidget_ = new QTabWidget(this);
+  tabWidget_->setObjectName(QStringLiteral("tabs"));
+  tabs_ << new GenerateTab(engine_, this) << new KvCacheTab(engine_, this);
+  for (ExperimentTab* t : tabs_) {
+    t->setObjectName(t->tabId() + QStringLiteral("Tab"));
+    tabWidget_->addTab(t, t->title());
+  }
+  auto* central = new QWidget(this);
+  auto* cv = new QVBoxLayout(central);
+  cv->setContentsMargins(4, 4, 4, 4);
+  cv->addWidget(errorBanner_);
+  cv->addWidget(tabWidget_, 1);
+  setCentralWidget(central);
+
+  buildModelBar();
+  buildMenus();
+  buildStatusBar();
+
+  connect(engine_, &EngineController::modelLoaded, this, &MainWindow::onModelLoaded);
+  connect(engine_, &EngineController::modelLoadFailed, this, &MainWindow::onModelLoadFailed);
+  connect(engine_, &EngineController::stateChanged, this, &MainWindow::onStateChanged);
+  connect(engine_, &EngineController::log, this, &MainWindow::appendLog);
+  connect(engine_, &EngineController::rejected, this, [this](const QString& m) {
+    statusBar()->showMessage(m, 6000);
+    appendLog(m);
+  });
+  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
+    if (kind == QLatin1String("cancelled")) {
+      statusBar()->showMessage(tr("Stopped."), 4000);
+    } else {
+      showError(tr("The run failed (%1): %2").arg(kind, m));
+    }
+  });
+  connect(engine_, &EngineController::progress, this, [this](double f, const QString&) {
+    if (engine_->state() == EngineController::State::Loading)
+      loadProgress_->setValue(static_cast<int>(f * 100));
+  });
+
+  // Settings: window geometry, theme, tab parameters, recent models.
+  QSettings& s = *settings_;
+  restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+  restoreState(s.value(QStringLiteral("window/state")).toByteArray());
+  if (!s.contains(QStringLiteral("window/geometry"))) resize(1400, 860);
+  if (!s.contains(QStringLiteral("window/state"))) {
+    // Docks take their size once the window is laid out: keep the log to a few lines at first.
+    QTimer::singleShot(0, this, [this, dock] { resizeDocks({dock}, {110}, Qt::Vertical); });
+  }
+  recent_ = s.value(QStringLiteral("model/recent")).toStringList();
+  rebuildRecentMenu();
+  for (ExperimentTab* t : tabs_) t->loadSettings(s);
+  selectTab(s.value(QStringLiteral("window/tab"), QStringLiteral("generate")).toString());
+  setTheme(s.value(QStringLiteral("ui/theme")).toString() == QLatin1String("dark") ? ChartTheme::Dark
+                                                                                   : ChartTheme::Light);
+  onStateChanged();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildModelBar() {
+  auto* bar = addToolBar(tr("Model"));
+  bar->setObjectName(QStringLiteral("modelBar"));
+  bar->setMovable(false);
+  modelLabel_ = new QLabel(tr("No model loaded"), this);
+  modelLabel_->setObjectName(QStringLiteral("modelLabel"));
+  modelLabel_->setTextFormat(Qt::RichText);
+  modelLabel_->setMinimumWidth(260);
+  bar->addWidget(modelLabel_);
+  bar->addSeparator();
+
+  auto* demo = bar->addAction(tr("Built-in model"));
+  demo->setToolTip(tr("GPT-2 small shape with seeded random weights: timings are real, text is noise"));
+  connect(demo, &QAction::triggered, this, &MainWindow::loadDemo);
+  auto* open = bar->addAction(tr("Open folder…"));
+  open->setShortcut(QKeySequence::Open);
+  open->setToolTip(
+      tr("Load a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer files); "
+         "you can also drop a folder on the window"));
+  connect(open, &QAction::triggered, this, [this] {
+    const QString dir =
+        QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face GPT-2 folder"),
+                                          currentFolder_.isEmpty() ? QDir::homePath() : currentFolder_);
+    if (!dir.isEmpty()) loadFolder(dir);
+  });
+  recentButton_ = new QToolButton(this);
+  recentButton_->setText(tr("Recent"));
+  recentButton_->setPopupMode(QToolButton::InstantPopup);
+  recentMenu_ = new QMenu(this);
+  recentButton_->setMenu(recentMenu_);
+  bar->addWidget(recentButton_);
+  bar->addSeparator();
+
+  bar->addWidget(new QLabel(tr(" Device "), this));
+  device_ = new QComboBox(this);
+  device_->setObjectName(QStringLiteral("deviceCombo"));
+  for (const std::string& d : servelab::available_devices()) device_->addItem(QString::fromStdString(d));
+  device_->setToolTip(device_->count() > 1 ? tr("Where the engine runs")
+                                           : tr("CUDA is not available on this machine: CPU only"));
+  bar->addWidget(device_);
+  bar->addWidget(new QLabel(tr(" dtype "), this));
+  dtype_ = new QComboBox(this);
+  dtype_->setObjectName(QStringLiteral("dtypeCombo"));
+  dtype_->addItems({QStringLiteral("fp32"), QStringLiteral("bf16"), QStringLiteral("fp16")});
+  bar->addWidget(dtype_);
+  bar->addWidget(new QLabel(tr(" CPU threads "), this));
+  threads_ = new QSpinBox(this);
+  threads_->setObjectName(QStringLiteral("threadsSpin"));
+  threads_->setRange(0, 256);
+  threads_->setSpecialValueText(tr("default"));
+  threads_->setValue(0);
+  bar->addWidget(threads_);
+  auto* apply = bar->addAction(tr("Reload"));
+  apply->setToolTip(tr("Load the current model again on the chosen device, dtype and threads"));
+  connect(apply, &QAction::triggered, this, [this] {
+    if (currentFolder_.isEmpty())
+      loadDemo();
+    else
+      loadFolder(currentFolder_);
+  });
+  loadProgress_ = new QProgressBar(this);
+  loadProgress_->setObjectName(QStringLiteral("loadProgress"));
+  loadProgress_->setRange(0, 0);
+  loadProgress_->setMaximumWidth(140);
+  loadProgress_->setFormat(tr("loading…"));
+  loadProgress_->hide();
+  bar->addWidget(loadProgress_);
+
+  QSettings& s = *settings_;
+  device_->setCurrentText(s.value(QStringLiteral("model/device"), QStringLiteral("cpu")).toString());
+  dtype_->setCurrentText(s.value(QStringLiteral("model/dtype"), QStringLiteral("fp32")).toString());
+  threads_->setValue(s.value(QStringLiteral("model/threads"), 0).toInt());
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  QAction* open = file->addAction(tr("Open model folder…"));
+  connect(open, &QAction::triggered, this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face GPT-2 folder"));
+    if (!dir.isEmpty()) loadFolder(dir);
+  });
+  file->addAction(tr("Use the built-in model"), this, &MainWindow::loadDemo);
+  file->addSeparator();
+  QAction* exportAction = file->addAction(tr("Export chart…"), this, &MainWindow::exportCurrentChart);
+  exportAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+  exportAction->setObjectName(QStringLiteral("exportAction"));
+  file->addSeparator();
+  QAction* quit = file->addAction(tr("Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence::Quit);
+
+  QMenu* runMenu = menuBar()->addMenu(tr("&Run"));
+  runAction_ = runMenu->addAction(tr("Run experiment"), this, &MainWindow::runCurrent);
+  runAction_->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_Return), QKeySequence(Qt::CTRL | Qt::Key_Enter)});
+  runAction_->setObjectName(QStringLiteral("runAction"));
+  stopAction_ = runMenu->addAction(tr("Stop"), this, &MainWindow::stopCurrent);
+  stopAction_->setShortcut(QKeySequence(Qt::Key_Escape));
+  stopAction_->setObjectName(QStringLiteral("stopAction"));
+  for (QAction* a : {runAction_, stopAction_, exportAction}) a->setShortcutContext(Qt::ApplicationShortcut);
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  darkAction_ = view->addAction(tr("Dark theme"));
+  darkAction_->setCheckable(true);
+  connect(darkAction_, &QAction::toggled, this,
+          [this](bool on) { setTheme(on ? ChartTheme::Dark : ChartTheme::Light); });
+  if (auto* dock = findChild<QDockWidget*>(QStringLiteral("logDock")))
+    view->addAction(dock->toggleViewAction());
+}
+
+void MainWindow::buildStatusBar() {
+  auto make = [this](const QString& name) {
+    auto* l = new QLabel(this);
+    l->setObjectName(name);
+    l->setContentsMargins(8, 0, 8, 0);
+    statusBar()->addPermanentWidget(l);
+    return l;
+  };
+  deviceStatus_ = make(QStringLiteral("deviceStatus"));
+  dtypeStatus_ = make(QStringLiteral("dtypeStatus"));
+  threadsStatus_ = make(QStringLiteral("threadsStatus"));
+  memoryStatus_ = make(QStringLiteral("memoryStatus"));
+  stateStatus_ = make(QStringLiteral("stateStatus"));
+}
+
+ExperimentTab* MainWindow::tab(const QString& id) const {
+  for (ExperimentTab* t : tabs_)
+    if (t->tabId() == id) return t;
+  return nullptr;
+}
+
+ExperimentTab* MainWindow::currentTab() const {
+  return qobject_cast<ExperimentTab*>(tabWidget_->currentWidget());
+}
+
+bool MainWindow::selectTab(const QString& id) {
+  ExperimentTab* t = tab(id);
+  if (!t) return false;
+  tabWidget_->setCurrentWidget(t);
+  return true;
+}
+
+QStringList MainWindow::tabIds() const {
+  QStringList ids;
+  for (ExperimentTab* t : tabs_) ids << t->tabId();
+  return ids;
+}
+
+ModelRequest MainWindow::requestFor(const QString& folder) const {
+  ModelRequest r;
+  r.folder = folder;
+  r.device = device_->currentText();
+  r.dtype = dtype_->currentText();
+  r.threads = threads_->value();
+  return r;
+}
+
+void MainWindow::loadDemo() {
+  pendingFolder_.clear();
+  engine_->loadModel(requestFor(QString()));
+}
+
+void MainWindow::loadFolder(const QString& folder) {
+  pendingFolder_ = QFileInfo(folder).absoluteFilePath();
+  engine_->loadModel(requestFor(pendingFolder_));
+}
+
+void MainWindow::loadInitialModel(const QString& folderOverride) {
+  if (!folderOverride.isEmpty()) {
+    loadFolder(folderOverride);  // asked for explicitly: a failure is reported, not papered over
+    return;
+  }
+  const QString folder = settings_->value(QStringLiteral("model/folder")).toString();
+  if (!folder.isEmpty() && QFileInfo(folder).isDir()) {
+    loadFolder(folder);
+  } else {
+    if (!folder.isEmpty())
+      appendLog(tr("last model folder %1 is gone; using the built-in model").arg(folder));
+    loadDemo();
+  }
+}
+
+void MainWindow::onModelLoaded(const ModelSummary& m) {
+  currentFolder_ = m.folder;
+  errorBanner_->hide();
+  if (!m.folder.isEmpty()) addRecent(m.folder);
+  const QString caveat =
+      m.caveat.isEmpty()
+          ? QString()
+          : QStringLiteral(" <span style='color:#b35900'><b>%1</b></span>").arg(m.caveat.toHtmlEscaped());
+  modelLabel_->setText(QStringLiteral("<b>%1</b>%2").arg(m.name.toHtmlEscaped(), caveat));
+  modelLabel_->setToolTip(tr("%1 layers, %2 heads, width %3, context %4, vocabulary %5, %6 parameters%7")
+                              .arg(m.layers)
+                              .arg(m.heads)
+                              .arg(m.width)
+                              .arg(m.positions)
+                              .arg(m.vocab)
+                              .arg(QLocale().toString(m.parameters))
+                              .arg(m.folder.isEmpty() ? QString() : QStringLiteral("\n") + m.folder));
+  deviceStatus_->setText(tr("device: %1").arg(m.device));
+  dtypeStatus_->setText(tr("dtype: %1").arg(m.dtype));
+  threadsStatus_->setText(tr("threads: %1").arg(m.threads));
+  memoryStatus_->setText(tr("weights: %1").arg(humanBytes(m.weightBytes)));
+  for (ExperimentTab* t : tabs_) t->setModel(m);
+  Q_EMIT modelReady(m);
+}
+
+void MainWindow::onModelLoadFailed(const QString& message) {
+  const ModelSummary& still = engine_->model();
+  showError(still.valid() ? tr("Could not load the model: %1. Still using %2.").arg(message, still.name)
+                          : tr("Could not load the model: %1").arg(message));
+  if (script_.active() && !scriptStarted_) finishScript(false, message);
+}
+
+void MainWindow::onStateChanged() {
+  const auto st = engine_->state();
+  if (st == EngineController::State::Running) errorBanner_->hide();  // a new run: the old error is history
+  stateStatus_->setText(tr("engine: %1").arg(engine_->stateText()));
+  loadProgress_->setVisible(st == EngineController::State::Loading);
+  const bool busy = engine_->isBusy();
+  runAction_->setEnabled(!busy && st != EngineController::State::NoModel);
+  stopAction_->setEnabled(st == EngineController::State::Running);
+  device_->setEnabled(!busy);
+  dtype_->setEnabled(!busy);
+  threads_->setEnabled(!busy);
+}
+
+void MainWindow::showError(const QString& message) {
+  errorBanner_->setText(message);
+  errorBanner_->show();
+  appendLog(message);
+}
+
+QString MainWindow::errorText() const { return errorBanner_->isVisible() ? errorBanner_->text() : QString(); }
+QString MainWindow::logText() const { return log_->toPlainText(); }
+
+void MainWindow::appendLog(const QString& line) {
+  log_->appendPlainText(
+      QStringLiteral("%1  %2").arg(QTime::currentTime().toString(QStringLiteral("HH:mm:ss")), line));
+}
+
+void MainWindow::addRecent(const QString& folder) {
+  recent_.removeAll(folder);
+  recent_.prepend(folder);
+  while (recent_.size() > kMaxRecent) recent_.removeLast();
+  rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+  recentMenu_->clear();
+  for (const QString& f : recent_) {
+    QAction* a = recentMenu_->addAction(QDir::toNativeSeparators(f));
+    connect(a, &QAction::triggered, this, [this, f] { loadFolder(f); });
+  }
+  recentButton_->setEnabled(!recent_.isEmpty());
+}
+
+void MainWindow::setTheme(ChartTheme theme) {
+  theme_ = theme;
+  const bool dark = theme == ChartTheme::Dark;
+  if (darkAction_->isChecked() != dark) darkAction_->setChecked(dark);
+  qApp->setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
+  qApp->setPalette(dark ? darkPalette() : qApp->style()->standardPalette());
+  for (ExperimentTab* t : tabs_)
+    for (ChartView* c : t->charts()) c->setTheme(theme);
+}
+
+void MainWindow::runCurrent() {
+  if (ExperimentTab* t = currentTab()) t->run();
+}
+
+void MainWindow::stopCurrent() { engine_->stop(); }
+
+void MainWindow::exportCurrentChart() {
+  if (ExperimentTab* t = currentTab()) t->primaryChart()->exportWithDialog();
+}
+
+void MainWindow::saveSettings() {
+  QSettings& s = *settings_;
+  s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+  s.setValue(QStringLiteral("window/state"), saveState());
+  if (ExperimentTab* t = currentTab()) s.setValue(QStringLiteral("window/tab"), t->tabId());
+  s.setValue(QStringLiteral("ui/theme"),
+             theme_ == ChartTheme::Dark ? QStringLiteral("dark") : QStringLiteral("light"));
+  s.setValue(QStringLiteral("model/folder"), currentFolder_);
+  s.setValue(QStringLiteral("model/device"), device_->currentText());
+  s.setValue(QStringLiteral("model/dtype"), dtype_->currentText());
+  s.setValue(QStringLiteral("model/threads"), threads_->value());
+  s.setValue(QStringLiteral("model/recent"), recent_);
+  for (ExperimentTab* t : tabs_) t->saveSettings(s);
+  s.sync();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  engine_->stop();
+  saveSettings();
+  event->accept();
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  const auto urls = event->mimeData()->urls();
+  if (urls.size() == 1 && urls.front().isLocalFile() && QFileInfo(urls.front().toLocalFile()).isDir())
+    event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  const auto urls = event->mimeData()->urls();
+  if (urls.size() == 1 && urls.front().isLocalFile()) {
+    loadFolder(urls.front().toLocalFile());
+    event->acceptProposedAction();
+  }
+}
+
+// --- Scripting ------------------------------------------------------------------------------
+
+void MainWindow::runScript(const ScriptOptions& options) {
+  script_ = options;
+  if (!options.tab.isEmpty() && !selectTab(options.tab)) {
+    finishScript(false,
+                 tr("unknown tab \"%1\" (tabs: %2)").arg(options.tab, tabIds().join(QStringLiteral(", "))));
+    return;
+  }
+  auto start = [this] {
+    if (scriptStarted_) return;
+    scriptStarted_ = true;
+    ExperimentTab* t = currentTab();
+    if (!script_.run) {
+      // Give the window a moment to lay out and paint before the picture is taken.
+      QTimer::singleShot(400, this, [this] { finishScript(true, QString()); });
+      return;
+    }
+    connect(t, &ExperimentTab::runFinished, this, [this](bool ok, const QString& message) {
+      QTimer::singleShot(400, this, [this, ok, message] { finishScript(ok, message); });
+    });
+    if (!t->run()) finishScript(false, tr("the %1 experiment could not start").arg(t->tabId()));
+  };
+  if (engine_->state() == EngineController::State::Idle)
+    start();
+  else
+    connect(this, &MainWindow::modelReady, this, start);
+}
+
+void MainWindow::finishScript(bool ok, const QString& message) {
+  ExperimentTab* t = currentTab();
+  QString error = message;
+  if (ok && !script_.screenshot.isEmpty()) {
+    const QPixmap shot = grab();
+    if (!shot.save(script_.screenshot)) {
+      ok = false;
+      error = tr("cannot write the screenshot to %1").arg(script_.screenshot);
+    }
+  }
+  if (ok && !script_.exportChart.isEmpty() && t) {
+    QString why;
+    const bool csv = script_.exportChart.endsWith(QLatin1String(".csv"), Qt::CaseInsensitive);
+    if (!(csv ? t->primaryChart()->exportCsv(script_.exportChart, &why)
+              : t->primaryChart()->exportImage(script_.exportChart, &why))) {
+      ok = false;
+      error = why;
+    }
+  }
+  if (!script_.report.isEmpty() && t) {
+    QFile f(script_.report);
+    QJsonObject o = t->lastResult();
+    o[QStringLiteral("ok")] = ok;
+    if (!ok) o[QStringLiteral("error")] = error;
+    if (!f.open(QIODevice::WriteOnly) || f.write(QJsonDocument(o).toJson(QJsonDocument::Compact)) < 0) {
+      ok = false;
+      error = tr("cannot write the report to %1").arg(script_.report);
+    }
+  }
+  if (!ok) std::fprintf(stderr, "servelab: %s\n", qPrintable(error.simplified()));
+  // Queued: a script can fail before the event loop runs, and exit() before exec() is lost.
+  QTimer::singleShot(0, qApp, [ok] { QCoreApplication::exit(ok ? 0 : 1); });
+}
+
+}  // namespace servelab::ui

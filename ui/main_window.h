@@ -1,0 +1,124 @@
+#pragma once
+// The ServeLab window: a model bar, one tab per experiment, a status bar and a log dock, over an
+// EngineController whose engine runs on its own thread.
+#include <QMainWindow>
+#include <QPointer>
+#include <QSettings>
+#include <memory>
+
+#include "chart_view.h"
+#include "engine_worker.h"
+
+class QTabWidget;
+class QComboBox;
+class QSpinBox;
+class QLabel;
+class QPlainTextEdit;
+class QProgressBar;
+class QToolButton;
+class QMenu;
+class QAction;
+
+namespace servelab::ui {
+
+class ExperimentTab;
+
+// What `servelab --tab X --run --screenshot a.png --export-chart b.svg --report c.json` asks for.
+struct ScriptOptions {
+  QString tab;
+  bool run = false;
+  QString screenshot;
+  QString exportChart;
+  QString report;
+  bool active() const { return run || !screenshot.isEmpty() || !exportChart.isEmpty(); }
+};
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  // settings: where parameters, the last model and the window geometry persist.
+  explicit MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  EngineController* engine() const { return engine_; }
+  QList<ExperimentTab*> tabs() const { return tabs_; }
+  ExperimentTab* tab(const QString& id) const;
+  ExperimentTab* currentTab() const;
+  bool selectTab(const QString& id);
+  QStringList tabIds() const;
+
+  // Loads the model of the saved settings (or the built-in one); called once after show().
+  void loadInitialModel(const QString& folderOverride = QString());
+  void loadDemo();
+  void loadFolder(const QString& folder);
+  // The text of the error banner (empty when hidden) and of the log.
+  QString errorText() const;
+  QString logText() const;
+  QStringList recentModels() const { return recent_; }
+
+  ChartTheme theme() const { return theme_; }
+  void setTheme(ChartTheme theme);
+
+  // Runs a scripted session and quits the application with 0 on success, 1 on failure.
+  void runScript(const ScriptOptions& options);
+
+ public Q_SLOTS:
+  void runCurrent();
+  void stopCurrent();
+  void exportCurrentChart();
+
+ Q_SIGNALS:
+  void modelReady(const servelab::ui::ModelSummary& model);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  void buildModelBar();
+  void buildMenus();
+  void buildStatusBar();
+  void onModelLoaded(const ModelSummary& model);
+  void onModelLoadFailed(const QString& message);
+  void onStateChanged();
+  void showError(const QString& message);
+  void appendLog(const QString& line);
+  void addRecent(const QString& folder);
+  void rebuildRecentMenu();
+  ModelRequest requestFor(const QString& folder) const;
+  void saveSettings();
+  void finishScript(bool ok, const QString& message);
+
+  std::unique_ptr<QSettings> settings_;
+  EngineController* engine_;
+  QTabWidget* tabWidget_;
+  QList<ExperimentTab*> tabs_;
+
+  QLabel* modelLabel_;
+  QComboBox* device_;
+  QComboBox* dtype_;
+  QSpinBox* threads_;
+  QToolButton* recentButton_;
+  QMenu* recentMenu_;
+  QProgressBar* loadProgress_;
+  QLabel* errorBanner_;
+  QPlainTextEdit* log_;
+  QLabel* deviceStatus_;
+  QLabel* dtypeStatus_;
+  QLabel* threadsStatus_;
+  QLabel* memoryStatus_;
+  QLabel* stateStatus_;
+  QAction* runAction_;
+  QAction* stopAction_;
+  QAction* darkAction_;
+
+  QStringList recent_;
+  QString currentFolder_;
+  QString pendingFolder_;
+  ChartTheme theme_ = ChartTheme::Light;
+  ScriptOptions script_;
+  bool scriptStarted_ = false;
+};
+
+}  // namespace servelab::ui
