@@ -286,7 +286,7 @@ void GenerateTab::drawToken(qsizetype step) {
   }();
   const QStringList cells{QString::number(step), QString::number(t.id), t.display,
                           QString::number(t.stepMs, 'f', 2),
-                          t.top.isEmpty() ? QString() : QString::number(p, 'f', 3)};
+                          t.top.isEmpty() ? QString() : QString::number(p, 'g', 3)};
   for (int col = 0; col < cells.size(); ++col)
     tokenTable_->setItem(row, col, new QTableWidgetItem(cells[col]));
   latencyChart_->append(0, static_cast<double>(step), t.stepMs);

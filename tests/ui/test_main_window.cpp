@@ -248,6 +248,32 @@ class TestMainWindow : public QObject {
     QCOMPARE(tab->tokens().size(), 3);
   }
 
+  void shortcutsRunAndStop() {
+    auto w = makeWindow(QStringLiteral("keys"));
+    w->loadFolder(tiny_);
+    QVERIFY(waitLoaded(*w));
+    w->activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(w.get()));
+    auto* kv = w->tab(QStringLiteral("kv-cache"));
+    w->selectTab(QStringLiteral("kv-cache"));
+    QSignalSpy done(kv, &ExperimentTab::runFinished);
+    QTest::keyClick(w.get(), Qt::Key_Return, Qt::ControlModifier);  // Run
+    QVERIFY(kv->isRunning());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QCOMPARE(done.front().at(0).toBool(), true);
+    // Esc stops a long run on the Generate tab.
+    w->selectTab(QStringLiteral("generate"));
+    auto* gen = qobject_cast<GenerateTab*>(w->tab(QStringLiteral("generate")));
+    gen->setMaxNewTokens(250);
+    QSignalSpy genDone(gen, &ExperimentTab::runFinished);
+    QTest::keyClick(w.get(), Qt::Key_Return, Qt::ControlModifier);
+    QVERIFY(gen->isRunning());
+    QTest::keyClick(w.get(), Qt::Key_Escape);
+    QVERIFY(genDone.wait(kRunTimeoutMs));
+    QCOMPARE(genDone.front().at(0).toBool(), false);
+    QVERIFY(gen->tokens().size() < 250);
+  }
+
   void busyEngineRejectsASecondRun() {
     auto w = makeWindow(QStringLiteral("busy"));
     w->loadDemo();
