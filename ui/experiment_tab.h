@@ -7,6 +7,9 @@
 
 #include "engine_types.h"
 
+class QHBoxLayout;
+class QPushButton;
+
 namespace servelab::ui {
 
 class ChartView;
@@ -38,8 +41,16 @@ class ExperimentTab : public QWidget {
   void runFinished(bool ok, const QString& message);
 
  protected:
+  // The Run and Stop buttons every tab has, in a row; objectNames are <prefix>Run / <prefix>Stop.
+  QHBoxLayout* makeRunButtons(const QString& prefix, const QString& runToolTip);
+  // Bookkeeping shared by every tab when its run starts and ends.
+  void runStarted();
+  void runEnded(bool ok, const QString& message);
+
   EngineController* engine_;
   bool running_ = false;
+  QPushButton* runButton_ = nullptr;
+  QPushButton* stopButton_ = nullptr;
 };
 
 // "model · device dtype · N threads" under every chart.

@@ -70,15 +70,6 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   stopAtEos_ = new QCheckBox(tr("Stop at <|endoftext|>"), this);
   stopAtEos_->setChecked(true);
 
-  runButton_ = new QPushButton(tr("Run"), this);
-  runButton_->setObjectName(QStringLiteral("generateRun"));
-  runButton_->setToolTip(tr("Generate (Ctrl+Return)"));
-  stopButton_ = new QPushButton(tr("Stop"), this);
-  stopButton_->setObjectName(QStringLiteral("generateStop"));
-  stopButton_->setToolTip(tr("Stop before the next token (Esc)"));
-  stopButton_->setEnabled(false);
-  connect(runButton_, &QPushButton::clicked, this, [this] { run(); });
-  connect(stopButton_, &QPushButton::clicked, engine_, &EngineController::stop);
   connect(mode_, &QComboBox::currentIndexChanged, this, &GenerateTab::updateSamplingEnabled);
 
   auto* form = new QFormLayout;
@@ -89,9 +80,7 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   form->addRow(tr("Top-p"), topP_);
   form->addRow(tr("Seed"), seed_);
   form->addRow(QString(), stopAtEos_);
-  auto* buttons = new QHBoxLayout;
-  buttons->addWidget(runButton_);
-  buttons->addWidget(stopButton_);
+  QHBoxLayout* buttons = makeRunButtons(QStringLiteral("generate"), tr("Generate (Ctrl+Return)"));
   auto* settingsBox = new QGroupBox(tr("Settings"), this);
   auto* sv = new QVBoxLayout(settingsBox);
   sv->addLayout(form);
@@ -221,7 +210,7 @@ bool GenerateTab::run() {
   r.options.stop_at_eos = stopAtEos_->isChecked();
   r.options.report_top = 10;
   if (!engine_->generate(r)) return false;
-  running_ = true;
+  runStarted();
   lastPrompt_ = r.prompt;
   lastError_.clear();
   tokens_.clear();
@@ -237,8 +226,6 @@ bool GenerateTab::run() {
   promptFormat.setForeground(palette().color(QPalette::PlaceholderText));
   c.insertText(r.prompt, promptFormat);
   metrics_->setText(tr("Generating…"));
-  runButton_->setEnabled(false);
-  stopButton_->setEnabled(true);
   return true;
 }
 
@@ -332,7 +319,7 @@ void GenerateTab::onFinished(const GenerateSummary& s) {
           .arg(s.finishReason == QLatin1String("eos")    ? tr("end of text")
                : s.finishReason == QLatin1String("stop") ? tr("stop string")
                                                          : tr("max new tokens")));
-  finish(true, QString());
+  runEnded(true, QString());
 }
 
 void GenerateTab::onFailed(const QString& kind, const QString& message) {
@@ -350,14 +337,7 @@ void GenerateTab::onFailed(const QString& kind, const QString& message) {
       summary_.cancelled
           ? tr("<b>Stopped</b> after %1 tokens; what was generated stays above.").arg(tokens_.size())
           : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
-  finish(false, message);
-}
-
-void GenerateTab::finish(bool ok, const QString& message) {
-  running_ = false;
-  runButton_->setEnabled(true);
-  stopButton_->setEnabled(false);
-  Q_EMIT runFinished(ok, message);
+  runEnded(false, message);
 }
 
 QJsonObject GenerateTab::lastResult() const {

@@ -11,7 +11,6 @@ class QSpinBox;
 class QDoubleSpinBox;
 class QComboBox;
 class QCheckBox;
-class QPushButton;
 class QLabel;
 class QTextBrowser;
 class QTableWidget;
@@ -52,7 +51,6 @@ class GenerateTab : public ExperimentTab {
   void onFinished(const GenerateSummary& summary);
   void onFailed(const QString& kind, const QString& message);
   void updateSamplingEnabled();
-  void finish(bool ok, const QString& message);
 
   QPlainTextEdit* prompt_;
   QSpinBox* maxTokens_;
@@ -62,8 +60,6 @@ class GenerateTab : public ExperimentTab {
   QDoubleSpinBox* topP_;
   QSpinBox* seed_;
   QCheckBox* stopAtEos_;
-  QPushButton* runButton_;
-  QPushButton* stopButton_;
   QLabel* caveat_;
   QTextBrowser* output_;
   QLabel* metrics_;

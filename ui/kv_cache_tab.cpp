@@ -56,14 +56,6 @@ KvCacheTab::KvCacheTab(EngineController* engine, QWidget* parent) : ExperimentTa
       tr("Runs without and with the cache alternate this many times; the chart ends on the "
          "median of each token."));
 
-  runButton_ = new QPushButton(tr("Run"), this);
-  runButton_->setObjectName(QStringLiteral("kvRun"));
-  runButton_->setToolTip(tr("Generate the same tokens without and with the KV cache (Ctrl+Return)"));
-  stopButton_ = new QPushButton(tr("Stop"), this);
-  stopButton_->setObjectName(QStringLiteral("kvStop"));
-  stopButton_->setEnabled(false);
-  connect(runButton_, &QPushButton::clicked, this, [this] { run(); });
-  connect(stopButton_, &QPushButton::clicked, engine_, &EngineController::stop);
   progress_ = new QProgressBar(this);
   progress_->setRange(0, 1000);
   progress_->setValue(0);
@@ -78,9 +70,8 @@ KvCacheTab::KvCacheTab(EngineController* engine, QWidget* parent) : ExperimentTa
   form->addRow(lengthRow);
   form->addRow(tr("New tokens"), newTokens_);
   form->addRow(tr("Repeats"), repeats_);
-  auto* buttons = new QHBoxLayout;
-  buttons->addWidget(runButton_);
-  buttons->addWidget(stopButton_);
+  QHBoxLayout* buttons = makeRunButtons(
+      QStringLiteral("kv"), tr("Generate the same tokens without and with the KV cache (Ctrl+Return)"));
 
   summary_ = new QLabel(tr("Run to compare the two ways of generating."), this);
   summary_->setObjectName(QStringLiteral("kvSummary"));
@@ -187,7 +178,7 @@ bool KvCacheTab::run() {
   p.new_tokens = newTokens_->value();
   p.repeats = repeats_->value();
   if (!engine_->runKvCacheTiming(p)) return false;
-  running_ = true;
+  runStarted();
   hasResult_ = false;
   lastError_.clear();
   promptLength_ = 0;
@@ -197,8 +188,6 @@ bool KvCacheTab::run() {
   progress_->setValue(0);
   progress_->setFormat(tr("starting · %p%"));
   summary_->setText(tr("Running: %1 new tokens, %2 repeats each way…").arg(p.new_tokens).arg(p.repeats));
-  runButton_->setEnabled(false);
-  stopButton_->setEnabled(true);
   return true;
 }
 
@@ -261,7 +250,7 @@ void KvCacheTab::onFinished(const servelab::KvCacheTimingResult& r) {
                         .arg(static_cast<double>(r.kv_cache_bytes) / kMiB, 0, 'f', 2));
   progress_->setValue(1000);
   progress_->setFormat(tr("done"));
-  finish(true, QString());
+  runEnded(true, QString());
 }
 
 void KvCacheTab::onFailed(const QString& kind, const QString& message) {
@@ -270,14 +259,7 @@ void KvCacheTab::onFailed(const QString& kind, const QString& message) {
   summary_->setText(kind == QLatin1String("cancelled")
                         ? tr("<b>Stopped.</b> The points measured so far stay on the chart.")
                         : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
-  finish(false, message);
-}
-
-void KvCacheTab::finish(bool ok, const QString& message) {
-  running_ = false;
-  runButton_->setEnabled(true);
-  stopButton_->setEnabled(false);
-  Q_EMIT runFinished(ok, message);
+  runEnded(false, message);
 }
 
 QJsonObject KvCacheTab::lastResult() const {

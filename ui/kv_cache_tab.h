@@ -8,7 +8,6 @@ class QLineEdit;
 class QSpinBox;
 class QSlider;
 class QCheckBox;
-class QPushButton;
 class QLabel;
 class QProgressBar;
 
@@ -43,7 +42,6 @@ class KvCacheTab : public ExperimentTab {
   void onReset(const QString& series);
   void onFinished(const servelab::KvCacheTimingResult& result);
   void onFailed(const QString& kind, const QString& message);
-  void finish(bool ok, const QString& message);
   void updatePromptLengthEnabled();
 
   QLineEdit* prompt_;
@@ -52,8 +50,6 @@ class KvCacheTab : public ExperimentTab {
   QSpinBox* promptTokensSpin_;
   QSpinBox* newTokens_;
   QSpinBox* repeats_;
-  QPushButton* runButton_;
-  QPushButton* stopButton_;
   QProgressBar* progress_;
   QLabel* summary_;
   ChartView* latencyChart_;
