@@ -133,8 +133,9 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
       if (o.report_top > 0) {
         auto t = logits.topk(std::min<int64_t>(o.report_top, logits.size(-1)), -1);
         top_vals = std::get<0>(t).to(at::kFloat);
-        // Probabilities over the whole vocabulary: exp(logit - logsumexp(logits)).
-        top_probs = (top_vals - logits.to(at::kFloat).logsumexp(-1, true)).exp().to(at::kCPU);
+        // Probabilities over the whole vocabulary, exp(logit - logsumexp(logits)): only token events
+        // carry them, so without a sink the decode step does not pay for the reduction.
+        if (sink) top_probs = (top_vals - logits.to(at::kFloat).logsumexp(-1, true)).exp().to(at::kCPU);
         top_vals = top_vals.to(at::kCPU);
         top_ids = std::get<1>(t).to(at::kCPU);
       }
@@ -160,10 +161,12 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
           // Plain accessors: indexing tensors here would make views and syncs per element per step.
           const auto ids_a = top_ids.accessor<int64_t, 2>();
           const auto vals_a = top_vals.accessor<float, 2>();
-          const auto probs_a = top_probs.accessor<float, 2>();
-          for (int64_t k = 0; k < top_ids.size(1); ++k) {
+          for (int64_t k = 0; k < top_ids.size(1); ++k)
             top.emplace_back(static_cast<int32_t>(ids_a[r][k]), vals_a[r][k]);
-            if (sink) event_top.push_back({static_cast<int32_t>(ids_a[r][k]), vals_a[r][k], probs_a[r][k]});
+          if (sink) {
+            const auto probs_a = top_probs.accessor<float, 2>();
+            for (int64_t k = 0; k < top_ids.size(1); ++k)
+              event_top.push_back({static_cast<int32_t>(ids_a[r][k]), vals_a[r][k], probs_a[r][k]});
           }
           seq.top.push_back(std::move(top));
         }
