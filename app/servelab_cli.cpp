@@ -12,6 +12,8 @@
 
 #include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
+#include "experiments/seed_benchmark.h"
+#include "experiments/sync_vs_continuous.h"
 #include "generate/generator.h"
 #include "model/engine.h"
 #include "model/model_export.h"
@@ -201,6 +203,45 @@ int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& s
   return 0;
 }
 
+int cmd_bench_sync_vs_continuous(const ModelArgs& m, const SyncVsContinuousParams& p, bool as_json) {
+  auto engine = m.load();
+  SyncVsContinuousResult r = run_sync_vs_continuous(*engine, p);
+  json j = r.to_json();
+  j["engine"] = engine->info();
+  if (as_json) {
+    print_json(j);
+    return 0;
+  }
+  std::printf("%-28s %10s %7s %9s %9s %9s %9s %9s %9s\n", "method", "total ms", "calls", "avg batch",
+              "TTFT p50", "TTFT p90", "TTFT p99", "lat p50", "lat p99");
+  for (const ServeSummary& s : r.methods)
+    std::printf("%-28s %10.1f %7lld %9.2f %9.1f %9.1f %9.1f %9.1f %9.1f\n", s.method.c_str(), s.total_ms,
+                static_cast<long long>(s.inference_calls), s.average_batch, s.ttft_p50, s.ttft_p90,
+                s.ttft_p99, s.latency_p50, s.latency_p99);
+  std::printf("continuous (slot KV) is %.2fx faster than synchronous; greedy tokens %s\n", r.speedup,
+              r.same_tokens ? "identical" : "DIFFER");
+  return 0;
+}
+
+int cmd_bench_seed(const ModelArgs& m, const SeedBenchmarkParams& p, bool as_json) {
+  auto engine = m.load();
+  SeedBenchmarkResult r = run_seed_benchmark(*engine, p);
+  json j = r.to_json();
+  j["engine"] = engine->info();
+  if (as_json) {
+    print_json(j);
+    return 0;
+  }
+  std::printf("%-42s %8s %9s %11s %9s %9s %7s %15s\n", "method", "queries", "time s", "throughput",
+              "max batch", "avg batch", "tokens", "inference calls");
+  for (const SeedBenchmarkRow& row : r.rows)
+    std::printf("%-42s %8lld %9.2f %10.1fx %9lld %9.1f %7lld %15lld\n", row.method.c_str(),
+                static_cast<long long>(row.queries), row.time_s, row.throughput_vs_baseline,
+                static_cast<long long>(row.max_batch), row.avg_batch, static_cast<long long>(row.tokens),
+                static_cast<long long>(row.inference_calls));
+  return 0;
+}
+
 int cmd_export_demo(const std::string& out_dir, bool tiny) {
   // Same config, seed, device and dtype as Engine::load_demo, so the folder loads to the same model.
   const EngineOptions defaults;
@@ -299,6 +340,36 @@ int main(int argc, char** argv) {
   bench_sweep->add_option("--prompt", sw.prompts, "prompts, cycled to fill the batch (repeatable)");
   bench_sweep->add_flag("--json", sw_json, "compact JSON");
 
+  SyncVsContinuousParams svc;
+  bool svc_json = false, svc_no_naive = false;
+  auto* bench_svc = bench->add_subcommand("sync-vs-continuous",
+                                          "Lesson 3: synchronous vs continuous batching of a request queue");
+  margs.add_to(bench_svc);
+  bench_svc->add_option("--prompt", svc.prompt, "prompt of every request");
+  bench_svc->add_option("--requests", svc.requests, "requests in the queue");
+  bench_svc->add_option("--max-batch", svc.max_batch, "requests running at once");
+  bench_svc->add_option("--long-every", svc.long_every, "every n-th request is a long one");
+  bench_svc->add_option("--long-tokens", svc.long_tokens, "new tokens of a long request");
+  bench_svc->add_option("--short-tokens", svc.short_tokens, "new tokens of the others");
+  bench_svc->add_option("--prompt-tokens-min", svc.prompt_tokens_min, "random prompt length: lower bound");
+  bench_svc->add_option("--prompt-tokens-max", svc.prompt_tokens_max,
+                        "random prompt length: upper bound (0: off)");
+  bench_svc->add_option("--arrival-rate", svc.arrival_rate,
+                        "Poisson arrivals per second (0: all at the start)");
+  bench_svc->add_option("--seed", svc.seed, "seed of prompt lengths and arrivals");
+  bench_svc->add_flag("--no-naive", svc_no_naive, "skip the seed's merge/filter continuous batching");
+  bench_svc->add_flag("--json", svc_json, "compact JSON");
+  SeedBenchmarkParams sb;
+  bool sb_json = false;
+  auto* bench_seed = bench->add_subcommand(
+      "seed-benchmark", "The seed's batch benchmark: queries one at a time vs continuous batching");
+  margs.add_to(bench_seed);
+  bench_seed->add_option("--queries", sb.queries, "queries");
+  bench_seed->add_option("--new-tokens", sb.new_tokens, "greedy tokens per query");
+  bench_seed->add_option("--max-batch", sb.max_batch, "largest batch of the batched run");
+  bench_seed->add_option("--prompt", sb.prompts, "prompts, cycled over the queries (repeatable)");
+  bench_seed->add_flag("--json", sb_json, "compact JSON");
+
   std::string export_dir;
   auto* exp =
       app.add_subcommand("export-demo", "Write the built-in demo model as a Hugging Face GPT-2 folder");
@@ -325,6 +396,11 @@ int main(int argc, char** argv) {
     if (*gen) return cmd_generate(margs, gargs);
     if (*bench_kv) return cmd_bench_kv(margs, kv, kv_json);
     if (*bench_sweep) return cmd_bench_sweep(margs, sw, sizes, sw_json);
+    if (*bench_svc) {
+      svc.naive = !svc_no_naive;
+      return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
+    }
+    if (*bench_seed) return cmd_bench_seed(margs, sb, sb_json);
     if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);
   } catch (const Error& e) {

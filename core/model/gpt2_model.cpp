@@ -40,13 +40,18 @@ at::Tensor Gpt2Model::attend(int64_t layer, const at::Tensor& q, const at::Tenso
 }
 
 at::Tensor Gpt2Model::attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x,
-                                const at::Tensor& mask, bool causal, KvCache* cache) const {
+                                const at::Tensor& mask, bool causal, KvCache* cache,
+                                const at::Tensor& cache_positions) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.n_embd, H = config_.n_head, D = config_.head_dim();
   at::Tensor qkv = at::addmm(w.c_attn_bias, x.reshape({B * T, E}), w.c_attn_weight).view({B, T, 3, H, D});
   at::Tensor q = qkv.select(2, 0).transpose(1, 2);
   at::Tensor k = qkv.select(2, 1).transpose(1, 2);
   at::Tensor v = qkv.select(2, 2).transpose(1, 2);
-  if (cache) std::tie(k, v) = cache->append(layer, k, v);
+  if (cache && cache_positions.defined()) {
+    std::tie(k, v) = cache->write_at(layer, k, v, cache_positions, mask.size(-1));
+  } else if (cache) {
+    std::tie(k, v) = cache->append(layer, k, v);
+  }
   at::Tensor y = attend(layer, q, k, v, mask, causal);
   y = y.transpose(1, 2).reshape({B * T, E});
   return at::addmm(w.c_proj_bias, y, w.c_proj_weight).view({B, T, E});
@@ -71,7 +76,11 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   if (ids.dim() != 2) throw InputError("input_ids must be [batch, tokens]");
   const int64_t B = ids.size(0), T = ids.size(1);
   if (T == 0) throw InputError("forward called with zero tokens");
-  const int64_t past = cache ? cache->length() : 0, S = past + T;
+  const bool per_row = in.cache_positions.defined();
+  if (per_row && (!cache || T != 1 || !in.key_mask.defined() || in.key_mask.dim() != 2))
+    throw InputError("per-row cache positions need a cache, one token per row and a [batch, width] key mask");
+  const int64_t past = cache && !per_row ? cache->length() : 0;
+  const int64_t S = per_row ? in.key_mask.size(1) : past + T;
   if (cache && cache->batch() != B)
     throw InputError("KV cache was made for batch " + std::to_string(cache->batch()) + ", input has batch " +
                      std::to_string(B));
@@ -83,7 +92,12 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   const auto bool_opts = at::TensorOptions().dtype(at::kBool).device(dev);
   at::Tensor mask;  // [B or 1, 1, T, S] bool: true where a query may look at a key
   bool causal = false;
-  if (!in.key_mask.defined()) {
+  if (per_row) {
+    // Each row's keys are its own cached prefix plus the position it writes now; the caller's
+    // mask says which, so rows of different lengths share one forward.
+    if (in.key_mask.size(0) != B) throw InputError("key_mask must have one row per batch row");
+    mask = in.key_mask.to(dev).to(at::kBool).view({B, 1, 1, S});
+  } else if (!in.key_mask.defined()) {
     if (T > 1 && past == 0) {
       causal = true;
     } else if (T > 1) {
@@ -109,10 +123,11 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   const int64_t E = config_.n_embd;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     const Gpt2LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    x = x + attention(l, lw, at::layer_norm(x, {E}, lw.ln_1_weight, lw.ln_1_bias, eps), mask, causal, cache);
+    x = x + attention(l, lw, at::layer_norm(x, {E}, lw.ln_1_weight, lw.ln_1_bias, eps), mask, causal, cache,
+                      in.cache_positions);
     x = x + mlp(lw, at::layer_norm(x, {E}, lw.ln_2_weight, lw.ln_2_bias, eps));
   }
-  if (cache) cache->advance(T);
+  if (cache && !per_row) cache->advance(T);
   if (!in.all_logits) x = x.select(1, T - 1);
   x = at::layer_norm(x, {E}, w.ln_f_weight, w.ln_f_bias, eps);
   return at::matmul(x, w.lm_head.t());

@@ -23,6 +23,11 @@ struct ForwardInput {
   at::Tensor key_mask;
   // Logits for every position ([batch, T, vocab]) instead of the last one only ([batch, vocab]).
   bool all_logits = false;
+  // Continuous batching over a cache whose rows have different lengths (one new token per row):
+  // [batch] int64, where each row writes its token in the cache. key_mask is then [batch, width]
+  // over the cache's first width positions (the new one included) and the cache's own length is
+  // neither used nor advanced.
+  at::Tensor cache_positions = {};
 };
 
 class Gpt2Model {
@@ -45,7 +50,7 @@ class Gpt2Model {
 
  private:
   at::Tensor attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x, const at::Tensor& mask,
-                       bool causal, KvCache* cache) const;
+                       bool causal, KvCache* cache, const at::Tensor& cache_positions) const;
   at::Tensor mlp(const Gpt2LayerWeights& w, const at::Tensor& x) const;
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& mask, bool causal) const;

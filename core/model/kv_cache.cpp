@@ -43,4 +43,33 @@ std::pair<at::Tensor, at::Tensor> KvCache::append(int64_t layer, const at::Tenso
 
 void KvCache::advance(int64_t tokens) { length_ += tokens; }
 
+void KvCache::set_length(int64_t length) {
+  if (length < 0 || length > capacity_)
+    throw InputError("KV cache length " + std::to_string(length) + " outside its capacity of " +
+                     std::to_string(capacity_));
+  length_ = length;
+}
+
+KvCache::KvCache(at::Tensor keys, at::Tensor values)
+    : keys_(std::move(keys)), values_(std::move(values)), batch_(keys_.size(1)), capacity_(keys_.size(3)) {}
+
+KvCache KvCache::rows(int64_t first, int64_t count) const {
+  return KvCache(keys_.narrow(1, first, count), values_.narrow(1, first, count));
+}
+
+std::pair<at::Tensor, at::Tensor> KvCache::write_at(int64_t layer, const at::Tensor& k, const at::Tensor& v,
+                                                    const at::Tensor& positions, int64_t width) {
+  if (width > capacity_)
+    throw InputError("KV cache key width " + std::to_string(width) + " exceeds its capacity of " +
+                     std::to_string(capacity_));
+  using at::indexing::Slice;
+  at::Tensor kl = keys_.select(0, layer);
+  at::Tensor vl = values_.select(0, layer);
+  // Row r's new key lands at [r, :, positions[r], :]: one scattered write, no row is moved.
+  const at::Tensor row = at::arange(batch_, positions.options());
+  kl.index_put_({row, Slice(), positions}, k.select(2, 0));
+  vl.index_put_({row, Slice(), positions}, v.select(2, 0));
+  return {kl.narrow(2, 0, width), vl.narrow(2, 0, width)};
+}
+
 }  // namespace servelab

@@ -26,8 +26,25 @@ class KvCache {
   std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
   void advance(int64_t tokens);
   void reset() { length_ = 0; }
+  // For a cache whose rows were filled by copying into buffers() (merging batches).
+  void set_length(int64_t length);
+
+  // Continuous batching, where every row has its own length (kept by the caller, not here):
+  // writes one new position per row, k and v [batch, heads, 1, head_dim] at positions[row]
+  // ([batch] int64), and returns views over [0, width) of every row.
+  std::pair<at::Tensor, at::Tensor> write_at(int64_t layer, const at::Tensor& k, const at::Tensor& v,
+                                             const at::Tensor& positions, int64_t width);
+  // Rows [first, first + count) as a cache of their own that shares this one's memory (length 0):
+  // a forward through it writes straight into those rows.
+  KvCache rows(int64_t first, int64_t count) const;
+  // The whole [layers, batch, heads, capacity, head_dim] buffers, for the memory managers of
+  // continuous batching that move requests' positions between caches.
+  const at::Tensor& keys() const { return keys_; }
+  const at::Tensor& values() const { return values_; }
 
  private:
+  KvCache(at::Tensor keys, at::Tensor values);
+
   at::Tensor keys_;    // [layers, batch, heads, capacity, head_dim]
   at::Tensor values_;  // same
   int64_t batch_;

@@ -108,6 +108,30 @@ class TestCli : public QObject {
     QCOMPARE(s["points"].toArray()[1].toObject()["batch_size"].toInt(), 2);
   }
 
+  void serving_benches_emit_json() {
+    Run svc = cli({"bench", "sync-vs-continuous", "--requests", "4", "--max-batch", "2", "--long-every", "2",
+                   "--long-tokens", "4", "--short-tokens", "2", "--json"});
+    QCOMPARE(svc.code, 0);
+    QJsonObject v = QJsonDocument::fromJson(svc.out.toUtf8()).object();
+    QCOMPARE(v["experiment"].toString(), QString("sync-vs-continuous"));
+    QCOMPARE(v["methods"].toArray().size(), 3);
+    QVERIFY(v["same_tokens"].toBool());
+    for (const auto& m : v["methods"].toArray()) {
+      QCOMPARE(m.toObject()["generated_tokens"].toInt(), 12);
+      QVERIFY(m.toObject()["ttft_ms"].toObject().contains("p99"));
+    }
+    Run sb =
+        cli({"bench", "seed-benchmark", "--queries", "3", "--new-tokens", "3", "--max-batch", "2", "--json"});
+    QCOMPARE(sb.code, 0);
+    QJsonObject b = QJsonDocument::fromJson(sb.out.toUtf8()).object();
+    QCOMPARE(b["rows"].toArray().size(), 2);
+    const QJsonObject batched = b["rows"].toArray()[1].toObject();
+    QCOMPARE(batched["tokens"].toInt(), 9);
+    QCOMPARE(batched["max_batch"].toInt(), 2);
+    for (const char* k : {"queries", "time_s", "throughput_vs_baseline", "avg_batch", "inference_calls"})
+      QVERIFY2(batched.contains(k), k);
+  }
+
   void errors_are_one_line_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<int>("code");
@@ -129,6 +153,11 @@ class TestCli : public QObject {
     QTest::newRow("impossible batch")
         << QStringList{"bench", "batch-sweep", "--batch-sizes", "500000", "--repeats", "1"} << 1
         << "GiB of memory is available";
+    QTest::newRow("bad max batch") << QStringList{"bench", "sync-vs-continuous", "--max-batch", "0"} << 1
+                                   << "max batch must be at least 1, got 0";
+    QTest::newRow("request too long")
+        << QStringList{"bench", "seed-benchmark", "--queries", "1", "--new-tokens", "2000"} << 1
+        << "exceeds the context of 1024";
     QTest::newRow("unknown option") << QStringList{"generate", "--prompt", "hi", "--frobnicate"} << 2
                                     << "frobnicate";
     QTest::newRow("missing tokenizer")

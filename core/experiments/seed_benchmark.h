@@ -1,0 +1,42 @@
+#pragma once
+// The GPT-2 batch-inference benchmark of SEEDS.md: N queries of M greedy tokens, one at a time
+// with the KV cache versus continuous batching; the seed's table, row for row.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "experiments/experiment_sink.h"
+#include "model/engine.h"
+
+namespace servelab {
+
+struct SeedBenchmarkParams {
+  std::vector<std::string> prompts = {"The quick brown fox jumped over the", "The rain in Spain falls",
+                                      "What comes up must"};  // cycled over the queries
+  int64_t queries = 100;
+  int64_t new_tokens = 64;
+  int64_t max_batch = 32;
+  bool warmup = true;
+};
+
+struct SeedBenchmarkRow {
+  std::string method;
+  int64_t queries = 0;
+  double time_s = 0;
+  double throughput_vs_baseline = 0;
+  int64_t max_batch = 0;
+  double avg_batch = 0;
+  int64_t tokens = 0;
+  int64_t inference_calls = 0;
+};
+
+struct SeedBenchmarkResult {
+  std::vector<SeedBenchmarkRow> rows;  // baseline, batched
+  bool same_tokens = true;             // the batched run's tokens equal the baseline's
+  nlohmann::json to_json() const;
+};
+
+SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmarkParams& params,
+                                       const ExperimentControl& control = {});
+
+}  // namespace servelab

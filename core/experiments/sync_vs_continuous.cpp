@@ -1,0 +1,209 @@
+#include "experiments/sync_vs_continuous.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "util/errors.h"
+
+namespace servelab {
+
+namespace {
+
+// Retired requests as progress through the whole experiment.
+class Progress : public BatchSink {
+ public:
+  Progress(ExperimentSink* sink, std::string stage, double done, double share, size_t requests)
+      : sink_(sink), stage_(std::move(stage)), done_(done), share_(share), requests_(requests) {}
+  void on_retire(const RequestResult&) override {
+    ++retired_;
+    if (sink_)
+      sink_->on_progress(done_ + share_ * static_cast<double>(retired_) / static_cast<double>(requests_),
+                         stage_);
+  }
+
+ private:
+  ExperimentSink* sink_;
+  std::string stage_;
+  double done_, share_;
+  size_t requests_, retired_ = 0;
+};
+
+}  // namespace
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) throw InputError("percentile of no values");
+  std::sort(v.begin(), v.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(v.size()));
+  return v[static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(v.size()))) - 1];
+}
+
+ServeSummary summarize(const BatchRunResult& run) {
+  ServeSummary s;
+  s.method = run.method;
+  s.total_ms = run.total_ms;
+  s.inference_calls = run.inference_calls;
+  s.max_batch = run.max_batch;
+  s.generated_tokens = run.generated_tokens;
+  s.steps = static_cast<int64_t>(run.steps.size());
+  s.average_batch = run.average_batch;
+  s.tokens_per_s = run.total_ms > 0 ? 1000.0 * static_cast<double>(run.generated_tokens) / run.total_ms : 0;
+  s.kv_cache_bytes = run.kv_cache_bytes;
+  std::vector<double> waits;
+  for (const RequestResult& r : run.requests) {
+    s.ttft_ms.push_back(r.ttft_ms);
+    s.latency_ms.push_back(r.latency_ms);
+    waits.push_back(r.queue_wait_ms);
+  }
+  if (!run.requests.empty()) {
+    s.ttft_p50 = percentile(s.ttft_ms, 50);
+    s.ttft_p90 = percentile(s.ttft_ms, 90);
+    s.ttft_p99 = percentile(s.ttft_ms, 99);
+    s.latency_p50 = percentile(s.latency_ms, 50);
+    s.latency_p90 = percentile(s.latency_ms, 90);
+    s.latency_p99 = percentile(s.latency_ms, 99);
+    s.queue_wait_p50 = percentile(waits, 50);
+  }
+  return s;
+}
+
+nlohmann::json batch_run_json(const BatchRunResult& run) {
+  nlohmann::json reqs = nlohmann::json::array(), steps = nlohmann::json::array();
+  for (const RequestResult& r : run.requests)
+    reqs.push_back({{"id", r.id},
+                    {"prompt_tokens", r.prompt_ids.size()},
+                    {"generated_ids", r.generated_ids},
+                    {"text", r.text},
+                    {"finish_reason", r.finish_reason},
+                    {"slot", r.slot},
+                    {"arrival_ms", r.arrival_ms},
+                    {"admitted_ms", r.admitted_ms},
+                    {"admitted_step", r.admitted_step},
+                    {"finished_step", r.finished_step},
+                    {"queue_wait_ms", r.queue_wait_ms},
+                    {"ttft_ms", r.ttft_ms},
+                    {"latency_ms", r.latency_ms},
+                    {"token_ms", r.token_ms}});
+  for (const BatchStep& s : run.steps)
+    steps.push_back({{"step", s.step},
+                     {"start_ms", s.start_ms},
+                     {"ms", s.ms},
+                     {"running", s.running},
+                     {"prefill_tokens", s.prefill_tokens},
+                     {"decode_tokens", s.decode_tokens},
+                     {"forward_calls", s.forward_calls},
+                     {"admitted", s.admitted},
+                     {"retired", s.retired}});
+  return {{"method", run.method},
+          {"inference_calls", run.inference_calls},
+          {"max_batch", run.max_batch},
+          {"average_batch", run.average_batch},
+          {"generated_tokens", run.generated_tokens},
+          {"total_ms", run.total_ms},
+          {"kv_cache_bytes", run.kv_cache_bytes},
+          {"cancelled", run.cancelled},
+          {"requests", reqs},
+          {"steps", steps}};
+}
+
+nlohmann::json SyncVsContinuousResult::to_json() const {
+  nlohmann::json ms = nlohmann::json::array();
+  for (const ServeSummary& s : methods)
+    ms.push_back(
+        {{"method", s.method},
+         {"total_ms", s.total_ms},
+         {"inference_calls", s.inference_calls},
+         {"max_batch", s.max_batch},
+         {"average_batch", s.average_batch},
+         {"generated_tokens", s.generated_tokens},
+         {"steps", s.steps},
+         {"tokens_per_s", s.tokens_per_s},
+         {"kv_cache_bytes", s.kv_cache_bytes},
+         {"ttft_ms", {{"p50", s.ttft_p50}, {"p90", s.ttft_p90}, {"p99", s.ttft_p99}, {"all", s.ttft_ms}}},
+         {"latency_ms",
+          {{"p50", s.latency_p50}, {"p90", s.latency_p90}, {"p99", s.latency_p99}, {"all", s.latency_ms}}},
+         {"queue_wait_p50_ms", s.queue_wait_p50}});
+  nlohmann::json detail = nlohmann::json::array();
+  for (const BatchRunResult& r : runs) detail.push_back(batch_run_json(r));
+  return {{"experiment", "sync-vs-continuous"},
+          {"methods", ms},
+          {"same_tokens", same_tokens},
+          {"speedup", speedup},
+          {"runs", detail}};
+}
+
+std::vector<BatchRequest> make_sync_vs_continuous_requests(const Engine& engine,
+                                                           const SyncVsContinuousParams& p) {
+  if (p.requests < 1) throw InputError("requests must be at least 1, got " + std::to_string(p.requests));
+  if (p.long_every < 1)
+    throw InputError("long-every must be at least 1, got " + std::to_string(p.long_every));
+  if (p.prompt_tokens_min < 0 || p.prompt_tokens_max < p.prompt_tokens_min)
+    throw InputError("prompt token range [" + std::to_string(p.prompt_tokens_min) + ", " +
+                     std::to_string(p.prompt_tokens_max) + "] is not a range of lengths");
+  if (!(p.arrival_rate >= 0))
+    throw InputError("arrival rate must be >= 0 requests/s, got " + std::to_string(p.arrival_rate));
+  const std::vector<int32_t> base = engine.tokenizer().encode(p.prompt);
+  if (base.empty()) throw InputError("the prompt is empty");
+  std::mt19937_64 rng(p.seed);
+  std::vector<BatchRequest> out;
+  double t = 0;
+  for (int64_t i = 0; i < p.requests; ++i) {
+    BatchRequest r;
+    r.prompt_ids = base;
+    if (p.prompt_tokens_max > 0) {
+      const int64_t len = std::uniform_int_distribution<int64_t>(std::max<int64_t>(1, p.prompt_tokens_min),
+                                                                 p.prompt_tokens_max)(rng);
+      r.prompt_ids.clear();
+      while (static_cast<int64_t>(r.prompt_ids.size()) < len)
+        r.prompt_ids.push_back(base[r.prompt_ids.size() % base.size()]);
+    }
+    r.max_new_tokens = i % p.long_every == 0 ? p.long_tokens : p.short_tokens;
+    r.stop_at_eos = false;  // the seed's requests run to their token budget
+    if (p.arrival_rate > 0 && i > 0) t += std::exponential_distribution<double>(p.arrival_rate)(rng) * 1000.0;
+    r.arrival_ms = t;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVsContinuousParams& p,
+                                              const ExperimentControl& control) {
+  const std::vector<BatchRequest> requests = make_sync_vs_continuous_requests(engine, p);
+  BatchOptions o;
+  o.max_batch = p.max_batch;
+  o.cancel = control.cancel;
+  check_batch_requests(engine.model(), requests, o);
+  if (p.warmup) {
+    std::vector<BatchRequest> w(requests.begin(), requests.begin() + std::min<int64_t>(2, p.requests));
+    for (auto& r : w) {
+      r.max_new_tokens = std::min<int64_t>(2, r.max_new_tokens);
+      r.arrival_ms = 0;
+    }
+    run_continuous_batching(engine.model(), engine.tokenizer(), w, o);
+  }
+  std::vector<std::pair<bool, KvStrategy>> plan = {{false, KvStrategy::SlotKv}, {true, KvStrategy::SlotKv}};
+  if (p.naive) plan.push_back({true, KvStrategy::NaiveMergeFilter});
+  SyncVsContinuousResult result;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    o.kv = plan[i].second;
+    const std::string stage =
+        plan[i].first ? std::string("continuous (") + kv_strategy_name(o.kv) + ")" : "synchronous";
+    Progress progress(control.sink, stage, static_cast<double>(i) / static_cast<double>(plan.size()),
+                      1.0 / static_cast<double>(plan.size()), requests.size());
+    BatchRunResult run =
+        plan[i].first ? run_continuous_batching(engine.model(), engine.tokenizer(), requests, o, &progress)
+                      : run_static_batching(engine.model(), engine.tokenizer(), requests, o, &progress);
+    if (run.cancelled) throw CancelledError("sync-vs-continuous cancelled during " + stage);
+    result.methods.push_back(summarize(run));
+    result.runs.push_back(std::move(run));
+  }
+  for (size_t m = 1; m < result.runs.size(); ++m)
+    for (size_t r = 0; r < requests.size(); ++r)
+      if (result.runs[m].requests[r].generated_ids != result.runs[0].requests[r].generated_ids)
+        result.same_tokens = false;
+  result.speedup =
+      result.methods[1].total_ms > 0 ? result.methods[0].total_ms / result.methods[1].total_ms : 0;
+  return result;
+}
+
+}  // namespace servelab

@@ -1,0 +1,196 @@
+#include "generate/continuous_batch_scheduler.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <numeric>
+#include <thread>
+
+#include "model/gpt2_model.h"
+#include "util/errors.h"
+
+namespace servelab {
+
+const char* kv_strategy_name(KvStrategy strategy) {
+  return strategy == KvStrategy::SlotKv ? "slot KV" : "merge/filter";
+}
+
+void check_batch_requests(const Gpt2Model& model, const std::vector<BatchRequest>& requests,
+                          const BatchOptions& options) {
+  const Gpt2Config& c = model.config();
+  if (options.max_batch < 1)
+    throw InputError("max batch must be at least 1, got " + std::to_string(options.max_batch));
+  if (requests.empty()) throw InputError("no requests given");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BatchRequest& r = requests[i];
+    const std::string name = "request " + std::to_string(i + 1);
+    if (r.prompt_ids.empty()) throw InputError(name + " has an empty prompt: it needs at least one token");
+    for (int32_t id : r.prompt_ids)
+      if (id < 0 || id >= c.vocab_size)
+        throw InputError(name + " has token id " + std::to_string(id) + " outside the vocabulary of " +
+                         std::to_string(c.vocab_size));
+    if (r.max_new_tokens < 1)
+      throw InputError(name + ": max new tokens must be at least 1, got " + std::to_string(r.max_new_tokens));
+    if (static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens > c.n_positions)
+      throw InputError(name + " has " + std::to_string(r.prompt_ids.size()) + " prompt tokens; with " +
+                       std::to_string(r.max_new_tokens) + " new tokens that exceeds the context of " +
+                       std::to_string(c.n_positions) + " positions");
+    if (!(r.arrival_ms >= 0))
+      throw InputError(name + ": arrival time must be >= 0 ms, got " + std::to_string(r.arrival_ms));
+    r.sampling.validate();
+  }
+}
+
+ContinuousBatchScheduler::ContinuousBatchScheduler(const Gpt2Model& model, const Tokenizer& tokenizer,
+                                                   const std::vector<BatchRequest>& requests,
+                                                   const BatchOptions& options, BatchSink* sink)
+    : model_(model), tokenizer_(tokenizer), requests_(requests), options_(options), sink_(sink) {
+  check_batch_requests(model, requests, options);
+  const int32_t eos =
+      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
+  int64_t capacity = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    trackers_.emplace_back(tokenizer, requests[i], static_cast<int64_t>(i), eos);
+    capacity = std::max<int64_t>(
+        capacity, static_cast<int64_t>(requests[i].prompt_ids.size()) + requests[i].max_new_tokens);
+  }
+  std::vector<int64_t> order(requests.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return requests[a].arrival_ms < requests[b].arrival_ms; });
+  waiting_.assign(order.begin(), order.end());
+  const int64_t slots = std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size()));
+  kv_ = make_kv_memory_manager(options.kv, model, slots, capacity, eos >= 0 ? eos : 0);
+  result_.method = std::string("continuous (") + kv_strategy_name(options.kv) + ")";
+}
+
+void ContinuousBatchScheduler::take_tokens(const at::Tensor& logits, const std::vector<Running*>& rows,
+                                           double ms, BatchStep& step) {
+  const at::Tensor greedy = logits.argmax(-1).to(at::kCPU);
+  const auto greedy_a = greedy.accessor<int64_t, 1>();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    RequestTracker& t = trackers_[static_cast<size_t>(rows[i]->id)];
+    const int64_t row = static_cast<int64_t>(i);
+    const int32_t id = static_cast<int32_t>(
+        t.request().sampling.greedy ? greedy_a[row]
+                                    : rows[i]->sampler.next(logits.narrow(0, row, 1))[0].item<int64_t>());
+    const std::string piece = t.push(id, ms);
+    if (sink_) sink_->on_token(rows[i]->id, id, piece, step.step, ms);
+  }
+}
+
+bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
+  BatchStep s;
+  s.step = static_cast<int64_t>(result_.steps.size());
+  s.start_ms = clock.elapsed_ms();
+  // Admit: arrived requests, in arrival order, into free batch places.
+  std::vector<PrefillRequest> admitted;
+  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch &&
+         requests_[static_cast<size_t>(waiting_.front())].arrival_ms <= s.start_ms) {
+    const int64_t id = waiting_.front();
+    waiting_.pop_front();
+    const BatchRequest& r = requests_[static_cast<size_t>(id)];
+    running_.push_back({id, Sampler(r.sampling)});
+    admitted.push_back({id, &r.prompt_ids, r.max_new_tokens});
+    s.admitted.push_back(id);
+    s.prefill_tokens += static_cast<int64_t>(r.prompt_ids.size());
+  }
+  if (running_.empty()) return false;
+  s.running = static_cast<int64_t>(running_.size());
+  const DeviceTimer timer(model_.device());
+  auto rows_of = [&](auto&& pick) {
+    std::vector<Running*> rows;
+    for (Running& r : running_)
+      if (pick(r)) rows.push_back(&r);
+    return rows;
+  };
+  if (!admitted.empty()) {
+    at::Tensor logits = kv_->prefill(admitted);
+    ++s.forward_calls;
+    result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(admitted.size()));
+    auto rows = rows_of([&](const Running& r) {
+      return std::find(s.admitted.begin(), s.admitted.end(), r.id) != s.admitted.end();
+    });
+    const double ms = clock.elapsed_ms();
+    for (Running* r : rows) {
+      const int64_t slot = kv_->slot_of(r->id);
+      trackers_[static_cast<size_t>(r->id)].admitted(slot, s.step, s.start_ms);
+      if (sink_) sink_->on_admit(r->id, slot, s.step, s.start_ms);
+    }
+    take_tokens(logits, rows, ms, s);
+  }
+  // Decode: the merged batch, the just-admitted included (the seed's prefill, merge, decode).
+  auto decoding = rows_of([&](const Running& r) { return !trackers_[static_cast<size_t>(r.id)].finished(); });
+  if (!decoding.empty()) {
+    std::vector<int64_t> ids;
+    std::vector<int32_t> last;
+    for (Running* r : decoding) {
+      ids.push_back(r->id);
+      last.push_back(trackers_[static_cast<size_t>(r->id)].result().generated_ids.back());
+    }
+    at::Tensor logits = kv_->decode(ids, last);
+    ++s.forward_calls;
+    s.decode_tokens = static_cast<int64_t>(ids.size());
+    result_.max_batch = std::max(result_.max_batch, s.decode_tokens);
+    take_tokens(logits, decoding, clock.elapsed_ms(), s);
+  }
+  result_.kv_cache_bytes = std::max(result_.kv_cache_bytes, kv_->bytes());
+  // Retire: finished requests leave the batch and free their memory.
+  for (const Running& r : running_)
+    if (trackers_[static_cast<size_t>(r.id)].finished()) s.retired.push_back(r.id);
+  kv_->retire(s.retired);
+  std::erase_if(running_, [&](const Running& r) { return trackers_[static_cast<size_t>(r.id)].finished(); });
+  s.ms = timer.elapsed_ms();
+  result_.inference_calls += s.forward_calls;
+  for (int64_t id : s.retired) {
+    trackers_[static_cast<size_t>(id)].result().finished_step = s.step;
+    if (sink_) sink_->on_retire(trackers_[static_cast<size_t>(id)].result());
+  }
+  if (sink_) sink_->on_step(s);
+  result_.steps.push_back(std::move(s));
+  return true;
+}
+
+BatchRunResult ContinuousBatchScheduler::run() {
+  c10::InferenceMode guard;
+  const at::Device dev = model_.device();
+  const DeviceTimer clock(dev);
+  try {
+    while (!waiting_.empty() || !running_.empty()) {
+      if (options_.cancel && options_.cancel->load()) {
+        result_.cancelled = true;
+        break;
+      }
+      if (!step(clock)) {
+        // Nothing has arrived yet: wait for the next arrival, a little at a time to see a cancel.
+        const double wait = requests_[static_cast<size_t>(waiting_.front())].arrival_ms - clock.elapsed_ms();
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(std::clamp(wait, 0.0, 10.0)));
+      }
+    }
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e)) throw;
+    throw OutOfMemoryError("out of memory on " + dev.str() + " serving a batch of " +
+                           std::to_string(options_.max_batch) + "; try a smaller max batch");
+  }
+  result_.total_ms = clock.elapsed_ms();
+  int64_t rows = 0;
+  for (const BatchStep& s : result_.steps)
+    rows += s.prefill_tokens > 0 ? static_cast<int64_t>(s.admitted.size()) : 0;
+  for (const BatchStep& s : result_.steps) rows += s.decode_tokens;
+  result_.average_batch =
+      result_.inference_calls ? static_cast<double>(rows) / static_cast<double>(result_.inference_calls) : 0;
+  for (RequestTracker& t : trackers_) {
+    t.finish("cancelled");
+    result_.generated_tokens += static_cast<int64_t>(t.result().generated_ids.size());
+    result_.requests.push_back(t.result());
+  }
+  return result_;
+}
+
+BatchRunResult run_continuous_batching(const Gpt2Model& model, const Tokenizer& tokenizer,
+                                       const std::vector<BatchRequest>& requests, const BatchOptions& options,
+                                       BatchSink* sink) {
+  return ContinuousBatchScheduler(model, tokenizer, requests, options, sink).run();
+}
+
+}  // namespace servelab

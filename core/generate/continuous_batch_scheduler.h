@@ -1,0 +1,47 @@
+#pragma once
+// Continuous batching's scheduler: at every step it admits arrived requests into free batch
+// places, has the KV memory manager prefill them and decode one token for every running request,
+// and retires the requests that finished. A request moves waiting -> running -> finished.
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "generate/continuous_batching.h"
+#include "generate/kv_memory_manager.h"
+#include "generate/request_tracker.h"
+#include "generate/sampling.h"
+#include "util/device.h"
+
+namespace servelab {
+
+class ContinuousBatchScheduler {
+ public:
+  // Checks the requests (InputError) and sets up the KV memory for options.max_batch of them.
+  ContinuousBatchScheduler(const Gpt2Model& model, const Tokenizer& tokenizer,
+                           const std::vector<BatchRequest>& requests, const BatchOptions& options,
+                           BatchSink* sink);
+  BatchRunResult run();
+
+ private:
+  struct Running {
+    int64_t id;
+    Sampler sampler;
+  };
+  // Runs one step; false when there was nothing to run yet (no request has arrived).
+  bool step(const DeviceTimer& clock);
+  // Picks each row's next token and hands it to its request; ms: when the tokens were ready.
+  void take_tokens(const at::Tensor& logits, const std::vector<Running*>& rows, double ms, BatchStep& step);
+
+  const Gpt2Model& model_;
+  const Tokenizer& tokenizer_;
+  const std::vector<BatchRequest>& requests_;
+  BatchOptions options_;
+  BatchSink* sink_;
+  std::unique_ptr<KvMemoryManager> kv_;
+  std::vector<RequestTracker> trackers_;
+  std::deque<int64_t> waiting_;  // request ids in arrival order
+  std::vector<Running> running_;
+  BatchRunResult result_;
+};
+
+}  // namespace servelab

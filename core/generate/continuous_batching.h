@@ -1,0 +1,120 @@
+#pragma once
+// Serving a queue of requests: continuous batching (requests join and leave the running batch at
+// every step) and the synchronous static batching it replaces (lesson 3). Torch-free: the GUI and
+// the CLI include this; the scheduler and the KV memory managers live behind it in .cpp files and
+// torch-side headers (generate/continuous_batch_scheduler.h, generate/kv_memory_manager.h).
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "generate/sampling_params.h"
+#include "tokenizer/tokenizer.h"
+
+namespace servelab {
+
+class Gpt2Model;
+
+// One request of the queue. Sampling is per request (each has its own seeded generator); greedy
+// requests give exactly the tokens generate() gives for the prompt alone.
+struct BatchRequest {
+  std::vector<int32_t> prompt_ids;
+  int64_t max_new_tokens = 10;
+  SamplingParams sampling;
+  bool stop_at_eos = true;
+  std::vector<std::string> stop_strings;
+  double arrival_ms = 0;  // offset from the start of the run; never admitted earlier
+};
+
+// How the running batch's KV memory is kept.
+enum class KvStrategy {
+  // Ours: one preallocated row ("slot") per batch place, written in place; admitting or retiring a
+  // request never touches the other requests' caches.
+  SlotKv,
+  // The seed's: one left-padded cache; admitting re-pads and concatenates every cache, retiring
+  // filters rows and trims padding, copying everything each time.
+  NaiveMergeFilter,
+};
+const char* kv_strategy_name(KvStrategy strategy);
+
+struct BatchOptions {
+  int64_t max_batch = 8;  // requests running at once (slots)
+  KvStrategy kv = KvStrategy::SlotKv;
+  const std::atomic<bool>* cancel = nullptr;  // checked before every step; the run then returns
+};
+
+// What happened to one request. Times are milliseconds since the start of the run.
+struct RequestResult {
+  int64_t id = 0;  // index in the request list
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;
+  std::string text;           // decoded generated text (stop string cut off)
+  std::string finish_reason;  // "length", "eos", "stop" or "cancelled"
+  int64_t slot = -1;          // batch place it ran in (-1: never admitted)
+  double arrival_ms = 0;
+  double admitted_ms = -1;
+  int64_t admitted_step = -1;
+  int64_t finished_step = -1;
+  double queue_wait_ms = 0;      // admitted - arrival
+  double ttft_ms = 0;            // first token - arrival
+  double latency_ms = 0;         // last token - arrival
+  std::vector<double> token_ms;  // when each generated token was ready
+};
+
+// One scheduler step: admissions with their prefill, one decode for the running batch, retirement.
+struct BatchStep {
+  int64_t step = 0;
+  double start_ms = 0;
+  double ms = 0;               // device-synchronised duration
+  int64_t running = 0;         // requests in the batch this step
+  int64_t prefill_tokens = 0;  // prompt positions computed
+  int64_t decode_tokens = 0;   // rows decoded
+  int64_t forward_calls = 0;
+  std::vector<int64_t> admitted, retired;
+};
+
+struct BatchRunResult {
+  std::string method;  // "continuous (slot KV)", "continuous (merge/filter)", "synchronous"
+  std::vector<RequestResult> requests;
+  std::vector<BatchStep> steps;
+  int64_t inference_calls = 0;   // forward passes
+  int64_t max_batch = 0;         // most rows in one forward pass
+  double average_batch = 0;      // rows per forward pass
+  int64_t generated_tokens = 0;  // sum over requests
+  double total_ms = 0;
+  int64_t kv_cache_bytes = 0;  // largest KV memory held at once
+  bool cancelled = false;
+};
+
+// Live progress for a Gantt chart. Calls come from the engine thread, in step order.
+class BatchSink {
+ public:
+  virtual ~BatchSink() = default;
+  virtual void on_admit(int64_t /*request*/, int64_t /*slot*/, int64_t /*step*/, double /*ms*/) {}
+  virtual void on_token(int64_t /*request*/, int32_t /*id*/, const std::string& /*piece*/, int64_t /*step*/,
+                        double /*ms*/) {}
+  virtual void on_retire(const RequestResult&) {}
+  virtual void on_step(const BatchStep&) {}
+};
+
+// InputError naming the request and value at fault: no requests, max batch < 1, an empty prompt,
+// ids outside the vocabulary, max new tokens < 1, prompt + new tokens over the context, a negative
+// arrival time, bad sampling parameters.
+void check_batch_requests(const Gpt2Model& model, const std::vector<BatchRequest>& requests,
+                          const BatchOptions& options);
+
+// Continuous batching with options.kv memory. On cancel, returns what it has: finished requests
+// whole, the others "cancelled" with the tokens they got.
+BatchRunResult run_continuous_batching(const Gpt2Model& model, const Tokenizer& tokenizer,
+                                       const std::vector<BatchRequest>& requests, const BatchOptions& options,
+                                       BatchSink* sink = nullptr);
+
+// The baseline: requests in arrival order in batches of options.max_batch, each batch one
+// left-padded generate() run until its longest request is done (EOS does not end a batch early;
+// each request keeps its tokens up to its own max, EOS or stop string). A batch starts when its
+// last request has arrived. Sampling of a batch follows its first request's parameters.
+BatchRunResult run_static_batching(const Gpt2Model& model, const Tokenizer& tokenizer,
+                                   const std::vector<BatchRequest>& requests, const BatchOptions& options,
+                                   BatchSink* sink = nullptr);
+
+}  // namespace servelab

@@ -1,0 +1,43 @@
+#pragma once
+// The KV memory of continuous batching, and the model runs over it. The scheduler decides who
+// runs; a KvMemoryManager owns the running requests' caches and executes a step's prefill and
+// decode over them (vLLM's block manager and model runner, for one layout each).
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "generate/continuous_batching.h"
+#include "model/gpt2_model.h"
+
+namespace servelab {
+
+struct PrefillRequest {
+  int64_t id;                              // the scheduler's request id
+  const std::vector<int32_t>* prompt_ids;  // outlives the call
+  int64_t max_new_tokens;
+};
+
+class KvMemoryManager {
+ public:
+  virtual ~KvMemoryManager() = default;
+  // Gives each admitted request its KV memory and runs their prompts in one forward pass:
+  // next-token logits [admitted, vocab], rows in the order given.
+  virtual at::Tensor prefill(const std::vector<PrefillRequest>& admitted) = 0;
+  // One forward pass that feeds every listed request its last token: logits [ids, vocab] in the
+  // order of ids. Requests not listed (finished this step) may hold memory but take no token.
+  virtual at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) = 0;
+  // Frees the memory of finished requests.
+  virtual void retire(const std::vector<int64_t>& ids) = 0;
+  // The batch place a request runs in, for the Gantt chart.
+  virtual int64_t slot_of(int64_t id) const = 0;
+  // KV bytes held now.
+  virtual int64_t bytes() const = 0;
+};
+
+// slots: the most requests at once; capacity: positions the longest request needs.
+std::unique_ptr<KvMemoryManager> make_kv_memory_manager(KvStrategy strategy, const Gpt2Model& model,
+                                                        int64_t slots, int64_t capacity, int32_t pad_id);
+
+}  // namespace servelab

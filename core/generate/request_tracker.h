@@ -1,0 +1,34 @@
+#pragma once
+// One request's output as tokens arrive: text, stop conditions, timestamps. Shared by the
+// continuous scheduler and the static baseline so both end requests the same way.
+#include <optional>
+
+#include "generate/continuous_batching.h"
+#include "tokenizer/stream_decoder.h"
+
+namespace servelab {
+
+class RequestTracker {
+ public:
+  RequestTracker(const Tokenizer& tokenizer, const BatchRequest& request, int64_t id, int32_t eos_id);
+
+  // Records a generated token ready at ms; returns the text it completes. Sets finish_reason
+  // ("eos", "stop", "length") when this token ends the request.
+  std::string push(int32_t token, double ms);
+  bool finished() const { return !result_.finish_reason.empty(); }
+  // Ends an unfinished request (e.g. "cancelled") and flushes held-back text.
+  void finish(const std::string& reason);
+  void admitted(int64_t slot, int64_t step, double ms);
+
+  const BatchRequest& request() const { return request_; }
+  const RequestResult& result() const { return result_; }
+  RequestResult& result() { return result_; }
+
+ private:
+  const BatchRequest& request_;
+  StreamDecoder decoder_;
+  int32_t eos_;
+  RequestResult result_;
+};
+
+}  // namespace servelab

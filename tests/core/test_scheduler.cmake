@@ -1,0 +1,8 @@
+# Continuous batching: scheduler, KV memory managers, static baseline, experiments (libtorch).
+if(SERVELAB_BASE_ONLY)
+  return()  # needs libtorch
+endif()
+servelab_add_qtest(test_scheduler
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler.cpp
+  LIBS servelab_core TIMEOUT 900)
+set_target_properties(test_scheduler PROPERTIES AUTOMOC ON)
