@@ -6,6 +6,8 @@
 
 namespace servelab {
 
+class BatchSink;  // generate/continuous_batching.h
+
 class ExperimentSink {
  public:
   virtual ~ExperimentSink() = default;
@@ -20,6 +22,8 @@ class ExperimentSink {
 struct ExperimentControl {
   ExperimentSink* sink = nullptr;
   const std::atomic<bool>* cancel = nullptr;
+  // Live scheduler events of the batching experiments (each run starts with on_run_start).
+  BatchSink* batch = nullptr;
 };
 
 }  // namespace servelab

@@ -65,18 +65,19 @@ SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmark
   }
   base.time_s = timer.elapsed_ms() / 1000.0;
 
-  class Progress : public BatchSink {
+  class Progress : public ForwardingBatchSink {
    public:
-    explicit Progress(std::function<void(double, const std::string&)> f, int64_t n)
-        : f_(std::move(f)), n_(n) {}
-    void on_retire(const RequestResult&) override {
+    Progress(BatchSink* next, std::function<void(double, const std::string&)> f, int64_t n)
+        : ForwardingBatchSink(next), f_(std::move(f)), n_(n) {}
+    void on_retire(const RequestResult& r) override {
+      ForwardingBatchSink::on_retire(r);
       f_(0.5 + 0.5 * static_cast<double>(++done_) / static_cast<double>(n_), "continuous batching");
     }
 
    private:
     std::function<void(double, const std::string&)> f_;
     int64_t n_, done_ = 0;
-  } live(progress, p.queries);
+  } live(control.batch, progress, p.queries);
   BatchRunResult run = run_continuous_batching(engine.model(), engine.tokenizer(), requests, o, &live);
   if (run.cancelled) throw CancelledError("seed benchmark cancelled");
   SeedBenchmarkRow batched{"batched (continuous, slot KV)",

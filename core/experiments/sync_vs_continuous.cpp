@@ -11,11 +11,17 @@ namespace servelab {
 namespace {
 
 // Retired requests as progress through the whole experiment.
-class Progress : public BatchSink {
+class Progress : public ForwardingBatchSink {
  public:
-  Progress(ExperimentSink* sink, std::string stage, double done, double share, size_t requests)
-      : sink_(sink), stage_(std::move(stage)), done_(done), share_(share), requests_(requests) {}
-  void on_retire(const RequestResult&) override {
+  Progress(const ExperimentControl& control, std::string stage, double done, double share, size_t requests)
+      : ForwardingBatchSink(control.batch),
+        sink_(control.sink),
+        stage_(std::move(stage)),
+        done_(done),
+        share_(share),
+        requests_(requests) {}
+  void on_retire(const RequestResult& r) override {
+    ForwardingBatchSink::on_retire(r);
     ++retired_;
     if (sink_)
       sink_->on_progress(done_ + share_ * static_cast<double>(retired_) / static_cast<double>(requests_),
@@ -188,7 +194,7 @@ SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVs
     o.kv = plan[i].second;
     const std::string stage =
         plan[i].first ? std::string("continuous (") + kv_strategy_name(o.kv) + ")" : "synchronous";
-    Progress progress(control.sink, stage, static_cast<double>(i) / static_cast<double>(plan.size()),
+    Progress progress(control, stage, static_cast<double>(i) / static_cast<double>(plan.size()),
                       1.0 / static_cast<double>(plan.size()), requests.size());
     BatchRunResult run =
         plan[i].first ? run_continuous_batching(engine.model(), engine.tokenizer(), requests, o, &progress)

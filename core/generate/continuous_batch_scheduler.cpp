@@ -154,6 +154,9 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
 BatchRunResult ContinuousBatchScheduler::run() {
   c10::InferenceMode guard;
   const at::Device dev = model_.device();
+  if (sink_)
+    sink_->on_run_start(result_.method, static_cast<int64_t>(requests_.size()),
+                        std::min<int64_t>(options_.max_batch, static_cast<int64_t>(requests_.size())));
   const DeviceTimer clock(dev);
   try {
     while (!waiting_.empty() || !running_.empty()) {

@@ -90,11 +90,38 @@ struct BatchRunResult {
 class BatchSink {
  public:
   virtual ~BatchSink() = default;
+  // A run begins: its method name, the number of requests and of batch places (slots).
+  virtual void on_run_start(const std::string& /*method*/, int64_t /*requests*/, int64_t /*slots*/) {}
   virtual void on_admit(int64_t /*request*/, int64_t /*slot*/, int64_t /*step*/, double /*ms*/) {}
   virtual void on_token(int64_t /*request*/, int32_t /*id*/, const std::string& /*piece*/, int64_t /*step*/,
                         double /*ms*/) {}
   virtual void on_retire(const RequestResult&) {}
   virtual void on_step(const BatchStep&) {}
+};
+
+// Passes every event on to another sink (when there is one); experiments derive from it to watch
+// a run and still let the caller see it live.
+class ForwardingBatchSink : public BatchSink {
+ public:
+  explicit ForwardingBatchSink(BatchSink* next) : next_(next) {}
+  void on_run_start(const std::string& method, int64_t requests, int64_t slots) override {
+    if (next_) next_->on_run_start(method, requests, slots);
+  }
+  void on_admit(int64_t request, int64_t slot, int64_t step, double ms) override {
+    if (next_) next_->on_admit(request, slot, step, ms);
+  }
+  void on_token(int64_t request, int32_t id, const std::string& piece, int64_t step, double ms) override {
+    if (next_) next_->on_token(request, id, piece, step, ms);
+  }
+  void on_retire(const RequestResult& r) override {
+    if (next_) next_->on_retire(r);
+  }
+  void on_step(const BatchStep& s) override {
+    if (next_) next_->on_step(s);
+  }
+
+ private:
+  BatchSink* next_;
 };
 
 // InputError naming the request and value at fault: no requests, max batch < 1, an empty prompt,

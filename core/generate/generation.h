@@ -82,4 +82,16 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
                         const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                         GenerationSink* sink = nullptr);
 
+// The static batch the seeds build for a list of prompts, as plain data for tables: pad = EOS,
+// left padding, attention_mask 1 on real tokens, position_ids = cumsum(mask) - 1 with padding set
+// to 1. Row r is prompt r; every row has the longest prompt's length.
+struct PaddedPrompts {
+  int32_t pad_id = 0;
+  std::vector<std::vector<int64_t>> input_ids, attention_mask, position_ids;
+  std::vector<std::vector<std::string>> pieces;  // each cell's token as text ("" on padding)
+};
+// Throws InputError for no prompts or an empty prompt.
+PaddedPrompts pad_prompts(const Gpt2Model& model, const Tokenizer& tokenizer,
+                          const std::vector<std::string>& prompts);
+
 }  // namespace servelab

@@ -32,6 +32,41 @@ PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int32_t p
   return b;
 }
 
+PaddedPrompts pad_prompts(const Gpt2Model& model, const Tokenizer& tokenizer,
+                          const std::vector<std::string>& prompts) {
+  if (prompts.empty()) throw InputError("no prompts given");
+  std::vector<std::vector<int32_t>> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ids.push_back(tokenizer.encode(prompts[i]));
+    if (ids.back().empty())
+      throw InputError("prompt " + std::to_string(i + 1) + " is empty: it needs at least one token");
+  }
+  const int32_t eos =
+      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
+  PaddedPrompts out;
+  out.pad_id = eos >= 0 ? eos : 0;
+  const PaddedBatch pb = left_pad(ids, out.pad_id);
+  auto rows_of = [](const at::Tensor& t) {
+    std::vector<std::vector<int64_t>> rows(static_cast<size_t>(t.size(0)));
+    const auto a = t.accessor<int64_t, 2>();
+    for (int64_t r = 0; r < t.size(0); ++r)
+      for (int64_t c = 0; c < t.size(1); ++c) rows[static_cast<size_t>(r)].push_back(a[r][c]);
+    return rows;
+  };
+  out.input_ids = rows_of(pb.input_ids);
+  out.attention_mask = rows_of(pb.attention_mask);
+  out.position_ids = rows_of(pb.position_ids);
+  for (size_t r = 0; r < out.input_ids.size(); ++r) {
+    std::vector<std::string> row;
+    for (size_t c = 0; c < out.input_ids[r].size(); ++c)
+      row.push_back(out.attention_mask[r][c]
+                        ? tokenizer.token_display(static_cast<int32_t>(out.input_ids[r][c]))
+                        : std::string());
+    out.pieces.push_back(std::move(row));
+  }
+  return out;
+}
+
 void check_generation_fits(const Gpt2Model& model, const std::vector<std::vector<int32_t>>& prompts,
                            const GenerateOptions& o) {
   const Gpt2Config& c = model.config();

@@ -65,40 +65,36 @@ at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
 
 at::Tensor SlotKvMemory::decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) {
   const at::Device dev = model_.device();
-  // Rows [0, rows) of the slots run. A row not listed (a free slot, or a request sitting this
-  // step out) writes a padding token at its next free position, which it cannot see and which
-  // its next real token overwrites; its length stays.
+  // Only the listed requests run through the linear layers; attention runs over slots
+  // [0, rows), the lowest free slot being reused first keeps that prefix short. A slot not listed
+  // (free, or its request sitting this step out) sees only its first key; its output is dropped.
+  const int64_t n = static_cast<int64_t>(ids.size());
   int64_t rows = 0;
-  std::vector<int64_t> slots;
+  std::vector<int64_t> slots, positions;
   for (int64_t id : ids) {
     slots.push_back(slot_.at(id));
+    positions.push_back(length_[static_cast<size_t>(slots.back())]);
     rows = std::max(rows, slots.back() + 1);
   }
   int64_t width = 1;
-  for (int64_t s = 0; s < rows; ++s) width = std::max(width, length_[static_cast<size_t>(s)] + 1);
-  at::Tensor input = at::full({rows, 1}, pad_, at::kLong);
-  at::Tensor positions = at::tensor(std::vector<int64_t>(length_.begin(), length_.begin() + rows), at::kLong);
-  at::Tensor listed = at::zeros({rows, 1}, at::kBool);
-  auto in_a = input.accessor<int64_t, 2>();
-  auto listed_a = listed.accessor<bool, 2>();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    in_a[slots[i]][0] = tokens[i];
-    listed_a[slots[i]][0] = true;
-  }
-  positions = positions.to(dev);
+  for (int64_t p : positions) width = std::max(width, p + 1);
+  // Keys a slot's query sees: [0, position] for a listed slot, [0, 1) for the others.
+  std::vector<int64_t> last(static_cast<size_t>(rows), 0);
+  for (int64_t i = 0; i < n; ++i)
+    last[static_cast<size_t>(slots[static_cast<size_t>(i)])] = positions[static_cast<size_t>(i)];
+  const at::Tensor last_key = at::tensor(last, at::kLong).to(dev).view({rows, 1});
   ForwardInput in;
-  in.input_ids = input.to(dev);
-  in.position_ids = positions.view({rows, 1});
-  in.cache_positions = positions;
-  // A listed row sees its cached prefix and the key it writes now; an unlisted row sees only the
-  // padding key it writes, which keeps its softmax finite.
-  const at::Tensor keys = at::arange(width, positions.options()).view({1, width});
-  const at::Tensor at_new = keys == positions.view({rows, 1});
-  in.key_mask = ((keys < positions.view({rows, 1})) & listed.to(dev)) | at_new;
+  in.input_ids =
+      at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong).view({n, 1}).to(dev);
+  const at::Tensor pos = at::tensor(positions, at::kLong).to(dev);
+  in.position_ids = pos.view({n, 1});
+  in.cache_positions = pos;
+  in.cache_rows = at::tensor(slots, at::kLong).to(dev);
+  in.key_mask = at::arange(width, pos.options()).view({1, width}) <= last_key;
   KvCache view = cache_.rows(0, rows);
   at::Tensor logits = model_.forward(in, &view);
   for (int64_t s : slots) ++length_[static_cast<size_t>(s)];
-  return logits.index_select(0, at::tensor(slots, at::kLong).to(dev));
+  return logits;
 }
 
 void SlotKvMemory::retire(const std::vector<int64_t>& ids) {

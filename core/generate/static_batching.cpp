@@ -77,6 +77,9 @@ BatchRunResult run_static_batching(const Gpt2Model& model, const Tokenizer& toke
 
   BatchRunResult result;
   result.method = "synchronous";
+  if (sink)
+    sink->on_run_start(result.method, static_cast<int64_t>(requests.size()),
+                       std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size())));
   int64_t rows_in_calls = 0;
   const DeviceTimer clock(model.device());
   const size_t batch = static_cast<size_t>(options.max_batch);

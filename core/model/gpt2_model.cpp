@@ -41,18 +41,24 @@ at::Tensor Gpt2Model::attend(int64_t layer, const at::Tensor& q, const at::Tenso
 
 at::Tensor Gpt2Model::attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x,
                                 const at::Tensor& mask, bool causal, KvCache* cache,
-                                const at::Tensor& cache_positions) const {
+                                const ForwardInput& in) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.n_embd, H = config_.n_head, D = config_.head_dim();
   at::Tensor qkv = at::addmm(w.c_attn_bias, x.reshape({B * T, E}), w.c_attn_weight).view({B, T, 3, H, D});
   at::Tensor q = qkv.select(2, 0).transpose(1, 2);
   at::Tensor k = qkv.select(2, 1).transpose(1, 2);
   at::Tensor v = qkv.select(2, 2).transpose(1, 2);
-  if (cache && cache_positions.defined()) {
-    std::tie(k, v) = cache->write_at(layer, k, v, cache_positions, mask.size(-1));
-  } else if (cache) {
-    std::tie(k, v) = cache->append(layer, k, v);
+  at::Tensor y;
+  if (cache && in.cache_positions.defined()) {
+    // Continuous batching: the running rows' new keys land in their own cache rows; attention
+    // runs over the cache's rows with the running rows' queries in place, and only their outputs
+    // are kept.
+    std::tie(k, v) = cache->write_at(layer, k, v, in.cache_rows, in.cache_positions, mask.size(-1));
+    at::Tensor q_rows = at::zeros({cache->batch(), H, 1, D}, q.options()).index_copy_(0, in.cache_rows, q);
+    y = attend(layer, q_rows, k, v, mask, false).index_select(0, in.cache_rows);
+  } else {
+    if (cache) std::tie(k, v) = cache->append(layer, k, v);
+    y = attend(layer, q, k, v, mask, causal);
   }
-  at::Tensor y = attend(layer, q, k, v, mask, causal);
   y = y.transpose(1, 2).reshape({B * T, E});
   return at::addmm(w.c_proj_bias, y, w.c_proj_weight).view({B, T, E});
 }
@@ -77,11 +83,16 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   const int64_t B = ids.size(0), T = ids.size(1);
   if (T == 0) throw InputError("forward called with zero tokens");
   const bool per_row = in.cache_positions.defined();
-  if (per_row && (!cache || T != 1 || !in.key_mask.defined() || in.key_mask.dim() != 2))
-    throw InputError("per-row cache positions need a cache, one token per row and a [batch, width] key mask");
+  if (per_row && (!cache || T != 1 || !in.cache_rows.defined() || in.cache_rows.numel() != B ||
+                  in.cache_positions.numel() != B || !in.key_mask.defined() || in.key_mask.dim() != 2 ||
+                  in.key_mask.size(0) != cache->batch()))
+    throw InputError(
+        "per-row cache positions need a cache, one token per row, cache_rows and cache_positions with one "
+        "entry "
+        "per row and a [cache rows, width] key mask");
   const int64_t past = cache && !per_row ? cache->length() : 0;
   const int64_t S = per_row ? in.key_mask.size(1) : past + T;
-  if (cache && cache->batch() != B)
+  if (cache && !per_row && cache->batch() != B)
     throw InputError("KV cache was made for batch " + std::to_string(cache->batch()) + ", input has batch " +
                      std::to_string(B));
   if (S > config_.n_positions)
@@ -95,8 +106,7 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   if (per_row) {
     // Each row's keys are its own cached prefix plus the position it writes now; the caller's
     // mask says which, so rows of different lengths share one forward.
-    if (in.key_mask.size(0) != B) throw InputError("key_mask must have one row per batch row");
-    mask = in.key_mask.to(dev).to(at::kBool).view({B, 1, 1, S});
+    mask = in.key_mask.to(dev).to(at::kBool).view({in.key_mask.size(0), 1, 1, S});
   } else if (!in.key_mask.defined()) {
     if (T > 1 && past == 0) {
       causal = true;
@@ -123,8 +133,8 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   const int64_t E = config_.n_embd;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     const Gpt2LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    x = x + attention(l, lw, at::layer_norm(x, {E}, lw.ln_1_weight, lw.ln_1_bias, eps), mask, causal, cache,
-                      in.cache_positions);
+    x = x +
+        attention(l, lw, at::layer_norm(x, {E}, lw.ln_1_weight, lw.ln_1_bias, eps), mask, causal, cache, in);
     x = x + mlp(lw, at::layer_norm(x, {E}, lw.ln_2_weight, lw.ln_2_bias, eps));
   }
   if (cache && !per_row) cache->advance(T);

@@ -23,10 +23,14 @@ struct ForwardInput {
   at::Tensor key_mask;
   // Logits for every position ([batch, T, vocab]) instead of the last one only ([batch, vocab]).
   bool all_logits = false;
-  // Continuous batching over a cache whose rows have different lengths (one new token per row):
-  // [batch] int64, where each row writes its token in the cache. key_mask is then [batch, width]
-  // over the cache's first width positions (the new one included) and the cache's own length is
-  // neither used nor advanced.
+  // Continuous batching over a cache whose rows have different lengths (one new token per row).
+  // cache_rows: [batch] int64, the cache row each input row owns (the cache may have more rows
+  // than run: free slots or requests sitting the step out); cache_positions: [batch] int64, where
+  // each input row writes its new key and value. key_mask is then [cache rows, width] over the
+  // cache's first width positions (the new one included): the keys each cache row's query sees;
+  // a row that does not run needs some visible key and its output is dropped. The linear layers
+  // run over the input rows only; the cache's own length is neither used nor advanced.
+  at::Tensor cache_rows = {};
   at::Tensor cache_positions = {};
 };
 
@@ -50,7 +54,7 @@ class Gpt2Model {
 
  private:
   at::Tensor attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x, const at::Tensor& mask,
-                       bool causal, KvCache* cache, const at::Tensor& cache_positions) const;
+                       bool causal, KvCache* cache, const ForwardInput& in) const;
   at::Tensor mlp(const Gpt2LayerWeights& w, const at::Tensor& x) const;
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& mask, bool causal) const;

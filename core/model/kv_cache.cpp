@@ -58,17 +58,17 @@ KvCache KvCache::rows(int64_t first, int64_t count) const {
 }
 
 std::pair<at::Tensor, at::Tensor> KvCache::write_at(int64_t layer, const at::Tensor& k, const at::Tensor& v,
-                                                    const at::Tensor& positions, int64_t width) {
+                                                    const at::Tensor& rows, const at::Tensor& positions,
+                                                    int64_t width) {
   if (width > capacity_)
     throw InputError("KV cache key width " + std::to_string(width) + " exceeds its capacity of " +
                      std::to_string(capacity_));
   using at::indexing::Slice;
   at::Tensor kl = keys_.select(0, layer);
   at::Tensor vl = values_.select(0, layer);
-  // Row r's new key lands at [r, :, positions[r], :]: one scattered write, no row is moved.
-  const at::Tensor row = at::arange(batch_, positions.options());
-  kl.index_put_({row, Slice(), positions}, k.select(2, 0));
-  vl.index_put_({row, Slice(), positions}, v.select(2, 0));
+  // Row i's new key lands at [rows[i], :, positions[i], :]: one scattered write, no row is moved.
+  kl.index_put_({rows, Slice(), positions}, k.select(2, 0));
+  vl.index_put_({rows, Slice(), positions}, v.select(2, 0));
   return {kl.narrow(2, 0, width), vl.narrow(2, 0, width)};
 }
 

@@ -30,10 +30,12 @@ class KvCache {
   void set_length(int64_t length);
 
   // Continuous batching, where every row has its own length (kept by the caller, not here):
-  // writes one new position per row, k and v [batch, heads, 1, head_dim] at positions[row]
-  // ([batch] int64), and returns views over [0, width) of every row.
+  // writes one new position for each of n rows, k and v [n, heads, 1, head_dim] at
+  // [rows[i], :, positions[i]] (rows, positions: [n] int64), and returns views over [0, width) of
+  // every cache row.
   std::pair<at::Tensor, at::Tensor> write_at(int64_t layer, const at::Tensor& k, const at::Tensor& v,
-                                             const at::Tensor& positions, int64_t width);
+                                             const at::Tensor& rows, const at::Tensor& positions,
+                                             int64_t width);
   // Rows [first, first + count) as a cache of their own that shares this one's memory (length 0):
   // a forward through it writes straight into those rows.
   KvCache rows(int64_t first, int64_t count) const;

@@ -121,6 +121,23 @@ class TestEngine : public QObject {
                  {1, 1, 1, 1, 1, 1, 1}, {0, 0, 1, 1, 1, 1, 1}, {0, 0, 0, 1, 1, 1, 1}}));
     QCOMPARE(rows(b.position_ids), (std::vector<std::vector<int64_t>>{
                                        {0, 1, 2, 3, 4, 5, 6}, {1, 1, 0, 1, 2, 3, 4}, {1, 1, 1, 0, 1, 2, 3}}));
+    // The same tensors as plain data, from the prompts' text: what the Batching tab shows.
+    const PaddedPrompts t =
+        pad_prompts(demo_->model(), demo_->tokenizer(),
+                    {"The quick brown fox jumped over the", "The rain in Spain falls", "What comes up must"});
+    QCOMPARE(t.pad_id, 50256);
+    QCOMPARE(t.input_ids, rows(b.input_ids));
+    QCOMPARE(t.attention_mask, rows(b.attention_mask));
+    QCOMPARE(t.position_ids, rows(b.position_ids));
+    QCOMPARE(t.pieces[0][1], std::string("\xc4\xa0quick"));  // "Ġquick"
+    QCOMPARE(t.pieces[2][0], std::string());                 // padding has no piece
+    QCOMPARE(error_of(ErrorKind::Input,
+                      [&] {
+                        pad_prompts(demo_->model(), demo_->tokenizer(), {"a", ""});
+                      }),
+             std::string("prompt 2 is empty: it needs at least one token"));
+    QCOMPARE(error_of(ErrorKind::Input, [&] { pad_prompts(demo_->model(), demo_->tokenizer(), {}); }),
+             std::string("no prompts given"));
   }
 
   void batch_equals_single_on_demo() {
