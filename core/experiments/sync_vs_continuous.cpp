@@ -55,6 +55,7 @@ ServeSummary summarize(const BatchRunResult& run) {
   s.average_batch = run.average_batch;
   s.tokens_per_s = run.total_ms > 0 ? 1000.0 * static_cast<double>(run.generated_tokens) / run.total_ms : 0;
   s.kv_cache_bytes = run.kv_cache_bytes;
+  s.kv_copy_bytes = run.kv_copy_bytes;
   std::vector<double> waits;
   for (const RequestResult& r : run.requests) {
     s.ttft_ms.push_back(r.ttft_ms);
@@ -98,6 +99,8 @@ nlohmann::json batch_run_json(const BatchRunResult& run) {
                      {"prefill_tokens", s.prefill_tokens},
                      {"decode_tokens", s.decode_tokens},
                      {"forward_calls", s.forward_calls},
+                     {"kv_copy_bytes", s.kv_copy_bytes},
+                     {"kv_copy_ms", s.kv_copy_ms},
                      {"admitted", s.admitted},
                      {"retired", s.retired}});
   return {{"method", run.method},
@@ -107,6 +110,7 @@ nlohmann::json batch_run_json(const BatchRunResult& run) {
           {"generated_tokens", run.generated_tokens},
           {"total_ms", run.total_ms},
           {"kv_cache_bytes", run.kv_cache_bytes},
+          {"kv_copy_bytes", run.kv_copy_bytes},
           {"cancelled", run.cancelled},
           {"requests", reqs},
           {"steps", steps}};
@@ -125,6 +129,7 @@ nlohmann::json SyncVsContinuousResult::to_json() const {
          {"steps", s.steps},
          {"tokens_per_s", s.tokens_per_s},
          {"kv_cache_bytes", s.kv_cache_bytes},
+         {"kv_copy_bytes", s.kv_copy_bytes},
          {"ttft_ms", {{"p50", s.ttft_p50}, {"p90", s.ttft_p90}, {"p99", s.ttft_p99}, {"all", s.ttft_ms}}},
          {"latency_ms",
           {{"p50", s.latency_p50}, {"p90", s.latency_p90}, {"p99", s.latency_p99}, {"all", s.latency_ms}}},

@@ -36,6 +36,7 @@ struct ServeSummary {
   double latency_p50 = 0, latency_p90 = 0, latency_p99 = 0;
   double queue_wait_p50 = 0;
   int64_t kv_cache_bytes = 0;
+  int64_t kv_copy_bytes = 0;                // KV memory moved between caches (admission and retirement)
   std::vector<double> ttft_ms, latency_ms;  // per request
 };
 

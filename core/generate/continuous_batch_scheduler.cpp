@@ -141,6 +141,10 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   kv_->retire(s.retired);
   std::erase_if(running_, [&](const Running& r) { return trackers_[static_cast<size_t>(r.id)].finished(); });
   s.ms = timer.elapsed_ms();
+  const KvMemoryManager::CopyStats copied = kv_->take_copy_stats();
+  s.kv_copy_bytes = copied.bytes;
+  s.kv_copy_ms = copied.ms;
+  result_.kv_copy_bytes += copied.bytes;
   result_.inference_calls += s.forward_calls;
   for (int64_t id : s.retired) {
     trackers_[static_cast<size_t>(id)].result().finished_step = s.step;

@@ -70,6 +70,11 @@ struct BatchStep {
   int64_t prefill_tokens = 0;  // prompt positions computed
   int64_t decode_tokens = 0;   // rows decoded
   int64_t forward_calls = 0;
+  // KV memory moved between caches this step (admission and retirement bookkeeping): the seed's
+  // merge/filter re-pads and copies every running request; slot KV copies at most the admitted
+  // requests' own prompts.
+  int64_t kv_copy_bytes = 0;
+  double kv_copy_ms = 0;
   std::vector<int64_t> admitted, retired;
 };
 
@@ -83,6 +88,7 @@ struct BatchRunResult {
   int64_t generated_tokens = 0;  // sum over requests
   double total_ms = 0;
   int64_t kv_cache_bytes = 0;  // largest KV memory held at once
+  int64_t kv_copy_bytes = 0;   // KV memory moved between caches, over all steps
   bool cancelled = false;
 };
 

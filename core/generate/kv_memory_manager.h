@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "generate/continuous_batching.h"
@@ -34,6 +35,22 @@ class KvMemoryManager {
   virtual int64_t slot_of(int64_t id) const = 0;
   // KV bytes held now.
   virtual int64_t bytes() const = 0;
+
+  // KV memory copied from one place to another since the last call: bytes, and the
+  // device-synchronised milliseconds the copies took. Writing a new token's key and value is not
+  // a copy; moving cached positions between caches is.
+  struct CopyStats {
+    int64_t bytes = 0;
+    double ms = 0;
+  };
+  CopyStats take_copy_stats() { return std::exchange(copied_, CopyStats{}); }
+
+ protected:
+  // dst.copy_(src), counted.
+  void copy_kv(const at::Tensor& dst, const at::Tensor& src);
+
+ private:
+  CopyStats copied_;
 };
 
 // slots: the most requests at once; capacity: positions the longest request needs.

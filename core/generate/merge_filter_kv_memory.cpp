@@ -43,7 +43,7 @@ at::Tensor MergeFilterKvMemory::prefill(const std::vector<PrefillRequest>& admit
   KvCache merged = allocate(len);
   auto place = [&](const at::Tensor& dst, const at::Tensor& src, int64_t first, int64_t count,
                    int64_t src_len) {
-    dst.narrow(1, first, count).narrow(3, len - src_len, src_len).copy_(src.narrow(3, 0, src_len));
+    copy_kv(dst.narrow(1, first, count).narrow(3, len - src_len, src_len), src.narrow(3, 0, src_len));
   };
   at::Tensor mask = at::zeros({old_rows + n, len}, fresh_mask.options());
   if (old_rows > 0) {
@@ -113,8 +113,8 @@ void MergeFilterKvMemory::repack(const std::vector<int64_t>& keep) {
   const int64_t lead = (mask.cumsum(1) == 0).sum(1).min().item<int64_t>();  // padding every row has
   const int64_t len = old_len - lead;
   KvCache packed = allocate(len);
-  packed.keys().narrow(3, 0, len).copy_(cache_->keys().index_select(1, index).narrow(3, lead, len));
-  packed.values().narrow(3, 0, len).copy_(cache_->values().index_select(1, index).narrow(3, lead, len));
+  copy_kv(packed.keys().narrow(3, 0, len), cache_->keys().index_select(1, index).narrow(3, lead, len));
+  copy_kv(packed.values().narrow(3, 0, len), cache_->values().index_select(1, index).narrow(3, lead, len));
   mask_ = mask.narrow(1, lead, len);
   cache_.emplace(std::move(packed));
 }

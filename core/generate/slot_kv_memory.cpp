@@ -51,14 +51,10 @@ at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
       &scratch);
   for (size_t i = 0; i < admitted.size(); ++i) {
     const int64_t n = static_cast<int64_t>(prompts[i].size()), row = static_cast<int64_t>(i);
-    cache_.keys()
-        .select(1, slots[i])
-        .narrow(2, 0, n)
-        .copy_(scratch.keys().select(1, row).narrow(2, width - n, n));
-    cache_.values()
-        .select(1, slots[i])
-        .narrow(2, 0, n)
-        .copy_(scratch.values().select(1, row).narrow(2, width - n, n));
+    copy_kv(cache_.keys().select(1, slots[i]).narrow(2, 0, n),
+            scratch.keys().select(1, row).narrow(2, width - n, n));
+    copy_kv(cache_.values().select(1, slots[i]).narrow(2, 0, n),
+            scratch.values().select(1, row).narrow(2, width - n, n));
   }
   return logits;
 }

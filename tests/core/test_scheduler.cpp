@@ -178,9 +178,18 @@ class TestScheduler : public QObject {
       auto kv = make_kv_memory_manager(s, *model_, 3, 16, 299);
       std::vector<std::vector<int32_t>> seq = {prompt(3, 1), prompt(7, 2), prompt(1, 3), prompt(4, 4)};
       std::vector<PrefillRequest> first = {{0, &seq[0], 8}, {1, &seq[1], 8}, {2, &seq[2], 8}};
+      // Bytes of one cached position of one request: keys and values of every layer.
+      const int64_t per_position = 2 * model_->config().n_layer * model_->config().n_embd * 4;
       at::Tensor l = kv->prefill(first);
       for (int64_t i = 0; i < 3; ++i)
         QVERIFY(test::max_abs_diff(l[i], full(seq[static_cast<size_t>(i)])) < 1e-4);
+      // Slot KV moves only the admitted prompts into their slots (3 + 7 + 1 positions); the
+      // seed's merge also copies the padding it puts in front of the shorter prompts.
+      const int64_t first_copy = kv->take_copy_stats().bytes;
+      if (s == KvStrategy::SlotKv)
+        QCOMPARE(first_copy, 11 * per_position);
+      else
+        QCOMPARE(first_copy, 3 * 7 * per_position);
       auto step = [&](std::vector<int64_t> ids, std::vector<int32_t> tokens) {
         at::Tensor logits = kv->decode(ids, tokens);
         for (size_t i = 0; i < ids.size(); ++i) {
@@ -192,10 +201,23 @@ class TestScheduler : public QObject {
       };
       step({2, 0}, {5, 9});  // request 1 skips a step
       step({0, 1, 2}, {11, 12, 13});
+      QCOMPARE(kv->take_copy_stats().bytes, int64_t{0});  // decoding writes in place
       kv->retire({0});
+      const int64_t retire_copy = kv->take_copy_stats().bytes;
       std::vector<PrefillRequest> second = {{3, &seq[3], 8}};
       at::Tensor l3 = kv->prefill(second);
       QVERIFY(test::max_abs_diff(l3[0], full(seq[3])) < 1e-4);
+      const int64_t admit_copy = kv->take_copy_stats().bytes;
+      if (s == KvStrategy::SlotKv) {
+        // Retiring frees a slot; a lone admission prefills straight into its slot.
+        QCOMPARE(retire_copy, int64_t{0});
+        QCOMPARE(admit_copy, int64_t{0});
+      } else {
+        // filter_batch gathers the two rows that stay (9 padded positions each, after the 7-token
+        // prompt and two steps); merge_batches copies them again plus the new 4-token request.
+        QCOMPARE(retire_copy, 2 * 9 * per_position);
+        QCOMPARE(admit_copy, (2 * 9 + 4) * per_position);
+      }
       if (s == KvStrategy::SlotKv) QCOMPARE(kv->slot_of(3), int64_t{0});  // the freed slot
       step({3, 1, 2}, {21, 22, 23});
       kv->retire({1, 2});
