@@ -197,9 +197,15 @@ int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& s
   j["engine"] = engine->info();
   if (as_json) {
     print_json(j);
-  } else {
-    std::cout << j.dump(2) << "\n";
+    return 0;
   }
+  // The seed's lesson-2 table: throughput rises with the batch while every step gets slower.
+  std::printf("%10s %12s %13s %16s %12s\n", "batch size", "total ms", "tokens/ms", "latency ms/step",
+              "decode ms");
+  for (const BatchSweepPoint& pt : r.points)
+    std::printf("%10lld %12.1f %13.4f %16.2f %12.2f\n", static_cast<long long>(pt.batch_size), pt.total_ms,
+                pt.tokens_per_ms, pt.step_ms, pt.decode_step_ms);
+  std::printf("%s\n", engine->text_caveat().c_str());
   return 0;
 }
 
@@ -212,12 +218,13 @@ int cmd_bench_sync_vs_continuous(const ModelArgs& m, const SyncVsContinuousParam
     print_json(j);
     return 0;
   }
-  std::printf("%-28s %10s %7s %9s %9s %9s %9s %9s %9s\n", "method", "total ms", "calls", "avg batch",
-              "TTFT p50", "TTFT p90", "TTFT p99", "lat p50", "lat p99");
+  std::printf("%-28s %10s %9s %7s %9s %9s %9s %9s %9s %9s %12s\n", "method", "total ms", "tokens/s", "calls",
+              "avg batch", "TTFT p50", "TTFT p90", "TTFT p99", "lat p50", "lat p99", "KV copied MB");
   for (const ServeSummary& s : r.methods)
-    std::printf("%-28s %10.1f %7lld %9.2f %9.1f %9.1f %9.1f %9.1f %9.1f\n", s.method.c_str(), s.total_ms,
-                static_cast<long long>(s.inference_calls), s.average_batch, s.ttft_p50, s.ttft_p90,
-                s.ttft_p99, s.latency_p50, s.latency_p99);
+    std::printf("%-28s %10.1f %9.1f %7lld %9.2f %9.1f %9.1f %9.1f %9.1f %9.1f %12.1f\n", s.method.c_str(),
+                s.total_ms, s.tokens_per_s, static_cast<long long>(s.inference_calls), s.average_batch,
+                s.ttft_p50, s.ttft_p90, s.ttft_p99, s.latency_p50, s.latency_p99,
+                static_cast<double>(s.kv_copy_bytes) / 1e6);
   std::printf("continuous (slot KV) is %.2fx faster than synchronous; greedy tokens %s\n", r.speedup,
               r.same_tokens ? "identical" : "DIFFER");
   return 0;
@@ -235,9 +242,10 @@ int cmd_bench_seed(const ModelArgs& m, const SeedBenchmarkParams& p, bool as_jso
   std::printf("%-42s %8s %9s %11s %9s %9s %7s %15s\n", "method", "queries", "time s", "throughput",
               "max batch", "avg batch", "tokens", "inference calls");
   for (const SeedBenchmarkRow& row : r.rows)
-    std::printf("%-42s %8lld %9.2f %10.1fx %9lld %9.1f %7lld %15lld\n", row.method.c_str(),
+    std::printf("%-42s %8lld %9.2f %10.1f%c %9lld %9.1f %7lld %15lld\n", row.method.c_str(),
                 static_cast<long long>(row.queries), row.time_s, row.throughput_vs_baseline,
-                static_cast<long long>(row.max_batch), row.avg_batch, static_cast<long long>(row.tokens),
+                row.throughput_vs_baseline > 0 ? 'x' : ' ', static_cast<long long>(row.max_batch),
+                row.avg_batch, static_cast<long long>(row.tokens),
                 static_cast<long long>(row.inference_calls));
   return 0;
 }
@@ -368,6 +376,8 @@ int main(int argc, char** argv) {
   bench_seed->add_option("--new-tokens", sb.new_tokens, "greedy tokens per query");
   bench_seed->add_option("--max-batch", sb.max_batch, "largest batch of the batched run");
   bench_seed->add_option("--prompt", sb.prompts, "prompts, cycled over the queries (repeatable)");
+  bool sb_no_baseline = false;
+  bench_seed->add_flag("--no-baseline", sb_no_baseline, "run the batched queries only");
   bench_seed->add_flag("--json", sb_json, "compact JSON");
 
   std::string export_dir;
@@ -400,7 +410,10 @@ int main(int argc, char** argv) {
       svc.naive = !svc_no_naive;
       return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
     }
-    if (*bench_seed) return cmd_bench_seed(margs, sb, sb_json);
+    if (*bench_seed) {
+      sb.baseline = !sb_no_baseline;
+      return cmd_bench_seed(margs, sb, sb_json);
+    }
     if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);
   } catch (const Error& e) {

@@ -18,7 +18,10 @@ nlohmann::json SeedBenchmarkResult::to_json() const {
                      {"avg_batch", r.avg_batch},
                      {"tokens", r.tokens},
                      {"inference_calls", r.inference_calls}});
-  return {{"experiment", "seed-benchmark"}, {"rows", table}, {"same_tokens", same_tokens}};
+  return {{"experiment", "seed-benchmark"},
+          {"rows", table},
+          {"same_tokens", same_tokens},
+          {"batched_tokens", batched_tokens}};
 }
 
 SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmarkParams& p,
@@ -55,7 +58,7 @@ SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmark
   SeedBenchmarkRow base{"baseline (one query at a time, KV cache)", p.queries, 0, 1, 1, 1, 0, 0};
   std::vector<std::vector<int32_t>> base_tokens;
   const DeviceTimer timer(engine.model().device());
-  for (int64_t i = 0; i < p.queries; ++i) {
+  for (int64_t i = 0; i < (p.baseline ? p.queries : 0); ++i) {
     GenerateResult r =
         generate(engine.model(), engine.tokenizer(), {requests[static_cast<size_t>(i)].prompt_ids}, g);
     base.tokens += static_cast<int64_t>(r.sequences[0].generated_ids.size());
@@ -88,9 +91,13 @@ SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmark
                            run.average_batch,
                            run.generated_tokens,
                            run.inference_calls};
-  batched.throughput_vs_baseline = batched.time_s > 0 ? base.time_s / batched.time_s : 0;
-
   SeedBenchmarkResult result;
+  for (const RequestResult& r : run.requests) result.batched_tokens.push_back(r.generated_ids);
+  if (!p.baseline) {
+    result.rows = {batched};
+    return result;
+  }
+  batched.throughput_vs_baseline = batched.time_s > 0 ? base.time_s / batched.time_s : 0;
   for (size_t i = 0; i < requests.size(); ++i)
     if (run.requests[i].generated_ids != base_tokens[i]) result.same_tokens = false;
   result.rows = {base, batched};

@@ -16,6 +16,7 @@ struct SeedBenchmarkParams {
   int64_t queries = 100;
   int64_t new_tokens = 64;
   int64_t max_batch = 32;
+  bool baseline = true;  // false: the batched run alone (for side-by-side runs against other engines)
   bool warmup = true;
 };
 
@@ -31,8 +32,9 @@ struct SeedBenchmarkRow {
 };
 
 struct SeedBenchmarkResult {
-  std::vector<SeedBenchmarkRow> rows;  // baseline, batched
-  bool same_tokens = true;             // the batched run's tokens equal the baseline's
+  std::vector<SeedBenchmarkRow> rows;                // baseline, batched (batched alone without the baseline)
+  bool same_tokens = true;                           // the batched run's tokens equal the baseline's
+  std::vector<std::vector<int32_t>> batched_tokens;  // per query, from the batched run
   nlohmann::json to_json() const;
 };
 

@@ -130,6 +130,36 @@ class TestCli : public QObject {
     QCOMPARE(batched["max_batch"].toInt(), 2);
     for (const char* k : {"queries", "time_s", "throughput_vs_baseline", "avg_batch", "inference_calls"})
       QVERIFY2(batched.contains(k), k);
+    QVERIFY(b["same_tokens"].toBool());
+    // The batched run alone (for side-by-side runs against other engines): same tokens.
+    Run alone = cli({"bench", "seed-benchmark", "--queries", "3", "--new-tokens", "3", "--max-batch", "2",
+                     "--no-baseline", "--json"});
+    QCOMPARE(alone.code, 0);
+    QJsonObject a = QJsonDocument::fromJson(alone.out.toUtf8()).object();
+    QCOMPARE(a["rows"].toArray().size(), 1);
+    QCOMPARE(a["batched_tokens"].toArray(), b["batched_tokens"].toArray());
+    QCOMPARE(a["batched_tokens"].toArray().size(), 3);
+  }
+
+  void serving_benches_print_the_seed_tables() {
+    Run sw = cli({"bench", "batch-sweep", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats", "1"});
+    QCOMPARE(sw.code, 0);
+    QVERIFY2(
+        sw.out.contains("batch size") && sw.out.contains("tokens/ms") && sw.out.contains("latency ms/step"),
+        qPrintable(sw.out));
+    QCOMPARE(sw.out.split('\n', Qt::SkipEmptyParts).size(), 4);  // header, two sizes, caveat
+    Run sb = cli({"bench", "seed-benchmark", "--queries", "2", "--new-tokens", "2", "--max-batch", "2"});
+    QCOMPARE(sb.code, 0);
+    for (const char* col :
+         {"queries", "time s", "throughput", "max batch", "avg batch", "tokens", "inference calls"})
+      QVERIFY2(sb.out.contains(col), col);
+    QVERIFY(sb.out.contains("baseline (one query at a time, KV cache)"));
+    QVERIFY(sb.out.contains("batched (continuous, slot KV)"));
+    Run svc = cli({"bench", "sync-vs-continuous", "--requests", "3", "--max-batch", "2", "--long-every", "2",
+                   "--long-tokens", "3", "--short-tokens", "1"});
+    QCOMPARE(svc.code, 0);
+    QVERIFY2(svc.out.contains("faster than synchronous; greedy tokens identical"), qPrintable(svc.out));
+    QVERIFY(svc.out.contains("KV copied MB"));
   }
 
   void errors_are_one_line_data() {
