@@ -224,7 +224,127 @@ class SvgClipMarker : public QCPLayerable {
   QString token_;
 };
 
+// Ticks on whole numbers only (steps of a timeline).
+class IntegerTicker : public QCPAxisTicker {
+ protected:
+  double getTickStep(const QCPRange& range) override {
+    return std::max(1.0, std::round(QCPAxisTicker::getTickStep(range)));
+  }
+  int getSubTickCount(double tickStep) override {
+    const int n = static_cast<int>(std::round(tickStep));
+    return n > 1 && n <= 5 ? n - 1 : 0;
+  }
+};
+
+// c mixed with background: amount 1 is c itself, 0 the background.
+QColor blend(const QColor& c, const QColor& background, double amount) {
+  const auto mix = [&](int a, int b) { return static_cast<int>(std::lround(a * amount + b * (1 - amount))); };
+  return QColor(mix(c.red(), background.red()), mix(c.green(), background.green()),
+                mix(c.blue(), background.blue()));
+}
+
 }  // namespace
+
+// The cells of a timeline, drawn as one plottable (hundreds of cells stay cheap to replot); a
+// legend-only instance holds no cells and draws its key's style as its legend icon.
+class CellPlottable : public QCPAbstractPlottable {
+ public:
+  CellPlottable(QCPAxis* keyAxis, QCPAxis* valueAxis) : QCPAbstractPlottable(keyAxis, valueAxis) {
+    setSelectable(QCP::stNone);
+  }
+
+  QVector<ChartView::Cell> cells;
+  ChartView::CellKey key;  // legend-only instances
+  QColor background = Qt::white, text = Qt::black, muted = Qt::gray;
+
+  double selectTest(const QPointF&, bool, QVariant*) const override { return -1; }
+  QCPRange getKeyRange(bool& found, QCP::SignDomain domain) const override {
+    Range r;
+    for (const ChartView::Cell& c : cells) {
+      for (double x : {c.x0, c.x1})
+        if (domain == QCP::sdBoth || (domain == QCP::sdPositive) == (x > 0)) r.add(x);
+    }
+    found = r.valid();
+    return found ? QCPRange(r.lo, r.hi) : QCPRange();
+  }
+  QCPRange getValueRange(bool& found, QCP::SignDomain, const QCPRange&) const override {
+    Range r;
+    for (const ChartView::Cell& c : cells) {
+      r.add(c.row - 0.5);
+      r.add(c.row + 0.5);
+    }
+    found = r.valid();
+    return found ? QCPRange(r.lo, r.hi) : QCPRange();
+  }
+
+  // Where a cell is drawn, in plot pixels.
+  QRectF pixelRect(const ChartView::Cell& c) const {
+    const QCPAxis* k = keyAxis();
+    const QCPAxis* v = valueAxis();
+    return QRectF(QPointF(k->coordToPixel(c.x0), v->coordToPixel(c.row - 0.4)),
+                  QPointF(k->coordToPixel(c.x1), v->coordToPixel(c.row + 0.4)))
+        .normalized();
+  }
+
+  void styleFor(ChartView::CellStyle style, const QColor& color, QPen* pen, QBrush* brush,
+                QColor* label) const {
+    switch (style) {
+      case ChartView::CellStyle::Solid:
+        *pen = QPen(color.darker(150), 1);
+        *brush = QBrush(color);
+        *label = color.lightnessF() > 0.6 ? QColor(0x20, 0x20, 0x20) : QColor(Qt::white);
+        break;
+      case ChartView::CellStyle::Tint:
+        *pen = QPen(color, 1);
+        *brush = QBrush(blend(color, background, 0.42));
+        *label = text;
+        break;
+      case ChartView::CellStyle::Muted:
+        *pen = QPen(muted, 1, Qt::DashLine);
+        *brush = QBrush(blend(muted, background, 0.22));
+        *label = muted;
+        break;
+    }
+  }
+
+ protected:
+  void draw(QCPPainter* painter) override {
+    if (cells.isEmpty()) return;
+    const QRectF clip = clipRect();
+    const QFont font = chartFont(9);
+    const QFontMetricsF metrics(font);
+    painter->setFont(font);
+    for (const ChartView::Cell& c : cells) {
+      QRectF r = pixelRect(c);
+      if (!r.intersects(clip)) continue;
+      if (r.width() < 1) r.setWidth(1);
+      QPen pen;
+      QBrush brush;
+      QColor labelColor;
+      styleFor(c.style, c.color, &pen, &brush, &labelColor);
+      applyDefaultAntialiasingHint(painter);
+      painter->setPen(r.width() > 3 ? pen : Qt::NoPen);
+      painter->setBrush(brush);
+      painter->drawRect(r);
+      if (!c.label.isEmpty() && metrics.horizontalAdvance(c.label) + 6 <= r.width() &&
+          metrics.height() <= r.height() + 2) {
+        painter->setPen(labelColor);
+        painter->drawText(r, Qt::AlignCenter, c.label);
+      }
+    }
+  }
+  void drawLegendIcon(QCPPainter* painter, const QRectF& rect) const override {
+    QPen pen;
+    QBrush brush;
+    QColor label;
+    styleFor(key.style, key.color, &pen, &brush, &label);
+    painter->setPen(pen);
+    painter->setBrush(brush);
+    const QRectF box(rect.left(), rect.center().y() - rect.height() * 0.35, rect.width(),
+                     rect.height() * 0.7);
+    painter->drawRect(box);
+  }
+};
 
 ChartView::ChartView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
@@ -585,6 +705,118 @@ void ChartView::placeMarkerLabels() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Timeline cells
+
+void ChartView::setCellRows(const QStringList& labels) {
+  const bool wasTimeline = !cellRows_.isEmpty();
+  cellRows_ = labels;
+  cellRowStride_ = 1;
+  if (!labels.isEmpty() && !cells_) {
+    cells_ = new CellPlottable(plot_->xAxis, plot_->yAxis);
+    cells_->setName(QStringLiteral("cells"));
+    cells_->removeFromLegend();
+  }
+  if (wasTimeline != !labels.isEmpty()) {
+    applyXAxisMode();
+    placeLegendBelow(!labels.isEmpty());
+  }
+  applyYAxisMode();
+  applyTheme();
+  if (!userZoomed_) fitPending_ = true;
+  replotSoon();
+}
+
+QStringList ChartView::cellRows() const { return cellRows_; }
+
+void ChartView::setCells(const QVector<Cell>& cells) {
+  if (cellRows_.isEmpty()) {
+    qWarning("ChartView::setCells: call setCellRows first");
+    return;
+  }
+  cells_->cells = cells;
+  if (!userZoomed_) fitPending_ = true;
+  replotSoon();
+}
+
+QVector<ChartView::Cell> ChartView::cells() const { return cells_ ? cells_->cells : QVector<Cell>(); }
+
+void ChartView::setCellKeys(const QVector<CellKey>& keys) {
+  for (CellPlottable* key : cellKeys_) plot_->removePlottable(key);
+  cellKeys_.clear();
+  for (const CellKey& k : keys) {
+    auto* key = new CellPlottable(plot_->xAxis, plot_->yAxis);
+    key->key = k;
+    key->setName(k.name);
+    cellKeys_.append(key);
+  }
+  applyTheme();
+  updateLegendVisibility();
+  replotSoon();
+}
+
+void ChartView::placeLegendBelow(bool below) {
+  if (below == legendBelow_) return;
+  legendBelow_ = below;
+  QCPLegend* legend = plot_->legend;
+  QCPLayoutGrid* grid = plot_->plotLayout();
+  if (below) {
+    plot_->axisRect()->insetLayout()->take(legend);
+    int axisRow = 0;
+    for (int r = 0; r < grid->rowCount(); ++r)
+      if (grid->element(r, 0) == plot_->axisRect()) axisRow = r;
+    grid->insertRow(axisRow + 1);
+    grid->addElement(axisRow + 1, 0, legend);
+    grid->setRowStretchFactor(axisRow + 1, 0.001);
+    legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    legend->setWrap(4);
+    legend->setMargins(QMargins(8, 2, 8, 2));
+  } else {
+    grid->take(legend);
+    grid->simplify();
+    legend->setFillOrder(QCPLayoutGrid::foRowsFirst);
+    legend->setWrap(0);
+    plot_->axisRect()->insetLayout()->addElement(legend, Qt::AlignTop | Qt::AlignRight);
+  }
+  applyTheme();
+}
+
+void ChartView::applyYAxisMode() {
+  QCPAxis* y = plot_->yAxis;
+  if (!cellRows_.isEmpty()) {
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    for (int i = 0; i < cellRows_.size(); i += cellRowStride_) ticker->addTick(i, cellRows_[i]);
+    ticker->setSubTickCount(0);
+    y->setTicker(ticker);
+    y->setRangeReversed(true);
+    y->setSubTicks(false);
+    y->setTickLengthIn(0);
+    y->setTickLengthOut(3);
+    y->grid()->setVisible(false);
+  } else {
+    y->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    y->setRangeReversed(false);
+    y->setSubTicks(true);
+    y->setTickLengthIn(4);
+    y->setTickLengthOut(0);
+    y->grid()->setVisible(true);
+  }
+}
+
+void ChartView::labelCellRows() {
+  if (cellRows_.isEmpty()) return;
+  const double spacing = std::fabs(plot_->yAxis->coordToPixel(1) - plot_->yAxis->coordToPixel(0));
+  const double needed = QFontMetricsF(plot_->yAxis->tickLabelFont()).height() + 2;
+  int stride = 1;
+  for (int s : {1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100}) {
+    stride = s;
+    if (spacing * s >= needed) break;
+  }
+  if (stride == cellRowStride_) return;
+  cellRowStride_ = stride;
+  applyYAxisMode();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Fitting and replots
 
 void ChartView::clearAll() {
@@ -605,6 +837,9 @@ void ChartView::clearAll() {
   markerLines_.clear();
   markerTexts_.clear();
   markers_.clear();
+  if (cells_) cells_->cells.clear();
+  for (CellPlottable* key : cellKeys_) plot_->removePlottable(key);
+  cellKeys_.clear();
   fitLeft_ = FitRange{};
   fitRight_ = FitRange{};
   hideReadout();
@@ -643,9 +878,23 @@ void ChartView::fitToData() {
     const auto data = bars_->data();
     for (auto it = data->constBegin(); it != data->constEnd(); ++it) left.add(it->value);
   }
+  const bool timeline = !cellRows_.isEmpty();
+  if (timeline) {
+    for (const Cell& c : cells_->cells) {
+      keys.add(c.x0);
+      keys.add(c.x1);
+    }
+  }
   fitLeft_ = FitRange{};
   fitRight_ = FitRange{};
-  if (!keys.valid()) return;  // no data: keep the current ranges
+  if (timeline) {  // every row, the first on top (the axis is reversed)
+    fitLeft_ = FitRange{true, -0.5, static_cast<double>(cellRows_.size()) - 0.5};
+    plot_->yAxis->setRange(fitLeft_.lower, fitLeft_.upper);
+  }
+  if (!keys.valid()) {  // no data: keep the current ranges (a log axis starts on 1 to 128)
+    if (logX) plot_->xAxis->setRange(1 / std::pow(2.0, 0.25), 128 * std::pow(2.0, 0.25));
+    return;
+  }
   for (const Marker& marker : markers_) {
     if (!logX || marker.x > 0) keys.add(marker.x);
   }
@@ -656,13 +905,16 @@ void ChartView::fitToData() {
   } else if (logX) {
     const double factor = keys.hi > keys.lo ? std::pow(2.0, 0.25) : 2.0;
     xRange = QCPRange(keys.lo / factor, keys.hi * factor);
+  } else if (timeline) {
+    const double pad = std::max(0.5, (keys.hi - keys.lo) * 0.01);
+    xRange = QCPRange(keys.lo - pad, std::max(keys.hi + pad, keys.lo + 8));
   } else {
     const double span = keys.hi - keys.lo;
     const double pad = span > 0 ? span * 0.03 : std::max(0.5, std::fabs(keys.lo) * 0.05);
     xRange = QCPRange(keys.lo - pad, keys.hi + pad);
   }
   plot_->xAxis->setRange(xRange);
-  if (left.valid()) {
+  if (left.valid() && !timeline) {
     const QCPRange r = valueRange(left, bars_ && !barTexts_.isEmpty() ? 0.12 : 0.06);
     fitLeft_ = FitRange{true, r.lower, r.upper};
     plot_->yAxis->setRange(r);
@@ -710,6 +962,11 @@ void ChartView::adaptToSize() {
     footnoteElement_->setText(
         wrapToWidth(footnote_, footnoteElement_->font(), textWidth, QStringLiteral(" · ")));
   relayout();
+  if (!cellRows_.isEmpty()) {
+    const int stride = cellRowStride_;
+    labelCellRows();
+    if (stride != cellRowStride_) relayout();
+  }
   if (bars_) {
     // Bar labels: level while they fit side by side, slanted when they do not, upright when even
     // slanted ones would collide.
@@ -739,7 +996,7 @@ void ChartView::adaptToSize() {
 
 void ChartView::placeLegend() {
   QCPLegend* legend = plot_->legend;
-  if (!legend->visible()) return;
+  if (!legend->visible() || legendBelow_) return;
   const QRectF area = plot_->axisRect()->rect();
   const QSizeF size = legend->minimumOuterSizeHint();
   constexpr double kInset = 12;  // the inset layout's margin, and some air around the box
@@ -837,6 +1094,16 @@ void ChartView::applyXAxisMode() {
     x->setTickLengthIn(0);  // ticks point out of the plot, not into the bars
     x->setTickLengthOut(4);
     x->grid()->setVisible(false);
+  } else if (!cellRows_.isEmpty()) {
+    x->setTicker(QSharedPointer<IntegerTicker>::create());
+    x->setScaleType(QCPAxis::stLinear);
+    x->setNumberFormat(QStringLiteral("f"));
+    x->setNumberPrecision(0);
+    x->setTickLabelRotation(0);
+    x->setSubTicks(true);
+    x->setTickLengthIn(4);
+    x->setTickLengthOut(0);
+    x->grid()->setVisible(true);
   } else if (logX_) {
     auto ticker = QSharedPointer<QCPAxisTickerLog>::create();
     ticker->setLogBase(2);
@@ -941,6 +1208,17 @@ void ChartView::applyTheme() {
     text->setFont(chartFont(9.5));
   }
   for (int i = 0; i < graphs_.size(); ++i) styleGraph(i);
+  QVector<CellPlottable*> cellLayers = cellKeys_;
+  if (cells_) cellLayers.append(cells_);
+  for (CellPlottable* layer : cellLayers) {
+    layer->background = c.background;
+    layer->text = c.text;
+    layer->muted = c.muted;
+  }
+  if (legendBelow_) {
+    legend->setBrush(Qt::NoBrush);
+    legend->setBorderPen(Qt::NoPen);
+  }
   if (bars_) {
     const QColor color = seriesColor(theme_ == ChartTheme::Dark ? 5 : 0, theme_);
     bars_->setPen(QPen(theme_ == ChartTheme::Dark ? color.lighter(120) : color.darker(130), 1));
@@ -971,6 +1249,14 @@ QString ChartView::readoutAt(const QPoint& pos) const {
         best = d;
         text = QStringLiteral("%1: x = %2, y = %3")
                    .arg(seriesNames_[i], formatNumber(it->key), formatNumber(it->value));
+      }
+    }
+  }
+  if (cells_ && text.isEmpty()) {
+    for (const Cell& c : cells_->cells) {
+      if (cells_->pixelRect(c).adjusted(-1, -1, 1, 1).contains(p)) {
+        text = c.info.isEmpty() ? c.label : c.info;
+        best = 0;
       }
     }
   }
@@ -1013,6 +1299,13 @@ QPoint ChartView::barPixelFor(int index) const {
   if (!bars_ || index < 0 || index >= bars_->data()->size()) return QPoint(-1, -1);
   const auto it = bars_->data()->at(index);
   const QPointF q(plot_->xAxis->coordToPixel(it->key), plot_->yAxis->coordToPixel(it->value));
+  if (!QRectF(plot_->axisRect()->rect()).contains(q)) return QPoint(-1, -1);
+  return plot_->mapTo(this, q.toPoint());
+}
+
+QPoint ChartView::cellPixelFor(int index) const {
+  if (!cells_ || index < 0 || index >= cells_->cells.size()) return QPoint(-1, -1);
+  const QPointF q = cells_->pixelRect(cells_->cells[index]).center();
   if (!QRectF(plot_->axisRect()->rect()).contains(q)) return QPoint(-1, -1);
   return plot_->mapTo(this, q.toPoint());
 }
@@ -1229,7 +1522,7 @@ QByteArray ChartView::svgDocument(QString* reason) {
 
 QString ChartView::toCsv() const {
   QString out;
-  if (!graphs_.isEmpty() || !bars_) {
+  if (!graphs_.isEmpty() || (!bars_ && cellRows_.isEmpty())) {
     out += QStringLiteral("series,%1,%2\n")
                .arg(csvField(xLabel_.isEmpty() ? QStringLiteral("x") : xLabel_),
                     csvField(yLabel_.isEmpty() ? QStringLiteral("y") : yLabel_));
@@ -1240,6 +1533,15 @@ QString ChartView::toCsv() const {
         out += name + QLatin1Char(',') + csvNumber(it->key) + QLatin1Char(',') + csvNumber(it->value) +
                QLatin1Char('\n');
       }
+    }
+  }
+  if (cells_ && !cellRows_.isEmpty()) {
+    if (!out.isEmpty()) out += QLatin1Char('\n');
+    out += QStringLiteral("row,start,end,label,info\n");
+    for (const Cell& c : cells_->cells) {
+      out += csvField(c.row >= 0 && c.row < cellRows_.size() ? cellRows_[c.row] : QString::number(c.row)) +
+             QLatin1Char(',') + csvNumber(c.x0) + QLatin1Char(',') + csvNumber(c.x1) + QLatin1Char(',') +
+             csvField(c.label) + QLatin1Char(',') + csvField(c.info) + QLatin1Char('\n');
     }
   }
   if (bars_) {

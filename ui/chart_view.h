@@ -24,6 +24,8 @@ namespace servelab::ui {
 
 enum class ChartTheme { Light, Dark };
 
+class CellPlottable;  // chart_view.cpp
+
 class ChartView : public QWidget {
   Q_OBJECT
  public:
@@ -63,6 +65,35 @@ class ChartView : public QWidget {
   // A labelled vertical line, e.g. "prefill" at x = 0.
   void addVerticalMarker(double x, const QString& label);
 
+  // Timeline cells (a Gantt chart): rectangles from x0 to x1 on a row, in a colour and a style,
+  // labelled inside when the label fits. Rows are categories on the y axis, the first on top.
+  enum class CellStyle {
+    Solid,  // the colour itself
+    Tint,   // the colour lightened towards the background, outlined in the colour
+    Muted,  // grey and dashed, whatever the colour: time a row holds without doing work
+  };
+  struct Cell {
+    double x0 = 0, x1 = 0;
+    int row = 0;
+    QColor color;
+    CellStyle style = CellStyle::Solid;
+    QString label;  // drawn inside the cell when it fits
+    QString info;   // the hover readout and the CSV's description
+  };
+  struct CellKey {  // a legend entry explaining a style
+    QString name;
+    QColor color;
+    CellStyle style = CellStyle::Solid;
+  };
+  // Row labels of the y axis ("slot 0", ...); an empty list leaves timeline mode.
+  void setCellRows(const QStringList& labels);
+  QStringList cellRows() const;
+  // Replaces the cells (live updates call it again with the grown list).
+  void setCells(const QVector<Cell>& cells);
+  QVector<Cell> cells() const;
+  // Legend entries for the cell styles; shown in a row below the plot.
+  void setCellKeys(const QVector<CellKey>& keys);
+
   // Removes every series, bar and marker (titles, labels and theme stay).
   void clearAll();
   // Fits the axes to the data and resumes auto-fit on append.
@@ -71,7 +102,8 @@ class ChartView : public QWidget {
   // Export. The format follows the suffix: .png (2x scale for slides), .svg, .pdf. Returns false
   // and sets *error (naming the path) when the file cannot be written.
   bool exportImage(const QString& path, QString* error = nullptr);
-  // CSV of the data: "series,<x label>,<y label>" rows for series; "label,<value name>" for bars.
+  // CSV of the data: "series,<x label>,<y label>" rows for series; "label,<value name>" for bars;
+  // "row,start,end,label,info" for cells.
   bool exportCsv(const QString& path, QString* error = nullptr) const;
   QString toCsv() const;
   QImage renderImage(int width = 1280, int height = 720, double scale = 2.0);
@@ -82,7 +114,8 @@ class ChartView : public QWidget {
   // Where a data point is drawn, in the same (ChartView) coordinates as readoutAt; (-1, -1) when the
   // point does not exist or is outside the plot area. For tests and for tutorials pointing at data.
   QPoint pixelFor(int series, int index) const;
-  QPoint barPixelFor(int index) const;  // the middle of the top edge of a bar
+  QPoint barPixelFor(int index) const;   // the middle of the top edge of a bar
+  QPoint cellPixelFor(int index) const;  // the middle of a timeline cell
 
  public Q_SLOTS:
   // Asks for a file name and format (PNG, SVG, PDF, CSV) and exports.
@@ -100,9 +133,12 @@ class ChartView : public QWidget {
   void applyTheme();
   void showContextMenu(const QPoint& pos);
   void replotSoon();
-  void flushPending();    // runs a pending fit and replot now (before exports and renders)
-  void fitToData();       // sets the axis ranges from the data, markers included
-  void applyXAxisMode();  // ticker and scale type of the x axis: bars, log2 or linear
+  void flushPending();                // runs a pending fit and replot now (before exports and renders)
+  void fitToData();                   // sets the axis ranges from the data, markers included
+  void applyXAxisMode();              // ticker and scale type of the x axis: bars, log2 or linear
+  void applyYAxisMode();              // row labels in timeline mode, numbers otherwise
+  void placeLegendBelow(bool below);  // timeline legends sit in a row under the plot
+  void labelCellRows();               // row labels, thinned out when rows are too close for them
   void updateLegendVisibility();
   void styleGraph(int series);
   void setReadout(const QPoint& plotPos);
@@ -137,6 +173,11 @@ class ChartView : public QWidget {
   QVector<QCPItemStraightLine*> markerLines_;
   QVector<QCPItemText*> markerTexts_;
   QVector<QCPItemText*> barTexts_;  // value labels above the bars
+  CellPlottable* cells_ = nullptr;
+  QVector<CellPlottable*> cellKeys_;
+  QStringList cellRows_;
+  int cellRowStride_ = 1;  // every n-th row labelled
+  bool legendBelow_ = false;
   // The y ranges of the last fit, before adaptToSize makes room for the legend.
   struct FitRange {
     bool valid = false;

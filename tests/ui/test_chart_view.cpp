@@ -597,6 +597,83 @@ class ChartViewTest : public QObject {
   }
 
   // Not a check: writes sample charts for a person to look at (SERVELAB_CHART_DEMO_DIR=/tmp).
+  void timelineCells() {
+    using Cell = ChartView::Cell;
+    using Style = ChartView::CellStyle;
+    ChartView chart;
+    chart.setTitle(QStringLiteral("Requests over scheduler steps"));
+    chart.setAxisLabels(QStringLiteral("scheduler step"), QString());
+    chart.setCellRows({QStringLiteral("slot 0"), QStringLiteral("slot 1")});
+    chart.setCellKeys({{QStringLiteral("prefill"), QColor(Qt::red), Style::Solid},
+                       {QStringLiteral("decode"), QColor(Qt::red), Style::Tint},
+                       {QStringLiteral("padding"), QColor(Qt::gray), Style::Muted}});
+    const QVector<Cell> cells = {
+        {-0.5, 0.5, 0, QColor(Qt::red), Style::Solid, QString(), QStringLiteral("request 0 prefill")},
+        {0.5, 20.5, 0, QColor(Qt::red), Style::Tint, QStringLiteral("#0"),
+         QStringLiteral("request 0 decode")},
+        {-0.5, 0.5, 1, QColor(Qt::blue), Style::Solid, QString(), QStringLiteral("request 1 prefill")},
+        {0.5, 4.5, 1, QColor(Qt::blue), Style::Tint, QStringLiteral("#1"),
+         QStringLiteral("request 1, \"decode\"")},
+        {4.5, 20.5, 1, QColor(Qt::blue), Style::Muted, QString(), QStringLiteral("padding")}};
+    chart.setCells(cells);
+    QCOMPARE(chart.cells().size(), cells.size());
+    QCOMPARE(chart.cells()[3].label, QStringLiteral("#1"));
+    QCOMPARE(chart.cellRows(), (QStringList{QStringLiteral("slot 0"), QStringLiteral("slot 1")}));
+    showChart(chart);
+
+    // Slot 0 on top, later steps to the right; the readout tells what a cell is.
+    const QPoint prefill0 = chart.cellPixelFor(0), prefill1 = chart.cellPixelFor(2);
+    const QPoint padding = chart.cellPixelFor(4);
+    QVERIFY(prefill0.x() >= 0 && prefill1.x() >= 0 && padding.x() >= 0);
+    QVERIFY(prefill0.y() < prefill1.y());
+    QVERIFY(padding.x() > prefill1.x());
+    QCOMPARE(chart.readoutAt(prefill0), QStringLiteral("request 0 prefill"));
+    QCOMPARE(chart.readoutAt(padding), QStringLiteral("padding"));
+    QCOMPARE(chart.readoutAt(QPoint(1, 1)), QString());
+
+    // CSV: a row per cell, labels and descriptions quoted as needed.
+    const QVector<QStringList> csv = parseCsv(chart.toCsv());
+    QCOMPARE(csv.size(), 1 + cells.size());
+    QCOMPARE(csv[0], (QStringList{QStringLiteral("row"), QStringLiteral("start"), QStringLiteral("end"),
+                                  QStringLiteral("label"), QStringLiteral("info")}));
+    QCOMPARE(csv[4], (QStringList{QStringLiteral("slot 1"), QStringLiteral("0.5"), QStringLiteral("4.5"),
+                                  QStringLiteral("#1"), QStringLiteral("request 1, \"decode\"")}));
+
+    // Exports draw the cells and the legend of their styles.
+    QString error;
+    const QString png = file(QStringLiteral("timeline.png")), svgPath = file(QStringLiteral("timeline.svg"));
+    QVERIFY2(chart.exportImage(png, &error), qPrintable(error));
+    QVERIFY2(chart.exportImage(svgPath, &error), qPrintable(error));
+    QImage image(png);
+    QVERIFY(!image.isNull() && !isUniform(image));
+    QFile f(svgPath);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QByteArray svg = f.readAll();
+    QVERIFY(svg.contains("slot 1"));
+    QVERIFY(svg.contains("padding"));
+    QVERIFY(svg.contains("#0"));  // wide enough for its label
+    QVERIFY(svg.contains("<clipPath id=\"plotArea\">"));
+
+    // Live growth: a longer list replaces the cells; clearAll empties them but keeps the rows.
+    QVector<Cell> more = cells;
+    more.push_back({20.5, 30.5, 0, QColor(Qt::green), Style::Tint, QStringLiteral("#2"), QString()});
+    chart.setCells(more);
+    settle();
+    QCOMPARE(chart.cells().size(), more.size());
+    QVERIFY(chart.cellPixelFor(5).x() > padding.x());
+    chart.clearAll();
+    QVERIFY(chart.cells().isEmpty());
+    QCOMPARE(chart.cellRows().size(), 2);
+    // Leaving timeline mode gives an ordinary chart again.
+    chart.setCellRows({});
+    const int s = chart.addSeries(QStringLiteral("line"));
+    chart.append(s, 1, 2);
+    chart.append(s, 2, 3);
+    settle();
+    QCOMPARE(chart.readoutAt(chart.pixelFor(s, 1)), QStringLiteral("line: x = 2, y = 3"));
+    QVERIFY(chart.pixelFor(s, 1).y() < chart.pixelFor(s, 0).y());  // the y axis points up again
+  }
+
   void demoImages() {
     const QString out = qEnvironmentVariable("SERVELAB_CHART_DEMO_DIR");
     if (out.isEmpty()) QSKIP("set SERVELAB_CHART_DEMO_DIR to write sample charts");
