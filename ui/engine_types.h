@@ -5,7 +5,11 @@
 #include <QString>
 #include <QVector>
 
+#include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
+#include "experiments/seed_benchmark.h"
+#include "experiments/sync_vs_continuous.h"
+#include "generate/continuous_batching.h"
 #include "generate/generation.h"
 
 namespace servelab::ui {
@@ -75,3 +79,12 @@ Q_DECLARE_METATYPE(servelab::ui::TokenInfo)
 Q_DECLARE_METATYPE(servelab::ui::GenerateSummary)
 Q_DECLARE_METATYPE(servelab::KvCacheTimingParams)
 Q_DECLARE_METATYPE(servelab::KvCacheTimingResult)
+Q_DECLARE_METATYPE(servelab::PaddedPrompts)
+Q_DECLARE_METATYPE(servelab::BatchSweepParams)
+Q_DECLARE_METATYPE(servelab::BatchSweepResult)
+Q_DECLARE_METATYPE(servelab::SyncVsContinuousParams)
+Q_DECLARE_METATYPE(servelab::SyncVsContinuousResult)
+Q_DECLARE_METATYPE(servelab::SeedBenchmarkParams)
+Q_DECLARE_METATYPE(servelab::SeedBenchmarkResult)
+Q_DECLARE_METATYPE(servelab::RequestResult)
+Q_DECLARE_METATYPE(servelab::BatchStep)

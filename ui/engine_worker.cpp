@@ -79,6 +79,26 @@ class ExperimentRelay : public servelab::ExperimentSink {
   EngineWorker* worker_;
 };
 
+// Scheduler events as queued signals, in the order the engine makes them.
+class BatchRelay : public servelab::BatchSink {
+ public:
+  explicit BatchRelay(EngineWorker* worker) : worker_(worker) {}
+  void on_run_start(const std::string& method, int64_t requests, int64_t slots) override {
+    Q_EMIT worker_->batchRunStarted(QString::fromStdString(method), requests, slots);
+  }
+  void on_admit(int64_t request, int64_t slot, int64_t step, double ms) override {
+    Q_EMIT worker_->batchAdmitted(request, slot, step, ms);
+  }
+  void on_token(int64_t request, int32_t id, const std::string& piece, int64_t step, double ms) override {
+    Q_EMIT worker_->batchToken(request, id, QString::fromStdString(piece), step, ms);
+  }
+  void on_retire(const servelab::RequestResult& r) override { Q_EMIT worker_->batchRetired(r); }
+  void on_step(const servelab::BatchStep& s) override { Q_EMIT worker_->batchStep(s); }
+
+ private:
+  EngineWorker* worker_;
+};
+
 QString firstLine(const char* what) {
   QString s = QString::fromUtf8(what);
   const qsizetype nl = s.indexOf(QLatin1Char('\n'));
@@ -205,6 +225,62 @@ void EngineWorker::runKvCacheTiming(const servelab::KvCacheTimingParams& params)
   });
 }
 
+void EngineWorker::runBatchSweep(const servelab::BatchSweepParams& params) {
+  if (!engine_) {
+    Q_EMIT failed(QStringLiteral("input"), QStringLiteral("no model is loaded"));
+    return;
+  }
+  guarded(QStringLiteral("batch sweep"), [&] {
+    ExperimentRelay relay(this);
+    const servelab::BatchSweepResult r =
+        servelab::run_batch_sweep(*engine_, params, servelab::ExperimentControl{&relay, cancel_});
+    Q_EMIT batchSweepFinished(r);
+  });
+}
+
+void EngineWorker::runSyncVsContinuous(const servelab::SyncVsContinuousParams& params) {
+  if (!engine_) {
+    Q_EMIT failed(QStringLiteral("input"), QStringLiteral("no model is loaded"));
+    return;
+  }
+  guarded(QStringLiteral("synchronous vs continuous batching"), [&] {
+    ExperimentRelay relay(this);
+    BatchRelay batch(this);
+    const servelab::SyncVsContinuousResult r = servelab::run_sync_vs_continuous(
+        *engine_, params, servelab::ExperimentControl{&relay, cancel_, &batch});
+    Q_EMIT syncVsContinuousFinished(r);
+  });
+}
+
+void EngineWorker::runSeedBenchmark(const servelab::SeedBenchmarkParams& params) {
+  if (!engine_) {
+    Q_EMIT failed(QStringLiteral("input"), QStringLiteral("no model is loaded"));
+    return;
+  }
+  guarded(QStringLiteral("seed benchmark"), [&] {
+    ExperimentRelay relay(this);
+    BatchRelay batch(this);
+    const servelab::SeedBenchmarkResult r =
+        servelab::run_seed_benchmark(*engine_, params, servelab::ExperimentControl{&relay, cancel_, &batch});
+    Q_EMIT seedBenchmarkFinished(r);
+  });
+}
+
+void EngineWorker::padPrompts(quint64 ticket, const QStringList& prompts) {
+  if (!engine_) {
+    Q_EMIT promptsPadded(ticket, {}, QStringLiteral("no model is loaded"));
+    return;
+  }
+  std::vector<std::string> texts;
+  for (const QString& p : prompts) texts.push_back(p.toStdString());
+  try {
+    Q_EMIT promptsPadded(ticket, servelab::pad_prompts(engine_->model(), engine_->tokenizer(), texts),
+                         QString());
+  } catch (const std::exception& e) {
+    Q_EMIT promptsPadded(ticket, {}, firstLine(e.what()));
+  }
+}
+
 // --- EngineController -----------------------------------------------------------------------
 
 EngineController::EngineController(QObject* parent) : QObject(parent), worker_(new EngineWorker(&cancel_)) {
@@ -215,6 +291,15 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
   qRegisterMetaType<GenerateSummary>();
   qRegisterMetaType<servelab::KvCacheTimingParams>();
   qRegisterMetaType<servelab::KvCacheTimingResult>();
+  qRegisterMetaType<servelab::PaddedPrompts>();
+  qRegisterMetaType<servelab::BatchSweepParams>();
+  qRegisterMetaType<servelab::BatchSweepResult>();
+  qRegisterMetaType<servelab::SyncVsContinuousParams>();
+  qRegisterMetaType<servelab::SyncVsContinuousResult>();
+  qRegisterMetaType<servelab::SeedBenchmarkParams>();
+  qRegisterMetaType<servelab::SeedBenchmarkResult>();
+  qRegisterMetaType<servelab::RequestResult>();
+  qRegisterMetaType<servelab::BatchStep>();
   thread_.setObjectName(QStringLiteral("servelab-engine"));
   worker_->moveToThread(&thread_);
   connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
@@ -224,6 +309,12 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
   connect(worker_, &EngineWorker::seriesReset, this, &EngineController::seriesReset);
   connect(worker_, &EngineWorker::progress, this, &EngineController::progress);
   connect(worker_, &EngineWorker::log, this, &EngineController::log);
+  connect(worker_, &EngineWorker::batchRunStarted, this, &EngineController::batchRunStarted);
+  connect(worker_, &EngineWorker::batchAdmitted, this, &EngineController::batchAdmitted);
+  connect(worker_, &EngineWorker::batchToken, this, &EngineController::batchToken);
+  connect(worker_, &EngineWorker::batchRetired, this, &EngineController::batchRetired);
+  connect(worker_, &EngineWorker::batchStep, this, &EngineController::batchStep);
+  connect(worker_, &EngineWorker::promptsPadded, this, &EngineController::promptsPadded);
   connect(worker_, &EngineWorker::modelLoaded, this, [this](const ModelSummary& s) {
     model_ = s;
     hadModel_ = true;
@@ -242,6 +333,20 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
           [this](const servelab::KvCacheTimingResult& r) {
             setState(State::Idle);
             Q_EMIT kvCacheTimingFinished(r);
+          });
+  connect(worker_, &EngineWorker::batchSweepFinished, this, [this](const servelab::BatchSweepResult& r) {
+    setState(State::Idle);
+    Q_EMIT batchSweepFinished(r);
+  });
+  connect(worker_, &EngineWorker::syncVsContinuousFinished, this,
+          [this](const servelab::SyncVsContinuousResult& r) {
+            setState(State::Idle);
+            Q_EMIT syncVsContinuousFinished(r);
+          });
+  connect(worker_, &EngineWorker::seedBenchmarkFinished, this,
+          [this](const servelab::SeedBenchmarkResult& r) {
+            setState(State::Idle);
+            Q_EMIT seedBenchmarkFinished(r);
           });
   connect(worker_, &EngineWorker::failed, this, [this](const QString& kind, const QString& m) {
     setState(hadModel_ ? State::Idle : State::NoModel);
@@ -311,6 +416,35 @@ bool EngineController::runKvCacheTiming(const servelab::KvCacheTimingParams& par
   QMetaObject::invokeMethod(worker_, "runKvCacheTiming", Qt::QueuedConnection,
                             Q_ARG(servelab::KvCacheTimingParams, params));
   return true;
+}
+
+bool EngineController::runBatchSweep(const servelab::BatchSweepParams& params) {
+  if (!begin(State::Running, tr("the batch sweep"))) return false;
+  QMetaObject::invokeMethod(worker_, "runBatchSweep", Qt::QueuedConnection,
+                            Q_ARG(servelab::BatchSweepParams, params));
+  return true;
+}
+
+bool EngineController::runSyncVsContinuous(const servelab::SyncVsContinuousParams& params) {
+  if (!begin(State::Running, tr("synchronous vs continuous batching"))) return false;
+  QMetaObject::invokeMethod(worker_, "runSyncVsContinuous", Qt::QueuedConnection,
+                            Q_ARG(servelab::SyncVsContinuousParams, params));
+  return true;
+}
+
+bool EngineController::runSeedBenchmark(const servelab::SeedBenchmarkParams& params) {
+  if (!begin(State::Running, tr("the seed benchmark"))) return false;
+  QMetaObject::invokeMethod(worker_, "runSeedBenchmark", Qt::QueuedConnection,
+                            Q_ARG(servelab::SeedBenchmarkParams, params));
+  return true;
+}
+
+quint64 EngineController::padPrompts(const QStringList& prompts) {
+  if (state_ == State::NoModel) return 0;
+  const quint64 ticket = ++lastTicket_;
+  QMetaObject::invokeMethod(worker_, "padPrompts", Qt::QueuedConnection, Q_ARG(quint64, ticket),
+                            Q_ARG(QStringList, prompts));
+  return ticket;
 }
 
 void EngineController::stop() {

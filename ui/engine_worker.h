@@ -26,6 +26,11 @@ class EngineWorker : public QObject {
   void loadModel(const servelab::ui::ModelRequest& request);
   void generate(const servelab::ui::GenerateRequest& request);
   void runKvCacheTiming(const servelab::KvCacheTimingParams& params);
+  void runBatchSweep(const servelab::BatchSweepParams& params);
+  void runSyncVsContinuous(const servelab::SyncVsContinuousParams& params);
+  void runSeedBenchmark(const servelab::SeedBenchmarkParams& params);
+  // Not a run: the padded tensors of a static batch, answered through promptsPadded.
+  void padPrompts(quint64 ticket, const QStringList& prompts);
 
  Q_SIGNALS:
   void modelLoaded(const servelab::ui::ModelSummary& summary);
@@ -36,6 +41,17 @@ class EngineWorker : public QObject {
   void progress(double fraction, const QString& stage);
   void generateFinished(const servelab::ui::GenerateSummary& summary);
   void kvCacheTimingFinished(const servelab::KvCacheTimingResult& result);
+  void batchSweepFinished(const servelab::BatchSweepResult& result);
+  void syncVsContinuousFinished(const servelab::SyncVsContinuousResult& result);
+  void seedBenchmarkFinished(const servelab::SeedBenchmarkResult& result);
+  // Live scheduler events of the batching experiments (see servelab::BatchSink).
+  void batchRunStarted(const QString& method, qint64 requests, qint64 slots);
+  void batchAdmitted(qint64 request, qint64 slot, qint64 step, double ms);
+  void batchToken(qint64 request, int id, const QString& piece, qint64 step, double ms);
+  void batchRetired(const servelab::RequestResult& request);
+  void batchStep(const servelab::BatchStep& step);
+  // The answer to padPrompts: the tensors, or why there are none (error not empty).
+  void promptsPadded(quint64 ticket, const servelab::PaddedPrompts& padded, const QString& error);
   // A run ended early: the kind ("input", "out of memory", "cancelled", ...) and a readable line.
   void failed(const QString& kind, const QString& message);
   void log(const QString& line);
@@ -69,6 +85,12 @@ class EngineController : public QObject {
   bool loadModel(const ModelRequest& request);
   bool generate(const GenerateRequest& request);
   bool runKvCacheTiming(const servelab::KvCacheTimingParams& params);
+  bool runBatchSweep(const servelab::BatchSweepParams& params);
+  bool runSyncVsContinuous(const servelab::SyncVsContinuousParams& params);
+  bool runSeedBenchmark(const servelab::SeedBenchmarkParams& params);
+  // Pads prompts on the engine thread without making the engine busy (it waits behind a run);
+  // the answer comes through promptsPadded with the returned ticket. 0 when no model is loaded.
+  quint64 padPrompts(const QStringList& prompts);
   // Takes effect before the engine's next step; the run ends with failed("cancelled", ...).
   void stop();
 
@@ -82,6 +104,15 @@ class EngineController : public QObject {
   void progress(double fraction, const QString& stage);
   void generateFinished(const servelab::ui::GenerateSummary& summary);
   void kvCacheTimingFinished(const servelab::KvCacheTimingResult& result);
+  void batchSweepFinished(const servelab::BatchSweepResult& result);
+  void syncVsContinuousFinished(const servelab::SyncVsContinuousResult& result);
+  void seedBenchmarkFinished(const servelab::SeedBenchmarkResult& result);
+  void batchRunStarted(const QString& method, qint64 requests, qint64 slots);
+  void batchAdmitted(qint64 request, qint64 slot, qint64 step, double ms);
+  void batchToken(qint64 request, int id, const QString& piece, qint64 step, double ms);
+  void batchRetired(const servelab::RequestResult& request);
+  void batchStep(const servelab::BatchStep& step);
+  void promptsPadded(quint64 ticket, const servelab::PaddedPrompts& padded, const QString& error);
   void failed(const QString& kind, const QString& message);
   void rejected(const QString& message);
   void log(const QString& line);
@@ -97,6 +128,7 @@ class EngineController : public QObject {
   bool hadModel_ = false;
   QString running_;
   ModelSummary model_;
+  quint64 lastTicket_ = 0;
 };
 
 }  // namespace servelab::ui
