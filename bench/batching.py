@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Batching and continuous batching (issue 4's targets), side by side in one run. Prints JSON.
 
-  .venv/bin/python bench/batching.py [--threads 2] [--repeats 3] [--only w2,w3,hf,steps]
+  [SERVELAB_CLI=build/release/app/servelab-cli] .venv/bin/python bench/batching.py [--threads 2] [--repeats 3] [--only w2,w3,hf,steps]
                                      [--plot docs/figures/step-times.png] [--quick]
 
 Every figure is measured in this one invocation; ratios are taken between methods run in the same
@@ -30,7 +30,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI = os.path.join(ROOT, "build", "release", "app", "servelab-cli")
+CLI = os.environ.get("SERVELAB_CLI", os.path.join(ROOT, "build", "release", "app", "servelab-cli"))
 PROMPTS = ["The quick brown fox jumped over the", "The rain in Spain falls", "What comes up must"]
 
 
@@ -137,7 +137,9 @@ def step_times(a):
             "step_ms_median_retire_only": statistics.median(s["ms"] for s in retire_only) if retire_only else None,
             "kv_copy_ms_median_on_churn_steps": statistics.median(s["kv_copy_ms"] for s in churn) if churn else None,
             "kv_copy_ms_total": sum(s["kv_copy_ms"] for s in steps),
-            "steps": [{k: s[k] for k in ("step", "ms", "running", "prefill_tokens", "kv_copy_bytes",
+            "wait_ms_median_churn_steps": statistics.median(s["ms"] - s["prefill_ms"] for s in churn) if churn else None,
+            "wait_ms_median_calm_steps": statistics.median(s["ms"] - s["prefill_ms"] for s in calm) if calm else None,
+            "steps": [{k: s[k] for k in ("step", "ms", "running", "prefill_tokens", "prefill_ms", "kv_copy_bytes",
                                          "kv_copy_ms")} | {"admitted": len(s["admitted"]),
                                                            "retired": len(s["retired"])} for s in steps],
         }
@@ -155,17 +157,20 @@ def plot(steps, path):
         if not s:
             continue
         xs = [p["step"] for p in s["steps"]]
-        ax1.plot(xs, [p["ms"] - p["kv_copy_ms"] for p in s["steps"]], color=color, lw=0.8, alpha=0.5,
-                 label=f"{method}: step minus KV copies")
-        ax1.plot(xs, [p["ms"] for p in s["steps"]], color=color, lw=1.2, label=f"{method}: whole step")
+        ax1.plot(xs, [p["ms"] - p["prefill_ms"] for p in s["steps"]], color=color, lw=1.2, label=method)
+        churn = [p for p in s["steps"] if p["admitted"] or p["retired"]]
+        ax1.scatter([p["step"] for p in churn], [p["ms"] - p["prefill_ms"] for p in churn], color=color, s=10,
+                    zorder=3)
         ax2.plot(xs, [p["kv_copy_bytes"] / 1e6 for p in s["steps"]], color=color, lw=1.2, label=method)
-    ax1.set_ylabel("step time (ms)")
+    ax1.set_ylabel("step time without\nnewcomers' prefill (ms)")
+    ax1.set_ylim(bottom=0)
     ax1.legend(fontsize=7, loc="upper right")
-    ax1.set_title("Continuous batching: step time as requests join and leave", fontsize=10)
-    ax2.set_ylabel("KV moved between caches (MB)")
+    ax1.set_title("Continuous batching: what running requests wait for each step "
+                  "(dots: a request joined or left)", fontsize=9)
+    ax2.set_ylabel("KV moved between\ncaches (MB)")
     ax2.set_xlabel("scheduler step")
     ax2.legend(fontsize=7, loc="upper right")
-    fig.text(0.01, 0.005, steps["workload"], fontsize=6, color="#555")
+    fig.text(0.01, 0.005, "servelab-cli bench " + steps["workload"], fontsize=6, color="#555")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path)

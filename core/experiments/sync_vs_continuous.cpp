@@ -101,6 +101,7 @@ nlohmann::json batch_run_json(const BatchRunResult& run) {
                      {"forward_calls", s.forward_calls},
                      {"kv_copy_bytes", s.kv_copy_bytes},
                      {"kv_copy_ms", s.kv_copy_ms},
+                     {"prefill_ms", s.prefill_ms},
                      {"admitted", s.admitted},
                      {"retired", s.retired}});
   return {{"method", run.method},

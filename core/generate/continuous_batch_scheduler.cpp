@@ -104,8 +104,12 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
       if (pick(r)) rows.push_back(&r);
     return rows;
   };
+  KvMemoryManager::CopyStats copied;
   if (!admitted.empty()) {
+    const DeviceTimer prefill_timer(model_.device());
     at::Tensor logits = kv_->prefill(admitted);
+    copied = kv_->take_copy_stats();
+    s.prefill_ms = prefill_timer.elapsed_ms() - copied.ms;
     ++s.forward_calls;
     result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(admitted.size()));
     auto rows = rows_of([&](const Running& r) {
@@ -141,9 +145,9 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   kv_->retire(s.retired);
   std::erase_if(running_, [&](const Running& r) { return trackers_[static_cast<size_t>(r.id)].finished(); });
   s.ms = timer.elapsed_ms();
-  const KvMemoryManager::CopyStats copied = kv_->take_copy_stats();
-  s.kv_copy_bytes = copied.bytes;
-  s.kv_copy_ms = copied.ms;
+  const KvMemoryManager::CopyStats later = kv_->take_copy_stats();
+  s.kv_copy_bytes = copied.bytes + later.bytes;
+  s.kv_copy_ms = copied.ms + later.ms;
   result_.kv_copy_bytes += copied.bytes;
   result_.inference_calls += s.forward_calls;
   for (int64_t id : s.retired) {

@@ -75,6 +75,9 @@ struct BatchStep {
   // requests' own prompts.
   int64_t kv_copy_bytes = 0;
   double kv_copy_ms = 0;
+  // Of ms: the admitted prompts' forward pass (KV copies excluded). ms - prefill_ms is what the
+  // running requests waited for this step beyond newcomers' prompts: decode, copies, bookkeeping.
+  double prefill_ms = 0;
   std::vector<int64_t> admitted, retired;
 };
 

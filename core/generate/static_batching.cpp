@@ -37,6 +37,7 @@ class BatchRecorder : public GenerationSink {
         s.admitted.push_back(t->result().id);
         s.prefill_tokens += static_cast<int64_t>(t->request().prompt_ids.size());
       }
+      s.prefill_ms = e.ms;
     } else {
       s.decode_tokens = static_cast<int64_t>(rows_.size());
     }
