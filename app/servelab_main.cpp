@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   cli.setApplicationDescription(QStringLiteral("ServeLab: watch what LLM serving techniques do, live."));
   cli.addHelpOption();
   cli.addVersionOption();
-  const QCommandLineOption tab(QStringLiteral("tab"), QStringLiteral("Tab to open: generate, kv-cache."),
+  const QCommandLineOption tab(QStringLiteral("tab"),
+                               QStringLiteral("Tab to open: generate, kv-cache, batching, continuous."),
                                QStringLiteral("id"));
   const QCommandLineOption run(QStringLiteral("run"),
                                QStringLiteral("Run the tab's experiment with its saved or "

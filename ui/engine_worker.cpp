@@ -274,8 +274,15 @@ void EngineWorker::padPrompts(quint64 ticket, const QStringList& prompts) {
   std::vector<std::string> texts;
   for (const QString& p : prompts) texts.push_back(p.toStdString());
   try {
-    Q_EMIT promptsPadded(ticket, servelab::pad_prompts(engine_->model(), engine_->tokenizer(), texts),
-                         QString());
+    servelab::PaddedPrompts padded = servelab::pad_prompts(engine_->model(), engine_->tokenizer(), texts);
+    // Each real token as readable text (its own bytes, a leading space as an open box), the way the
+    // Generate tab shows tokens.
+    for (size_t r = 0; r < padded.input_ids.size(); ++r)
+      for (size_t c = 0; c < padded.input_ids[r].size(); ++c)
+        if (padded.attention_mask[r][c] != 0 && r < padded.pieces.size() && c < padded.pieces[r].size())
+          padded.pieces[r][c] =
+              readableToken(engine_->tokenizer(), static_cast<int32_t>(padded.input_ids[r][c])).toStdString();
+    Q_EMIT promptsPadded(ticket, padded, QString());
   } catch (const std::exception& e) {
     Q_EMIT promptsPadded(ticket, {}, firstLine(e.what()));
   }

@@ -29,6 +29,8 @@
 #include <QToolButton>
 #include <cstdio>
 
+#include "batching_tab.h"
+#include "continuous_tab.h"
 #include "experiment_tab.h"
 #include "generate_tab.h"
 #include "kv_cache_tab.h"
@@ -95,7 +97,8 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
 
   tabWidget_ = new QTabWidget(this);
   tabWidget_->setObjectName(QStringLiteral("tabs"));
-  tabs_ << new GenerateTab(engine_, this) << new KvCacheTab(engine_, this);
+  tabs_ << new GenerateTab(engine_, this) << new KvCacheTab(engine_, this) << new BatchingTab(engine_, this)
+        << new ContinuousTab(engine_, this);
   for (ExperimentTab* t : tabs_) {
     t->setObjectName(t->tabId() + QStringLiteral("Tab"));
     tabWidget_->addTab(t, t->title());

@@ -1,0 +1,210 @@
+#include "batch_timeline.h"
+
+#include <QCoreApplication>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace servelab::ui {
+
+namespace {
+
+QString tr(const char* text) { return QCoreApplication::translate("BatchTimeline", text); }
+
+QString humanBytes(qint64 bytes) {
+  if (bytes < 1024) return QStringLiteral("%1 B").arg(bytes);
+  const double kib = static_cast<double>(bytes) / 1024.0;
+  if (kib < 1024) return QStringLiteral("%1 KiB").arg(kib, 0, 'f', kib < 10 ? 1 : 0);
+  return QStringLiteral("%1 MiB").arg(kib / 1024.0, 0, 'f', 2);
+}
+
+}  // namespace
+
+QColor BatchTimeline::requestColor(qint64 request) {
+  // Golden-angle hues: neighbouring ids get clearly different colours.
+  const double hue = std::fmod(static_cast<double>(request) * 137.508, 360.0) / 360.0;
+  return QColor::fromHsvF(static_cast<float>(hue), 0.62f, 0.80f);
+}
+
+void BatchTimeline::start(const QString& method, qint64 requests, qint64 slots) {
+  method_ = method;
+  slots_ = slots;
+  requests_ = QVector<Request>(requests);
+  steps_.clear();
+  occupancy_.clear();
+}
+
+BatchTimeline::Request* BatchTimeline::find(qint64 request) {
+  return request >= 0 && request < requests_.size() ? &requests_[request] : nullptr;
+}
+
+qint64 BatchTimeline::freeLane(qint64 preferred, qint64 step, qint64 self) const {
+  const auto busy = [&](qint64 lane) {
+    for (qint64 id = 0; id < requests_.size(); ++id) {
+      const Request& o = requests_[id];
+      if (id != self && o.lane == lane && o.admitted >= 0 && o.admitted <= step &&
+          (o.finished < 0 || o.finished >= step))
+        return true;
+    }
+    return false;
+  };
+  if (preferred >= 0 && !busy(preferred)) return preferred;
+  qint64 lane = 0;
+  while (busy(lane)) ++lane;
+  return lane;
+}
+
+void BatchTimeline::admit(qint64 request, qint64 slot, qint64 step) {
+  if (Request* r = find(request)) {
+    r->slot = slot;
+    r->admitted = step;
+    r->lane = freeLane(slot, step, request);
+    slots_ = std::max(slots_, r->lane + 1);
+  }
+}
+
+void BatchTimeline::token(qint64 request, qint64 step) {
+  if (Request* r = find(request)) {
+    r->lastToken = std::max(r->lastToken, step);
+    ++r->tokens;
+  }
+}
+
+void BatchTimeline::retire(const servelab::RequestResult& result) {
+  if (Request* r = find(result.id)) r->finished = result.finished_step;
+}
+
+void BatchTimeline::step(const servelab::BatchStep& s) {
+  if (s.step < 0) return;
+  if (steps_.size() <= s.step) {
+    steps_.resize(s.step + 1);
+    occupancy_.resize(s.step + 1);
+  }
+  steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms};
+  int generating = 0;
+  for (const Request& r : requests_) generating += r.lastToken == s.step ? 1 : 0;
+  occupancy_[s.step] = generating;
+}
+
+BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
+  BatchTimeline t;
+  t.method_ = QString::fromStdString(run.method);
+  t.requests_ = QVector<Request>(static_cast<qsizetype>(run.requests.size()));
+  for (const servelab::RequestResult& rr : run.requests) {
+    Request* r = t.find(rr.id);
+    if (!r) continue;
+    r->slot = rr.slot;
+    r->admitted = rr.admitted_step;
+    r->finished = rr.finished_step;
+    r->tokens = static_cast<qint64>(rr.generated_ids.size());
+    if (r->admitted >= 0 && r->tokens > 0) {
+      // A request gets a token at every step from its admission on (continuous batching gives it
+      // two in its first step) and leaves at its last one, unless its synchronous batch holds it.
+      r->lastToken = r->admitted + r->tokens - 1;
+      if (r->finished >= 0) r->lastToken = std::min(r->lastToken, r->finished);
+    }
+  }
+  // Rows in the order the requests were admitted, as the live timeline chose them.
+  std::vector<qint64> order;
+  for (qint64 id = 0; id < t.requests_.size(); ++id)
+    if (t.requests_[id].admitted >= 0) order.push_back(id);
+  std::stable_sort(order.begin(), order.end(), [&](qint64 a, qint64 b) {
+    const Request& x = t.requests_[a];
+    const Request& y = t.requests_[b];
+    return x.admitted != y.admitted ? x.admitted < y.admitted : x.slot < y.slot;
+  });
+  for (qint64 id : order) {
+    Request& r = t.requests_[id];
+    r.lane = t.freeLane(r.slot, r.admitted, id);
+    t.slots_ = std::max(t.slots_, r.lane + 1);
+  }
+  for (const servelab::BatchStep& s : run.steps) {
+    if (s.step >= t.steps_.size()) t.steps_.resize(s.step + 1);
+    if (s.step >= 0) t.steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms};
+  }
+  t.occupancy_ = QVector<int>(t.steps_.size(), 0);
+  for (const Request& r : t.requests_)
+    for (qint64 s = std::max<qint64>(r.admitted, 0); r.admitted >= 0 && s <= r.lastToken; ++s)
+      if (s < t.occupancy_.size()) ++t.occupancy_[s];
+  return t;
+}
+
+BatchTimeline::Span BatchTimeline::prefillSpan(qint64 request) const {
+  if (request < 0 || request >= requests_.size()) return {};
+  const Request& r = requests_[request];
+  return r.admitted >= 0 ? Span{r.admitted, r.admitted} : Span{};
+}
+
+BatchTimeline::Span BatchTimeline::decodeSpan(qint64 request) const {
+  if (request < 0 || request >= requests_.size()) return {};
+  const Request& r = requests_[request];
+  return r.admitted >= 0 ? Span{r.admitted + 1, r.lastToken} : Span{};
+}
+
+BatchTimeline::Span BatchTimeline::paddingSpan(qint64 request) const {
+  if (request < 0 || request >= requests_.size()) return {};
+  const Request& r = requests_[request];
+  if (r.admitted < 0) return {};
+  const qint64 end = r.finished >= 0 ? r.finished : currentStep();
+  return Span{std::max(r.lastToken, r.admitted) + 1, end};
+}
+
+QStringList BatchTimeline::rowLabels() const {
+  QStringList labels;
+  for (qint64 s = 0; s < std::max<qint64>(slots_, 1); ++s) labels << tr("slot %1").arg(s);
+  return labels;
+}
+
+QVector<ChartView::CellKey> BatchTimeline::legend() {
+  const QColor sample = requestColor(0);
+  return {{tr("prefill + first token"), sample, ChartView::CellStyle::Solid},
+          {tr("decode (a colour per request)"), sample, ChartView::CellStyle::Tint},
+          {tr("padding: done, waiting for its batch"), QColor(Qt::gray), ChartView::CellStyle::Muted}};
+}
+
+QVector<ChartView::Cell> BatchTimeline::cells() const {
+  QVector<ChartView::Cell> out;
+  out.reserve(requests_.size() * 2);
+  for (qint64 id = 0; id < requests_.size(); ++id) {
+    const Request& r = requests_[id];
+    if (r.admitted < 0 || r.lane < 0) continue;
+    const QColor color = requestColor(id);
+    const int row = static_cast<int>(r.lane);
+    const QString name = tr("request #%1 · slot %2").arg(id).arg(r.lane);
+    const Span decode = decodeSpan(id);
+    const Span padding = paddingSpan(id);
+
+    QString prefillInfo =
+        tr("%1\nstep %2: admitted, prefill of its prompt and its first token").arg(name).arg(r.admitted);
+    if (r.admitted < steps_.size()) {
+      const Step& s = steps_[r.admitted];
+      prefillInfo += tr("\nthe step took %1 ms").arg(s.ms, 0, 'f', 2);
+      if (s.kvCopyBytes > 0)
+        prefillInfo +=
+            tr("; %1 of KV cache copied (%2 ms)").arg(humanBytes(s.kvCopyBytes)).arg(s.kvCopyMs, 0, 'f', 2);
+    }
+    out.push_back({r.admitted - 0.5, r.admitted + 0.5, row, color, ChartView::CellStyle::Solid,
+                   decode.empty() ? QStringLiteral("%1").arg(id) : QString(), prefillInfo});
+    if (!decode.empty()) {
+      out.push_back({decode.first - 0.5, decode.last + 0.5, row, color, ChartView::CellStyle::Tint,
+                     QStringLiteral("#%1").arg(id),
+                     tr("%1\ndecode, steps %2–%3 · %4 tokens so far")
+                         .arg(name)
+                         .arg(decode.first)
+                         .arg(decode.last)
+                         .arg(r.tokens)});
+    }
+    if (!padding.empty()) {
+      out.push_back(
+          {padding.first - 0.5, padding.last + 0.5, row, color, ChartView::CellStyle::Muted, QString(),
+           tr("%1\nits last token came at step %2; the slot waits for the rest of its batch until step %3 "
+              "(padding: computed, thrown away)")
+               .arg(name)
+               .arg(std::max(r.lastToken, r.admitted))
+               .arg(padding.last)});
+    }
+  }
+  return out;
+}
+
+}  // namespace servelab::ui

@@ -1,0 +1,856 @@
+#include "continuous_tab.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QJsonDocument>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QTextBlock>
+#include <QTextCursor>
+#include <QTextDocument>
+#include <QTextEdit>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "chart_view.h"
+#include "engine_worker.h"
+
+namespace servelab::ui {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr int kFlushMs = 100;  // live views redraw at most 10 times a second
+const QString kSeedPrefix = QStringLiteral("seed benchmark · ");
+
+QSpinBox* makeSpin(QWidget* parent, const QString& name, int lo, int hi, int value,
+                   const QString& suffix = QString()) {
+  auto* s = new QSpinBox(parent);
+  s->setObjectName(name);
+  s->setRange(lo, hi);
+  s->setValue(value);
+  s->setSuffix(suffix);
+  return s;
+}
+
+QTableWidget* makeTable(QWidget* parent, const QString& name, const QStringList& headers) {
+  auto* t = new QTableWidget(0, static_cast<int>(headers.size()), parent);
+  t->setObjectName(name);
+  t->setHorizontalHeaderLabels(headers);
+  t->verticalHeader()->setVisible(false);
+  t->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  t->setSelectionBehavior(QAbstractItemView::SelectRows);
+  t->setWordWrap(false);
+  t->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  t->horizontalHeader()->setStretchLastSection(true);
+  t->horizontalHeader()->setDefaultAlignment(Qt::AlignCenter);
+  return t;
+}
+
+void setRow(QTableWidget* table, int row, const QStringList& cells) {
+  for (int c = 0; c < cells.size(); ++c) {
+    auto* item = new QTableWidgetItem(cells[c]);
+    item->setTextAlignment(c == 0 ? (Qt::AlignLeft | Qt::AlignVCenter) : (Qt::AlignRight | Qt::AlignVCenter));
+    table->setItem(row, c, item);
+  }
+}
+
+QString ms(double v) { return QString::number(v, 'f', v < 100 ? 1 : 0); }
+
+// The stream shows one line per request: line breaks inside a text are drawn as a symbol.
+QString streamable(const QString& piece) {
+  QString s = piece;
+  s.replace(QLatin1Char('\r'), QString());
+  s.replace(QLatin1Char('\n'), QStringLiteral("\u21b5"));
+  s.replace(QChar::ParagraphSeparator, QStringLiteral("\u21b5"));
+  s.replace(QChar::LineSeparator, QStringLiteral("\u21b5"));
+  return s;
+}
+
+}  // namespace
+
+ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
+  // --- Request queue ---
+  prompt_ = new QLineEdit(QStringLiteral("The quick brown fox jumped over the"), this);
+  prompt_->setObjectName(QStringLiteral("continuousPrompt"));
+  prompt_->setCursorPosition(0);
+  requests_ = makeSpin(this, QStringLiteral("continuousRequests"), 1, 1024, 32);
+  maxBatch_ = makeSpin(this, QStringLiteral("continuousMaxBatch"), 1, 256, 8);
+  maxBatch_->setToolTip(tr("Requests that run at once: the batch places (slots)"));
+  longEvery_ = makeSpin(this, QStringLiteral("continuousLongEvery"), 1, 1000, 8);
+  longEvery_->setToolTip(tr("Request 0 and every n-th after it is a long one"));
+  longTokens_ = makeSpin(this, QStringLiteral("continuousLongTokens"), 1, 1000, 100, tr(" tokens"));
+  shortTokens_ = makeSpin(this, QStringLiteral("continuousShortTokens"), 1, 1000, 10, tr(" tokens"));
+  randomPrompt_ = new QCheckBox(tr("Random prompt length"), this);
+  randomPrompt_->setObjectName(QStringLiteral("continuousRandomPrompt"));
+  randomPrompt_->setToolTip(
+      tr("Each request's prompt is the prompt's tokens repeated to a random length "
+         "(seeded)"));
+  promptMin_ = makeSpin(this, QStringLiteral("continuousPromptMin"), 1, 1000, 4);
+  promptMax_ = makeSpin(this, QStringLiteral("continuousPromptMax"), 1, 1000, 32, tr(" tokens"));
+  connect(randomPrompt_, &QCheckBox::toggled, this, &ContinuousTab::updatePromptLengthEnabled);
+  connect(promptMin_, &QSpinBox::valueChanged, this, [this](int v) {
+    if (promptMax_->value() < v) promptMax_->setValue(v);
+  });
+  connect(promptMax_, &QSpinBox::valueChanged, this, [this](int v) {
+    if (promptMin_->value() > v) promptMin_->setValue(v);
+  });
+  arrivalRate_ = new QDoubleSpinBox(this);
+  arrivalRate_->setObjectName(QStringLiteral("continuousArrivalRate"));
+  arrivalRate_->setRange(0, 10000);
+  arrivalRate_->setDecimals(1);
+  arrivalRate_->setSingleStep(5);
+  arrivalRate_->setSuffix(tr(" requests/s"));
+  arrivalRate_->setSpecialValueText(tr("all at once"));
+  arrivalRate_->setToolTip(
+      tr("Poisson arrivals at this rate (seeded); 0: every request is waiting at the "
+         "start"));
+  seed_ = makeSpin(this, QStringLiteral("continuousSeed"), 0, std::numeric_limits<int>::max(), 42);
+  naive_ = new QCheckBox(tr("Also the seed's merge/filter"), this);
+  naive_->setObjectName(QStringLiteral("continuousNaive"));
+  naive_->setToolTip(
+      tr("Also serve the queue with the seed's continuous batching, which re-pads and copies "
+         "the whole KV cache whenever a request joins or leaves"));
+
+  auto* lengthRow = new QHBoxLayout;
+  lengthRow->addWidget(promptMin_);
+  lengthRow->addWidget(new QLabel(QStringLiteral("–"), this));
+  lengthRow->addWidget(promptMax_);
+  auto* form = new QFormLayout;
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  form->addRow(tr("Prompt"), prompt_);
+  form->addRow(tr("Requests"), requests_);
+  form->addRow(tr("Max batch"), maxBatch_);
+  form->addRow(tr("Every n-th is long"), longEvery_);
+  form->addRow(tr("Long requests"), longTokens_);
+  form->addRow(tr("Short requests"), shortTokens_);
+  form->addRow(randomPrompt_);
+  form->addRow(tr("Prompt length"), lengthRow);
+  form->addRow(tr("Arrivals"), arrivalRate_);
+  form->addRow(tr("Seed"), seed_);
+  form->addRow(naive_);
+  QHBoxLayout* buttons =
+      makeRunButtons(QStringLiteral("continuous"),
+                     tr("Serve the queue synchronously, then with continuous batching (Ctrl+Return)"));
+  progress_ = new QProgressBar(this);
+  progress_->setObjectName(QStringLiteral("continuousProgress"));
+  progress_->setRange(0, 1000);
+  progress_->setValue(0);
+  progress_->setFormat(tr("idle"));
+  summary_ = new QLabel(tr("Run to serve the queue both ways."), this);
+  summary_->setObjectName(QStringLiteral("continuousSummary"));
+  summary_->setWordWrap(true);
+  summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  auto* queueBox = new QGroupBox(tr("Request queue"), this);
+  auto* qv = new QVBoxLayout(queueBox);
+  qv->addLayout(form);
+  qv->addLayout(buttons);
+  qv->addWidget(progress_);
+  qv->addWidget(summary_);
+
+  // --- Seed benchmark ---
+  seedQueries_ = makeSpin(this, QStringLiteral("seedQueries"), 1, 10000, 100);
+  seedNewTokens_ = makeSpin(this, QStringLiteral("seedNewTokens"), 1, 1000, 64);
+  seedMaxBatch_ = makeSpin(this, QStringLiteral("seedMaxBatch"), 1, 512, 32);
+  seedRun_ = new QPushButton(tr("Run seed benchmark"), this);
+  seedRun_->setObjectName(QStringLiteral("continuousSeedRun"));
+  seedRun_->setToolTip(
+      tr("The seed's table: every query alone with the KV cache, then all of them through "
+         "continuous batching (Stop ends it)"));
+  connect(seedRun_, &QPushButton::clicked, this, [this] { runSeedBenchmark(); });
+  auto* seedForm = new QHBoxLayout;
+  for (auto [label, box] :
+       {std::pair{tr("Queries"), seedQueries_}, std::pair{tr("New tokens"), seedNewTokens_},
+        std::pair{tr("Max batch"), seedMaxBatch_}}) {
+    seedForm->addWidget(new QLabel(label, this));
+    seedForm->addWidget(box);
+    seedForm->addSpacing(6);
+  }
+  seedForm->addWidget(seedRun_);
+  seedForm->addStretch(1);
+  auto* left = new QWidget(this);
+  auto* lv = new QVBoxLayout(left);
+  lv->setContentsMargins(0, 0, 0, 0);
+  lv->addWidget(queueBox);
+  lv->addStretch(1);
+  auto* leftScroll = new QScrollArea(this);
+  leftScroll->setWidget(left);
+  leftScroll->setWidgetResizable(true);
+  leftScroll->setFrameShape(QFrame::NoFrame);
+  leftScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  leftScroll->setMinimumWidth(300);
+  leftScroll->setMaximumWidth(360);
+
+  // --- Gantt ---
+  selector_ = new QComboBox(this);
+  selector_->setObjectName(QStringLiteral("continuousTimelineSelector"));
+  selector_->setToolTip(tr("Which run's timeline to show"));
+  selector_->setMinimumContentsLength(26);
+  selector_->setEnabled(false);
+  selector_->setPlaceholderText(tr("the stopped run"));
+  connect(selector_, &QComboBox::currentIndexChanged, this, [this](int i) {
+    if (!running_ && i >= 0) showTimeline(i);
+  });
+  auto* caption = new QLabel(
+      tr("One row per batch slot, one column per scheduler step, a colour per request. Hover a cell for "
+         "details."),
+      this);
+  caption->setWordWrap(true);
+  caption->setObjectName(QStringLiteral("continuousGanttCaption"));
+  QFont small = caption->font();
+  small.setPointSizeF(small.pointSizeF() * 0.92);
+  caption->setFont(small);
+  gantt_ = new ChartView(this);
+  gantt_->setObjectName(QStringLiteral("continuousGantt"));
+  gantt_->setTitle(tr("Requests over scheduler steps"));
+  gantt_->setAxisLabels(tr("scheduler step"), QString());
+  gantt_->setCellRows(BatchTimeline().rowLabels());
+  gantt_->setCellKeys(BatchTimeline::legend());
+  auto* selectorRow = new QHBoxLayout;
+  selectorRow->addWidget(new QLabel(tr("Timeline of"), this));
+  selectorRow->addWidget(selector_);
+  selectorRow->addWidget(caption, 1);
+  auto* ganttPanel = new QWidget(this);
+  auto* gv = new QVBoxLayout(ganttPanel);
+  gv->setContentsMargins(0, 0, 0, 0);
+  gv->setSpacing(2);
+  gv->addLayout(selectorRow);
+  gv->addWidget(gantt_, 1);
+
+  // --- Token stream, occupancy, latency ---
+  stream_ = new QTextEdit(this);
+  stream_->setObjectName(QStringLiteral("continuousTokens"));
+  stream_->setReadOnly(true);
+  stream_->setUndoRedoEnabled(false);
+  stream_->setPlaceholderText(tr("Each request's text streams here in its own colour."));
+  occupancy_ = new ChartView(this);
+  occupancy_->setObjectName(QStringLiteral("continuousOccupancy"));
+  occupancy_->setTitle(tr("Batch occupancy"));
+  occupancy_->setAxisLabels(tr("scheduler step"), tr("requests generating"));
+  latency_ = new ChartView(this);
+  latency_->setObjectName(QStringLiteral("continuousLatency"));
+  latency_->setTitle(tr("Latency per request"));
+  latency_->setAxisLabels(tr("request"), tr("latency (ms)"));
+  chartTabs_ = new QTabWidget(this);
+  chartTabs_->setObjectName(QStringLiteral("continuousCharts"));
+  chartTabs_->setDocumentMode(true);
+  chartTabs_->addTab(occupancy_, tr("Batch occupancy"));
+  chartTabs_->addTab(latency_, tr("Latency per request"));
+
+  // --- Results ---
+  comparison_ = makeTable(this, QStringLiteral("continuousComparison"), {});
+  comparison_->verticalHeader()->setVisible(true);
+  comparison_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  comparison_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+  comparison_->setSelectionBehavior(QAbstractItemView::SelectItems);
+  seedTable_ =
+      makeTable(this, QStringLiteral("continuousSeedTable"),
+                {tr("method"), tr("queries"), tr("time (s)"), tr("throughput\nvs baseline"), tr("max\nbatch"),
+                 tr("avg\nbatch"), tr("generated\ntokens"), tr("inference\ncalls")});
+  seedTable_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  auto* seedPage = new QWidget(this);
+  auto* seedLayout = new QVBoxLayout(seedPage);
+  seedLayout->setContentsMargins(4, 4, 4, 4);
+  seedLayout->addLayout(seedForm);
+  seedLayout->addWidget(seedTable_, 1);
+  resultTabs_ = new QTabWidget(this);
+  resultTabs_->setObjectName(QStringLiteral("continuousResults"));
+  resultTabs_->setDocumentMode(true);
+  resultTabs_->addTab(stream_, tr("Token stream"));
+  resultTabs_->addTab(comparison_, tr("Synchronous vs continuous"));
+  resultTabs_->addTab(seedPage, tr("Seed benchmark"));
+
+  auto* bottom = new QSplitter(Qt::Horizontal, this);
+  bottom->addWidget(resultTabs_);
+  bottom->addWidget(chartTabs_);
+  bottom->setStretchFactor(0, 11);
+  bottom->setStretchFactor(1, 9);
+  bottom->setChildrenCollapsible(false);
+  auto* right = new QSplitter(Qt::Vertical, this);
+  right->addWidget(ganttPanel);
+  right->addWidget(bottom);
+  right->setStretchFactor(0, 1);
+  right->setStretchFactor(1, 1);
+  right->setChildrenCollapsible(false);
+  auto* layout = new QHBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(leftScroll);
+  layout->addWidget(right, 1);
+
+  flushTimer_ = new QTimer(this);
+  flushTimer_->setSingleShot(true);
+  flushTimer_->setInterval(kFlushMs);
+  connect(flushTimer_, &QTimer::timeout, this, &ContinuousTab::flush);
+
+  connect(engine_, &EngineController::batchRunStarted, this, [this](const QString& m, qint64 n, qint64 s) {
+    if (running_) onRunStarted(m, n, s);
+  });
+  connect(engine_, &EngineController::batchAdmitted, this,
+          [this](qint64 r, qint64 slot, qint64 step, double) {
+            if (running_) onAdmitted(r, slot, step);
+          });
+  connect(engine_, &EngineController::batchToken, this,
+          [this](qint64 r, int, const QString& piece, qint64 step, double) {
+            if (running_) onToken(r, piece, step);
+          });
+  connect(engine_, &EngineController::batchRetired, this, [this](const servelab::RequestResult& r) {
+    if (running_) onRetired(r);
+  });
+  connect(engine_, &EngineController::batchStep, this, [this](const servelab::BatchStep& s) {
+    if (running_) onStep(s);
+  });
+  connect(engine_, &EngineController::progress, this, [this](double f, const QString& stage) {
+    if (!running_) return;
+    progress_->setValue(static_cast<int>(f * 1000));
+    progress_->setFormat(tr("%1 · %p%").arg(stage));
+  });
+  connect(engine_, &EngineController::syncVsContinuousFinished, this,
+          [this](const servelab::SyncVsContinuousResult& r) {
+            if (running_ && job_ == Job::Compare) onCompareFinished(r);
+          });
+  connect(engine_, &EngineController::seedBenchmarkFinished, this,
+          [this](const servelab::SeedBenchmarkResult& r) {
+            if (running_ && job_ == Job::Seed) onSeedFinished(r);
+          });
+  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
+    if (running_) onFailed(kind, m);
+  });
+  updatePromptLengthEnabled();
+}
+
+void ContinuousTab::updatePromptLengthEnabled() {
+  promptMin_->setEnabled(randomPrompt_->isChecked());
+  promptMax_->setEnabled(randomPrompt_->isChecked());
+}
+
+// --- Parameters ------------------------------------------------------------------------------
+
+void ContinuousTab::setPrompt(const QString& prompt) { prompt_->setText(prompt); }
+void ContinuousTab::setRequests(int n) { requests_->setValue(n); }
+void ContinuousTab::setMaxBatch(int n) { maxBatch_->setValue(n); }
+void ContinuousTab::setLongEvery(int n) { longEvery_->setValue(n); }
+void ContinuousTab::setLongTokens(int n) { longTokens_->setValue(n); }
+void ContinuousTab::setShortTokens(int n) { shortTokens_->setValue(n); }
+void ContinuousTab::setPromptTokens(int min, int max) {
+  randomPrompt_->setChecked(max > 0);
+  if (max > 0) {
+    promptMax_->setValue(max);
+    promptMin_->setValue(std::max(1, min));
+  }
+}
+void ContinuousTab::setArrivalRate(double perSecond) { arrivalRate_->setValue(perSecond); }
+void ContinuousTab::setSeed(int seed) { seed_->setValue(seed); }
+void ContinuousTab::setNaive(bool on) { naive_->setChecked(on); }
+void ContinuousTab::setSeedQueries(int n) { seedQueries_->setValue(n); }
+void ContinuousTab::setSeedNewTokens(int n) { seedNewTokens_->setValue(n); }
+void ContinuousTab::setSeedMaxBatch(int n) { seedMaxBatch_->setValue(n); }
+QString ContinuousTab::summaryText() const { return summary_->text(); }
+QString ContinuousTab::streamText() const { return stream_->toPlainText(); }
+
+servelab::SyncVsContinuousParams ContinuousTab::params() const {
+  servelab::SyncVsContinuousParams p;
+  p.prompt = prompt_->text().toStdString();
+  p.requests = requests_->value();
+  p.max_batch = maxBatch_->value();
+  p.long_every = longEvery_->value();
+  p.long_tokens = longTokens_->value();
+  p.short_tokens = shortTokens_->value();
+  p.prompt_tokens_min = randomPrompt_->isChecked() ? promptMin_->value() : 0;
+  p.prompt_tokens_max = randomPrompt_->isChecked() ? promptMax_->value() : 0;
+  p.arrival_rate = arrivalRate_->value();
+  p.seed = static_cast<std::uint64_t>(seed_->value());
+  p.naive = naive_->isChecked();
+  return p;
+}
+
+servelab::SeedBenchmarkParams ContinuousTab::seedParams() const {
+  servelab::SeedBenchmarkParams p;
+  p.queries = seedQueries_->value();
+  p.new_tokens = seedNewTokens_->value();
+  p.max_batch = seedMaxBatch_->value();
+  return p;
+}
+
+void ContinuousTab::setModel(const ModelSummary& model) {
+  model_ = model;
+  for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
+  if (model.positions > 1) {
+    for (QSpinBox* s : {longTokens_, shortTokens_, seedNewTokens_, promptMin_, promptMax_})
+      s->setMaximum(model.positions - 1);
+  }
+}
+
+// --- Runs ------------------------------------------------------------------------------------
+
+bool ContinuousTab::run() {
+  if (!engine_->runSyncVsContinuous(params())) return false;
+  return startJob(Job::Compare);
+}
+
+bool ContinuousTab::runSeedBenchmark() {
+  if (!engine_->runSeedBenchmark(seedParams())) return false;
+  return startJob(Job::Seed);
+}
+
+bool ContinuousTab::startJob(Job job) {
+  runStarted();
+  job_ = job;
+  seedRun_->setEnabled(false);
+  lastError_.clear();
+  flushTimer_->stop();
+  timelineDirty_ = false;
+  pendingAny_ = false;
+  if (job == Job::Compare) {
+    hasResult_ = false;
+    occupancy_->clearAll();
+    latency_->clearAll();
+  } else {
+    hasSeedResult_ = false;
+  }
+  selector_->blockSignals(true);
+  selector_->clear();
+  selector_->addItem(tr("the run in progress"));
+  selector_->blockSignals(false);
+  selector_->setEnabled(false);
+  progress_->setValue(0);
+  progress_->setFormat(tr("starting · %p%"));
+  if (job == Job::Compare) {
+    const servelab::SyncVsContinuousParams p = params();
+    summary_->setText(tr("Serving %1 requests (every %2th long: %3 tokens, the others %4) in batches of %5…")
+                          .arg(p.requests)
+                          .arg(p.long_every)
+                          .arg(p.long_tokens)
+                          .arg(p.short_tokens)
+                          .arg(p.max_batch));
+  } else {
+    summary_->setText(tr("Seed benchmark: %1 queries of %2 tokens, one at a time, then batched (max %3)…")
+                          .arg(seedQueries_->value())
+                          .arg(seedNewTokens_->value())
+                          .arg(seedMaxBatch_->value()));
+  }
+  resultTabs_->setCurrentWidget(stream_);
+  return true;
+}
+
+QString ContinuousTab::seriesFor(const QString& method) const {
+  return job_ == Job::Seed ? kSeedPrefix + method : method;
+}
+
+int ContinuousTab::ensureSeries(ChartView* chart, const QString& name) {
+  const int i = chart->seriesIndex(name);
+  return i >= 0 ? i : chart->addSeries(name);
+}
+
+void ContinuousTab::onRunStarted(const QString& method, qint64 requests, qint64 slots) {
+  flush();  // the previous run's last events
+  live_.start(method, requests, slots);
+  liveTexts_ = QStringList(requests, QString());
+  pendingText_ = QVector<QString>(requests);
+  drawTimeline(live_, tr("%1 (running)").arg(seriesFor(method)));
+  resetStream(liveTexts_);
+  occupancy_->clearSeries(ensureSeries(occupancy_, seriesFor(method)));
+  if (job_ == Job::Compare) latency_->clearSeries(ensureSeries(latency_, seriesFor(method)));
+  selector_->setItemText(0, tr("%1 (running)").arg(seriesFor(method)));
+}
+
+void ContinuousTab::onAdmitted(qint64 request, qint64 slot, qint64 step) {
+  live_.admit(request, slot, step);
+  timelineDirty_ = true;
+  scheduleFlush();
+}
+
+void ContinuousTab::onToken(qint64 request, const QString& piece, qint64 step) {
+  live_.token(request, step);
+  if (request >= 0 && request < pendingText_.size()) {
+    liveTexts_[request] += piece;
+    pendingText_[request] += piece;
+    pendingAny_ = pendingAny_ || !piece.isEmpty();
+  }
+  timelineDirty_ = true;
+  scheduleFlush();
+}
+
+void ContinuousTab::onRetired(const servelab::RequestResult& r) {
+  live_.retire(r);
+  if (job_ == Job::Compare) {
+    latency_->append(ensureSeries(latency_, seriesFor(live_.method())), static_cast<double>(r.id),
+                     r.latency_ms);
+  }
+  timelineDirty_ = true;
+  scheduleFlush();
+}
+
+void ContinuousTab::onStep(const servelab::BatchStep& s) {
+  live_.step(s);
+  if (s.step >= 0 && s.step < live_.occupancy().size()) {
+    occupancy_->append(ensureSeries(occupancy_, seriesFor(live_.method())), static_cast<double>(s.step),
+                       live_.occupancy()[s.step]);
+  }
+  timelineDirty_ = true;
+  scheduleFlush();
+}
+
+void ContinuousTab::scheduleFlush() {
+  if (!flushTimer_->isActive()) flushTimer_->start();
+}
+
+void ContinuousTab::flush() {
+  flushTimer_->stop();
+  if (timelineDirty_) {
+    timelineDirty_ = false;
+    drawn_ = live_;
+    gantt_->setCells(live_.cells());
+  }
+  flushStream();
+}
+
+void ContinuousTab::drawTimeline(const BatchTimeline& timeline, const QString& title) {
+  drawn_ = timeline;
+  gantt_->setCellRows(timeline.rowLabels());
+  gantt_->setCells(timeline.cells());
+  gantt_->setTitle(tr("Requests over scheduler steps: %1").arg(title));
+  gantt_->rescale();
+}
+
+// --- Token stream ----------------------------------------------------------------------------
+
+namespace {
+
+QColor streamColor(qint64 request, bool dark) {
+  const float hue = std::max(0.0f, BatchTimeline::requestColor(request).hsvHueF());
+  return dark ? QColor::fromHsvF(hue, 0.45f, 0.95f) : QColor::fromHsvF(hue, 0.9f, 0.6f);
+}
+
+}  // namespace
+
+void ContinuousTab::resetStream(const QStringList& texts) {
+  const bool dark = palette().color(QPalette::Base).lightness() < 128;
+  stream_->clear();
+  QTextCursor c(stream_->document());
+  c.beginEditBlock();
+  for (qsizetype i = 0; i < texts.size(); ++i) {
+    if (i > 0) c.insertBlock();
+    QTextCharFormat label;
+    label.setForeground(streamColor(i, dark));
+    label.setFontWeight(QFont::Bold);
+    c.insertText(QStringLiteral("#%1 ").arg(i), label);
+    QTextCharFormat text;
+    text.setForeground(streamColor(i, dark));
+    c.insertText(streamable(texts[i]), text);
+  }
+  c.endEditBlock();
+  for (QString& p : pendingText_) p.clear();
+  pendingAny_ = false;
+}
+
+void ContinuousTab::flushStream() {
+  if (!pendingAny_) return;
+  pendingAny_ = false;
+  const bool dark = palette().color(QPalette::Base).lightness() < 128;
+  QTextDocument* doc = stream_->document();
+  QTextCursor c(doc);
+  c.beginEditBlock();
+  for (qsizetype i = 0; i < pendingText_.size(); ++i) {
+    if (pendingText_[i].isEmpty()) continue;
+    const QTextBlock block = doc->findBlockByNumber(static_cast<int>(i));
+    if (!block.isValid()) continue;
+    c.setPosition(block.position() + block.length() - 1);
+    QTextCharFormat text;
+    text.setForeground(streamColor(i, dark));
+    c.insertText(streamable(pendingText_[i]), text);
+    pendingText_[i].clear();
+  }
+  c.endEditBlock();
+}
+
+// --- Results ---------------------------------------------------------------------------------
+
+void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r) {
+  flush();
+  result_ = r;
+  hasResult_ = true;
+  QVector<Shown> next;
+  for (const servelab::BatchRunResult& run : r.runs) {
+    Shown s{QString::fromStdString(run.method), BatchTimeline::fromResult(run), {}};
+    for (const servelab::RequestResult& rr : run.requests) s.texts << QString::fromStdString(rr.text);
+    next << s;
+  }
+  const QVector<Shown> seed = shown_.mid(compareShown_);
+  compareShown_ = static_cast<int>(next.size());
+  shown_ = next + seed;
+
+  // The charts drawn again from the result: exactly what is reported and exported.
+  for (const Shown& s : next) {
+    QVector<double> steps, occupancy;
+    for (qsizetype i = 0; i < s.timeline.occupancy().size(); ++i) {
+      steps << static_cast<double>(i);
+      occupancy << s.timeline.occupancy()[i];
+    }
+    occupancy_->setSeriesData(ensureSeries(occupancy_, s.name), steps, occupancy);
+  }
+  occupancy_->rescale();
+  for (const servelab::ServeSummary& m : r.methods) {
+    QVector<double> ids, latency;
+    for (size_t i = 0; i < m.latency_ms.size(); ++i) {
+      ids << static_cast<double>(i);
+      latency << m.latency_ms[i];
+    }
+    latency_->setSeriesData(ensureSeries(latency_, QString::fromStdString(m.method)), ids, latency);
+  }
+  latency_->rescale();
+  fillComparison(r);
+  resultTabs_->setCurrentWidget(comparison_);
+  chartTabs_->setCurrentWidget(occupancy_);
+
+  // Continuous batching (slot KV) is what the tab is about: show its timeline first.
+  int select = 0;
+  for (int i = 0; i < compareShown_; ++i)
+    if (shown_[i].name == QLatin1String("continuous (slot KV)")) select = i;
+  rebuildSelector(select);
+
+  const servelab::ServeSummary* sync = nullptr;
+  const servelab::ServeSummary* cont = nullptr;
+  const servelab::ServeSummary* naive = nullptr;
+  for (const servelab::ServeSummary& m : r.methods) {
+    if (m.method == "synchronous") sync = &m;
+    if (m.method == "continuous (slot KV)") cont = &m;
+    if (m.method == "continuous (merge/filter)") naive = &m;
+  }
+  QString text;
+  if (sync && cont) {
+    text = tr("<p><b>Continuous batching: %1 ms, synchronous: %2 ms, speed-up %3×.</b> %4 instead of %5 "
+              "average rows per forward pass.</p>"
+              "<p>Median latency %6 → %7 ms · median time to first token %8 → %9 ms.</p>")
+               .arg(ms(cont->total_ms), ms(sync->total_ms))
+               .arg(r.speedup, 0, 'f', 2)
+               .arg(cont->average_batch, 0, 'f', 1)
+               .arg(sync->average_batch, 0, 'f', 1)
+               .arg(ms(sync->latency_p50), ms(cont->latency_p50), ms(sync->ttft_p50), ms(cont->ttft_p50));
+  }
+  if (naive && cont) {
+    text += tr("<p>The seed's merge/filter copied %1 MiB of KV cache (slot KV: %2 MiB) and took %3 ms.</p>")
+                .arg(static_cast<double>(naive->kv_copy_bytes) / kMiB, 0, 'f', 1)
+                .arg(static_cast<double>(cont->kv_copy_bytes) / kMiB, 0, 'f', 1)
+                .arg(ms(naive->total_ms));
+  }
+  text += r.same_tokens ? tr("<p>Every method generated the same tokens ✓</p>")
+                        : tr("<p><b>The methods generated different tokens.</b></p>");
+  summary_->setText(text);
+  progress_->setValue(1000);
+  progress_->setFormat(tr("done"));
+  finishJob(true, QString());
+}
+
+void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
+  double syncMs = 0;
+  for (const servelab::ServeSummary& m : r.methods)
+    if (m.method == "synchronous") syncMs = m.total_ms;
+  // Methods side by side: a column each, a row per figure.
+  const QStringList figures = {tr("total time (ms)"),  tr("tokens/s"),         tr("speed-up vs synchronous"),
+                               tr("TTFT p50 (ms)"),    tr("TTFT p90 (ms)"),    tr("TTFT p99 (ms)"),
+                               tr("latency p50 (ms)"), tr("latency p90 (ms)"), tr("latency p99 (ms)"),
+                               tr("inference calls"),  tr("average batch"),    tr("max batch"),
+                               tr("KV cache (MiB)"),   tr("KV copied (MiB)")};
+  comparison_->clear();
+  comparison_->setRowCount(static_cast<int>(figures.size()));
+  comparison_->setColumnCount(static_cast<int>(r.methods.size()));
+  comparison_->setVerticalHeaderLabels(figures);
+  QStringList methods;
+  for (const servelab::ServeSummary& m : r.methods) methods << QString::fromStdString(m.method);
+  comparison_->setHorizontalHeaderLabels(methods);
+  for (int c = 0; c < static_cast<int>(r.methods.size()); ++c) {
+    const servelab::ServeSummary& m = r.methods[static_cast<size_t>(c)];
+    const QStringList values = {
+        ms(m.total_ms),
+        QString::number(m.tokens_per_s, 'f', 0),
+        m.total_ms > 0 && syncMs > 0 ? QStringLiteral("%1×").arg(syncMs / m.total_ms, 0, 'f', 2) : QString(),
+        ms(m.ttft_p50),
+        ms(m.ttft_p90),
+        ms(m.ttft_p99),
+        ms(m.latency_p50),
+        ms(m.latency_p90),
+        ms(m.latency_p99),
+        QString::number(m.inference_calls),
+        QString::number(m.average_batch, 'f', 2),
+        QString::number(m.max_batch),
+        QString::number(static_cast<double>(m.kv_cache_bytes) / kMiB, 'f', 2),
+        QString::number(static_cast<double>(m.kv_copy_bytes) / kMiB, 'f', 2)};
+    for (int row = 0; row < values.size(); ++row) {
+      auto* item = new QTableWidgetItem(values[row]);
+      item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+      comparison_->setItem(row, c, item);
+    }
+  }
+}
+
+void ContinuousTab::onSeedFinished(const servelab::SeedBenchmarkResult& r) {
+  flush();
+  seedResult_ = r;
+  hasSeedResult_ = true;
+  shown_ = shown_.mid(0, compareShown_);
+  shown_ << Shown{seriesFor(live_.method()), live_, liveTexts_};
+  rebuildSelector(static_cast<int>(shown_.size()) - 1);
+  fillSeedTable(r);
+  resultTabs_->setCurrentIndex(2);
+  if (r.rows.size() == 2) {
+    const servelab::SeedBenchmarkRow& base = r.rows[0];
+    const servelab::SeedBenchmarkRow& batched = r.rows[1];
+    summary_->setText(tr("<p><b>Seed benchmark: batched %1× the baseline's throughput</b> (%2 s instead of "
+                         "%3 s for %4 queries of %5 tokens; %6 inference calls instead of %7).</p><p>%8</p>")
+                          .arg(batched.throughput_vs_baseline, 0, 'f', 2)
+                          .arg(batched.time_s, 0, 'f', 2)
+                          .arg(base.time_s, 0, 'f', 2)
+                          .arg(batched.queries)
+                          .arg(seedNewTokens_->value())
+                          .arg(batched.inference_calls)
+                          .arg(base.inference_calls)
+                          .arg(r.same_tokens ? tr("Batched tokens equal the baseline's ✓")
+                                             : tr("<b>Batched tokens differ from the baseline's.</b>")));
+  }
+  progress_->setValue(1000);
+  progress_->setFormat(tr("done"));
+  finishJob(true, QString());
+}
+
+void ContinuousTab::fillSeedTable(const servelab::SeedBenchmarkResult& r) {
+  seedTable_->setRowCount(static_cast<int>(r.rows.size()));
+  for (int i = 0; i < static_cast<int>(r.rows.size()); ++i) {
+    const servelab::SeedBenchmarkRow& row = r.rows[static_cast<size_t>(i)];
+    QString method = QString::fromStdString(row.method);
+    method.replace(QStringLiteral(" ("), QStringLiteral("\n("));
+    setRow(seedTable_, i,
+           {method, QString::number(row.queries), QString::number(row.time_s, 'f', 2),
+            QStringLiteral("%1×").arg(row.throughput_vs_baseline, 0, 'f', 2), QString::number(row.max_batch),
+            QString::number(row.avg_batch, 'f', 2), QString::number(row.tokens),
+            QString::number(row.inference_calls)});
+    seedTable_->item(i, 0)->setToolTip(QString::fromStdString(row.method));
+  }
+  seedTable_->resizeRowsToContents();
+}
+
+void ContinuousTab::onFailed(const QString& kind, const QString& message) {
+  flush();
+  lastError_ = message;
+  const bool stopped = kind == QLatin1String("cancelled");
+  progress_->setFormat(stopped ? tr("stopped") : tr("failed"));
+  summary_->setText(stopped ? tr("<b>Stopped.</b> The timeline shows how far the run got.")
+                            : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
+  // The earlier results stay on offer; the partial timeline stays drawn until one is picked.
+  rebuildSelector(-1);
+  finishJob(false, message);
+}
+
+void ContinuousTab::finishJob(bool ok, const QString& message) {
+  job_ = Job::None;
+  seedRun_->setEnabled(true);
+  runEnded(ok, message);
+}
+
+void ContinuousTab::rebuildSelector(int select) {
+  selector_->blockSignals(true);
+  selector_->clear();
+  for (const Shown& s : shown_) selector_->addItem(s.name);
+  selector_->setCurrentIndex(select);
+  selector_->blockSignals(false);
+  selector_->setEnabled(!shown_.isEmpty());
+  if (select >= 0) showTimeline(select);
+}
+
+QStringList ContinuousTab::timelineNames() const {
+  QStringList names;
+  for (const Shown& s : shown_) names << s.name;
+  return names;
+}
+
+int ContinuousTab::shownTimeline() const { return selector_->isEnabled() ? selector_->currentIndex() : -1; }
+
+void ContinuousTab::showTimeline(int index) {
+  if (index < 0 || index >= shown_.size()) return;
+  if (selector_->currentIndex() != index) {
+    selector_->blockSignals(true);
+    selector_->setCurrentIndex(index);
+    selector_->blockSignals(false);
+  }
+  const Shown& s = shown_[index];
+  drawTimeline(s.timeline, s.name);
+  pendingText_ = QVector<QString>(s.texts.size());
+  resetStream(s.texts);
+}
+
+// --- Reports and settings --------------------------------------------------------------------
+
+QJsonObject ContinuousTab::lastResult() const {
+  QJsonObject o;
+  if (hasResult_) {
+    o = QJsonDocument::fromJson(QByteArray::fromStdString(result_.to_json().dump())).object();
+  } else {
+    o[QStringLiteral("experiment")] = QStringLiteral("sync-vs-continuous");
+  }
+  if (hasSeedResult_) {
+    o[QStringLiteral("seed_benchmark")] =
+        QJsonDocument::fromJson(QByteArray::fromStdString(seedResult_.to_json().dump())).object();
+  }
+  if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
+  return o;
+}
+
+void ContinuousTab::loadSettings(QSettings& s) {
+  s.beginGroup(tabId());
+  prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
+  prompt_->setCursorPosition(0);
+  const auto spin = [&s](QSpinBox* box, const char* key) {
+    box->setValue(s.value(QLatin1String(key), box->value()).toInt());
+  };
+  spin(requests_, "requests");
+  spin(maxBatch_, "maxBatch");
+  spin(longEvery_, "longEvery");
+  spin(longTokens_, "longTokens");
+  spin(shortTokens_, "shortTokens");
+  spin(promptMin_, "promptTokensMin");
+  spin(promptMax_, "promptTokensMax");
+  spin(seed_, "seed");
+  spin(seedQueries_, "seedQueries");
+  spin(seedNewTokens_, "seedNewTokens");
+  spin(seedMaxBatch_, "seedMaxBatch");
+  randomPrompt_->setChecked(s.value(QStringLiteral("randomPromptLength"), false).toBool());
+  arrivalRate_->setValue(s.value(QStringLiteral("arrivalRate"), arrivalRate_->value()).toDouble());
+  naive_->setChecked(s.value(QStringLiteral("naive"), naive_->isChecked()).toBool());
+  s.endGroup();
+}
+
+void ContinuousTab::saveSettings(QSettings& s) const {
+  s.beginGroup(tabId());
+  s.setValue(QStringLiteral("prompt"), prompt_->text());
+  s.setValue(QStringLiteral("requests"), requests_->value());
+  s.setValue(QStringLiteral("maxBatch"), maxBatch_->value());
+  s.setValue(QStringLiteral("longEvery"), longEvery_->value());
+  s.setValue(QStringLiteral("longTokens"), longTokens_->value());
+  s.setValue(QStringLiteral("shortTokens"), shortTokens_->value());
+  s.setValue(QStringLiteral("randomPromptLength"), randomPrompt_->isChecked());
+  s.setValue(QStringLiteral("promptTokensMin"), promptMin_->value());
+  s.setValue(QStringLiteral("promptTokensMax"), promptMax_->value());
+  s.setValue(QStringLiteral("arrivalRate"), arrivalRate_->value());
+  s.setValue(QStringLiteral("seed"), seed_->value());
+  s.setValue(QStringLiteral("naive"), naive_->isChecked());
+  s.setValue(QStringLiteral("seedQueries"), seedQueries_->value());
+  s.setValue(QStringLiteral("seedNewTokens"), seedNewTokens_->value());
+  s.setValue(QStringLiteral("seedMaxBatch"), seedMaxBatch_->value());
+  s.endGroup();
+}
+
+}  // namespace servelab::ui

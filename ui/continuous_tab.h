@@ -1,0 +1,153 @@
+#pragma once
+// Continuous batching (lesson 3): one queue of short and long requests served by synchronous
+// (static) batching and by continuous batching, shown live as a Gantt chart of the batch slots,
+// a token stream per request, the batch occupancy per step and the latency per request; then
+// the two side by side, and the seed's benchmark table.
+#include <QStringList>
+#include <QVector>
+
+#include "batch_timeline.h"
+#include "experiment_tab.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTabWidget;
+class QTableWidget;
+class QTextEdit;
+class QTimer;
+
+namespace servelab::ui {
+
+class ContinuousTab : public ExperimentTab {
+  Q_OBJECT
+ public:
+  explicit ContinuousTab(EngineController* engine, QWidget* parent = nullptr);
+
+  QString tabId() const override { return QStringLiteral("continuous"); }
+  QString title() const override { return tr("Continuous batching"); }
+  ChartView* primaryChart() const override { return gantt_; }
+  QList<ChartView*> charts() const override { return {gantt_, occupancy_, latency_}; }
+  // Serves the queue synchronously, then with continuous batching (and the seed's merge/filter).
+  bool run() override;
+  // The seed's benchmark: N queries one at a time, then continuously batched.
+  bool runSeedBenchmark();
+  void loadSettings(QSettings& settings) override;
+  void saveSettings(QSettings& settings) const override;
+  QJsonObject lastResult() const override;
+  void setModel(const ModelSummary& model) override;
+
+  // For tests and scripts.
+  void setPrompt(const QString& prompt);
+  void setRequests(int n);
+  void setMaxBatch(int n);
+  void setLongEvery(int n);
+  void setLongTokens(int n);
+  void setShortTokens(int n);
+  void setPromptTokens(int min, int max);  // 0, 0: the prompt as typed
+  void setArrivalRate(double perSecond);   // 0: all requests at the start
+  void setSeed(int seed);
+  void setNaive(bool on);
+  void setSeedQueries(int n);
+  void setSeedNewTokens(int n);
+  void setSeedMaxBatch(int n);
+  servelab::SyncVsContinuousParams params() const;
+  servelab::SeedBenchmarkParams seedParams() const;
+
+  bool hasResult() const { return hasResult_; }
+  const servelab::SyncVsContinuousResult& result() const { return result_; }
+  bool hasSeedResult() const { return hasSeedResult_; }
+  const servelab::SeedBenchmarkResult& seedResult() const { return seedResult_; }
+  // The timelines the selector offers after a run (one per method), and the one drawn.
+  QStringList timelineNames() const;
+  int shownTimeline() const;
+  void showTimeline(int index);
+  const BatchTimeline& drawnTimeline() const { return drawn_; }
+  QString summaryText() const;
+  QString streamText() const;
+
+ private:
+  enum class Job { None, Compare, Seed };
+  struct Shown {
+    QString name;
+    BatchTimeline timeline;
+    QStringList texts;  // generated text per request
+  };
+
+  bool startJob(Job job);
+  void onRunStarted(const QString& method, qint64 requests, qint64 slots);
+  void onAdmitted(qint64 request, qint64 slot, qint64 step);
+  void onToken(qint64 request, const QString& piece, qint64 step);
+  void onRetired(const servelab::RequestResult& request);
+  void onStep(const servelab::BatchStep& step);
+  void onCompareFinished(const servelab::SyncVsContinuousResult& result);
+  void onSeedFinished(const servelab::SeedBenchmarkResult& result);
+  void onFailed(const QString& kind, const QString& message);
+  void finishJob(bool ok, const QString& message);
+  void scheduleFlush();
+  void flush();
+  void drawTimeline(const BatchTimeline& timeline, const QString& title);
+  void resetStream(const QStringList& texts);
+  void flushStream();
+  QString seriesFor(const QString& method) const;
+  int ensureSeries(ChartView* chart, const QString& name);
+  void fillComparison(const servelab::SyncVsContinuousResult& r);
+  void fillSeedTable(const servelab::SeedBenchmarkResult& r);
+  void rebuildSelector(int select);
+  void updatePromptLengthEnabled();
+
+  // Request queue.
+  QLineEdit* prompt_;
+  QSpinBox* requests_;
+  QSpinBox* maxBatch_;
+  QSpinBox* longEvery_;
+  QSpinBox* longTokens_;
+  QSpinBox* shortTokens_;
+  QCheckBox* randomPrompt_;
+  QSpinBox* promptMin_;
+  QSpinBox* promptMax_;
+  QDoubleSpinBox* arrivalRate_;
+  QSpinBox* seed_;
+  QCheckBox* naive_;
+  QProgressBar* progress_;
+  QLabel* summary_;
+  // Seed benchmark.
+  QSpinBox* seedQueries_;
+  QSpinBox* seedNewTokens_;
+  QSpinBox* seedMaxBatch_;
+  QPushButton* seedRun_;
+  // Views.
+  QComboBox* selector_;
+  ChartView* gantt_;
+  QTextEdit* stream_;
+  ChartView* occupancy_;
+  ChartView* latency_;
+  QTabWidget* resultTabs_;
+  QTabWidget* chartTabs_;
+  QTableWidget* comparison_;
+  QTableWidget* seedTable_;
+  QTimer* flushTimer_;
+
+  ModelSummary model_;
+  Job job_ = Job::None;
+  BatchTimeline live_;
+  QStringList liveTexts_;
+  QVector<QString> pendingText_;  // per request, not yet in the stream view
+  bool pendingAny_ = false;
+  bool timelineDirty_ = false;
+  BatchTimeline drawn_;
+  QVector<Shown> shown_;  // compare runs first, then the seed benchmark's batched run
+  int compareShown_ = 0;  // how many of shown_ are compare runs
+  servelab::SyncVsContinuousResult result_;
+  bool hasResult_ = false;
+  servelab::SeedBenchmarkResult seedResult_;
+  bool hasSeedResult_ = false;
+  QString lastError_;
+};
+
+}  // namespace servelab::ui
