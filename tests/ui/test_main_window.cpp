@@ -101,7 +101,8 @@ class TestMainWindow : public QObject {
 
   void switchesTabs() {
     auto w = makeWindow(QStringLiteral("tabs"));
-    QCOMPARE(w->tabIds(), (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache")}));
+    QCOMPARE(w->tabIds(), (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"),
+                                       QStringLiteral("batching"), QStringLiteral("continuous")}));
     auto* tabs = w->findChild<QTabWidget*>(QStringLiteral("tabs"));
     QVERIFY(tabs);
     QVERIFY(w->selectTab(QStringLiteral("kv-cache")));

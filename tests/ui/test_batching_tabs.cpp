@@ -1,0 +1,529 @@
+// The Batching and Continuous batching tabs end to end on the offscreen platform: the seed's padded
+// tensors in the Batching tab's tables (built-in model, real GPT-2 tokenizer), the batch sweep's
+// live chart against its result, the Gantt timeline of every method against the scheduler's
+// per-request result, the comparison table, Stop, the seed benchmark, exports, settings and the
+// scripted --tab/--run mode. No assertion depends on how long anything takes.
+#include <QFile>
+#include <QImage>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QtWidgets>
+#include <algorithm>
+#include <memory>
+
+#include "batch_timeline.h"
+#include "batching_tab.h"
+#include "chart_view.h"
+#include "continuous_tab.h"
+#include "engine_worker.h"
+#include "main_window.h"
+#include "model/model_export.h"
+
+using namespace servelab::ui;
+using Cell = ChartView::Cell;
+using Style = ChartView::CellStyle;
+
+namespace {
+
+constexpr int kLoadTimeoutMs = 120000;
+constexpr int kRunTimeoutMs = 300000;
+
+// The cells of one request: those whose description names it.
+QVector<Cell> cellsOf(const QVector<Cell>& cells, qint64 request) {
+  const QString name = QStringLiteral("request #%1 ·").arg(request);
+  QVector<Cell> out;
+  for (const Cell& c : cells)
+    if (c.info.startsWith(name)) out << c;
+  std::sort(out.begin(), out.end(), [](const Cell& a, const Cell& b) { return a.x0 < b.x0; });
+  return out;
+}
+
+QString cellsText(const QVector<Cell>& cells) {
+  QStringList parts;
+  for (const Cell& c : cells)
+    parts << QStringLiteral("[%1, %2] row %3 style %4").arg(c.x0).arg(c.x1).arg(c.row).arg(int(c.style));
+  return parts.join(QStringLiteral("; "));
+}
+
+QByteArray readAll(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+}  // namespace
+
+class TestBatchingTabs : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+  QString tiny_;
+  QString settingsPath(const QString& name) { return tmp_.filePath(name + QStringLiteral(".ini")); }
+
+  std::unique_ptr<MainWindow> makeWindow(const QString& settingsName) {
+    auto w = std::make_unique<MainWindow>(
+        std::make_unique<QSettings>(settingsPath(settingsName), QSettings::IniFormat));
+    w->show();
+    return w;
+  }
+  std::unique_ptr<MainWindow> tinyWindow(const QString& settingsName) {
+    auto w = makeWindow(settingsName);
+    QSignalSpy ready(w.get(), &MainWindow::modelReady);
+    w->loadFolder(tiny_);
+    if (!ready.wait(kLoadTimeoutMs)) return nullptr;
+    return w;
+  }
+  static ContinuousTab* continuousTab(MainWindow& w) {
+    return qobject_cast<ContinuousTab*>(w.tab(QStringLiteral("continuous")));
+  }
+  static void smallQueue(ContinuousTab* tab) {
+    tab->setRequests(6);
+    tab->setMaxBatch(2);
+    tab->setLongEvery(3);
+    tab->setLongTokens(8);
+    tab->setShortTokens(3);
+  }
+
+  // Every request's cells lie on one row (its slot; the seed's merge/filter renumbers its rows as
+  // requests leave, so there the first free row), cover its steps from admission to leaving
+  // without a gap, and start with exactly one prefill cell; no two cells of a row overlap.
+  static void checkTimelineMatches(const QVector<Cell>& cells, const servelab::BatchRunResult& run) {
+    const bool rowIsSlot = run.method != "continuous (merge/filter)";
+    int prefills = 0;
+    for (const Cell& c : cells) prefills += c.style == Style::Solid ? 1 : 0;
+    QCOMPARE(prefills, static_cast<int>(run.requests.size()));
+    for (const servelab::RequestResult& r : run.requests) {
+      const QVector<Cell> mine = cellsOf(cells, r.id);
+      QVERIFY2(!mine.isEmpty(), qPrintable(QStringLiteral("no cells for request %1").arg(r.id)));
+      QCOMPARE(mine.front().x0, r.admitted_step - 0.5);
+      QCOMPARE(mine.back().x1, r.finished_step + 0.5);
+      QCOMPARE(mine.front().style, Style::Solid);
+      QCOMPARE(mine.front().x1, r.admitted_step + 0.5);
+      if (rowIsSlot) QCOMPARE(mine.front().row, static_cast<int>(r.slot));
+      for (qsizetype i = 0; i < mine.size(); ++i) {
+        QCOMPARE(mine[i].row, mine.front().row);
+        if (i > 0) QVERIFY2(mine[i].x0 == mine[i - 1].x1, qPrintable(cellsText(mine)));
+        if (i > 0) QVERIFY(mine[i].style != Style::Solid);
+      }
+    }
+    QVector<Cell> sorted = cells;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Cell& a, const Cell& b) { return a.row != b.row ? a.row < b.row : a.x0 < b.x0; });
+    for (qsizetype i = 1; i < sorted.size(); ++i)
+      if (sorted[i].row == sorted[i - 1].row)
+        QVERIFY2(sorted[i].x0 >= sorted[i - 1].x1,
+                 qPrintable(QStringLiteral("overlap on row %1: %2")
+                                .arg(sorted[i].row)
+                                .arg(cellsText({sorted[i - 1], sorted[i]}))));
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(tmp_.isValid());
+    tiny_ = tmp_.filePath(QStringLiteral("tiny"));
+    try {
+      servelab::export_random_gpt2_folder(tiny_.toStdString(), servelab::tiny_gpt2_config(), 11);
+    } catch (const std::exception& e) {
+      QFAIL(qPrintable(
+          QStringLiteral("cannot write the tiny test model: %1").arg(QString::fromUtf8(e.what()))));
+    }
+  }
+
+  void tabsAreRegistered() {
+    auto w = makeWindow(QStringLiteral("ids"));
+    QVERIFY(w->tabIds().contains(QStringLiteral("batching")));
+    QVERIFY(w->tabIds().contains(QStringLiteral("continuous")));
+    QCOMPARE(w->tab(QStringLiteral("batching"))->title(), QStringLiteral("Batching"));
+    QCOMPARE(w->tab(QStringLiteral("continuous"))->title(), QStringLiteral("Continuous batching"));
+    QVERIFY(w->selectTab(QStringLiteral("continuous")));
+    QCOMPARE(w->currentTab()->primaryChart()->objectName(), QStringLiteral("continuousGantt"));
+  }
+
+  void paddedTablesShowTheSeedTensors() {
+    auto w = makeWindow(QStringLiteral("padding"));
+    auto* tab = qobject_cast<BatchingTab*>(w->tab(QStringLiteral("batching")));
+    QVERIFY(tab);
+    w->selectTab(QStringLiteral("batching"));
+    QSignalSpy padded(tab, &BatchingTab::paddingUpdated);
+    QSignalSpy ready(w.get(), &MainWindow::modelReady);
+    w->loadDemo();  // the real GPT-2 tokenizer
+    QVERIFY(ready.wait(kLoadTimeoutMs));
+    QVERIFY(padded.size() > 0 || padded.wait(kRunTimeoutMs));
+    QVERIFY2(tab->hasPadded(), qPrintable(tab->padError()));
+
+    const QVector<QVector<qint64>> ids = {{464, 2068, 7586, 21831, 11687, 625, 262},
+                                          {50256, 50256, 464, 6290, 287, 8602, 8953},
+                                          {50256, 50256, 50256, 2061, 2058, 510, 1276}};
+    const QVector<QVector<qint64>> mask = {
+        {1, 1, 1, 1, 1, 1, 1}, {0, 0, 1, 1, 1, 1, 1}, {0, 0, 0, 1, 1, 1, 1}};
+    const QVector<QVector<qint64>> pos = {
+        {0, 1, 2, 3, 4, 5, 6}, {1, 1, 0, 1, 2, 3, 4}, {1, 1, 1, 0, 1, 2, 3}};
+    const std::pair<const char*, const QVector<QVector<qint64>>*> expected[] = {
+        {"batchingInputIds", &ids}, {"batchingAttentionMask", &mask}, {"batchingPositionIds", &pos}};
+    for (const auto& [name, values] : expected) {
+      auto* table = tab->findChild<QTableWidget*>(QLatin1String(name));
+      QVERIFY2(table, name);
+      QCOMPARE(table->rowCount(), 3);
+      QCOMPARE(table->columnCount(), 7);
+      for (int r = 0; r < 3; ++r) {
+        for (int c = 0; c < 7; ++c) {
+          const QTableWidgetItem* item = table->item(r, c);
+          QVERIFY(item);
+          QCOMPARE(item->text(), QString::number((*values)[r][c]));
+          // Padding looks different: a background, muted italic text and a tooltip that says so.
+          const bool pad = mask[r][c] == 0;
+          QCOMPARE(item->background().style() != Qt::NoBrush, pad);
+          QCOMPARE(item->font().italic(), pad);
+          QCOMPARE(item->toolTip().contains(QStringLiteral("padding")), pad);
+        }
+      }
+    }
+    auto* inputIds = tab->findChild<QTableWidget*>(QStringLiteral("batchingInputIds"));
+    QVERIFY2(inputIds->item(0, 2)->toolTip().contains(QStringLiteral("\u2423brown")),
+             qPrintable(inputIds->item(0, 2)->toolTip()));
+    QVERIFY(inputIds->item(1, 0)->background().color() != inputIds->item(1, 2)->background().color());
+    QVERIFY(tab->findChild<QLabel*>(QStringLiteral("batchingPadCaption"))
+                ->text()
+                .contains(QStringLiteral("50256")));
+
+    // Editing the prompts refreshes the tables (after a short pause in typing).
+    QSignalSpy again(tab, &BatchingTab::paddingUpdated);
+    auto* editor = tab->findChild<QPlainTextEdit*>(QStringLiteral("batchingPrompts"));
+    editor->setPlainText(QStringLiteral("Hello\n\nThe rain in Spain falls mainly"));
+    QVERIFY(again.wait(kRunTimeoutMs));
+    QCOMPARE(inputIds->rowCount(), 2);  // the blank line is skipped
+    const int columns = inputIds->columnCount();
+    QCOMPARE(static_cast<size_t>(columns), tab->padded().input_ids.front().size());
+    QVERIFY(columns > 1);
+    QCOMPARE(inputIds->item(0, columns - 1)->text(), QStringLiteral("15496"));  // "Hello", right-aligned
+    QCOMPARE(inputIds->item(0, 0)->text(), QStringLiteral("50256"));
+    QVERIFY(inputIds->item(0, 0)->font().italic());
+    QVERIFY(!inputIds->item(1, 0)->font().italic());
+    auto* positions = tab->findChild<QTableWidget*>(QStringLiteral("batchingPositionIds"));
+    QCOMPARE(positions->item(0, columns - 1)->text(), QStringLiteral("0"));
+    QCOMPARE(positions->item(0, 0)->text(), QStringLiteral("1"));
+    // No prompt at all: the caption says why there is no batch.
+    QSignalSpy empty(tab, &BatchingTab::paddingUpdated);
+    editor->setPlainText(QStringLiteral("  \n"));
+    QVERIFY(empty.wait(kRunTimeoutMs));
+    QVERIFY(!tab->hasPadded());
+    QCOMPARE(inputIds->rowCount(), 0);
+  }
+
+  void batchSweepDrawsOnePointPerBatchSize() {
+    auto w = tinyWindow(QStringLiteral("sweep"));
+    QVERIFY(w);
+    auto* tab = qobject_cast<BatchingTab*>(w->tab(QStringLiteral("batching")));
+    w->selectTab(QStringLiteral("batching"));
+    // Sizes that do not parse are refused before the engine is asked.
+    tab->setBatchSizes(QStringLiteral("0, 2"));
+    QVERIFY(!tab->run());
+    QVERIFY(tab->summaryText().contains(QStringLiteral("Cannot run")));
+    QVERIFY(!w->engine()->isBusy());
+
+    tab->setBatchSizes(QStringLiteral("1, 2,4"));
+    tab->setNewTokens(3);
+    tab->setRepeats(1);
+    QSignalSpy points(w->engine(), &EngineController::point);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    QCOMPARE(points.size(), 2 * 3);  // throughput and latency per batch size, streamed live
+    const servelab::BatchSweepResult& r = tab->result();
+    QCOMPARE(r.points.size(), size_t(3));
+    ChartView* chart = tab->primaryChart();
+    const int throughput = chart->seriesIndex(QStringLiteral("throughput (tokens/ms)"));
+    const int latency = chart->seriesIndex(QStringLiteral("latency (ms per step)"));
+    QVERIFY(throughput >= 0 && latency >= 0);
+    const QVector<QPointF> t = chart->seriesPoints(throughput), l = chart->seriesPoints(latency);
+    QCOMPARE(t.size(), 3);
+    QCOMPARE(l.size(), 3);
+    const qint64 sizes[] = {1, 2, 4};
+    for (int i = 0; i < 3; ++i) {
+      QCOMPARE(r.points[size_t(i)].batch_size, sizes[i]);
+      QCOMPARE(t[i].x(), double(sizes[i]));
+      QCOMPARE(t[i].y(), r.points[size_t(i)].tokens_per_ms);
+      QCOMPARE(l[i].x(), double(sizes[i]));
+      QCOMPARE(l[i].y(), r.points[size_t(i)].step_ms);
+    }
+    auto* table = tab->findChild<QTableWidget*>(QStringLiteral("batchingPoints"));
+    QCOMPARE(table->rowCount(), 3);
+    QCOMPARE(table->item(2, 0)->text(), QStringLiteral("4"));
+    QVERIFY(tab->summaryText().contains(QStringLiteral("throughput")));
+    const QJsonObject report = tab->lastResult();
+    QCOMPARE(report[QStringLiteral("points")].toArray().size(), 3);
+    QVERIFY(report.contains(QStringLiteral("padded")));
+
+    // The sweep chart exports like every chart.
+    QString error;
+    for (const char* suffix : {"png", "svg"}) {
+      const QString path = tmp_.filePath(QStringLiteral("sweep.%1").arg(QLatin1String(suffix)));
+      QVERIFY2(chart->exportImage(path, &error), qPrintable(error));
+      QVERIFY(readAll(path).size() > 1000);
+    }
+    QVERIFY(readAll(tmp_.filePath(QStringLiteral("sweep.svg"))).contains("throughput"));
+  }
+
+  void continuousRunDrawsTheGantt() {
+    auto w = tinyWindow(QStringLiteral("gantt"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    smallQueue(tab);
+    tab->setNaive(true);
+    // A timeline of our own from the live events, one per run, to compare with the results.
+    QVector<BatchTimeline> live;
+    EngineController* e = w->engine();
+    connect(e, &EngineController::batchRunStarted, this, [&](const QString& m, qint64 n, qint64 s) {
+      live.push_back({});
+      live.back().start(m, n, s);
+    });
+    connect(e, &EngineController::batchAdmitted, this,
+            [&](qint64 r, qint64 slot, qint64 step, double) { live.back().admit(r, slot, step); });
+    connect(e, &EngineController::batchToken, this,
+            [&](qint64 r, int, const QString&, qint64 step, double) { live.back().token(r, step); });
+    connect(e, &EngineController::batchRetired, this,
+            [&](const servelab::RequestResult& r) { live.back().retire(r); });
+    connect(e, &EngineController::batchStep, this,
+            [&](const servelab::BatchStep& s) { live.back().step(s); });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(!tab->run());  // one run at a time
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    QVERIFY(tab->hasResult());
+    const servelab::SyncVsContinuousResult& r = tab->result();
+    QCOMPARE(r.methods.size(), size_t(3));
+    QCOMPARE(r.runs.size(), size_t(3));
+    QVERIFY(r.same_tokens);
+    QCOMPARE(live.size(), 3);
+
+    // A timeline per method; each drawn Gantt matches that method's per-request result.
+    QCOMPARE(tab->timelineNames(),
+             (QStringList{QStringLiteral("synchronous"), QStringLiteral("continuous (slot KV)"),
+                          QStringLiteral("continuous (merge/filter)")}));
+    QCOMPARE(tab->shownTimeline(), 1);  // continuous batching first
+    ChartView* gantt = tab->primaryChart();
+    for (int m = 0; m < 3; ++m) {
+      tab->showTimeline(m);
+      QCOMPARE(tab->shownTimeline(), m);
+      QVERIFY(gantt->title().contains(QString::fromStdString(r.runs[size_t(m)].method)));
+      QCOMPARE(gantt->cellRows().size(), 2);
+      const QVector<Cell> cells = gantt->cells();
+      checkTimelineMatches(cells, r.runs[size_t(m)]);
+      if (QTest::currentTestFailed()) return;
+      // What was drawn live equals what the result gives.
+      const QVector<Cell> fromLive = live[m].cells();
+      QCOMPARE(fromLive.size(), cells.size());
+      for (qsizetype i = 0; i < cells.size(); ++i) {
+        QCOMPARE(fromLive[i].x0, cells[i].x0);
+        QCOMPARE(fromLive[i].x1, cells[i].x1);
+        QCOMPARE(fromLive[i].row, cells[i].row);
+        QCOMPARE(fromLive[i].style, cells[i].style);
+      }
+      QCOMPARE(live[m].occupancy(), tab->drawnTimeline().occupancy());
+      // Padding only where a synchronous batch waits for its longest request.
+      const bool padded =
+          std::any_of(cells.begin(), cells.end(), [](const Cell& c) { return c.style == Style::Muted; });
+      QCOMPARE(padded, m == 0);
+    }
+    // Synchronous: request 1 (3 tokens) shares its batch with request 0 (8 tokens) and pads until it ends.
+    tab->showTimeline(0);
+    const QVector<Cell> request1 = cellsOf(gantt->cells(), 1);
+    QCOMPARE(request1.back().style, Style::Muted);
+    QCOMPARE(request1.back().x0, r.runs[0].requests[1].admitted_step + 3 - 0.5);
+    QVERIFY(tab->streamText().contains(QStringLiteral("#5 ")));
+
+    // Occupancy per step and latency per request, a series per method.
+    auto* occupancy = w->findChild<ChartView*>(QStringLiteral("continuousOccupancy"));
+    auto* latency = w->findChild<ChartView*>(QStringLiteral("continuousLatency"));
+    for (size_t m = 0; m < 3; ++m) {
+      const QString name = QString::fromStdString(r.methods[m].method);
+      const QVector<QPointF> occ = occupancy->seriesPoints(occupancy->seriesIndex(name));
+      QCOMPARE(occ.size(), static_cast<qsizetype>(r.runs[m].steps.size()));
+      for (const QPointF& p : occ) QVERIFY(p.y() >= 1 && p.y() <= 2);
+      const QVector<QPointF> lat = latency->seriesPoints(latency->seriesIndex(name));
+      QCOMPARE(lat.size(), 6);
+      for (int i = 0; i < 6; ++i) QCOMPARE(lat[i].y(), r.methods[m].latency_ms[size_t(i)]);
+    }
+
+    // Methods side by side.
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousComparison"));
+    QCOMPARE(table->columnCount(), 3);
+    QCOMPARE(table->horizontalHeaderItem(0)->text(), QStringLiteral("synchronous"));
+    QCOMPARE(table->horizontalHeaderItem(1)->text(), QStringLiteral("continuous (slot KV)"));
+    QCOMPARE(table->rowCount(), 14);
+    QCOMPARE(table->item(2, 0)->text(), QStringLiteral("1.00×"));  // speed-up of synchronous over itself
+    QCOMPARE(table->item(9, 1)->text(), QString::number(r.methods[1].inference_calls));
+    for (int row = 0; row < table->rowCount(); ++row)
+      for (int c = 0; c < 3; ++c) QVERIFY(table->item(row, c) && !table->item(row, c)->text().isEmpty());
+    QVERIFY(tab->summaryText().contains(QStringLiteral("same tokens")));
+    QCOMPARE(tab->lastResult()[QStringLiteral("methods")].toArray().size(), 3);
+
+    // The Gantt exports like every chart.
+    QString error;
+    for (const char* suffix : {"png", "svg"}) {
+      const QString path = tmp_.filePath(QStringLiteral("gantt.%1").arg(QLatin1String(suffix)));
+      QVERIFY2(gantt->exportImage(path, &error), qPrintable(error));
+      QVERIFY(readAll(path).size() > 1000);
+    }
+    QVERIFY(!QImage(tmp_.filePath(QStringLiteral("gantt.png"))).isNull());
+    QVERIFY(readAll(tmp_.filePath(QStringLiteral("gantt.svg"))).contains("slot 1"));
+  }
+
+  void stopLeavesTheTabUsable() {
+    auto w = tinyWindow(QStringLiteral("stop"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    tab->setRequests(64);  // far more work than the GUI needs to see five tokens and say stop
+    tab->setMaxBatch(4);
+    tab->setLongEvery(2);
+    tab->setLongTokens(240);
+    tab->setShortTokens(60);
+    tab->setNaive(false);
+    int tokens = 0;
+    connect(w->engine(), &EngineController::batchToken, w.get(), [&] {
+      if (++tokens == 5) w->stopCurrent();
+    });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QCOMPARE(done.front().at(0).toBool(), false);
+    QVERIFY(!tab->isRunning());
+    QVERIFY(!tab->hasResult());
+    QVERIFY(tab->summaryText().contains(QStringLiteral("Stopped")));
+    QVERIFY(w->errorText().isEmpty());
+    QCOMPARE(w->engine()->state(), EngineController::State::Idle);
+    QVERIFY(!tab->primaryChart()->cells().isEmpty());  // how far it got stays drawn
+    QVERIFY(tab->findChild<QPushButton*>(QStringLiteral("continuousRun"))->isEnabled());
+    QVERIFY(tab->findChild<QPushButton*>(QStringLiteral("continuousSeedRun"))->isEnabled());
+
+    // A second run completes.
+    smallQueue(tab);
+    QSignalSpy again(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(again.wait(kRunTimeoutMs));
+    QVERIFY2(again.front().at(0).toBool(), qPrintable(again.front().at(1).toString()));
+    QVERIFY(tab->hasResult());
+    QCOMPARE(tab->timelineNames().size(), 2);
+    checkTimelineMatches(tab->primaryChart()->cells(), tab->result().runs[1]);
+  }
+
+  void seedBenchmarkFillsItsTable() {
+    auto w = tinyWindow(QStringLiteral("seed"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    tab->setSeedQueries(6);
+    tab->setSeedNewTokens(4);
+    tab->setSeedMaxBatch(3);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    auto* button = tab->findChild<QPushButton*>(QStringLiteral("continuousSeedRun"));
+    QVERIFY(button && button->isEnabled());
+    button->click();
+    QVERIFY(tab->isRunning());
+    QVERIFY(!button->isEnabled());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    QVERIFY(tab->hasSeedResult());
+    const servelab::SeedBenchmarkResult& r = tab->seedResult();
+    QVERIFY(r.same_tokens);
+    QCOMPARE(r.rows.size(), size_t(2));
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousSeedTable"));
+    QCOMPARE(table->rowCount(), 2);
+    QCOMPARE(table->columnCount(), 8);
+    for (int row = 0; row < 2; ++row) {
+      QCOMPARE(table->item(row, 1)->text(), QStringLiteral("6"));
+      QCOMPARE(table->item(row, 6)->text(), QString::number(r.rows[size_t(row)].tokens));
+      QCOMPARE(table->item(row, 7)->text(), QString::number(r.rows[size_t(row)].inference_calls));
+    }
+    QVERIFY(table->item(0, 0)->text().startsWith(QStringLiteral("baseline")));
+    QCOMPARE(r.rows[1].tokens, 6 * 4);
+    // Its batched run streamed into the Gantt: one prefill per query, on three slots.
+    QVERIFY(tab->timelineNames().back().startsWith(QStringLiteral("seed benchmark")));
+    const QVector<Cell> cells = tab->primaryChart()->cells();
+    QCOMPARE(std::count_if(cells.begin(), cells.end(), [](const Cell& c) { return c.style == Style::Solid; }),
+             6);
+    QCOMPARE(tab->primaryChart()->cellRows().size(), 3);
+    QVERIFY(tab->lastResult().contains(QStringLiteral("seed_benchmark")));
+  }
+
+  void settingsPersist() {
+    {
+      auto w = makeWindow(QStringLiteral("persist"));
+      auto* batching = qobject_cast<BatchingTab*>(w->tab(QStringLiteral("batching")));
+      batching->setPrompts({QStringLiteral("One"), QStringLiteral("Two prompts")});
+      batching->setBatchSizes(QStringLiteral("1,8"));
+      ContinuousTab* c = continuousTab(*w);
+      c->setRequests(12);
+      c->setArrivalRate(2.5);
+      c->setPromptTokens(3, 9);
+      c->setSeedQueries(7);
+      w->close();
+    }
+    auto w = makeWindow(QStringLiteral("persist"));
+    auto* batching = qobject_cast<BatchingTab*>(w->tab(QStringLiteral("batching")));
+    QCOMPARE(batching->prompts(), (QStringList{QStringLiteral("One"), QStringLiteral("Two prompts")}));
+    QCOMPARE(batching->batchSizes(), (QVector<qint64>{1, 8}));
+    const servelab::SyncVsContinuousParams p = continuousTab(*w)->params();
+    QCOMPARE(p.requests, 12);
+    QCOMPARE(p.arrival_rate, 2.5);
+    QCOMPARE(p.prompt_tokens_min, 3);
+    QCOMPARE(p.prompt_tokens_max, 9);
+    QCOMPARE(continuousTab(*w)->seedParams().queries, 7);
+  }
+
+  void scriptedRunsExitZero_data() {
+    QTest::addColumn<QString>("tab");
+    QTest::newRow("batching") << QStringLiteral("batching");
+    QTest::newRow("continuous") << QStringLiteral("continuous");
+  }
+  void scriptedRunsExitZero() {
+    QFETCH(QString, tab);
+    const QString ini = settingsPath(QStringLiteral("script-") + tab);
+    {
+      QSettings s(ini, QSettings::IniFormat);
+      s.setValue(QStringLiteral("batching/batchSizes"), QStringLiteral("1,2"));
+      s.setValue(QStringLiteral("batching/newTokens"), 3);
+      s.setValue(QStringLiteral("batching/repeats"), 1);
+      s.setValue(QStringLiteral("continuous/requests"), 4);
+      s.setValue(QStringLiteral("continuous/maxBatch"), 2);
+      s.setValue(QStringLiteral("continuous/longEvery"), 2);
+      s.setValue(QStringLiteral("continuous/longTokens"), 6);
+      s.setValue(QStringLiteral("continuous/shortTokens"), 2);
+    }
+    const QString shot = tmp_.filePath(tab + QStringLiteral(".png")),
+                  chart = tmp_.filePath(tab + QStringLiteral("-chart.svg")),
+                  report = tmp_.filePath(tab + QStringLiteral(".json"));
+    QProcess app;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+    app.setProcessEnvironment(env);
+    app.start(QStringLiteral(SERVELAB_GUI),
+              {QStringLiteral("--settings"), ini, QStringLiteral("--model"), tiny_, QStringLiteral("--tab"),
+               tab, QStringLiteral("--run"), QStringLiteral("--screenshot"), shot,
+               QStringLiteral("--export-chart"), chart, QStringLiteral("--report"), report});
+    QVERIFY(app.waitForFinished(kRunTimeoutMs));
+    QVERIFY2(app.exitCode() == 0, app.readAllStandardError().constData());
+    QVERIFY(!QImage(shot).isNull());
+    QVERIFY(readAll(chart).contains("<svg"));
+    const QJsonObject r = QJsonDocument::fromJson(readAll(report)).object();
+    QCOMPARE(r[QStringLiteral("ok")].toBool(), true);
+    if (tab == QLatin1String("batching")) {
+      QCOMPARE(r[QStringLiteral("points")].toArray().size(), 2);
+      QCOMPARE(r[QStringLiteral("padded")].toObject()[QStringLiteral("input_ids")].toArray().size(), 3);
+    } else {
+      QCOMPARE(r[QStringLiteral("methods")].toArray().size(), 2);
+      QCOMPARE(r[QStringLiteral("same_tokens")].toBool(), true);
+      QVERIFY(readAll(chart).contains("slot 1"));
+    }
+  }
+};
+
+QTEST_MAIN(TestBatchingTabs)
+#include "test_batching_tabs.moc"
