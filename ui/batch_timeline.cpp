@@ -80,7 +80,7 @@ void BatchTimeline::step(const servelab::BatchStep& s) {
     steps_.resize(s.step + 1);
     occupancy_.resize(s.step + 1);
   }
-  steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms};
+  steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms, s.prefill_ms};
   int generating = 0;
   for (const Request& r : requests_) generating += r.lastToken == s.step ? 1 : 0;
   occupancy_[s.step] = generating;
@@ -120,7 +120,7 @@ BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
   }
   for (const servelab::BatchStep& s : run.steps) {
     if (s.step >= t.steps_.size()) t.steps_.resize(s.step + 1);
-    if (s.step >= 0) t.steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms};
+    if (s.step >= 0) t.steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms, s.prefill_ms};
   }
   t.occupancy_ = QVector<int>(t.steps_.size(), 0);
   for (const Request& r : t.requests_)
@@ -178,7 +178,10 @@ QVector<ChartView::Cell> BatchTimeline::cells() const {
         tr("%1\nstep %2: admitted, prefill of its prompt and its first token").arg(name).arg(r.admitted);
     if (r.admitted < steps_.size()) {
       const Step& s = steps_[r.admitted];
-      prefillInfo += tr("\nthe step took %1 ms").arg(s.ms, 0, 'f', 2);
+      prefillInfo += s.prefillMs > 0 ? tr("\nthe step took %1 ms, %2 ms of it for the admitted prompts")
+                                           .arg(s.ms, 0, 'f', 2)
+                                           .arg(s.prefillMs, 0, 'f', 2)
+                                     : tr("\nthe step took %1 ms").arg(s.ms, 0, 'f', 2);
       if (s.kvCopyBytes > 0)
         prefillInfo +=
             tr("; %1 of KV cache copied (%2 ms)").arg(humanBytes(s.kvCopyBytes)).arg(s.kvCopyMs, 0, 'f', 2);

@@ -27,6 +27,7 @@ class BatchTimeline {
     double ms = 0;
     qint64 kvCopyBytes = 0;
     double kvCopyMs = 0;
+    double prefillMs = 0;  // of ms: the admitted prompts' forward pass
   };
   // The cells of one request, in steps (inclusive); an empty span has last < first.
   struct Span {

@@ -311,7 +311,7 @@ class CellPlottable : public QCPAbstractPlottable {
   void draw(QCPPainter* painter) override {
     if (cells.isEmpty()) return;
     const QRectF clip = clipRect();
-    const QFont font = chartFont(9);
+    const QFont font = chartFont(9.5);
     const QFontMetricsF metrics(font);
     painter->setFont(font);
     for (const ChartView::Cell& c : cells) {
@@ -509,6 +509,14 @@ void ChartView::setLogXBase2(bool on) {
   applyXAxisMode();
   fitPending_ = true;
   if (!userZoomed_) fitToData();
+  replotSoon();
+}
+
+void ChartView::setIntegerTicks(bool x, bool y) {
+  integerX_ = x;
+  integerY_ = y;
+  applyXAxisMode();
+  applyYAxisMode();
   replotSoon();
 }
 
@@ -793,7 +801,10 @@ void ChartView::applyYAxisMode() {
     y->setTickLengthOut(3);
     y->grid()->setVisible(false);
   } else {
-    y->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    if (integerY_)
+      y->setTicker(QSharedPointer<IntegerTicker>::create());
+    else
+      y->setTicker(QSharedPointer<QCPAxisTicker>::create());
     y->setRangeReversed(false);
     y->setSubTicks(true);
     y->setTickLengthIn(4);
@@ -1119,7 +1130,10 @@ void ChartView::applyXAxisMode() {
     x->setTickLengthOut(0);
     x->grid()->setVisible(true);
   } else {
-    x->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    if (integerX_)
+      x->setTicker(QSharedPointer<IntegerTicker>::create());
+    else
+      x->setTicker(QSharedPointer<QCPAxisTicker>::create());
     x->setScaleType(QCPAxis::stLinear);
     x->setNumberFormat(QStringLiteral("gb"));
     x->setNumberPrecision(6);

@@ -43,6 +43,8 @@ class ChartView : public QWidget {
   void setAxisLabels(const QString& x, const QString& y, const QString& y2 = QString());
   // x axis in log2 with ticks at powers of two (batch sizes).
   void setLogXBase2(bool on);
+  // Ticks on whole numbers only (request ids, step numbers, counts) on a linear x and/or y axis.
+  void setIntegerTicks(bool x, bool y);
   void setTheme(ChartTheme theme);
   ChartTheme theme() const;
 
@@ -193,6 +195,7 @@ class ChartView : public QWidget {
   ChartTheme theme_ = ChartTheme::Light;
   bool userZoomed_ = false;
   bool logX_ = false;
+  bool integerX_ = false, integerY_ = false;
   bool replotPending_ = false;
   QCPItemText* readout_ = nullptr;
   QCPLayerable* svgClipBegin_ = nullptr;

@@ -242,10 +242,12 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   occupancy_->setObjectName(QStringLiteral("continuousOccupancy"));
   occupancy_->setTitle(tr("Batch occupancy"));
   occupancy_->setAxisLabels(tr("scheduler step"), tr("requests generating"));
+  occupancy_->setIntegerTicks(true, true);
   latency_ = new ChartView(this);
   latency_->setObjectName(QStringLiteral("continuousLatency"));
   latency_->setTitle(tr("Latency per request"));
   latency_->setAxisLabels(tr("request"), tr("latency (ms)"));
+  latency_->setIntegerTicks(true, false);
   chartTabs_ = new QTabWidget(this);
   chartTabs_->setObjectName(QStringLiteral("continuousCharts"));
   chartTabs_->setDocumentMode(true);
@@ -278,8 +280,9 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   auto* bottom = new QSplitter(Qt::Horizontal, this);
   bottom->addWidget(resultTabs_);
   bottom->addWidget(chartTabs_);
-  bottom->setStretchFactor(0, 11);
-  bottom->setStretchFactor(1, 9);
+  bottom->setStretchFactor(0, 9);
+  bottom->setStretchFactor(1, 11);
+  bottom->setSizes({450, 550});
   bottom->setChildrenCollapsible(false);
   auto* right = new QSplitter(Qt::Vertical, this);
   right->addWidget(ganttPanel);
@@ -438,6 +441,9 @@ bool ContinuousTab::startJob(Job job) {
                           .arg(p.short_tokens)
                           .arg(p.max_batch));
   } else {
+    // The baseline sends no batch events: say so until the batched run starts.
+    drawTimeline(BatchTimeline(), tr("seed benchmark, the baseline first (one query at a time)"));
+    resetStream({});
     summary_->setText(tr("Seed benchmark: %1 queries of %2 tokens, one at a time, then batched (max %3)…")
                           .arg(seedQueries_->value())
                           .arg(seedNewTokens_->value())
@@ -671,7 +677,8 @@ void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
   comparison_->setColumnCount(static_cast<int>(r.methods.size()));
   comparison_->setVerticalHeaderLabels(figures);
   QStringList methods;
-  for (const servelab::ServeSummary& m : r.methods) methods << QString::fromStdString(m.method);
+  for (const servelab::ServeSummary& m : r.methods)
+    methods << QString::fromStdString(m.method).replace(QStringLiteral(" ("), QStringLiteral("\n("));
   comparison_->setHorizontalHeaderLabels(methods);
   for (int c = 0; c < static_cast<int>(r.methods.size()); ++c) {
     const servelab::ServeSummary& m = r.methods[static_cast<size_t>(c)];

@@ -355,7 +355,7 @@ class TestBatchingTabs : public QObject {
     auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousComparison"));
     QCOMPARE(table->columnCount(), 3);
     QCOMPARE(table->horizontalHeaderItem(0)->text(), QStringLiteral("synchronous"));
-    QCOMPARE(table->horizontalHeaderItem(1)->text(), QStringLiteral("continuous (slot KV)"));
+    QCOMPARE(table->horizontalHeaderItem(1)->text(), QStringLiteral("continuous\n(slot KV)"));
     QCOMPARE(table->rowCount(), 14);
     QCOMPARE(table->item(2, 0)->text(), QStringLiteral("1.00×"));  // speed-up of synchronous over itself
     QCOMPARE(table->item(9, 1)->text(), QString::number(r.methods[1].inference_calls));
