@@ -187,7 +187,7 @@ QVector<ChartView::Cell> BatchTimeline::cells() const {
             tr("; %1 of KV cache copied (%2 ms)").arg(humanBytes(s.kvCopyBytes)).arg(s.kvCopyMs, 0, 'f', 2);
     }
     out.push_back({r.admitted - 0.5, r.admitted + 0.5, row, color, ChartView::CellStyle::Solid,
-                   decode.empty() ? QStringLiteral("%1").arg(id) : QString(), prefillInfo});
+                   decode.empty() ? QStringLiteral("#%1").arg(id) : QString(), prefillInfo});
     if (!decode.empty()) {
       out.push_back({decode.first - 0.5, decode.last + 0.5, row, color, ChartView::CellStyle::Tint,
                      QStringLiteral("#%1").arg(id),

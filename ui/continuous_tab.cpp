@@ -3,6 +3,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QEvent>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -582,6 +583,15 @@ void ContinuousTab::flushStream() {
     pendingText_[i].clear();
   }
   c.endEditBlock();
+}
+
+void ContinuousTab::changeEvent(QEvent* event) {
+  ExperimentTab::changeEvent(event);
+  // Text colours follow the theme: write the shown run's texts again.
+  if (event->type() == QEvent::PaletteChange && !running_) {
+    const int i = shownTimeline();
+    if (i >= 0 && i < shown_.size()) resetStream(shown_[i].texts);
+  }
 }
 
 // --- Results ---------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ class ContinuousTab : public ExperimentTab {
   QString summaryText() const;
   QString streamText() const;
 
+ protected:
+  void changeEvent(QEvent* event) override;
+
  private:
   enum class Job { None, Compare, Seed };
   struct Shown {
