@@ -148,7 +148,7 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   const KvMemoryManager::CopyStats later = kv_->take_copy_stats();
   s.kv_copy_bytes = copied.bytes + later.bytes;
   s.kv_copy_ms = copied.ms + later.ms;
-  result_.kv_copy_bytes += copied.bytes;
+  result_.kv_copy_bytes += s.kv_copy_bytes;
   result_.inference_calls += s.forward_calls;
   for (int64_t id : s.retired) {
     trackers_[static_cast<size_t>(id)].result().finished_step = s.step;

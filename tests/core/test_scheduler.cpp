@@ -102,7 +102,7 @@ class TestScheduler : public QObject {
   }
 
   void check_metrics(const std::vector<BatchRequest>& rs, const BatchRunResult& r, int64_t max_batch) {
-    int64_t tokens = 0, calls = 0, rows = 0, most = 0;
+    int64_t tokens = 0, calls = 0, rows = 0, most = 0, copied = 0;
     for (const RequestResult& q : r.requests) {
       tokens += static_cast<int64_t>(q.generated_ids.size());
       QCOMPARE(q.token_ms.size(), q.generated_ids.size());
@@ -115,6 +115,7 @@ class TestScheduler : public QObject {
     }
     for (const BatchStep& s : r.steps) {
       calls += s.forward_calls;
+      copied += s.kv_copy_bytes;
       rows += (s.admitted.empty() ? 0 : static_cast<int64_t>(s.admitted.size())) + s.decode_tokens;
       most = std::max({most, s.decode_tokens, static_cast<int64_t>(s.admitted.size())});
       QVERIFY(s.running <= max_batch);
@@ -122,6 +123,7 @@ class TestScheduler : public QObject {
     }
     QCOMPARE(r.generated_tokens, tokens);
     QCOMPARE(r.inference_calls, calls);
+    QCOMPARE(r.kv_copy_bytes, copied);  // the run's total is its steps' (admissions and retirements)
     QCOMPARE(r.max_batch, most);
     QVERIFY(std::abs(r.average_batch - static_cast<double>(rows) / static_cast<double>(calls)) < 1e-9);
     // Continuous batching: every forward row yields one token, so rows = tokens.
