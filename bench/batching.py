@@ -121,7 +121,7 @@ def step_times(a):
             "--prompt-tokens-min", "100", "--prompt-tokens-max", "300", "--long-every", "3",
             "--long-tokens", "48", "--short-tokens", "12"]
     r = ours(args, a.threads)
-    out = {"workload": " ".join(args[1:])}
+    out = {"workload": " ".join(args)}
     for run in r["runs"]:
         if not run["method"].startswith("continuous"):
             continue

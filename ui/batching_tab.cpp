@@ -490,17 +490,15 @@ void BatchingTab::onFinished(const servelab::BatchSweepResult& r) {
 
 void BatchingTab::onFailed(const QString& kind, const QString& message) {
   lastError_ = message;
-  progress_->setFormat(kind == QLatin1String("cancelled") ? tr("stopped") : tr("failed"));
-  summary_->setText(kind == QLatin1String("cancelled")
-                        ? tr("<b>Stopped.</b> The batch sizes measured so far stay on the chart.")
-                        : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
+  showRunFailure(progress_, summary_, kind, message,
+                 tr("<b>Stopped.</b> The batch sizes measured so far stay on the chart."));
   runEnded(false, message);
 }
 
 QJsonObject BatchingTab::lastResult() const {
   QJsonObject o;
   if (hasResult_) {
-    o = QJsonDocument::fromJson(QByteArray::fromStdString(result_.to_json().dump())).object();
+    o = toQJsonObject(result_.to_json());
   } else {
     o[QStringLiteral("experiment")] = QStringLiteral("batch-sweep");
     if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;

@@ -763,10 +763,8 @@ void ContinuousTab::fillSeedTable(const servelab::SeedBenchmarkResult& r) {
 void ContinuousTab::onFailed(const QString& kind, const QString& message) {
   flush();
   lastError_ = message;
-  const bool stopped = kind == QLatin1String("cancelled");
-  progress_->setFormat(stopped ? tr("stopped") : tr("failed"));
-  summary_->setText(stopped ? tr("<b>Stopped.</b> The timeline shows how far the run got.")
-                            : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
+  showRunFailure(progress_, summary_, kind, message,
+                 tr("<b>Stopped.</b> The timeline shows how far the run got."));
   // The earlier results stay on offer; the partial timeline stays drawn until one is picked.
   rebuildSelector(-1);
   finishJob(false, message);
@@ -814,13 +812,12 @@ void ContinuousTab::showTimeline(int index) {
 QJsonObject ContinuousTab::lastResult() const {
   QJsonObject o;
   if (hasResult_) {
-    o = QJsonDocument::fromJson(QByteArray::fromStdString(result_.to_json().dump())).object();
+    o = toQJsonObject(result_.to_json());
   } else {
     o[QStringLiteral("experiment")] = QStringLiteral("sync-vs-continuous");
   }
   if (hasSeedResult_) {
-    o[QStringLiteral("seed_benchmark")] =
-        QJsonDocument::fromJson(QByteArray::fromStdString(seedResult_.to_json().dump())).object();
+    o[QStringLiteral("seed_benchmark")] = toQJsonObject(seedResult_.to_json());
   }
   if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
   return o;

@@ -1,6 +1,9 @@
 #include "experiment_tab.h"
 
 #include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QLabel>
+#include <QProgressBar>
 #include <QPushButton>
 
 #include "engine_worker.h"
@@ -12,6 +15,17 @@ QString chartFootnote(const ModelSummary& m) {
   return QStringLiteral("%1 · %2 %3 · %4 threads")
       .arg(m.demo ? QStringLiteral("built-in model (random weights)") : m.name, m.device, m.dtype)
       .arg(m.threads);
+}
+
+QJsonObject toQJsonObject(const nlohmann::json& json) {
+  return QJsonDocument::fromJson(QByteArray::fromStdString(json.dump())).object();
+}
+
+void ExperimentTab::showRunFailure(QProgressBar* progress, QLabel* summary, const QString& kind,
+                                   const QString& message, const QString& stoppedText) {
+  const bool stopped = kind == QLatin1String("cancelled");
+  progress->setFormat(stopped ? tr("stopped") : tr("failed"));
+  summary->setText(stopped ? stoppedText : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
 }
 
 QHBoxLayout* ExperimentTab::makeRunButtons(const QString& prefix, const QString& runToolTip) {

@@ -4,10 +4,13 @@
 #include <QJsonObject>
 #include <QSettings>
 #include <QWidget>
+#include <nlohmann/json.hpp>
 
 #include "engine_types.h"
 
 class QHBoxLayout;
+class QLabel;
+class QProgressBar;
 class QPushButton;
 
 namespace servelab::ui {
@@ -46,12 +49,19 @@ class ExperimentTab : public QWidget {
   // Bookkeeping shared by every tab when its run starts and ends.
   void runStarted();
   void runEnded(bool ok, const QString& message);
+  // A run that ended early, on the tab's progress bar and summary: "stopped" with stoppedText
+  // when it was cancelled, else "failed" with the kind and message.
+  static void showRunFailure(QProgressBar* progress, QLabel* summary, const QString& kind,
+                             const QString& message, const QString& stoppedText);
 
   EngineController* engine_;
   bool running_ = false;
   QPushButton* runButton_ = nullptr;
   QPushButton* stopButton_ = nullptr;
 };
+
+// A core result's JSON as a Qt object, for --report.
+QJsonObject toQJsonObject(const nlohmann::json& json);
 
 // "model · device dtype · N threads" under every chart.
 QString chartFootnote(const ModelSummary& model);

@@ -255,10 +255,8 @@ void KvCacheTab::onFinished(const servelab::KvCacheTimingResult& r) {
 
 void KvCacheTab::onFailed(const QString& kind, const QString& message) {
   lastError_ = message;
-  progress_->setFormat(kind == QLatin1String("cancelled") ? tr("stopped") : tr("failed"));
-  summary_->setText(kind == QLatin1String("cancelled")
-                        ? tr("<b>Stopped.</b> The points measured so far stay on the chart.")
-                        : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
+  showRunFailure(progress_, summary_, kind, message,
+                 tr("<b>Stopped.</b> The points measured so far stay on the chart."));
   runEnded(false, message);
 }
 
@@ -268,7 +266,7 @@ QJsonObject KvCacheTab::lastResult() const {
     if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
     return o;
   }
-  return QJsonDocument::fromJson(QByteArray::fromStdString(result_.to_json().dump())).object();
+  return toQJsonObject(result_.to_json());
 }
 
 void KvCacheTab::loadSettings(QSettings& s) {
