@@ -12,6 +12,7 @@
 
 #include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
+#include "experiments/quantization.h"
 #include "experiments/seed_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/generator.h"
@@ -36,15 +37,26 @@ struct ModelArgs {
   std::string device = "cpu";
   std::string dtype = "fp32";
   int threads = 0;
+  std::string quant = "none";
+  std::string quant_exec = "auto";
 
-  void add_to(CLI::App* app) {
+  void add_to(CLI::App* app, bool with_quant = true) {
     app->add_option("--model", model, "Hugging Face GPT-2 folder (default: the built-in demo model)");
     app->add_option("--device", device, "cpu, cuda or cuda:N");
     app->add_option("--dtype", dtype, "fp32, fp16 or bf16");
     app->add_option("--threads", threads, "CPU threads for libtorch (0: its default)");
+    if (!with_quant) return;
+    app->add_option("--quant", quant,
+                    "quantize the weights after loading: none, zp-uint8, int8-channel, int4-g32, int4-g64, "
+                    "int4-g128, fp16, bf16");
+    app->add_option(
+        "--quant-exec", quant_exec,
+        "how quantized weights run: dequant-once, jit, native or auto (native where a kernel exists)");
   }
   std::unique_ptr<Engine> load() const {
     EngineOptions o{device, dtype, threads};
+    o.quant = quant;
+    o.quant_exec = quant_exec;
     return model.empty() ? Engine::load_demo(o) : Engine::load_folder(model, o);
   }
 };
@@ -250,6 +262,61 @@ int cmd_bench_seed(const ModelArgs& m, const SeedBenchmarkParams& p, bool as_jso
   return 0;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int cmd_quantize(const ModelArgs& m, QuantizationParams p, const std::string& modes, bool as_json) {
+  if (!modes.empty()) p.modes = split_list(modes);
+  if (p.modes.empty()) throw InputError("--mode is empty");
+  for (const auto& name : p.modes) parse_quant_mode(name);  // a bad name fails before loading
+  parse_quant_exec(p.exec);
+  auto engine = m.load();
+  QuantizationResult r = run_quantization(*engine, p);
+  json j = r.to_json();
+  j["engine"] = engine->info();
+  if (as_json) {
+    print_json(j);
+    return 0;
+  }
+  std::printf("%-13s %-13s %11s %8s %11s %10s %9s %9s %9s %10s %10s %10s\n", "mode", "exec", "weights MB",
+              "of fp32", "resident MB", "max |err|", "KL mean", "top-1", "decode ms", "vs fp32",
+              "batch tok/s", "vs fp32");
+  for (const QuantModeResult& q : r.modes) {
+    std::printf("%-13s %-13s %11.1f %7.1f%% %11.1f %10.2e %9.2e %8.1f%%", q.mode.c_str(), q.exec.c_str(),
+                static_cast<double>(q.memory.total_bytes) / 1e6, 100.0 * q.memory.fraction_of_fp32,
+                static_cast<double>(q.memory.resident_bytes) / 1e6, q.max_abs_error, q.kl_mean,
+                100.0 * q.top1_agreement);
+    if (q.speed)
+      std::printf(" %9.2f %9.2fx %10.1f %9.2fx", q.speed->decode_ms, q.speed->decode_speedup,
+                  q.speed->batch_tokens_per_s, q.speed->batch_ratio);
+    std::printf("\n");
+  }
+  for (const QuantModeResult& q : r.modes)
+    if (q.mode == "zp-uint8")
+      std::printf(
+          "seed comparison (HF get_memory_footprint, with GPT-2's causal-mask buffers): %lld bytes fp32, "
+          "%lld bytes zero-point uint8\n",
+          static_cast<long long>(q.memory.seed_fp32_footprint_bytes),
+          static_cast<long long>(q.memory.seed_footprint_bytes));
+  if (!r.modes.empty()) {
+    std::printf("\ngreedy text, fp32 vs each mode (first prompt):\n  %-13s %s%s\n", "fp32",
+                r.modes.front().greedy.front().prompt.c_str(),
+                r.modes.front().greedy.front().reference_text.c_str());
+    for (const QuantModeResult& q : r.modes)
+      if (q.mode != "none")
+        std::printf("  %-13s %s%s\n", q.mode.c_str(), q.greedy.front().prompt.c_str(),
+                    q.greedy.front().text.c_str());
+  }
+  if (!r.caveat.empty()) std::printf("[%s]\n", r.caveat.c_str());
+  return 0;
+}
+
 int cmd_export_demo(const std::string& out_dir, bool tiny) {
   // Same config, seed, device and dtype as Engine::load_demo, so the folder loads to the same model.
   const EngineOptions defaults;
@@ -380,6 +447,23 @@ int main(int argc, char** argv) {
   bench_seed->add_flag("--no-baseline", sb_no_baseline, "run the batched queries only");
   bench_seed->add_flag("--json", sb_json, "compact JSON");
 
+  QuantizationParams qp;
+  std::string q_modes;
+  bool q_json = false, q_no_speed = false;
+  auto* quantize = app.add_subcommand(
+      "quantize", "Every quantization mode against fp32: memory, error, logit drift, greedy text, speed");
+  margs.add_to(quantize, false);
+  quantize->add_option("--mode", q_modes,
+                       "comma-separated: zp-uint8, int8-channel, int4-g32, int4-g64, int4-g128, fp16, bf16 "
+                       "(default: zp-uint8,int8-channel,int4-g64,fp16,bf16)");
+  quantize->add_option("--exec", qp.exec, "dequant-once, jit, native or auto");
+  quantize->add_option("--prompt", qp.prompts, "prompts for logit drift and greedy text (repeatable)");
+  quantize->add_option("--new-tokens", qp.new_tokens, "greedy tokens compared with fp32");
+  quantize->add_option("--repeats", qp.repeats, "alternating fp32 / mode timing repeats (medians)");
+  quantize->add_option("--batch", qp.batch, "rows of the batched throughput run");
+  quantize->add_flag("--no-speed", q_no_speed, "skip the timings");
+  quantize->add_flag("--json", q_json, "compact JSON");
+
   std::string export_dir;
   auto* exp =
       app.add_subcommand("export-demo", "Write the built-in demo model as a Hugging Face GPT-2 folder");
@@ -413,6 +497,10 @@ int main(int argc, char** argv) {
     if (*bench_seed) {
       sb.baseline = !sb_no_baseline;
       return cmd_bench_seed(margs, sb, sb_json);
+    }
+    if (*quantize) {
+      qp.measure_speed = !q_no_speed;
+      return cmd_quantize(margs, qp, q_modes, q_json);
     }
     if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);

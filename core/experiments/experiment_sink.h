@@ -6,7 +6,8 @@
 
 namespace servelab {
 
-class BatchSink;  // generate/continuous_batching.h
+class BatchSink;         // generate/continuous_batching.h
+class QuantizationSink;  // experiments/quantization.h
 
 class ExperimentSink {
  public:
@@ -24,6 +25,8 @@ struct ExperimentControl {
   const std::atomic<bool>* cancel = nullptr;
   // Live scheduler events of the batching experiments (each run starts with on_run_start).
   BatchSink* batch = nullptr;
+  // Each quantization mode's result as soon as it is measured.
+  QuantizationSink* quant = nullptr;
 };
 
 }  // namespace servelab

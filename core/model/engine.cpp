@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "model/gpt2_model.h"
+#include "quant/quantized_model.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -43,6 +44,8 @@ std::unique_ptr<Engine> Engine::load_demo(const EngineOptions& o, const std::str
       std::make_unique<Gpt2Model>(config, make_random_gpt2_weights(config, o.demo_seed, device, dtype));
   e->is_demo_ = true;
   e->name_ = "built-in demo (GPT-2 small shape, random weights)";
+  e->parameters_ = e->model_->weights().parameter_count();
+  e->apply_options(o);
   return e;
 }
 
@@ -78,10 +81,41 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
     throw ModelFormatError(dir + ": tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
                            " tokens but config.json vocab_size is " + std::to_string(config.vocab_size));
   e->name_ = root.filename().empty() ? root.parent_path().filename().string() : root.filename().string();
+  e->parameters_ = e->model_->weights().parameter_count();
+  e->apply_options(o);
   return e;
 }
 
 Engine::~Engine() = default;
+
+void Engine::apply_options(const EngineOptions& o) {
+  QuantSpec spec = parse_quant_mode(o.quant);
+  spec.exec = parse_quant_exec(o.quant_exec);
+  quantize(spec);
+}
+
+void Engine::quantize(const QuantSpec& spec) {
+  if (!spec.is_quantized()) return;
+  if (quant_.is_quantized())
+    throw InputError("the model is already quantized (" + quant_.mode_name() + "); load it again to change");
+  c10::InferenceMode guard;
+  QuantSpec resolved = spec;
+  resolved.exec = resolve_quant_exec(spec, model_->device());
+  try {
+    std::unique_ptr<Gpt2Model> m;
+    {
+      QuantizedGpt2 q = quantize_gpt2(model_->config(), model_->weights(), resolved);
+      m = build_quantized_model(q, model_->dtype(), resolved.exec);
+    }
+    m->set_attention_backend(model_->attention_backend());
+    model_ = std::move(m);
+  } catch (const c10::OutOfMemoryError&) {
+    throw OutOfMemoryError("out of memory quantizing the model to " + spec.mode_name());
+  }
+  quant_ = resolved;
+  quant_kernel_ = model_->kernels() ? model_->kernels()->description()
+                                    : "dequantized once to " + dtype_label(model_->dtype());
+}
 
 const Gpt2Config& Engine::config() const { return model_->config(); }
 
@@ -106,8 +140,11 @@ nlohmann::json Engine::info() const {
   j["demo"] = is_demo_;
   if (is_demo_) j["caveat"] = text_caveat();
   j["config"] = c.to_json();
-  j["parameters"] = model_->weights().parameter_count();
-  j["weight_bytes"] = model_->weights().bytes();
+  j["parameters"] = parameters_;
+  j["weight_bytes"] = model_->resident_bytes();  // as held in memory (quantized when quantized)
+  if (quant_.is_quantized())
+    j["quantization"] = {
+        {"mode", quant_.mode_name()}, {"exec", quant_exec_name(quant_.exec)}, {"kernel", quant_kernel_}};
   j["lm_head_tied"] = model_->weights().lm_head_tied;
   j["dtype"] = dtype_label(model_->dtype());
   j["device"] = device_label(model_->device());

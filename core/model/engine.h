@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/gpt2_config.h"
+#include "quant/quant_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
@@ -18,6 +19,9 @@ struct EngineOptions {
   std::string dtype = "fp32";
   int threads = 0;  // 0: leave libtorch's default
   std::uint64_t demo_seed = 1234;
+  // Quantize the weights right after loading (quant_spec.h names); "none" keeps them as loaded.
+  std::string quant = "none";
+  std::string quant_exec = "auto";
 };
 
 class Engine {
@@ -33,6 +37,11 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Replaces the model by its quantized form (the fp32 matrices are released). Once only.
+  void quantize(const QuantSpec& spec);
+  // The scheme and the execution it resolved to; scheme None when the weights are as loaded.
+  const QuantSpec& quantization() const { return quant_; }
+
   const Gpt2Model& model() const { return *model_; }
   Gpt2Model& model() { return *model_; }
   const Gpt2Config& config() const;
@@ -46,10 +55,14 @@ class Engine {
 
  private:
   Engine() = default;
+  void apply_options(const EngineOptions& options);
   std::unique_ptr<Gpt2Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   bool is_demo_ = false;
   std::string name_;
+  QuantSpec quant_;
+  std::string quant_kernel_;
+  int64_t parameters_ = 0;
 };
 
 // Where the built-in model's GPT-2 tokenizer is: $SERVELAB_TOKENIZER_DIR, else the folder

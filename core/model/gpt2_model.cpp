@@ -10,6 +10,18 @@ namespace servelab {
 Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {}
 
+Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights, std::shared_ptr<const LinearKernels> kernels)
+    : config_(std::move(config)), weights_(std::move(weights)), kernels_(std::move(kernels)) {}
+
+int64_t Gpt2Model::resident_bytes() const {
+  return weights_.bytes() + (kernels_ ? kernels_->resident_bytes() : 0);
+}
+
+at::Tensor Gpt2Model::linear(int64_t layer, LinearSlot slot, const at::Tensor& x, const at::Tensor& weight,
+                             const at::Tensor& bias) const {
+  return kernels_ ? kernels_->linear(layer, slot, x, bias) : at::addmm(bias, x, weight);
+}
+
 KvCache Gpt2Model::make_cache(int64_t batch, int64_t capacity) const {
   return KvCache(config_.n_layer, batch, config_.n_head, capacity, config_.head_dim(),
                  at::TensorOptions().dtype(dtype()).device(device()));
@@ -43,7 +55,8 @@ at::Tensor Gpt2Model::attention(int64_t layer, const Gpt2LayerWeights& w, const 
                                 const at::Tensor& mask, bool causal, KvCache* cache,
                                 const ForwardInput& in) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.n_embd, H = config_.n_head, D = config_.head_dim();
-  at::Tensor qkv = at::addmm(w.c_attn_bias, x.reshape({B * T, E}), w.c_attn_weight).view({B, T, 3, H, D});
+  at::Tensor qkv = linear(layer, LinearSlot::Attn, x.reshape({B * T, E}), w.c_attn_weight, w.c_attn_bias)
+                       .view({B, T, 3, H, D});
   at::Tensor q = qkv.select(2, 0).transpose(1, 2);
   at::Tensor k = qkv.select(2, 1).transpose(1, 2);
   at::Tensor v = qkv.select(2, 2).transpose(1, 2);
@@ -60,12 +73,12 @@ at::Tensor Gpt2Model::attention(int64_t layer, const Gpt2LayerWeights& w, const 
     y = attend(layer, q, k, v, mask, causal);
   }
   y = y.transpose(1, 2).reshape({B * T, E});
-  return at::addmm(w.c_proj_bias, y, w.c_proj_weight).view({B, T, E});
+  return linear(layer, LinearSlot::AttnProj, y, w.c_proj_weight, w.c_proj_bias).view({B, T, E});
 }
 
-at::Tensor Gpt2Model::mlp(const Gpt2LayerWeights& w, const at::Tensor& x) const {
+at::Tensor Gpt2Model::mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.n_embd;
-  at::Tensor h = at::addmm(w.c_fc_bias, x.reshape({B * T, E}), w.c_fc_weight);
+  at::Tensor h = linear(layer, LinearSlot::Fc, x.reshape({B * T, E}), w.c_fc_weight, w.c_fc_bias);
   const std::string& act = config_.activation_function;
   if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
     h = at::gelu(h, "tanh");
@@ -74,7 +87,7 @@ at::Tensor Gpt2Model::mlp(const Gpt2LayerWeights& w, const at::Tensor& x) const 
   } else {
     h = at::relu(h);
   }
-  return at::addmm(w.mlp_proj_bias, h, w.mlp_proj_weight).view({B, T, E});
+  return linear(layer, LinearSlot::MlpProj, h, w.mlp_proj_weight, w.mlp_proj_bias).view({B, T, E});
 }
 
 at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
@@ -128,19 +141,20 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   }
 
   const Gpt2Weights& w = weights_;
-  at::Tensor x = at::embedding(w.wte, ids.to(dev)) + at::embedding(w.wpe, in.position_ids.to(dev));
+  at::Tensor x = kernels_ ? kernels_->embed(ids.to(dev), in.position_ids.to(dev))
+                          : at::embedding(w.wte, ids.to(dev)) + at::embedding(w.wpe, in.position_ids.to(dev));
   const double eps = config_.layer_norm_epsilon;
   const int64_t E = config_.n_embd;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     const Gpt2LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     x = x +
         attention(l, lw, at::layer_norm(x, {E}, lw.ln_1_weight, lw.ln_1_bias, eps), mask, causal, cache, in);
-    x = x + mlp(lw, at::layer_norm(x, {E}, lw.ln_2_weight, lw.ln_2_bias, eps));
+    x = x + mlp(l, lw, at::layer_norm(x, {E}, lw.ln_2_weight, lw.ln_2_bias, eps));
   }
   if (cache && !per_row) cache->advance(T);
   if (!in.all_logits) x = x.select(1, T - 1);
   x = at::layer_norm(x, {E}, w.ln_f_weight, w.ln_f_bias, eps);
-  return at::matmul(x, w.lm_head.t());
+  return kernels_ ? kernels_->lm_head(x) : at::matmul(x, w.lm_head.t());
 }
 
 }  // namespace servelab

@@ -4,9 +4,12 @@
 // left-padded batch computes exactly what each prompt computes alone.
 #include <ATen/ATen.h>
 
+#include <memory>
+
 #include "model/gpt2_config.h"
 #include "model/gpt2_weights.h"
 #include "model/kv_cache.h"
+#include "model/linear_kernels.h"
 
 namespace servelab {
 
@@ -37,6 +40,9 @@ struct ForwardInput {
 class Gpt2Model {
  public:
   Gpt2Model(Gpt2Config config, Gpt2Weights weights);
+  // A model whose matrices (embeddings, projections, LM head) are run by kernels; weights then
+  // holds the LayerNorms and biases, and its matrices may be left undefined.
+  Gpt2Model(Gpt2Config config, Gpt2Weights weights, std::shared_ptr<const LinearKernels> kernels);
 
   // With a cache, T new positions are appended to it and attend to everything cached before;
   // without one, the input is the whole sequence (the teaching contrast: no reuse at all).
@@ -46,8 +52,12 @@ class Gpt2Model {
 
   const Gpt2Config& config() const { return config_; }
   const Gpt2Weights& weights() const { return weights_; }
-  at::Device device() const { return weights_.wte.device(); }
-  at::ScalarType dtype() const { return weights_.wte.scalar_type(); }
+  // Of the activations and the KV cache (the LayerNorms' dtype; quantized matrices differ).
+  at::Device device() const { return weights_.ln_f_weight.device(); }
+  at::ScalarType dtype() const { return weights_.ln_f_weight.scalar_type(); }
+  const LinearKernels* kernels() const { return kernels_.get(); }
+  // Bytes of weights held while running: the kernels' data plus the plain tensors.
+  int64_t resident_bytes() const;
 
   void set_attention_backend(AttentionBackend b) { backend_ = b; }
   AttentionBackend attention_backend() const { return backend_; }
@@ -55,13 +65,16 @@ class Gpt2Model {
  private:
   at::Tensor attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x, const at::Tensor& mask,
                        bool causal, KvCache* cache, const ForwardInput& in) const;
-  at::Tensor mlp(const Gpt2LayerWeights& w, const at::Tensor& x) const;
+  at::Tensor mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x) const;
+  at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x, const at::Tensor& weight,
+                    const at::Tensor& bias) const;
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& mask, bool causal) const;
 
   Gpt2Config config_;
   Gpt2Weights weights_;
   AttentionBackend backend_ = AttentionBackend::Sdpa;
+  std::shared_ptr<const LinearKernels> kernels_;
 };
 
 }  // namespace servelab

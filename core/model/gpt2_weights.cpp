@@ -107,13 +107,15 @@ std::vector<std::pair<std::string, at::Tensor>> Gpt2Weights::named_tensors() con
 
 std::int64_t Gpt2Weights::parameter_count() const {
   std::int64_t n = 0;
-  for (const auto& [name, t] : named_tensors()) n += t.numel();
+  for (const auto& [name, t] : named_tensors())
+    if (t.defined()) n += t.numel();
   return n;
 }
 
 std::int64_t Gpt2Weights::bytes() const {
   std::int64_t n = 0;
-  for (const auto& [name, t] : named_tensors()) n += t.numel() * static_cast<std::int64_t>(t.element_size());
+  for (const auto& [name, t] : named_tensors())
+    if (t.defined()) n += t.numel() * static_cast<std::int64_t>(t.element_size());
   return n;
 }
 

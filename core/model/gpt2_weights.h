@@ -28,6 +28,7 @@ struct Gpt2Weights {
 
   // Every named parameter once (lm_head only when untied), HF names with "transformer." prefix.
   std::vector<std::pair<std::string, at::Tensor>> named_tensors() const;
+  // Of the tensors held (a quantized model leaves its matrices undefined here).
   std::int64_t parameter_count() const;
   std::int64_t bytes() const;
 };

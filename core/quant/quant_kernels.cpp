@@ -1,0 +1,287 @@
+#include "quant/quant_kernels.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <array>
+
+#include "util/errors.h"
+
+namespace servelab {
+
+namespace {
+
+const char* slot_name(LinearSlot s) {
+  switch (s) {
+    case LinearSlot::Attn:
+      return "attn.c_attn";
+    case LinearSlot::AttnProj:
+      return "attn.c_proj";
+    case LinearSlot::Fc:
+      return "mlp.c_fc";
+    case LinearSlot::MlpProj:
+      return "mlp.c_proj";
+  }
+  return "?";
+}
+
+constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
+                                              LinearSlot::MlpProj};
+
+std::string layer_name(int64_t layer, LinearSlot s) {
+  return "transformer.h." + std::to_string(layer) + "." + slot_name(s);
+}
+
+// The operators below are looked up by name at run time, so that the engine still builds
+// against a libtorch that lacks them (the GPU machine's may be older); native_quant_available
+// says beforehand whether they are there.
+c10::OperatorHandle op(const char* name) { return c10::Dispatcher::singleton().findSchemaOrThrow(name, ""); }
+
+at::Tensor call_tensor(const c10::OperatorHandle& h, std::vector<c10::IValue> stack) {
+  h.callBoxed(&stack);
+  return stack.at(0).toTensor();
+}
+
+// Shared by both kinds: the matrices by layer and slot, and the embeddings gathered row by row
+// from their quantized form (only the rows a step needs are dequantized).
+class QuantKernelsBase : public LinearKernels {
+ public:
+  QuantKernelsBase(const QuantizedGpt2& q, at::ScalarType act) : act_(act), scheme_(q.spec.scheme) {
+    wte_ = q.at("transformer.wte.weight");
+    wpe_ = q.at("transformer.wpe.weight");
+    tied_ = q.lm_head_tied;
+    head_ = tied_ ? wte_ : q.at("lm_head.weight");
+    for (int64_t l = 0; l < q.config.n_layer; ++l) {
+      std::array<QuantizedTensor, 4> m;
+      for (size_t i = 0; i < kSlots.size(); ++i) m[i] = q.at(layer_name(l, kSlots[i]) + ".weight");
+      matrices_.push_back(std::move(m));
+    }
+  }
+
+  at::Tensor embed(const at::Tensor& ids, const at::Tensor& positions) const override {
+    return wte_.gather_rows(ids, act_) + wpe_.gather_rows(positions, act_);
+  }
+
+ protected:
+  const QuantizedTensor& matrix(int64_t layer, LinearSlot s) const {
+    return matrices_.at(static_cast<size_t>(layer))[static_cast<size_t>(s)];
+  }
+  int64_t embedding_bytes() const {
+    return wte_.value_bytes() + wte_.state_bytes() + wpe_.value_bytes() + wpe_.state_bytes();
+  }
+  at::Tensor flat(const at::Tensor& h) const { return h.reshape({-1, h.size(-1)}); }
+  at::Tensor unflat(const at::Tensor& y, const at::Tensor& h) const {
+    std::vector<int64_t> s = h.sizes().vec();
+    s.back() = y.size(1);
+    return y.view(s);
+  }
+
+  at::ScalarType act_;
+  QuantScheme scheme_;
+  QuantizedTensor wte_, wpe_, head_;
+  bool tied_ = true;
+  std::vector<std::array<QuantizedTensor, 4>> matrices_;
+};
+
+// Just-in-time dequantization. A whole fp32 matrix per call would read the quantized bytes and
+// then write and read four bytes per weight again: slower than fp32 and, for the LM head, a
+// 150 MB temporary. So each product runs over blocks of output channels whose dequantized form
+// fits the cache: memory traffic stays at the quantized size. For per-channel int8 the scale is
+// applied to the block's output instead of its weights (one conversion per block, no multiply).
+class JitKernels final : public QuantKernelsBase {
+ public:
+  JitKernels(const QuantizedGpt2& q, at::ScalarType act, int64_t block_bytes)
+      : QuantKernelsBase(q, act), block_bytes_(block_bytes) {
+    if (block_bytes_ < 1) throw InputError("JIT block size must be positive");
+  }
+
+  at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
+                    const at::Tensor& bias) const override {
+    return product(matrix(layer, slot), x, bias);
+  }
+  at::Tensor lm_head(const at::Tensor& h) const override { return unflat(product(head_, flat(h), {}), h); }
+
+  int64_t resident_bytes() const override {
+    int64_t n = embedding_bytes() + (tied_ ? 0 : head_.value_bytes() + head_.state_bytes());
+    for (const auto& m : matrices_)
+      for (const auto& t : m) n += t.value_bytes() + t.state_bytes();
+    return n;
+  }
+  std::string description() const override {
+    return "JIT dequantization in blocks of " + std::to_string(block_bytes_ >> 10) + " KiB, then GEMM";
+  }
+
+ private:
+  at::Tensor product(const QuantizedTensor& w, const at::Tensor& x, const at::Tensor& bias) const {
+    const int64_t out = w.rows(), in = w.cols();
+    const int64_t elem = static_cast<int64_t>(c10::elementSize(act_));
+    const int64_t rows = std::max<int64_t>(16, block_bytes_ / (in * elem) / 16 * 16);
+    const bool scale_after = w.scheme == QuantScheme::PerChannelInt8;
+    at::Tensor y = at::empty({x.size(0), out}, x.options());
+    for (int64_t r0 = 0; r0 < out; r0 += rows) {
+      const int64_t n = std::min(rows, out - r0);
+      at::Tensor block =
+          scale_after ? w.values.narrow(0, r0, n).to(act_) : w.dequantize_rows(r0, r0 + n, act_);
+      at::Tensor dst = y.narrow(1, r0, n);
+      at::mm_out(dst, x, block.t());
+    }
+    if (scale_after) y.mul_(w.scale.to(act_));
+    if (bias.defined()) y.add_(bias);
+    return y;
+  }
+
+  int64_t block_bytes_;
+};
+
+// fbgemm's dynamic int8 linear on the CPU (activations quantized per call, u8 x s8 products with
+// int32 accumulation), _weight_int8pack_mm on CUDA (weight-only int8), torch's int4 CPU kernel,
+// and plain half-precision GEMMs for fp16 / bf16.
+class NativeKernels final : public QuantKernelsBase {
+ public:
+  NativeKernels(const QuantizedGpt2& q, at::ScalarType act, at::Device device)
+      : QuantKernelsBase(q, act), device_(device) {
+    std::string why;
+    if (!native_quant_available(q.spec, device, &why))
+      throw InputError("native " + q.spec.mode_name() + ": " + why);
+    // fbgemm adds the bias inside its kernel, so it is packed with the weight; the other
+    // kernels add the model's own bias after the product.
+    for (size_t l = 0; l < matrices_.size(); ++l) {
+      std::array<Prepared, 4> p;
+      for (size_t i = 0; i < 4; ++i) {
+        const at::Tensor bias =
+            q.at(layer_name(static_cast<int64_t>(l), kSlots[i]) + ".bias").dequantize(at::kFloat);
+        p[i] = prepare(matrices_[l][i], packs_bias() ? bias : at::Tensor());
+      }
+      prepared_.push_back(std::move(p));
+    }
+    head_prepared_ = prepare(head_, {});
+    // The prepared forms replace the matrices; only the embeddings' rows stay as they were.
+    for (auto& m : matrices_)
+      for (auto& t : m) t = QuantizedTensor{};
+    if (!tied_) head_ = QuantizedTensor{};
+  }
+
+  at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
+                    const at::Tensor& bias) const override {
+    at::Tensor y = run(prepared_.at(static_cast<size_t>(layer))[static_cast<size_t>(slot)], x);
+    return packs_bias() || !bias.defined() ? y : y.add_(bias);
+  }
+  at::Tensor lm_head(const at::Tensor& h) const override { return unflat(run(head_prepared_, flat(h)), h); }
+
+  int64_t resident_bytes() const override {
+    int64_t n = embedding_bytes() + head_prepared_.bytes;
+    for (const auto& p : prepared_)
+      for (const auto& x : p) n += x.bytes;
+    return n;
+  }
+  std::string description() const override {
+    switch (scheme_) {
+      case QuantScheme::PerChannelInt8:
+        return device_.is_cpu() ? "fbgemm dynamic int8 linear (quantized::linear_dynamic, activations "
+                                  "quantized per call)"
+                                : "weight-only int8 GEMM (aten::_weight_int8pack_mm)";
+      case QuantScheme::Int4Group:
+        return "int4 CPU kernel (aten::_weight_int4pack_mm_for_cpu)";
+      case QuantScheme::Fp16:
+        return "fp16 GEMM (activations cast to fp16 per call)";
+      case QuantScheme::Bf16:
+        return "bf16 GEMM (activations cast to bf16 per call)";
+      default:
+        return "?";
+    }
+  }
+
+ private:
+  bool packs_bias() const { return scheme_ == QuantScheme::PerChannelInt8 && device_.is_cpu(); }
+
+  struct Prepared {
+    c10::IValue packed;  // fbgemm's packed weight
+    at::Tensor weight;   // int8 [out, in], int4 packed, or half [out, in]
+    at::Tensor scale;    // int8: [out]; int4: scales and zeros [in / g, out, 2]
+    int64_t group_size = 0;
+    int64_t bytes = 0;
+  };
+
+  Prepared prepare(const QuantizedTensor& w, const at::Tensor& bias) const {
+    Prepared p;
+    const int64_t out = w.rows(), in = w.cols();
+    switch (scheme_) {
+      case QuantScheme::PerChannelInt8: {
+        if (device_.is_cpu()) {
+          // Our int8 values and scales as they are (no second rounding); fbgemm packs its own
+          // copy with int32 column offsets.
+          at::Tensor scale = at::where(w.scale == 0, at::ones_like(w.scale), w.scale).to(at::kDouble);
+          at::Tensor qw = at::_make_per_channel_quantized_tensor(
+              w.values, scale, at::zeros({out}, at::TensorOptions().dtype(at::kLong)), 0);
+          std::vector<c10::IValue> stack{qw,
+                                         bias.defined() ? c10::IValue(bias.to(at::kFloat)) : c10::IValue()};
+          op("quantized::linear_prepack").callBoxed(&stack);
+          p.packed = stack.at(0);
+          p.bytes = out * in + out * (4 + 4 + 4) + (bias.defined() ? out * 4 : 0);
+        } else {
+          p.weight = w.values;
+          p.scale = w.scale.to(act_);
+          p.bytes = out * in + out * static_cast<int64_t>(c10::elementSize(act_));
+        }
+        break;
+      }
+      case QuantScheme::Int4Group: {
+        at::Tensor codes = unpack_int4(w.values).to(at::kInt);
+        p.weight = call_tensor(op("aten::_convert_weight_to_int4pack_for_cpu"), {codes, int64_t{1}});
+        // torch's kernel computes (q - 8) * scale + zero; ours q * scale + min.
+        p.scale = at::stack({w.scale.t(), (w.offset + 8 * w.scale).t()}, -1).to(act_).contiguous();
+        p.group_size = w.group_size;
+        p.bytes = p.weight.numel() * static_cast<int64_t>(p.weight.element_size()) +
+                  p.scale.numel() * static_cast<int64_t>(p.scale.element_size());
+        break;
+      }
+      case QuantScheme::Fp16:
+      case QuantScheme::Bf16: {
+        p.weight = w.values;
+        p.bytes = w.value_bytes();
+        break;
+      }
+      default:
+        throw InputError("no native kernel for " + QuantSpec{scheme_}.mode_name());
+    }
+    return p;
+  }
+
+  at::Tensor run(const Prepared& p, const at::Tensor& x) const {
+    switch (scheme_) {
+      case QuantScheme::PerChannelInt8: {
+        if (device_.is_cpu()) {
+          static const c10::OperatorHandle dynamic = op("quantized::linear_dynamic");
+          return call_tensor(dynamic, {x.to(at::kFloat).contiguous(), p.packed, true}).to(act_);
+        }
+        static const c10::OperatorHandle int8mm = op("aten::_weight_int8pack_mm");
+        return call_tensor(int8mm, {x.contiguous(), p.weight, p.scale});
+      }
+      case QuantScheme::Int4Group: {
+        static const c10::OperatorHandle int4mm = op("aten::_weight_int4pack_mm_for_cpu");
+        return call_tensor(int4mm, {x.contiguous(), p.weight, p.group_size, p.scale});
+      }
+      default: {
+        return at::mm(x.to(p.weight.scalar_type()), p.weight.t()).to(act_);
+      }
+    }
+  }
+
+  at::Device device_;
+  std::vector<std::array<Prepared, 4>> prepared_;
+  Prepared head_prepared_;
+};
+
+}  // namespace
+
+std::shared_ptr<const LinearKernels> make_jit_kernels(const QuantizedGpt2& q, at::ScalarType act,
+                                                      int64_t block_bytes) {
+  return std::make_shared<JitKernels>(q, act, block_bytes);
+}
+
+std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedGpt2& q, at::ScalarType act,
+                                                         at::Device device) {
+  return std::make_shared<NativeKernels>(q, act, device);
+}
+
+}  // namespace servelab
