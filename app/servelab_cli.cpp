@@ -39,12 +39,16 @@ struct ModelArgs {
   int threads = 0;
   std::string quant = "none";
   std::string quant_exec = "auto";
+  std::string gemm = "auto";
 
   void add_to(CLI::App* app, bool with_quant = true) {
     app->add_option("--model", model, "Hugging Face GPT-2 folder (default: the built-in demo model)");
     app->add_option("--device", device, "cpu, cuda or cuda:N");
     app->add_option("--dtype", dtype, "fp32, fp16 or bf16");
     app->add_option("--threads", threads, "CPU threads for libtorch (0: its default)");
+    app->add_option("--gemm", gemm,
+                    "fp32 GEMMs: aten (addmm), onednn (weights prepacked once; CPU fp32), auto (onednn where "
+                    "available)");
     if (!with_quant) return;
     app->add_option("--quant", quant,
                     "quantize the weights after loading: none, zp-uint8, int8-channel, int4-g32, int4-g64, "
@@ -57,6 +61,7 @@ struct ModelArgs {
     EngineOptions o{device, dtype, threads};
     o.quant = quant;
     o.quant_exec = quant_exec;
+    o.gemm = gemm;
     return model.empty() ? Engine::load_demo(o) : Engine::load_folder(model, o);
   }
 };

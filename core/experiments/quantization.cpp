@@ -11,6 +11,7 @@
 #include "experiments/batch_sweep.h"  // median
 #include "generate/generation.h"
 #include "model/gpt2_model.h"
+#include "model/packed_linear.h"
 #include "quant/quantized_model.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -126,7 +127,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     if (s.is_quantized()) specs.push_back(s);
   }
   const Gpt2Model& ref = engine.model();
-  if (ref.kernels() || engine.quantization().is_quantized())
+  if (engine.quantization().is_quantized())
     throw InputError("the loaded model is already quantized (" + engine.quantization().mode_name() +
                      "); load it without --quant to measure quantization against its own weights");
   const at::Device device = ref.device();
@@ -178,8 +179,12 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     result.fp32_perplexity = perplexity(ref, ppl_ids);
   }
 
-  const auto named = ref.weights().named_tensors();
-  const int64_t fp32_bytes = engine.model().weights().parameter_count() * 4;
+  // The reference's fp32 weights as plain tensors (rebuilt from oneDNN's layout when packed).
+  const Gpt2Weights dense = ref.dense_weights();
+  const auto named = dense.named_tensors();
+  const int64_t fp32_bytes = dense.parameter_count() * 4;
+  // Dequantize-once models run the same GEMMs as the reference, so only the weights differ.
+  const bool pack = ref.kernels() && ref.kernels()->holds_dense_weights();
   const double stages = static_cast<double>(specs.size());
   for (size_t mi = 0; mi < specs.size(); ++mi) {
     check_cancel(control);
@@ -192,7 +197,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     std::unique_ptr<Gpt2Model> owned;
     const Gpt2Model* model = &ref;
     {
-      QuantizedGpt2 q = quantize_gpt2(cfg, ref.weights(), spec);
+      QuantizedGpt2 q = quantize_gpt2(cfg, dense, spec);
       const QuantizedBytes b = quantized_bytes(q);
       r.memory.parameters = b.parameters;
       r.memory.quantized_bytes = b.quantized;
@@ -263,6 +268,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
       if (spec.is_quantized()) {
         QuantExec used = resolve_quant_exec(spec, device);
         owned = build_quantized_model(q, ref.dtype(), used);
+        if (used == QuantExec::DequantOnce && pack) owned = pack_linears(*owned);
         owned->set_attention_backend(ref.attention_backend());
         model = owned.get();
         r.exec = quant_exec_name(used);

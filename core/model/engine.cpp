@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "model/gpt2_model.h"
+#include "model/packed_linear.h"
 #include "quant/quantized_model.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -91,7 +92,17 @@ Engine::~Engine() = default;
 void Engine::apply_options(const EngineOptions& o) {
   QuantSpec spec = parse_quant_mode(o.quant);
   spec.exec = parse_quant_exec(o.quant_exec);
-  quantize(spec);
+  const GemmBackend gemm = parse_gemm_backend(o.gemm);
+  std::string why;
+  const bool can_pack = packed_linear_available(model_->device(), model_->dtype(), &why);
+  if (gemm == GemmBackend::OneDnn && !can_pack) throw InputError("--gemm onednn: " + why);
+  pack_fp32_ = gemm != GemmBackend::Aten && can_pack;
+  if (spec.is_quantized()) {
+    quantize(spec);
+  } else if (pack_fp32_) {
+    c10::InferenceMode guard;
+    model_ = pack_linears(*model_);
+  }
 }
 
 void Engine::quantize(const QuantSpec& spec) {
@@ -104,9 +115,10 @@ void Engine::quantize(const QuantSpec& spec) {
   try {
     std::unique_ptr<Gpt2Model> m;
     {
-      QuantizedGpt2 q = quantize_gpt2(model_->config(), model_->weights(), resolved);
+      QuantizedGpt2 q = quantize_gpt2(model_->config(), model_->dense_weights(), resolved);
       m = build_quantized_model(q, model_->dtype(), resolved.exec);
     }
+    if (resolved.exec == QuantExec::DequantOnce && pack_fp32_) m = pack_linears(*m);
     m->set_attention_backend(model_->attention_backend());
     model_ = std::move(m);
   } catch (const c10::OutOfMemoryError&) {
@@ -141,7 +153,11 @@ nlohmann::json Engine::info() const {
   if (is_demo_) j["caveat"] = text_caveat();
   j["config"] = c.to_json();
   j["parameters"] = parameters_;
-  j["weight_bytes"] = model_->resident_bytes();  // as held in memory (quantized when quantized)
+  // The weights in their own format (quantized size when quantized), and what the process holds
+  // for them (packed GEMM layouts can keep a second copy of the tied embedding).
+  j["weight_bytes"] = quant_.is_quantized() ? model_->resident_bytes() : parameters_ * dtype_bytes();
+  j["resident_weight_bytes"] = model_->resident_bytes();
+  j["gemm"] = model_->kernels() ? model_->kernels()->description() : "aten addmm";
   if (quant_.is_quantized())
     j["quantization"] = {
         {"mode", quant_.mode_name()}, {"exec", quant_exec_name(quant_.exec)}, {"kernel", quant_kernel_}};

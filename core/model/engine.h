@@ -22,6 +22,8 @@ struct EngineOptions {
   // Quantize the weights right after loading (quant_spec.h names); "none" keeps them as loaded.
   std::string quant = "none";
   std::string quant_exec = "auto";
+  // fp32 GEMMs: "aten" (addmm), "onednn" (prepacked weights, CPU fp32), "auto" (onednn where it exists).
+  std::string gemm = "auto";
 };
 
 class Engine {
@@ -61,6 +63,7 @@ class Engine {
   bool is_demo_ = false;
   std::string name_;
   QuantSpec quant_;
+  bool pack_fp32_ = false;  // fp32 models (dequantize-once included) run prepacked oneDNN GEMMs
   std::string quant_kernel_;
   int64_t parameters_ = 0;
 };

@@ -13,6 +13,37 @@ Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights)
 Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights, std::shared_ptr<const LinearKernels> kernels)
     : config_(std::move(config)), weights_(std::move(weights)), kernels_(std::move(kernels)) {}
 
+at::Tensor LinearKernels::dense_weight(int64_t, LinearSlot) const {
+  throw InputError("the model's weights are quantized: its fp32 matrices are not kept");
+}
+
+at::Tensor LinearKernels::dense_lm_head() const {
+  throw InputError("the model's weights are quantized: its fp32 matrices are not kept");
+}
+
+Gpt2Weights Gpt2Model::dense_weights() const {
+  Gpt2Weights w = weights_;
+  if (!kernels_) return w;
+  auto fill = [&](at::Tensor& t, int64_t layer, LinearSlot slot) {
+    if (!t.defined()) t = kernels_->dense_weight(layer, slot);
+  };
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const auto layer = static_cast<int64_t>(l);
+    fill(w.layers[l].c_attn_weight, layer, LinearSlot::Attn);
+    fill(w.layers[l].c_proj_weight, layer, LinearSlot::AttnProj);
+    fill(w.layers[l].c_fc_weight, layer, LinearSlot::Fc);
+    fill(w.layers[l].mlp_proj_weight, layer, LinearSlot::MlpProj);
+  }
+  if (!w.wte.defined() || !w.wpe.defined())
+    throw InputError("the model's embeddings are quantized: its fp32 matrices are not kept");
+  if (w.lm_head_tied) {
+    w.lm_head = w.wte;
+  } else if (!w.lm_head.defined()) {
+    w.lm_head = kernels_->dense_lm_head();
+  }
+  return w;
+}
+
 int64_t Gpt2Model::resident_bytes() const {
   return weights_.bytes() + (kernels_ ? kernels_->resident_bytes() : 0);
 }
@@ -141,8 +172,9 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   }
 
   const Gpt2Weights& w = weights_;
-  at::Tensor x = kernels_ ? kernels_->embed(ids.to(dev), in.position_ids.to(dev))
-                          : at::embedding(w.wte, ids.to(dev)) + at::embedding(w.wpe, in.position_ids.to(dev));
+  at::Tensor x = kernels_ && kernels_->handles_embeddings()
+                     ? kernels_->embed(ids.to(dev), in.position_ids.to(dev))
+                     : at::embedding(w.wte, ids.to(dev)) + at::embedding(w.wpe, in.position_ids.to(dev));
   const double eps = config_.layer_norm_epsilon;
   const int64_t E = config_.n_embd;
   for (int64_t l = 0; l < config_.n_layer; ++l) {

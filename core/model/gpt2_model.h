@@ -51,7 +51,11 @@ class Gpt2Model {
   KvCache make_cache(int64_t batch, int64_t capacity) const;
 
   const Gpt2Config& config() const { return config_; }
+  // The tensors the model holds; with kernels, the matrices may be undefined here.
   const Gpt2Weights& weights() const { return weights_; }
+  // Every parameter as a plain tensor, rebuilt from the kernels' layout where needed. Throws
+  // InputError for a quantized model (its fp32 weights are gone).
+  Gpt2Weights dense_weights() const;
   // Of the activations and the KV cache (the LayerNorms' dtype; quantized matrices differ).
   at::Device device() const { return weights_.ln_f_weight.device(); }
   at::ScalarType dtype() const { return weights_.ln_f_weight.scalar_type(); }

@@ -17,6 +17,8 @@ class LinearKernels {
   // x [rows, in] -> x W + bias, [rows, out], in the activations' dtype.
   virtual at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
                             const at::Tensor& bias) const = 0;
+  // Whether embed() is used; false leaves the embeddings to the model's own wte / wpe tensors.
+  virtual bool handles_embeddings() const { return true; }
   // Token plus position embeddings for ids and positions of the same shape: [..., n_embd].
   virtual at::Tensor embed(const at::Tensor& ids, const at::Tensor& positions) const = 0;
   // h [..., n_embd] -> logits [..., vocab].
@@ -25,6 +27,12 @@ class LinearKernels {
   virtual int64_t resident_bytes() const = 0;
   // One line for reports: what computes the products.
   virtual std::string description() const = 0;
+  // Kernels over the model's own fp32 weights in another layout can give them back
+  // (Gpt2Model::dense_weights); quantized kernels cannot and return false.
+  virtual bool holds_dense_weights() const { return false; }
+  // A matrix in Conv1D layout [in, out]; the LM head [vocab, n_embd]. Only when holds_dense_weights().
+  virtual at::Tensor dense_weight(int64_t layer, LinearSlot slot) const;
+  virtual at::Tensor dense_lm_head() const;
 };
 
 }  // namespace servelab

@@ -14,6 +14,7 @@
 #include "generate/generator.h"
 #include "model/engine.h"
 #include "model/model_export.h"
+#include "model/packed_linear.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
 #include "util/device.h"
@@ -92,7 +93,7 @@ class TestEngine : public QObject {
   }
 
   void demo_model_is_gpt2_small() {
-    QCOMPARE(demo_->model().weights().parameter_count(), int64_t{124439808});
+    QCOMPARE(demo_->model().dense_weights().parameter_count(), int64_t{124439808});
     QCOMPARE(demo_->model().config().num_parameters(), int64_t{124439808});
     QVERIFY(demo_->is_demo());
     QVERIFY(QString::fromStdString(demo_->text_caveat()).contains("random weights"));
@@ -101,8 +102,46 @@ class TestEngine : public QObject {
     QCOMPARE(info["weight_bytes"].get<int64_t>(), int64_t{124439808} * 4);
     // Deterministic: the same seed gives the same weights.
     auto again = Engine::load_demo({}, tokenizer_dir_);
-    QVERIFY(at::equal(again->model().weights().layers[5].c_fc_weight,
-                      demo_->model().weights().layers[5].c_fc_weight));
+    QVERIFY(at::equal(again->model().dense_weights().layers[5].c_fc_weight,
+                      demo_->model().dense_weights().layers[5].c_fc_weight));
+  }
+
+  void onednn_gemm_matches_aten() {
+    // The prepacked oneDNN GEMMs are a layout change, not a different model: the weights come
+    // back bit for bit, logits agree to fp32 rounding and greedy text is the same.
+    EngineOptions aten_opts, dnn_opts;
+    aten_opts.gemm = "aten";
+    dnn_opts.gemm = "onednn";
+    std::string why;
+    if (!packed_linear_available(at::kCPU, at::kFloat, &why)) QSKIP(why.c_str());
+    auto a = Engine::load_demo(aten_opts, tokenizer_dir_);
+    auto d = Engine::load_demo(dnn_opts, tokenizer_dir_);
+    QCOMPARE(QString::fromStdString(a->info()["gemm"].get<std::string>()), QString("aten addmm"));
+    QVERIFY(QString::fromStdString(d->info()["gemm"].get<std::string>()).contains("oneDNN"));
+    QVERIFY(!d->model().weights().layers[0].c_attn_weight.defined());  // released after packing
+    const Gpt2Weights back = d->model().dense_weights();
+    QVERIFY(at::equal(back.layers[3].c_attn_weight, a->model().weights().layers[3].c_attn_weight));
+    QVERIFY(at::equal(back.layers[11].mlp_proj_weight, a->model().weights().layers[11].mlp_proj_weight));
+    QVERIFY(at::equal(back.lm_head, a->model().weights().lm_head));
+    c10::InferenceMode guard;
+    std::vector<std::vector<int32_t>> prompts;
+    for (const char* p :
+         {"The quick brown fox jumped over the", "The rain in Spain falls", "What comes up must"})
+      prompts.push_back(a->tokenizer().encode(p));
+    GenerateOptions o;
+    o.max_new_tokens = 8;
+    o.stop_at_eos = false;
+    o.report_top = 3;
+    const GenerateResult ga = generate(a->model(), a->tokenizer(), prompts, o);
+    const GenerateResult gd = generate(d->model(), d->tokenizer(), prompts, o);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      QCOMPARE(gd.sequences[i].generated_ids, ga.sequences[i].generated_ids);
+      for (size_t k = 0; k < ga.sequences[i].top.size(); ++k)
+        QVERIFY(std::abs(gd.sequences[i].top[k][0].second - ga.sequences[i].top[k][0].second) < 1e-3);
+    }
+    EngineOptions bad;
+    bad.gemm = "blas";
+    QVERIFY_THROWS_EXCEPTION(InputError, Engine::load_demo(bad, tokenizer_dir_));
   }
 
   void seed_padded_tensors() {

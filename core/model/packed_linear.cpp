@@ -1,0 +1,148 @@
+#include "model/packed_linear.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <array>
+
+#include "util/errors.h"
+
+namespace servelab {
+
+namespace {
+
+constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
+                                              LinearSlot::MlpProj};
+
+// By name, so the engine still builds against a libtorch without them (CUDA builds, old ones).
+std::optional<c10::OperatorHandle> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchema({name, ""});
+}
+
+at::Tensor& slot_weight(Gpt2LayerWeights& w, LinearSlot s) {
+  switch (s) {
+    case LinearSlot::Attn:
+      return w.c_attn_weight;
+    case LinearSlot::AttnProj:
+      return w.c_proj_weight;
+    case LinearSlot::Fc:
+      return w.c_fc_weight;
+    case LinearSlot::MlpProj:
+      return w.mlp_proj_weight;
+  }
+  throw InputError("unknown linear slot");
+}
+
+class PackedLinearKernels final : public LinearKernels {
+ public:
+  PackedLinearKernels(Gpt2Weights& w)
+      : reorder_(*find_op("mkldnn::_reorder_linear_weight")), linear_(*find_op("mkldnn::_linear_pointwise")) {
+    for (auto& layer : w.layers) {
+      std::array<Packed, 4> p;
+      for (size_t i = 0; i < kSlots.size(); ++i) {
+        at::Tensor& m = slot_weight(layer, kSlots[i]);
+        p[i] = pack(m.t().contiguous());  // [out, in], as oneDNN's linear takes it
+        m = at::Tensor();
+      }
+      layers_.push_back(std::move(p));
+    }
+    tied_ = w.lm_head_tied;
+    head_ = pack(w.lm_head.contiguous());
+    if (!tied_) w.lm_head = at::Tensor();
+  }
+
+  at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
+                    const at::Tensor& bias) const override {
+    return run(layers_.at(static_cast<size_t>(layer))[static_cast<size_t>(slot)], x, bias);
+  }
+  at::Tensor embed(const at::Tensor&, const at::Tensor&) const override {
+    throw InputError("packed linear kernels leave the embeddings to the model");
+  }
+  bool handles_embeddings() const override { return false; }
+  at::Tensor lm_head(const at::Tensor& h) const override {
+    at::Tensor y = run(head_, h.reshape({-1, h.size(-1)}), at::Tensor());
+    std::vector<int64_t> s = h.sizes().vec();
+    s.back() = y.size(1);
+    return y.view(s);
+  }
+  int64_t resident_bytes() const override {
+    int64_t n = head_.bytes;  // when tied, a second (packed) copy of wte: the embedding keeps the plain one
+    for (const auto& l : layers_)
+      for (const auto& p : l) n += p.bytes;
+    return n;
+  }
+  std::string description() const override { return "oneDNN GEMM over prepacked fp32 weights"; }
+  bool holds_dense_weights() const override { return true; }
+  at::Tensor dense_weight(int64_t layer, LinearSlot slot) const override {
+    return layers_.at(static_cast<size_t>(layer))[static_cast<size_t>(slot)]
+        .packed.to_dense()
+        .t()
+        .contiguous();
+  }
+  at::Tensor dense_lm_head() const override { return head_.packed.to_dense(); }
+
+ private:
+  struct Packed {
+    at::Tensor packed;  // [out, in] in oneDNN's blocked layout
+    int64_t bytes = 0;
+  };
+
+  Packed pack(const at::Tensor& out_in) const {
+    std::vector<c10::IValue> stack{out_in, c10::IValue()};
+    reorder_.callBoxed(&stack);
+    Packed p;
+    p.packed = stack.at(0).toTensor();
+    p.bytes = out_in.numel() * static_cast<int64_t>(out_in.element_size());
+    return p;
+  }
+
+  at::Tensor run(const Packed& p, const at::Tensor& x, const at::Tensor& bias) const {
+    std::vector<c10::IValue> stack{x.contiguous(),
+                                   p.packed,
+                                   bias.defined() ? c10::IValue(bias) : c10::IValue(),
+                                   std::string("none"),
+                                   c10::List<std::optional<at::Scalar>>(),
+                                   std::optional<std::string>("")};
+    linear_.callBoxed(&stack);
+    return stack.at(0).toTensor();
+  }
+
+  c10::OperatorHandle reorder_, linear_;
+  std::vector<std::array<Packed, 4>> layers_;
+  Packed head_;
+  bool tied_ = true;
+};
+
+}  // namespace
+
+bool packed_linear_available(at::Device device, at::ScalarType dtype, std::string* why_not) {
+  auto no = [&](const std::string& why) {
+    if (why_not) *why_not = why;
+    return false;
+  };
+  if (!device.is_cpu()) return no("prepacked oneDNN GEMMs are a CPU path");
+  if (dtype != at::kFloat) return no("prepacked oneDNN GEMMs are wired for fp32 weights");
+  if (!at::hasMKLDNN()) return no("this libtorch was built without oneDNN");
+  if (!find_op("mkldnn::_reorder_linear_weight") || !find_op("mkldnn::_linear_pointwise"))
+    return no("this libtorch lacks mkldnn::_reorder_linear_weight / _linear_pointwise");
+  return true;
+}
+
+std::unique_ptr<Gpt2Model> pack_linears(const Gpt2Model& model) {
+  std::string why;
+  if (!packed_linear_available(model.device(), model.dtype(), &why)) throw InputError("onednn GEMM: " + why);
+  if (model.kernels()) throw InputError("onednn GEMM: the model's matrices are already run by other kernels");
+  Gpt2Weights w = model.weights();
+  auto kernels = std::make_shared<PackedLinearKernels>(w);
+  auto m = std::make_unique<Gpt2Model>(model.config(), std::move(w), std::move(kernels));
+  m->set_attention_backend(model.attention_backend());
+  return m;
+}
+
+GemmBackend parse_gemm_backend(const std::string& name) {
+  if (name == "aten") return GemmBackend::Aten;
+  if (name == "onednn") return GemmBackend::OneDnn;
+  if (name == "auto") return GemmBackend::Auto;
+  throw InputError("unknown GEMM backend '" + name + "' (choose one of aten, onednn, auto)");
+}
+
+}  // namespace servelab
