@@ -16,6 +16,12 @@ KvCache MergeFilterKvMemory::allocate(int64_t length) const {
 }
 
 int64_t MergeFilterKvMemory::slot_of(int64_t id) const {
+  const auto it = places_.find(id);
+  if (it == places_.end()) throw InputError("request " + std::to_string(id) + " holds no KV memory");
+  return it->second;
+}
+
+int64_t MergeFilterKvMemory::row_of(int64_t id) const {
   for (size_t i = 0; i < rows_.size(); ++i)
     if (rows_[i].id == id) return static_cast<int64_t>(i);
   throw InputError("request " + std::to_string(id) + " holds no KV memory");
@@ -37,9 +43,18 @@ at::Tensor MergeFilterKvMemory::prefill(const std::vector<PrefillRequest>& admit
   // merge_batches: left-pad both caches (and masks) to the longer one and concatenate them.
   const int64_t old_rows = static_cast<int64_t>(rows_.size());
   const int64_t old_len = cache_ ? cache_->length() : 0, len = std::max(old_len, width);
-  for (const PrefillRequest& r : admitted)
+  for (const PrefillRequest& r : admitted) {
     rows_.push_back({r.id, static_cast<int64_t>(r.prompt_ids->size()),
                      static_cast<int64_t>(r.prompt_ids->size()) + r.max_new_tokens});
+    const auto free = std::find(place_used_.begin(), place_used_.end(), false);
+    const auto place = static_cast<int64_t>(free - place_used_.begin());
+    if (free == place_used_.end()) {
+      place_used_.push_back(true);
+    } else {
+      *free = true;
+    }
+    places_[r.id] = place;
+  }
   KvCache merged = allocate(len);
   auto place = [&](const at::Tensor& dst, const at::Tensor& src, int64_t first, int64_t count,
                    int64_t src_len) {
@@ -71,7 +86,7 @@ at::Tensor MergeFilterKvMemory::decode(const std::vector<int64_t>& ids, const st
   auto real_a = real.accessor<int64_t, 2>();
   std::vector<int64_t> order;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t r = slot_of(ids[i]);
+    const int64_t r = row_of(ids[i]);
     order.push_back(r);
     in_a[r][0] = tokens[i];
     pos_a[r][0] = rows_[static_cast<size_t>(r)].length;
@@ -91,6 +106,12 @@ at::Tensor MergeFilterKvMemory::decode(const std::vector<int64_t>& ids, const st
 
 void MergeFilterKvMemory::retire(const std::vector<int64_t>& ids) {
   if (ids.empty()) return;
+  for (int64_t id : ids) {
+    const auto it = places_.find(id);
+    if (it == places_.end()) continue;
+    place_used_[static_cast<size_t>(it->second)] = false;
+    places_.erase(it);
+  }
   std::vector<int64_t> keep;
   for (size_t i = 0; i < rows_.size(); ++i)
     if (std::find(ids.begin(), ids.end(), rows_[i].id) == ids.end()) keep.push_back(static_cast<int64_t>(i));

@@ -18,6 +18,8 @@ class MergeFilterKvMemory : public KvMemoryManager {
   at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
   void retire(const std::vector<int64_t>& ids) override;
+  // A stable batch place (the lowest free one at admission), as SlotKvMemory's slots are; the
+  // request's physical row in the merged cache moves whenever rows before it retire.
   int64_t slot_of(int64_t id) const override;
   int64_t bytes() const override { return cache_ ? cache_->bytes() : 0; }
 
@@ -31,12 +33,16 @@ class MergeFilterKvMemory : public KvMemoryManager {
   KvCache allocate(int64_t length) const;
   // Gathers rows keep (indices into rows_) into a fresh cache, trimming shared padding.
   void repack(const std::vector<int64_t>& keep);
+  // The request's row in cache_ now.
+  int64_t row_of(int64_t id) const;
 
   const Gpt2Model& model_;
   int32_t pad_;
   std::optional<KvCache> cache_;  // [rows, ...] left-padded to cache_->length()
   at::Tensor mask_;               // [rows, cache length] int64: 1 where a position is real
   std::vector<Row> rows_;
+  std::map<int64_t, int64_t> places_;  // request id -> batch place
+  std::vector<bool> place_used_;
 };
 
 }  // namespace servelab

@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "quant/dequant_cpu.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -108,7 +109,8 @@ class JitKernels final : public QuantKernelsBase {
     return n;
   }
   std::string description() const override {
-    return "JIT dequantization in blocks of " + std::to_string(block_bytes_ >> 10) + " KiB, then GEMM";
+    return std::string(fused_dequant_supported(head_) && act_ == at::kFloat ? "fused " : "") +
+           "JIT dequantization in blocks of " + std::to_string(block_bytes_ >> 10) + " KiB, then GEMM";
   }
 
  private:
@@ -117,11 +119,18 @@ class JitKernels final : public QuantKernelsBase {
     const int64_t elem = static_cast<int64_t>(c10::elementSize(act_));
     const int64_t rows = std::max<int64_t>(16, block_bytes_ / (in * elem) / 16 * 16);
     const bool scale_after = w.scheme == QuantScheme::PerChannelInt8;
+    const bool fused = act_ == at::kFloat && fused_dequant_supported(w);
     at::Tensor y = at::empty({x.size(0), out}, x.options());
+    at::Tensor scratch = fused ? at::empty({rows, in}, x.options()) : at::Tensor();
     for (int64_t r0 = 0; r0 < out; r0 += rows) {
       const int64_t n = std::min(rows, out - r0);
-      at::Tensor block =
-          scale_after ? w.values.narrow(0, r0, n).to(act_) : w.dequantize_rows(r0, r0 + n, act_);
+      at::Tensor block;
+      if (fused) {
+        block = scratch.narrow(0, 0, n);
+        dequantize_rows_cpu(w, r0, block);
+      } else {
+        block = scale_after ? w.values.narrow(0, r0, n).to(act_) : w.dequantize_rows(r0, r0 + n, act_);
+      }
       at::Tensor dst = y.narrow(1, r0, n);
       at::mm_out(dst, x, block.t());
     }
