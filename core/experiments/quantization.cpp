@@ -164,8 +164,12 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     check_generation_fits(ref, batch, o);
   }
 
+  // Log-probabilities in fp64 for the KL divergence: in fp32 each of the vocabulary's terms
+  // p (log p - log q) carries a rounding error near 1e-7 p, so a drift as small as fp16's (KL around
+  // 1e-7 on a small model) came out negative.
   std::vector<at::Tensor> ref_logp;
-  for (const auto& ids : prompts) ref_logp.push_back(at::log_softmax(all_logits(ref, ids), -1));
+  for (const auto& ids : prompts)
+    ref_logp.push_back(at::log_softmax(all_logits(ref, ids).to(at::kDouble), -1));
   std::vector<GeneratedSequence> ref_greedy;
   for (const auto& ids : prompts) ref_greedy.push_back(generate(ref, tok, {ids}, greedy).sequences.at(0));
 
@@ -285,7 +289,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     double kl_sum = 0, kl_max = 0;
     int64_t agree = 0, positions = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      at::Tensor logq = at::log_softmax(all_logits(*model, prompts[i]), -1);
+      at::Tensor logq = at::log_softmax(all_logits(*model, prompts[i]).to(at::kDouble), -1);
       at::Tensor kl = (ref_logp[i].exp() * (ref_logp[i] - logq)).sum(-1).to(at::kCPU);
       kl_sum += kl.sum().item<double>();
       kl_max = std::max(kl_max, kl.max().item<double>());

@@ -1,0 +1,20 @@
+# The quantization engine: the seed's formula and the other quantizers on hand-made tensors, the
+# seed's uint8 values and HF's memory footprint (a Python oracle, run first as a CTest fixture),
+# memory to the byte, JIT = dequantize-once, native kernels, generation, the experiment and the
+# CLI's quantize command (libtorch).
+if(SERVELAB_BASE_ONLY)
+  return()  # needs libtorch
+endif()
+add_test(NAME quant_oracle_fixtures
+  COMMAND "${CMAKE_SOURCE_DIR}/.venv/bin/python" "${CMAKE_SOURCE_DIR}/tests/oracle/make_quant_fixtures.py"
+          --out "${CMAKE_BINARY_DIR}/quant_oracle")
+set_tests_properties(quant_oracle_fixtures PROPERTIES FIXTURES_SETUP quant_oracle TIMEOUT 300)
+
+servelab_add_qtest(test_quant
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_quant.cpp
+  LIBS servelab_core FIXTURES quant_oracle TIMEOUT 900)
+set_target_properties(test_quant PROPERTIES AUTOMOC ON)
+set_property(TEST test_quant APPEND PROPERTY ENVIRONMENT "SERVELAB_QUANT_ORACLE_DIR=${CMAKE_BINARY_DIR}/quant_oracle")
+# The quantize command and --quant end to end through the CLI.
+target_compile_definitions(test_quant PRIVATE SERVELAB_CLI="$<TARGET_FILE:servelab-cli>")
+add_dependencies(test_quant servelab-cli)
