@@ -145,8 +145,10 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
   result.caveat = engine.text_caveat();
   result.threads = engine_threads();
   result.device = device_label(device);
-  progress(control, 0.0, "measuring copy bandwidth");
-  result.copy_bandwidth_gbs = copy_bandwidth_gbs(device);
+  if (p.measure_speed) {
+    progress(control, 0.0, "measuring copy bandwidth");
+    result.copy_bandwidth_gbs = copy_bandwidth_gbs(device);
+  }
 
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& s : p.prompts) prompts.push_back(tok.encode(s));

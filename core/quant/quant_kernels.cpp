@@ -208,6 +208,7 @@ class NativeKernels final : public QuantKernelsBase {
     at::Tensor weight;   // int8 [out, in], int4 packed, or half [out, in]
     at::Tensor scale;    // int8: [out]; int4: scales and zeros [in / g, out, 2]
     int64_t group_size = 0;
+    int64_t out = 0;  // output features (int4 pads them to a multiple of 16)
     int64_t bytes = 0;
   };
 
@@ -235,10 +236,20 @@ class NativeKernels final : public QuantKernelsBase {
         break;
       }
       case QuantScheme::Int4Group: {
+        // torch's packing wants a multiple of 16 output rows (GPT-2's LM head has 50257): pad
+        // with zero rows (code 0, scale 0, zero 0) and drop their outputs after the product.
+        const int64_t padded = (out + 15) / 16 * 16;
         at::Tensor codes = unpack_int4(w.values).to(at::kInt);
+        at::Tensor scale = w.scale, zero = w.offset + 8 * w.scale;
+        if (padded != out) {
+          codes = at::constant_pad_nd(codes, {0, 0, 0, padded - out});
+          scale = at::constant_pad_nd(scale, {0, 0, 0, padded - out});
+          zero = at::constant_pad_nd(zero, {0, 0, 0, padded - out});
+        }
+        p.out = out;
         p.weight = call_tensor(op("aten::_convert_weight_to_int4pack_for_cpu"), {codes, int64_t{1}});
         // torch's kernel computes (q - 8) * scale + zero; ours q * scale + min.
-        p.scale = at::stack({w.scale.t(), (w.offset + 8 * w.scale).t()}, -1).to(act_).contiguous();
+        p.scale = at::stack({scale.t(), zero.t()}, -1).to(act_).contiguous();
         p.group_size = w.group_size;
         p.bytes = p.weight.numel() * static_cast<int64_t>(p.weight.element_size()) +
                   p.scale.numel() * static_cast<int64_t>(p.scale.element_size());
@@ -268,7 +279,8 @@ class NativeKernels final : public QuantKernelsBase {
       }
       case QuantScheme::Int4Group: {
         static const c10::OperatorHandle int4mm = op("aten::_weight_int4pack_mm_for_cpu");
-        return call_tensor(int4mm, {x.contiguous(), p.weight, p.group_size, p.scale});
+        at::Tensor y = call_tensor(int4mm, {x.contiguous(), p.weight, p.group_size, p.scale});
+        return y.size(1) == p.out ? y : y.narrow(1, 0, p.out).contiguous();
       }
       default: {
         return at::mm(x.to(p.weight.scalar_type()), p.weight.t()).to(act_);
