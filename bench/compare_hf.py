@@ -25,7 +25,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI = os.path.join(ROOT, "build", "release", "app", "servelab-cli")
+CLI = os.environ.get("SERVELAB_CLI", os.path.join(ROOT, "build", "release", "app", "servelab-cli"))
 PROMPTS = ["The quick brown fox jumped over the", "The rain in Spain falls", "What comes up must"]
 
 

@@ -55,58 +55,56 @@ def row(m):
 
 
 def targets(rows):
+    """The issue's targets. Speed counts only executions that keep the weights quantized (jit,
+    native): dequantize-once runs the fp32 model again."""
     by = {}
     for r in rows:
         by.setdefault(r["mode"], []).append(r)
-    int8 = by.get("int8-channel", [])
-    out = {
-        "int8_channel_weights_fraction (<= 0.27)": int8[0]["weights_fraction_of_fp32"] if int8 else None,
-        "int4_g64_weights_fraction (<= 0.16)": by["int4-g64"][0]["weights_fraction_of_fp32"] if "int4-g64" in by else None,
-        "int8_best_batch1_decode_speedup (>= 1.3)": max((r["decode_speedup"] for r in int8
-                                                         if r["exec"] in ("jit", "native")), default=None),
-        "slowest_mode_at_batch32 (each mode's best execution; ratio >= 0.667 means at most 1.5x slower)": None,
+    live = {m: [r for r in rs if r["exec"] in ("jit", "native") and r["batch_ratio"] is not None]
+            for m, rs in by.items() if m != "none"}
+    best_batch = {m: max(rs, key=lambda r: r["batch_ratio"]) for m, rs in live.items() if rs}
+    return {
+        "int8_channel_weights_fraction (<= 0.27)": by["int8-channel"][0]["weights_fraction_of_fp32"],
+        "int4_g64_weights_fraction (<= 0.16)": by["int4-g64"][0]["weights_fraction_of_fp32"],
+        "int8_best_batch1_decode_speedup (>= 1.3)": max(r["decode_speedup"] for r in live["int8-channel"]),
+        "batch32_ratio_per_mode (best of jit/native; >= 0.667 means at most 1.5x slower)":
+            {m: [r["exec"], r["batch_ratio"]] for m, r in best_batch.items()},
     }
-    worst = None
-    for mode, rs in by.items():
-        if mode == "none":
-            continue
-        best = max(r["batch_ratio"] for r in rs if r["batch_ratio"] is not None)
-        if worst is None or best < worst[1]:
-            worst = (mode, best)
-    out["slowest_mode_at_batch32 (each mode's best execution; ratio >= 0.667 means at most 1.5x slower)"] = worst
-    return out
 
 
 def plot(rows, path, footnote):
+    """Per mode: fp32 beside each execution that keeps the weights quantized (jit, native).
+    Dequantize-once is left out: at run time it is the fp32 model again."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    best = {}
-    for r in rows:
-        if r["mode"] == "none" or r["decode_speedup"] is None:
-            continue
-        b = best.get(r["mode"])
-        if b is None or r["decode_speedup"] > b["decode_speedup"]:
-            best[r["mode"]] = r
-    modes = list(best)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4), dpi=150)
-    xs = range(len(modes))
-    ax1.bar([x - 0.2 for x in xs], [best[m]["fp32_decode_ms"] for m in modes], 0.4, color="#999", label="fp32")
-    ax1.bar([x + 0.2 for x in xs], [best[m]["decode_ms"] for m in modes], 0.4, color="#1f77b4", label="mode")
-    ax1.scatter([x + 0.2 for x in xs], [best[m]["floor_ms"] for m in modes], marker="_", s=400, color="#d62728",
-                zorder=3, label="memory floor")
-    ax1.set_xticks(list(xs), [f"{m}\n{best[m]['exec']}" for m in modes], fontsize=7)
-    ax1.set_ylabel("batch-1 decode step (ms)")
-    ax1.legend(fontsize=7)
-    ax1.set_title("Decode at batch 1 (lower is better)", fontsize=9)
-    ax2.bar([x - 0.2 for x in xs], [best[m]["fp32_batch_tokens_per_s"] for m in modes], 0.4, color="#999",
-            label="fp32")
-    ax2.bar([x + 0.2 for x in xs], [best[m]["batch_tokens_per_s"] for m in modes], 0.4, color="#2ca02c",
-            label="mode")
-    ax2.set_xticks(list(xs), [f"{m}\n{best[m]['exec']}" for m in modes], fontsize=7)
-    ax2.set_ylabel("tokens/s, batch of 32")
-    ax2.legend(fontsize=7)
-    ax2.set_title("Batched throughput (higher is better)", fontsize=9)
+    execs = [("jit", "#1f77b4"), ("native", "#ff7f0e")]
+    cell = {(r["mode"], r["exec"]): r for r in rows if r["decode_ms"] is not None}
+    modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "none"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), dpi=150)
+    w = 0.27
+    for ax, key, fkey, label in ((ax1, "decode_ms", "fp32_decode_ms", "batch-1 decode step (ms)"),
+                                 (ax2, "batch_tokens_per_s", "fp32_batch_tokens_per_s", "tokens/s, batch of 32")):
+        for i, m in enumerate(modes):
+            ref = [cell[(m, e)][fkey] for e, _ in execs if (m, e) in cell]
+            ax.bar(i - w, sorted(ref)[len(ref) // 2], w, color="#999", label="fp32 (same run)" if i == 0 else None)
+            for k, (e, color) in enumerate(execs):
+                r = cell.get((m, e))
+                if r is None:
+                    continue
+                ax.bar(i + k * w, r[key], w, color=color, label=e if i == 0 or (m, e) not in cell else None)
+                if key == "decode_ms":
+                    ax.plot([i + k * w - w / 2, i + k * w + w / 2], [r["floor_ms"]] * 2, color="#d62728", lw=2,
+                            label="memory floor" if (i, k) == (0, 0) else None)
+        ax.set_xticks(range(len(modes)), modes, fontsize=7)
+        ax.set_ylabel(label)
+        handles, labels = ax.get_legend_handles_labels()
+        seen = {}
+        for h, l in zip(handles, labels):
+            seen.setdefault(l, h)
+        ax.legend(seen.values(), seen.keys(), fontsize=7)
+    ax1.set_title("Decode at batch 1 (lower is better; red: weight bytes / copy bandwidth)", fontsize=8)
+    ax2.set_title("Batched throughput (higher is better)", fontsize=8)
     fig.text(0.01, 0.005, footnote, fontsize=6, color="#555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -120,10 +118,17 @@ def main():
     ap.add_argument("--only", default="jit,native,dequant-once", help="executions to run")
     ap.add_argument("--plot", help="PNG: batch-1 decode and batched throughput per mode (best execution)")
     ap.add_argument("--quick", action="store_true", help="fewer tokens and a smaller batch (smoke run)")
+    ap.add_argument("--from", dest="from_json", help="redraw --plot from a saved output instead of measuring")
     a = ap.parse_args()
+    if a.from_json:
+        saved = json.load(open(a.from_json))
+        plot(saved["rows"], a.plot, saved.get("command", "bench/quantization.py"))
+        return
     if not os.path.exists(CLI):
         sys.exit(f"bench/quantization.py: {CLI} not found; build first (scripts/build release)")
-    out = {"machine": {"threads": a.threads, "cpu_count": os.cpu_count()}, "repeats": a.repeats, "runs": {}}
+    command = "bench/quantization.py --threads %d --repeats %d (built-in model, CPU)" % (a.threads, a.repeats)
+    out = {"command": command, "machine": {"threads": a.threads, "cpu_count": os.cpu_count()},
+           "repeats": a.repeats, "runs": {}}
     rows = []
     for execution in a.only.split(","):
         r = run(execution, MODES[execution], a)
@@ -132,7 +137,7 @@ def main():
     out["rows"] = rows
     out["targets"] = targets(rows)
     if a.plot:
-        plot(rows, a.plot, "bench/quantization.py --threads %d --repeats %d (built-in model, CPU)" % (a.threads, a.repeats))
+        plot(rows, a.plot, command)
     print(json.dumps(out, indent=2))
 
 

@@ -18,6 +18,18 @@ std::optional<c10::OperatorHandle> find_op(const char* name) {
   return c10::Dispatcher::singleton().findSchema({name, ""});
 }
 
+at::Tensor call_linear(const c10::OperatorHandle& op, const at::Tensor& x, const at::Tensor& w,
+                       const at::Tensor& bias) {
+  std::vector<c10::IValue> stack{x.contiguous(),
+                                 w,
+                                 bias.defined() ? c10::IValue(bias) : c10::IValue(),
+                                 std::string("none"),
+                                 c10::List<std::optional<at::Scalar>>(),
+                                 std::optional<std::string>("")};
+  op.callBoxed(&stack);
+  return stack.at(0).toTensor();
+}
+
 at::Tensor& slot_weight(Gpt2LayerWeights& w, LinearSlot s) {
   switch (s) {
     case LinearSlot::Attn:
@@ -136,6 +148,11 @@ std::unique_ptr<Gpt2Model> pack_linears(const Gpt2Model& model) {
   auto m = std::make_unique<Gpt2Model>(model.config(), std::move(w), std::move(kernels));
   m->set_attention_backend(model.attention_backend());
   return m;
+}
+
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  static const c10::OperatorHandle linear = *find_op("mkldnn::_linear_pointwise");
+  return call_linear(linear, x, weight, bias);
 }
 
 GemmBackend parse_gemm_backend(const std::string& name) {

@@ -18,6 +18,10 @@ bool packed_linear_available(at::Device device, at::ScalarType dtype, std::strin
 // packed_linear_available says no.
 std::unique_ptr<Gpt2Model> pack_linears(const Gpt2Model& model);
 
+// x [rows, in] times weight [out, in] (plain, or packed by _reorder_linear_weight) plus bias,
+// through oneDNN. Only where packed_linear_available says yes.
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
 // GEMM backends an engine can be asked for: "aten" (addmm over the Conv1D layout), "onednn"
 // (prepacked), "auto" (onednn where available).
 enum class GemmBackend { Aten, OneDnn, Auto };
