@@ -690,6 +690,7 @@ void ChartView::setBars(const QStringList& labels, const QVector<double>& values
       shown.append(values[i]);
     }
     bars_->setData(keys, shown, true);
+    raiseSeries();
     // Value labels above the bars (hidden by adaptToSize when the bars are too narrow for them).
     for (qsizetype i = 0; i < n && n <= 40; ++i) {
       if (!std::isfinite(values[i])) continue;
@@ -711,6 +712,14 @@ void ChartView::setBars(const QStringList& labels, const QVector<double>& values
   fitToData();
   fitPending_ = false;
   replotSoon();
+}
+
+void ChartView::raiseSeries() {
+  // Moving to another layer and back puts a series last on the data layer, above the new bars.
+  for (QCPGraph* graph : graphs_) {
+    graph->setLayer(QStringLiteral("grid"));
+    graph->setLayer(QStringLiteral("main"));
+  }
 }
 
 void ChartView::removeBars() {
@@ -769,6 +778,10 @@ void ChartView::setStackedBars(const QStringList& labels, const QVector<BarSet>&
     barTexts_.append(text);
   }
   placeStackAnnotations();
+  // The parts of the bars first in the legend, then the series drawn over them.
+  for (QCPGraph* graph : graphs_)
+    if (graph->removeFromLegend()) graph->addToLegend();
+  raiseSeries();
   plot_->yAxis->setLabel(yLabel_.isEmpty() ? barValueName_ : yLabel_);
   applyXAxisMode();
   applyTheme();
@@ -875,7 +888,7 @@ void ChartView::setCellRows(const QStringList& labels) {
   }
   if (wasTimeline != !labels.isEmpty()) {
     applyXAxisMode();
-    placeLegendBelow(!labels.isEmpty());
+    placeLegendBelow(!labels.isEmpty() || legendBelowWanted_);
   }
   applyYAxisMode();
   applyTheme();
@@ -911,6 +924,12 @@ void ChartView::setCellKeys(const QVector<CellKey>& keys) {
   replotSoon();
 }
 
+void ChartView::setLegendBelow(bool on) {
+  legendBelowWanted_ = on;
+  placeLegendBelow(on || !cellRows_.isEmpty());
+  replotSoon();
+}
+
 void ChartView::placeLegendBelow(bool below) {
   if (below == legendBelow_) return;
   legendBelow_ = below;
@@ -925,7 +944,7 @@ void ChartView::placeLegendBelow(bool below) {
     grid->addElement(axisRow + 1, 0, legend);
     grid->setRowStretchFactor(axisRow + 1, 0.001);
     legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
-    legend->setWrap(4);
+    legend->setWrap(cellRows_.isEmpty() ? 2 : 4);  // a timeline's keys are short
     legend->setMargins(QMargins(8, 2, 8, 2));
   } else {
     grid->take(legend);

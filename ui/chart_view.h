@@ -49,6 +49,9 @@ class ChartView : public QWidget {
   // to the bottom edge.
   void setLogY(bool on);
   bool logY() const { return logY_; }
+  // The legend in rows under the plot instead of in a corner of it (charts whose data leave no
+  // corner free); timelines always have it there.
+  void setLegendBelow(bool on);
   void setTheme(ChartTheme theme);
   ChartTheme theme() const;
 
@@ -174,6 +177,7 @@ class ChartView : public QWidget {
   void styleGraph(int series);
   bool categorical() const { return bars_ || !stacks_.isEmpty(); }
   void removeBars();
+  void raiseSeries();  // series drawn over bars made after them
   // The annotation above each stack, at the stack's total.
   void placeStackAnnotations();
   void setReadout(const QPoint& plotPos);
@@ -217,6 +221,7 @@ class ChartView : public QWidget {
   QStringList cellRows_;
   int cellRowStride_ = 1;  // every n-th row labelled
   bool legendBelow_ = false;
+  bool legendBelowWanted_ = false;
   // The y ranges of the last fit, before adaptToSize makes room for the legend.
   struct FitRange {
     bool valid = false;
