@@ -1198,6 +1198,23 @@ void ChartView::adaptToSize() {
     }
   }
   placeLegend();
+  keepBarLabelsInside();
+}
+
+void ChartView::keepBarLabelsInside() {
+  QCPAxis* y = plot_->yAxis;
+  if (userZoomed_ || y->scaleType() != QCPAxis::stLinear || y->rangeReversed()) return;
+  double top = -std::numeric_limits<double>::infinity();
+  for (const QCPItemText* text : barTexts_)
+    if (text->visible() && !text->text().isEmpty()) top = std::max(top, text->position->coords().y());
+  if (!std::isfinite(top) || top <= y->range().lower) return;
+  // Room for the label above the tallest bar: its height and a little air, in pixels.
+  const double need = QFontMetricsF(barTexts_.first()->font()).height() + 6;
+  const double height = plot_->axisRect()->height();
+  if (height < 3 * need) return;
+  const QCPRange r = y->range();
+  const double upper = r.lower + (top - r.lower) * height / (height - need);
+  if (upper > r.upper) y->setRangeUpper(upper);
 }
 
 void ChartView::placeLegend() {

@@ -187,6 +187,8 @@ class ChartView : public QWidget {
   // bar label rotation, bar value labels, and the legend corner that hides the least data.
   void adaptToSize();
   void placeLegend();
+  // Raises the value range when the label above the tallest bar would not fit under the top.
+  void keepBarLabelsInside();
   void restoreAfterExport(const QRect& viewport, bool readoutShown);
   // SVG with the data clipped to the plot area. Qt's SVG generator ignores clipping, so two invisible
   // markers drawn around the data layer are replaced by a group with a clipPath afterwards.
