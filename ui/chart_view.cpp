@@ -346,6 +346,43 @@ class CellPlottable : public QCPAbstractPlottable {
   }
 };
 
+// A series: QCPGraph, except that a Ticks series draws a level mark across each point's category
+// (no line between points) and shows that mark as its legend icon.
+class SeriesGraph : public QCPGraph {
+ public:
+  SeriesGraph(QCPAxis* keyAxis, QCPAxis* valueAxis) : QCPGraph(keyAxis, valueAxis) {}
+
+  static constexpr double kTickHalfWidth = 0.42;  // in categories (bars are 0.7 wide)
+  bool ticks = false;
+
+ protected:
+  void draw(QCPPainter* painter) override {
+    if (!ticks) {
+      QCPGraph::draw(painter);
+      return;
+    }
+    const QCPAxis* k = keyAxis();
+    const QCPAxis* v = valueAxis();
+    if (!k || !v) return;
+    applyDefaultAntialiasingHint(painter);
+    painter->setPen(pen());
+    for (auto it = data()->constBegin(); it != data()->constEnd(); ++it) {
+      if (!std::isfinite(it->key) || !std::isfinite(it->value)) continue;
+      const double y = v->coordToPixel(it->value);
+      painter->drawLine(
+          QLineF(k->coordToPixel(it->key - kTickHalfWidth), y, k->coordToPixel(it->key + kTickHalfWidth), y));
+    }
+  }
+  void drawLegendIcon(QCPPainter* painter, const QRectF& rect) const override {
+    if (!ticks) {
+      QCPGraph::drawLegendIcon(painter, rect);
+      return;
+    }
+    painter->setPen(pen());
+    painter->drawLine(QLineF(rect.left(), rect.center().y(), rect.right(), rect.center().y()));
+  }
+};
+
 ChartView::ChartView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
@@ -495,7 +532,7 @@ void ChartView::setAxisLabels(const QString& x, const QString& y, const QString&
   yLabel_ = y;
   y2Label_ = y2;
   plot_->xAxis->setLabel(x);
-  plot_->yAxis->setLabel(y.isEmpty() && bars_ ? barValueName_ : y);
+  plot_->yAxis->setLabel(y.isEmpty() && categorical() ? barValueName_ : y);
   plot_->yAxis2->setLabel(y2);
   const bool right = !y2.isEmpty() || seriesAxis_.contains(static_cast<int>(Axis::Right));
   plot_->yAxis2->setVisible(right);
@@ -520,6 +557,15 @@ void ChartView::setIntegerTicks(bool x, bool y) {
   replotSoon();
 }
 
+void ChartView::setLogY(bool on) {
+  if (logY_ == on) return;
+  logY_ = on;
+  applyYAxisMode();
+  fitPending_ = true;
+  if (!userZoomed_) fitToData();
+  replotSoon();
+}
+
 void ChartView::setTheme(ChartTheme theme) {
   theme_ = theme;
   applyTheme();
@@ -537,17 +583,29 @@ int ChartView::addSeries(const QString& name, Axis axis) {
     plot_->yAxis2->setVisible(true);
     plot_->yAxis2->setTickLabels(true);
   }
-  QCPGraph* graph = plot_->addGraph(plot_->xAxis, valueAxis);
+  QCPGraph* graph = new SeriesGraph(plot_->xAxis, valueAxis);
   graph->setName(axis == Axis::Right ? tr("%1 (right axis)").arg(name) : name);
   graph->setLineStyle(QCPGraph::lsLine);
   graphs_.append(graph);
   seriesNames_.append(name);
   seriesAxis_.append(static_cast<int>(axis));
+  seriesStyles_.append(SeriesStyle::Line);
   const int index = static_cast<int>(graphs_.size()) - 1;
   styleGraph(index);
   updateLegendVisibility();
   replotSoon();
   return index;
+}
+
+void ChartView::setSeriesStyle(int series, SeriesStyle style) {
+  if (!validSeries(series, "setSeriesStyle")) return;
+  seriesStyles_[series] = style;
+  styleGraph(series);
+  replotSoon();
+}
+
+ChartView::SeriesStyle ChartView::seriesStyle(int series) const {
+  return series >= 0 && series < seriesCount() ? seriesStyles_[series] : SeriesStyle::Line;
 }
 
 int ChartView::seriesIndex(const QString& name) const { return static_cast<int>(seriesNames_.indexOf(name)); }
@@ -617,12 +675,7 @@ void ChartView::setBars(const QStringList& labels, const QVector<double>& values
              static_cast<long long>(labels.size()), static_cast<long long>(values.size()));
   }
   const qsizetype n = std::min(labels.size(), values.size());
-  if (bars_) {
-    plot_->removePlottable(bars_);
-    bars_ = nullptr;
-  }
-  for (QCPItemText* text : barTexts_) plot_->removeItem(text);
-  barTexts_.clear();
+  removeBars();
   barLabels_ = labels.mid(0, n);
   barValueName_ = valueName;
   if (n > 0) {
@@ -630,16 +683,21 @@ void ChartView::setBars(const QStringList& labels, const QVector<double>& values
     bars_->setWidth(0.7);
     bars_->setName(valueName.isEmpty() ? QStringLiteral("value") : valueName);
     bars_->removeFromLegend();  // the y axis says what the bars are
-    QVector<double> keys(n);
-    for (qsizetype i = 0; i < n; ++i) keys[i] = static_cast<double>(i + 1);
-    bars_->setData(keys, values.mid(0, n), true);
+    QVector<double> keys, shown;
+    for (qsizetype i = 0; i < n; ++i) {
+      if (!std::isfinite(values[i])) continue;  // an empty category
+      keys.append(static_cast<double>(i + 1));
+      shown.append(values[i]);
+    }
+    bars_->setData(keys, shown, true);
+    raiseSeries();
     // Value labels above the bars (hidden by adaptToSize when the bars are too narrow for them).
     for (qsizetype i = 0; i < n && n <= 40; ++i) {
       if (!std::isfinite(values[i])) continue;
       auto* text = new QCPItemText(plot_);
       text->setLayer(QStringLiteral("main"));
       text->position->setAxes(plot_->xAxis, plot_->yAxis);
-      text->position->setCoords(keys[i], values[i]);
+      text->position->setCoords(static_cast<double>(i + 1), values[i]);
       text->setPositionAlignment(Qt::AlignHCenter | (values[i] < 0 ? Qt::AlignTop : Qt::AlignBottom));
       text->setPadding(QMargins(1, 1, 1, 3));
       text->setText(formatNumber(values[i]));
@@ -656,14 +714,118 @@ void ChartView::setBars(const QStringList& labels, const QVector<double>& values
   replotSoon();
 }
 
+void ChartView::raiseSeries() {
+  // Moving to another layer and back puts a series last on the data layer, above the new bars.
+  for (QCPGraph* graph : graphs_) {
+    graph->setLayer(QStringLiteral("grid"));
+    graph->setLayer(QStringLiteral("main"));
+  }
+}
+
+void ChartView::removeBars() {
+  if (bars_) {
+    plot_->removePlottable(bars_);
+    bars_ = nullptr;
+  }
+  for (QCPBars* stack : stacks_) plot_->removePlottable(stack);
+  stacks_.clear();
+  stackSets_.clear();
+  stackAnnotations_.clear();
+  for (QCPItemText* text : barTexts_) plot_->removeItem(text);
+  barTexts_.clear();
+  barLabels_.clear();
+  barValueName_.clear();
+}
+
+void ChartView::setStackedBars(const QStringList& labels, const QVector<BarSet>& sets,
+                               const QString& valueName, const QStringList& annotations) {
+  removeBars();
+  barLabels_ = labels;
+  barValueName_ = valueName;
+  stackAnnotations_ = annotations.mid(0, labels.size());
+  const qsizetype n = labels.size();
+  QCPBars* below = nullptr;
+  for (const BarSet& set : sets) {
+    if (set.values.size() != n) {
+      qWarning("ChartView::setStackedBars: set \"%s\" has %lld values for %lld categories",
+               qPrintable(set.name), static_cast<long long>(set.values.size()), static_cast<long long>(n));
+    }
+    BarSet kept = set;
+    kept.values.resize(n, std::numeric_limits<double>::quiet_NaN());
+    auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
+    bars->setWidth(0.7);
+    bars->setName(set.name);
+    QVector<double> keys, values;
+    for (qsizetype i = 0; i < n; ++i) {
+      if (!std::isfinite(kept.values[i])) continue;
+      keys.append(static_cast<double>(i + 1));
+      values.append(kept.values[i]);
+    }
+    bars->setData(keys, values, true);
+    if (below) bars->moveAbove(below);
+    below = bars;
+    stacks_.append(bars);
+    stackSets_.append(kept);
+  }
+  // Annotations above the stacks (hidden by adaptToSize when the bars are too narrow for them).
+  for (qsizetype i = 0; i < stackAnnotations_.size() && !stacks_.isEmpty(); ++i) {
+    auto* text = new QCPItemText(plot_);
+    text->setLayer(QStringLiteral("main"));
+    text->position->setAxes(plot_->xAxis, plot_->yAxis);
+    text->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
+    text->setPadding(QMargins(1, 1, 1, 3));
+    text->setText(stackAnnotations_[i]);
+    barTexts_.append(text);
+  }
+  placeStackAnnotations();
+  // The parts of the bars first in the legend, then the series drawn over them.
+  for (QCPGraph* graph : graphs_)
+    if (graph->removeFromLegend()) graph->addToLegend();
+  raiseSeries();
+  plot_->yAxis->setLabel(yLabel_.isEmpty() ? barValueName_ : yLabel_);
+  applyXAxisMode();
+  applyTheme();
+  updateLegendVisibility();
+  userZoomed_ = false;
+  fitToData();
+  fitPending_ = false;
+  replotSoon();
+}
+
+void ChartView::placeStackAnnotations() {
+  if (stacks_.isEmpty()) return;
+  for (qsizetype i = 0; i < barTexts_.size(); ++i) {
+    double total = 0;
+    for (const BarSet& set : stackSets_)
+      if (std::isfinite(set.values[i]) && set.values[i] > 0) total += set.values[i];
+    barTexts_[i]->position->setCoords(static_cast<double>(i + 1), total);
+    barTexts_[i]->setVisible(!barTexts_[i]->text().isEmpty());
+  }
+}
+
+int ChartView::barSetCount() const { return static_cast<int>(stackSets_.size()); }
+
+QString ChartView::barSetName(int set) const {
+  return set >= 0 && set < barSetCount() ? stackSets_[set].name : QString();
+}
+
+QVector<double> ChartView::barSetValues(int set) const {
+  return set >= 0 && set < barSetCount() ? stackSets_[set].values : QVector<double>();
+}
+
+QStringList ChartView::barAnnotations() const { return stackAnnotations_; }
+
 QStringList ChartView::barLabels() const { return barLabels_; }
 
 QVector<double> ChartView::barValues() const {
   QVector<double> values;
   if (!bars_) return values;
+  values.fill(std::numeric_limits<double>::quiet_NaN(), barLabels_.size());
   const auto data = bars_->data();
-  values.reserve(data->size());
-  for (auto it = data->constBegin(); it != data->constEnd(); ++it) values.append(it->value);
+  for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
+    const qsizetype i = std::lround(it->key) - 1;
+    if (i >= 0 && i < values.size()) values[i] = it->value;
+  }
   return values;
 }
 
@@ -726,7 +888,7 @@ void ChartView::setCellRows(const QStringList& labels) {
   }
   if (wasTimeline != !labels.isEmpty()) {
     applyXAxisMode();
-    placeLegendBelow(!labels.isEmpty());
+    placeLegendBelow(!labels.isEmpty() || legendBelowWanted_);
   }
   applyYAxisMode();
   applyTheme();
@@ -762,6 +924,12 @@ void ChartView::setCellKeys(const QVector<CellKey>& keys) {
   replotSoon();
 }
 
+void ChartView::setLegendBelow(bool on) {
+  legendBelowWanted_ = on;
+  placeLegendBelow(on || !cellRows_.isEmpty());
+  replotSoon();
+}
+
 void ChartView::placeLegendBelow(bool below) {
   if (below == legendBelow_) return;
   legendBelow_ = below;
@@ -776,7 +944,7 @@ void ChartView::placeLegendBelow(bool below) {
     grid->addElement(axisRow + 1, 0, legend);
     grid->setRowStretchFactor(axisRow + 1, 0.001);
     legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
-    legend->setWrap(4);
+    legend->setWrap(cellRows_.isEmpty() ? 2 : 4);  // a timeline's keys are short
     legend->setMargins(QMargins(8, 2, 8, 2));
   } else {
     grid->take(legend);
@@ -801,10 +969,23 @@ void ChartView::applyYAxisMode() {
     y->setTickLengthOut(3);
     y->grid()->setVisible(false);
   } else {
-    if (integerY_)
-      y->setTicker(QSharedPointer<IntegerTicker>::create());
-    else
-      y->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    if (logY_) {
+      auto ticker = QSharedPointer<QCPAxisTickerLog>::create();
+      ticker->setLogBase(10);
+      ticker->setSubTickCount(8);
+      y->setTicker(ticker);
+      y->setScaleType(QCPAxis::stLogarithmic);
+      y->setNumberFormat(QStringLiteral("eb"));
+      y->setNumberPrecision(0);
+    } else {
+      if (integerY_)
+        y->setTicker(QSharedPointer<IntegerTicker>::create());
+      else
+        y->setTicker(QSharedPointer<QCPAxisTicker>::create());
+      y->setScaleType(QCPAxis::stLinear);
+      y->setNumberFormat(QStringLiteral("gbd"));
+      y->setNumberPrecision(6);
+    }
     y->setRangeReversed(false);
     y->setSubTicks(true);
     y->setTickLengthIn(4);
@@ -835,16 +1016,10 @@ void ChartView::clearAll() {
   graphs_.clear();
   seriesNames_.clear();
   seriesAxis_.clear();
-  if (bars_) {
-    plot_->removePlottable(bars_);
-    bars_ = nullptr;
-  }
-  barLabels_.clear();
-  barValueName_.clear();
+  seriesStyles_.clear();
+  removeBars();
   for (QCPItemStraightLine* line : markerLines_) plot_->removeItem(line);
   for (QCPItemText* text : markerTexts_) plot_->removeItem(text);
-  for (QCPItemText* text : barTexts_) plot_->removeItem(text);
-  barTexts_.clear();
   markerLines_.clear();
   markerTexts_.clear();
   markers_.clear();
@@ -872,22 +1047,36 @@ void ChartView::rescale() {
 }
 
 void ChartView::fitToData() {
-  const bool logX = logX_ && !bars_;
+  const bool logX = logX_ && !categorical();
   Range keys, left, right;
   for (int i = 0; i < graphs_.size(); ++i) {
-    Range& values = seriesAxis_[i] == static_cast<int>(Axis::Right) ? right : left;
+    const bool onRight = seriesAxis_[i] == static_cast<int>(Axis::Right);
+    Range& values = onRight ? right : left;
     const auto data = graphs_[i]->data();
     for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
       if (logX && it->key <= 0) continue;
       keys.add(it->key);
+      if (!onRight && logY_ && it->value <= 0) continue;
       values.add(it->value);
     }
   }
-  if (bars_) {
+  if (categorical() && !barLabels_.isEmpty()) {
     keys.add(1);
     keys.add(static_cast<double>(barLabels_.size()));
+  }
+  if (bars_) {
     const auto data = bars_->data();
     for (auto it = data->constBegin(); it != data->constEnd(); ++it) left.add(it->value);
+  }
+  for (qsizetype i = 0; i < barLabels_.size() && !stackSets_.isEmpty(); ++i) {
+    double up = 0, down = 0;
+    for (const BarSet& set : stackSets_) {
+      const double v = set.values[i];
+      if (!std::isfinite(v)) continue;
+      (v > 0 ? up : down) += v;
+    }
+    left.add(up);
+    left.add(down);
   }
   const bool timeline = !cellRows_.isEmpty();
   if (timeline) {
@@ -911,7 +1100,7 @@ void ChartView::fitToData() {
   }
 
   QCPRange xRange;
-  if (bars_) {
+  if (categorical()) {
     xRange = QCPRange(keys.lo - 0.6, keys.hi + 0.6);
   } else if (logX) {
     const double factor = keys.hi > keys.lo ? std::pow(2.0, 0.25) : 2.0;
@@ -925,8 +1114,14 @@ void ChartView::fitToData() {
     xRange = QCPRange(keys.lo - pad, keys.hi + pad);
   }
   plot_->xAxis->setRange(xRange);
-  if (left.valid() && !timeline) {
-    const QCPRange r = valueRange(left, bars_ && !barTexts_.isEmpty() ? 0.12 : 0.06);
+  if (left.valid() && !timeline && logY_ && left.lo > 0) {
+    // Whole decades below, half a decade of air above.
+    const double lower = std::pow(10.0, std::floor(std::log10(left.lo)));
+    const double upper = std::max(left.hi * std::sqrt(10.0), lower * 10);
+    fitLeft_ = FitRange{true, lower, upper};
+    plot_->yAxis->setRange(lower, upper);
+  } else if (left.valid() && !timeline) {
+    const QCPRange r = valueRange(left, categorical() && !barTexts_.isEmpty() ? 0.12 : 0.06);
     fitLeft_ = FitRange{true, r.lower, r.upper};
     plot_->yAxis->setRange(r);
   }
@@ -978,7 +1173,7 @@ void ChartView::adaptToSize() {
     labelCellRows();
     if (stride != cellRowStride_) relayout();
   }
-  if (bars_) {
+  if (categorical()) {
     // Bar labels: level while they fit side by side, slanted when they do not, upright when even
     // slanted ones would collide.
     QCPAxis* x = plot_->xAxis;
@@ -1003,6 +1198,23 @@ void ChartView::adaptToSize() {
     }
   }
   placeLegend();
+  keepBarLabelsInside();
+}
+
+void ChartView::keepBarLabelsInside() {
+  QCPAxis* y = plot_->yAxis;
+  if (userZoomed_ || y->scaleType() != QCPAxis::stLinear || y->rangeReversed()) return;
+  double top = -std::numeric_limits<double>::infinity();
+  for (const QCPItemText* text : barTexts_)
+    if (text->visible() && !text->text().isEmpty()) top = std::max(top, text->position->coords().y());
+  if (!std::isfinite(top) || top <= y->range().lower) return;
+  // Room for the label above the tallest bar: its height and a little air, in pixels.
+  const double need = QFontMetricsF(barTexts_.first()->font()).height() + 6;
+  const double height = plot_->axisRect()->height();
+  if (height < 3 * need) return;
+  const QCPRange r = y->range();
+  const double upper = r.lower + (top - r.lower) * height / (height - need);
+  if (upper > r.upper) y->setRangeUpper(upper);
 }
 
 void ChartView::placeLegend() {
@@ -1049,6 +1261,14 @@ void ChartView::placeLegend() {
         if (bar.normalized().adjusted(0, -24, 0, 0).intersects(box)) total += 10;  // 24: the value label
       }
     }
+    for (qsizetype i = 0; i < barLabels_.size() && !stackSets_.isEmpty(); ++i) {
+      double top = 0;
+      for (const BarSet& set : stackSets_)
+        if (std::isfinite(set.values[i]) && set.values[i] > 0) top += set.values[i];
+      const QRectF bar(QPointF(plot_->xAxis->coordToPixel(i + 1 - 0.35), plot_->yAxis->coordToPixel(0)),
+                       QPointF(plot_->xAxis->coordToPixel(i + 1 + 0.35), plot_->yAxis->coordToPixel(top)));
+      if (bar.normalized().adjusted(0, -24, 0, 0).intersects(box)) total += 10;
+    }
     for (int i = 0; i < markerLines_.size(); ++i) {
       const double x = plot_->xAxis->coordToPixel(markers_[i].x);
       if (x >= box.left() && x <= box.right()) total += 2;
@@ -1079,7 +1299,11 @@ void ChartView::placeLegend() {
   const double f = (size.height() + kInset + 4) / area.height();
   if (bestCost > 0 && !userZoomed_ && f < 0.45 && (fitLeft_.valid || fitRight_.valid)) {
     for (const auto& [axis, fit] : {std::pair{plot_->yAxis, fitLeft_}, std::pair{plot_->yAxis2, fitRight_}}) {
-      if (fit.valid) axis->setRange(fit.lower, (fit.upper - fit.lower * f) / (1 - f));
+      if (!fit.valid) continue;
+      if (axis->scaleType() == QCPAxis::stLogarithmic && fit.lower > 0)
+        axis->setRange(fit.lower, fit.lower * std::pow(fit.upper / fit.lower, 1 / (1 - f)));
+      else
+        axis->setRange(fit.lower, (fit.upper - fit.lower * f) / (1 - f));
     }
     best = Qt::AlignTop | Qt::AlignRight;
   }
@@ -1088,7 +1312,7 @@ void ChartView::placeLegend() {
 
 void ChartView::applyXAxisMode() {
   QCPAxis* x = plot_->xAxis;
-  if (bars_) {
+  if (categorical()) {
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     bool longLabel = false;
     for (int i = 0; i < barLabels_.size(); ++i) {
@@ -1151,13 +1375,33 @@ void ChartView::updateLegendVisibility() { plot_->legend->setVisible(plot_->lege
 // Theme
 
 void ChartView::styleGraph(int series) {
-  const QColor color = seriesColor(series, theme_);
-  QPen pen(color, 2.0);
+  const SeriesStyle style = seriesStyles_[series];
+  const QColor color = style == SeriesStyle::Ticks ? colorsFor(theme_).text : seriesColor(series, theme_);
+  QPen pen(color, style == SeriesStyle::Ticks ? 3.0 : 2.0);
   pen.setJoinStyle(Qt::RoundJoin);
-  pen.setCapStyle(Qt::RoundCap);
-  QCPGraph* graph = graphs_[series];
+  pen.setCapStyle(style == SeriesStyle::Ticks ? Qt::FlatCap : Qt::RoundCap);
+  auto* graph = static_cast<SeriesGraph*>(graphs_[series]);
   graph->setPen(pen);
+  graph->ticks = style == SeriesStyle::Ticks;
+  graph->setBrush(Qt::NoBrush);
+  graph->setLineStyle(QCPGraph::lsLine);
   graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, QPen(color, 1.5), QBrush(color), 6));
+  switch (style) {
+    case SeriesStyle::Line:
+    case SeriesStyle::Ticks:  // drawn by SeriesGraph
+      break;
+    case SeriesStyle::Points:
+      graph->setLineStyle(QCPGraph::lsNone);
+      graph->setScatterStyle(
+          QCPScatterStyle(QCPScatterStyle::ssDiamond, QPen(color.darker(120), 1.5), QBrush(color), 11));
+      break;
+    case SeriesStyle::Steps:
+      graph->setLineStyle(QCPGraph::lsStepCenter);
+      graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssNone));
+      graph->setPen(QPen(color, 1.5));
+      graph->setBrush(QBrush(withAlpha(color, theme_ == ChartTheme::Dark ? 110 : 80)));
+      break;
+  }
 }
 
 void ChartView::applyTheme() {
@@ -1238,6 +1482,11 @@ void ChartView::applyTheme() {
     bars_->setPen(QPen(theme_ == ChartTheme::Dark ? color.lighter(120) : color.darker(130), 1));
     bars_->setBrush(QBrush(withAlpha(color, theme_ == ChartTheme::Dark ? 200 : 215)));
   }
+  for (int k = 0; k < stacks_.size(); ++k) {
+    const QColor color = stackSets_[k].color.isValid() ? stackSets_[k].color : seriesColor(k, theme_);
+    stacks_[k]->setPen(QPen(theme_ == ChartTheme::Dark ? color.lighter(120) : color.darker(130), 1));
+    stacks_[k]->setBrush(QBrush(withAlpha(color, theme_ == ChartTheme::Dark ? 200 : 215)));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1250,19 +1499,43 @@ QString ChartView::readoutAt(const QPoint& pos) const {
   const double limit = kReadoutRadius * kReadoutRadius;
   double best = limit;
   QString text;
+  // A point on a bar chart is named by its category.
+  const auto pointText = [this](int series, double key, double value) {
+    const long category = std::lround(key) - 1;
+    if (categorical() && key == std::round(key) && category >= 0 && category < barLabels_.size())
+      return QStringLiteral("%1: %2 = %3")
+          .arg(displayLabel(barLabels_[category]), seriesNames_[series], formatNumber(value));
+    return QStringLiteral("%1: x = %2, y = %3")
+        .arg(seriesNames_[series], formatNumber(key), formatNumber(value));
+  };
+  // Level marks are hit along their whole width, and on a bar they win over the bar.
+  constexpr double kTickReach = 6.0 * 6.0;
+  double tickBest = kTickReach;
+  QString tickText;
   for (int i = 0; i < graphs_.size(); ++i) {
     const QCPGraph* graph = graphs_[i];
     const QCPAxis* keyAxis = graph->keyAxis();
     const QCPAxis* valueAxis = graph->valueAxis();
     const auto data = graph->data();
+    const bool ticks = seriesStyles_[i] == SeriesStyle::Ticks;
     for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
       const QPointF q(keyAxis->coordToPixel(it->key), valueAxis->coordToPixel(it->value));
       if (!area.contains(q)) continue;
+      if (ticks) {
+        const double x0 = keyAxis->coordToPixel(it->key - SeriesGraph::kTickHalfWidth);
+        const double x1 = keyAxis->coordToPixel(it->key + SeriesGraph::kTickHalfWidth);
+        const double dx = std::max({std::min(x0, x1) - p.x(), 0.0, p.x() - std::max(x0, x1)});
+        const double d = dx * dx + (p.y() - q.y()) * (p.y() - q.y());
+        if (d < tickBest) {
+          tickBest = d;
+          tickText = pointText(i, it->key, it->value);
+        }
+        continue;
+      }
       const double d = squaredDistance(p, q);
       if (d < best) {
         best = d;
-        text = QStringLiteral("%1: x = %2, y = %3")
-                   .arg(seriesNames_[i], formatNumber(it->key), formatNumber(it->value));
+        text = pointText(i, it->key, it->value);
       }
     }
   }
@@ -1277,9 +1550,9 @@ QString ChartView::readoutAt(const QPoint& pos) const {
   if (bars_) {
     const QString valueName = barValueName_.isEmpty() ? QStringLiteral("value") : barValueName_;
     const auto data = bars_->data();
-    int index = 0;
-    for (auto it = data->constBegin(); it != data->constEnd(); ++it, ++index) {
+    for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
       if (!std::isfinite(it->value)) continue;
+      const int index = static_cast<int>(std::lround(it->key)) - 1;
       // Distance to the bar's rectangle (zero inside it).
       const double x0 = plot_->xAxis->coordToPixel(it->key - bars_->width() / 2);
       const double x1 = plot_->xAxis->coordToPixel(it->key + bars_->width() / 2);
@@ -1295,7 +1568,30 @@ QString ChartView::readoutAt(const QPoint& pos) const {
       }
     }
   }
-  return text;
+  // Stacked parts: the set and its value, from the part's rectangle on its stack.
+  for (qsizetype i = 0; i < barLabels_.size() && !stackSets_.isEmpty(); ++i) {
+    double up = 0, down = 0;
+    const double x0 = plot_->xAxis->coordToPixel(i + 1 - 0.35);
+    const double x1 = plot_->xAxis->coordToPixel(i + 1 + 0.35);
+    for (const BarSet& set : stackSets_) {
+      const double v = set.values[i];
+      if (!std::isfinite(v)) continue;
+      double& base = v > 0 ? up : down;
+      const double y0 = plot_->yAxis->coordToPixel(base);
+      const double y1 = plot_->yAxis->coordToPixel(base + v);
+      base += v;
+      const double dx = std::max({std::min(x0, x1) - p.x(), 0.0, p.x() - std::max(x0, x1)});
+      const double dy = std::max({std::min(y0, y1) - p.y(), 0.0, p.y() - std::max(y0, y1)});
+      const double d = dx * dx + dy * dy;
+      if (d < best || (d == 0 && best > 0)) {
+        best = d;
+        text = QStringLiteral("%1: %2 = %3%4")
+                   .arg(displayLabel(barLabels_[i]), set.name, formatNumber(v),
+                        barValueName_.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(barValueName_));
+      }
+    }
+  }
+  return tickText.isEmpty() ? text : tickText;
 }
 
 QPoint ChartView::pixelFor(int series, int index) const {
@@ -1310,8 +1606,9 @@ QPoint ChartView::pixelFor(int series, int index) const {
 }
 
 QPoint ChartView::barPixelFor(int index) const {
-  if (!bars_ || index < 0 || index >= bars_->data()->size()) return QPoint(-1, -1);
-  const auto it = bars_->data()->at(index);
+  if (!bars_ || index < 0 || index >= barLabels_.size()) return QPoint(-1, -1);
+  const auto it = bars_->data()->findBegin(index + 1 - 0.25, false);
+  if (it == bars_->data()->constEnd() || std::fabs(it->key - (index + 1)) > 0.25) return QPoint(-1, -1);
   const QPointF q(plot_->xAxis->coordToPixel(it->key), plot_->yAxis->coordToPixel(it->value));
   if (!QRectF(plot_->axisRect()->rect()).contains(q)) return QPoint(-1, -1);
   return plot_->mapTo(this, q.toPoint());
@@ -1536,7 +1833,7 @@ QByteArray ChartView::svgDocument(QString* reason) {
 
 QString ChartView::toCsv() const {
   QString out;
-  if (!graphs_.isEmpty() || (!bars_ && cellRows_.isEmpty())) {
+  if (!graphs_.isEmpty() || (!categorical() && cellRows_.isEmpty())) {
     out += QStringLiteral("series,%1,%2\n")
                .arg(csvField(xLabel_.isEmpty() ? QStringLiteral("x") : xLabel_),
                     csvField(yLabel_.isEmpty() ? QStringLiteral("y") : yLabel_));
@@ -1564,7 +1861,23 @@ QString ChartView::toCsv() const {
                .arg(csvField(barValueName_.isEmpty() ? QStringLiteral("value") : barValueName_));
     const QVector<double> values = barValues();
     for (int i = 0; i < barLabels_.size() && i < values.size(); ++i) {
+      if (!std::isfinite(values[i])) continue;
       out += csvField(barLabels_[i]) + QLatin1Char(',') + csvNumber(values[i]) + QLatin1Char('\n');
+    }
+  }
+  if (!stackSets_.isEmpty()) {
+    if (!out.isEmpty()) out += QLatin1Char('\n');
+    out += QStringLiteral("label");
+    for (const BarSet& set : stackSets_) out += QLatin1Char(',') + csvField(set.name);
+    if (!stackAnnotations_.isEmpty()) out += QStringLiteral(",note");
+    out += QLatin1Char('\n');
+    for (qsizetype i = 0; i < barLabels_.size(); ++i) {
+      out += csvField(barLabels_[i]);
+      for (const BarSet& set : stackSets_)
+        out += QLatin1Char(',') + (std::isfinite(set.values[i]) ? csvNumber(set.values[i]) : QString());
+      if (!stackAnnotations_.isEmpty())
+        out += QLatin1Char(',') + csvField(stackAnnotations_.value(static_cast<int>(i)));
+      out += QLatin1Char('\n');
     }
   }
   return out;

@@ -45,6 +45,13 @@ class ChartView : public QWidget {
   void setLogXBase2(bool on);
   // Ticks on whole numbers only (request ids, step numbers, counts) on a linear x and/or y axis.
   void setIntegerTicks(bool x, bool y);
+  // Left y axis in log10 (counts that span decades); values <= 0 are left out of the fit and drop
+  // to the bottom edge.
+  void setLogY(bool on);
+  bool logY() const { return logY_; }
+  // The legend in rows under the plot instead of in a corner of it (charts whose data leave no
+  // corner free); timelines always have it there.
+  void setLegendBelow(bool on);
   void setTheme(ChartTheme theme);
   ChartTheme theme() const;
 
@@ -54,15 +61,40 @@ class ChartView : public QWidget {
   int seriesCount() const;
   QString seriesName(int series) const;
   QVector<QPointF> seriesPoints(int series) const;
+  // How a series is drawn: a line through point markers (the default); markers alone (values of
+  // categories on a bar chart); a histogram's steps centred on each x and filled down to the axis;
+  // or a short level mark across each category without a line, in the text colour (a floor or a
+  // resident size on a bar chart).
+  enum class SeriesStyle { Line, Points, Steps, Ticks };
+  void setSeriesStyle(int series, SeriesStyle style);
+  SeriesStyle seriesStyle(int series) const;
   // Live append: rescales to fit unless the user has zoomed or panned since the last fit.
   void append(int series, double x, double y);
   void setSeriesData(int series, const QVector<double>& x, const QVector<double>& y);
   void clearSeries(int series);
 
-  // Categorical bars (e.g. the top-10 next tokens). Replaces any previous bars.
+  // Categorical bars (e.g. the top-10 next tokens). Replaces any previous bars. A value that is not
+  // finite leaves its category empty (a result still to come). Categories sit at x = 1, 2, ...: a
+  // series can mark them too.
   void setBars(const QStringList& labels, const QVector<double>& values, const QString& valueName);
   QStringList barLabels() const;
   QVector<double> barValues() const;
+
+  // Parts of a whole per category, stacked on one bar, the first set at the bottom; each set has
+  // its own colour (the palette's when invalid) and legend entry. Replaces any previous bars.
+  // annotations (optional, one per category) are drawn above each stack. Values that are not
+  // finite leave that part empty.
+  struct BarSet {
+    QString name;
+    QVector<double> values;
+    QColor color;
+  };
+  void setStackedBars(const QStringList& labels, const QVector<BarSet>& sets, const QString& valueName,
+                      const QStringList& annotations = QStringList());
+  int barSetCount() const;
+  QString barSetName(int set) const;
+  QVector<double> barSetValues(int set) const;  // one per category, NaN where it is empty
+  QStringList barAnnotations() const;
 
   // A labelled vertical line, e.g. "prefill" at x = 0.
   void addVerticalMarker(double x, const QString& label);
@@ -143,6 +175,11 @@ class ChartView : public QWidget {
   void labelCellRows();               // row labels, thinned out when rows are too close for them
   void updateLegendVisibility();
   void styleGraph(int series);
+  bool categorical() const { return bars_ || !stacks_.isEmpty(); }
+  void removeBars();
+  void raiseSeries();  // series drawn over bars made after them
+  // The annotation above each stack, at the stack's total.
+  void placeStackAnnotations();
   void setReadout(const QPoint& plotPos);
   void hideReadout();
   void placeMarkerLabels();  // keeps marker labels inside the plot area (left or right of the line)
@@ -150,6 +187,8 @@ class ChartView : public QWidget {
   // bar label rotation, bar value labels, and the legend corner that hides the least data.
   void adaptToSize();
   void placeLegend();
+  // Raises the value range when the label above the tallest bar would not fit under the top.
+  void keepBarLabelsInside();
   void restoreAfterExport(const QRect& viewport, bool readoutShown);
   // SVG with the data clipped to the plot area. Qt's SVG generator ignores clipping, so two invisible
   // markers drawn around the data layer are replaced by a group with a clipPath afterwards.
@@ -162,11 +201,15 @@ class ChartView : public QWidget {
   QCPTextElement* titleElement_ = nullptr;
   QCPTextElement* footnoteElement_ = nullptr;
   QCPBars* bars_ = nullptr;
+  QVector<QCPBars*> stacks_;  // setStackedBars, bottom first
+  QVector<BarSet> stackSets_;
+  QStringList stackAnnotations_;
   QStringList barLabels_;
   QString barValueName_;
   QVector<QCPGraph*> graphs_;
   QStringList seriesNames_;
   QVector<int> seriesAxis_;
+  QVector<SeriesStyle> seriesStyles_;
   struct Marker {
     double x;
     QString label;
@@ -180,6 +223,7 @@ class ChartView : public QWidget {
   QStringList cellRows_;
   int cellRowStride_ = 1;  // every n-th row labelled
   bool legendBelow_ = false;
+  bool legendBelowWanted_ = false;
   // The y ranges of the last fit, before adaptToSize makes room for the legend.
   struct FitRange {
     bool valid = false;
@@ -195,6 +239,7 @@ class ChartView : public QWidget {
   ChartTheme theme_ = ChartTheme::Light;
   bool userZoomed_ = false;
   bool logX_ = false;
+  bool logY_ = false;
   bool integerX_ = false, integerY_ = false;
   bool replotPending_ = false;
   QCPItemText* readout_ = nullptr;

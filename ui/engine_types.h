@@ -7,6 +7,7 @@
 
 #include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
+#include "experiments/quantization.h"
 #include "experiments/seed_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
@@ -88,3 +89,6 @@ Q_DECLARE_METATYPE(servelab::SeedBenchmarkParams)
 Q_DECLARE_METATYPE(servelab::SeedBenchmarkResult)
 Q_DECLARE_METATYPE(servelab::RequestResult)
 Q_DECLARE_METATYPE(servelab::BatchStep)
+Q_DECLARE_METATYPE(servelab::QuantizationParams)
+Q_DECLARE_METATYPE(servelab::QuantizationResult)
+Q_DECLARE_METATYPE(servelab::QuantModeResult)

@@ -99,6 +99,34 @@ class BatchRelay : public servelab::BatchSink {
   EngineWorker* worker_;
 };
 
+// The greedy comparison's tokens as the Generate tab shows them (their own bytes, a leading space as
+// an open box) instead of the vocabulary's spellings ("Ġfox").
+void makePiecesReadable(servelab::QuantModeResult& mode, const servelab::Tokenizer& tokenizer) {
+  for (servelab::GreedyComparison& g : mode.greedy) {
+    g.reference_pieces.clear();
+    g.pieces.clear();
+    for (int32_t id : g.reference_tokens)
+      g.reference_pieces.push_back(readableToken(tokenizer, id).toStdString());
+    for (int32_t id : g.tokens) g.pieces.push_back(readableToken(tokenizer, id).toStdString());
+  }
+}
+
+// Each mode's result as a queued signal, as soon as the experiment has it.
+class QuantRelay : public servelab::QuantizationSink {
+ public:
+  QuantRelay(EngineWorker* worker, const servelab::Tokenizer& tokenizer)
+      : worker_(worker), tokenizer_(tokenizer) {}
+  void on_mode(const servelab::QuantModeResult& mode) override {
+    servelab::QuantModeResult m = mode;
+    makePiecesReadable(m, tokenizer_);
+    Q_EMIT worker_->quantizationMode(m);
+  }
+
+ private:
+  EngineWorker* worker_;
+  const servelab::Tokenizer& tokenizer_;
+};
+
 QString firstLine(const char* what) {
   QString s = QString::fromUtf8(what);
   const qsizetype nl = s.indexOf(QLatin1Char('\n'));
@@ -266,6 +294,21 @@ void EngineWorker::runSeedBenchmark(const servelab::SeedBenchmarkParams& params)
   });
 }
 
+void EngineWorker::runQuantization(const servelab::QuantizationParams& params) {
+  if (!engine_) {
+    Q_EMIT failed(QStringLiteral("input"), QStringLiteral("no model is loaded"));
+    return;
+  }
+  guarded(QStringLiteral("quantization"), [&] {
+    ExperimentRelay relay(this);
+    QuantRelay quant(this, engine_->tokenizer());
+    servelab::QuantizationResult r = servelab::run_quantization(
+        *engine_, params, servelab::ExperimentControl{&relay, cancel_, nullptr, &quant});
+    for (servelab::QuantModeResult& m : r.modes) makePiecesReadable(m, engine_->tokenizer());
+    Q_EMIT quantizationFinished(r);
+  });
+}
+
 void EngineWorker::padPrompts(quint64 ticket, const QStringList& prompts) {
   if (!engine_) {
     Q_EMIT promptsPadded(ticket, {}, QStringLiteral("no model is loaded"));
@@ -307,6 +350,9 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
   qRegisterMetaType<servelab::SeedBenchmarkResult>();
   qRegisterMetaType<servelab::RequestResult>();
   qRegisterMetaType<servelab::BatchStep>();
+  qRegisterMetaType<servelab::QuantizationParams>();
+  qRegisterMetaType<servelab::QuantizationResult>();
+  qRegisterMetaType<servelab::QuantModeResult>();
   thread_.setObjectName(QStringLiteral("servelab-engine"));
   worker_->moveToThread(&thread_);
   connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
@@ -322,6 +368,7 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
   connect(worker_, &EngineWorker::batchRetired, this, &EngineController::batchRetired);
   connect(worker_, &EngineWorker::batchStep, this, &EngineController::batchStep);
   connect(worker_, &EngineWorker::promptsPadded, this, &EngineController::promptsPadded);
+  connect(worker_, &EngineWorker::quantizationMode, this, &EngineController::quantizationMode);
   connect(worker_, &EngineWorker::modelLoaded, this, [this](const ModelSummary& s) {
     model_ = s;
     hadModel_ = true;
@@ -355,6 +402,10 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
             setState(State::Idle);
             Q_EMIT seedBenchmarkFinished(r);
           });
+  connect(worker_, &EngineWorker::quantizationFinished, this, [this](const servelab::QuantizationResult& r) {
+    setState(State::Idle);
+    Q_EMIT quantizationFinished(r);
+  });
   connect(worker_, &EngineWorker::failed, this, [this](const QString& kind, const QString& m) {
     setState(hadModel_ ? State::Idle : State::NoModel);
     Q_EMIT failed(kind, m);
@@ -443,6 +494,13 @@ bool EngineController::runSeedBenchmark(const servelab::SeedBenchmarkParams& par
   if (!begin(State::Running, tr("the seed benchmark"))) return false;
   QMetaObject::invokeMethod(worker_, "runSeedBenchmark", Qt::QueuedConnection,
                             Q_ARG(servelab::SeedBenchmarkParams, params));
+  return true;
+}
+
+bool EngineController::runQuantization(const servelab::QuantizationParams& params) {
+  if (!begin(State::Running, tr("quantization"))) return false;
+  QMetaObject::invokeMethod(worker_, "runQuantization", Qt::QueuedConnection,
+                            Q_ARG(servelab::QuantizationParams, params));
   return true;
 }
 

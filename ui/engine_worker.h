@@ -29,6 +29,7 @@ class EngineWorker : public QObject {
   void runBatchSweep(const servelab::BatchSweepParams& params);
   void runSyncVsContinuous(const servelab::SyncVsContinuousParams& params);
   void runSeedBenchmark(const servelab::SeedBenchmarkParams& params);
+  void runQuantization(const servelab::QuantizationParams& params);
   // Not a run: the padded tensors of a static batch, answered through promptsPadded.
   void padPrompts(quint64 ticket, const QStringList& prompts);
 
@@ -44,6 +45,10 @@ class EngineWorker : public QObject {
   void batchSweepFinished(const servelab::BatchSweepResult& result);
   void syncVsContinuousFinished(const servelab::SyncVsContinuousResult& result);
   void seedBenchmarkFinished(const servelab::SeedBenchmarkResult& result);
+  // Each quantization mode's result as soon as it is measured (fp32 first), then the whole result.
+  // Their greedy pieces are readable tokens (a leading space as "\u2423"), not vocabulary spellings.
+  void quantizationMode(const servelab::QuantModeResult& mode);
+  void quantizationFinished(const servelab::QuantizationResult& result);
   // Live scheduler events of the batching experiments (see servelab::BatchSink).
   void batchRunStarted(const QString& method, qint64 requests, qint64 slots);
   void batchAdmitted(qint64 request, qint64 slot, qint64 step, double ms);
@@ -88,6 +93,7 @@ class EngineController : public QObject {
   bool runBatchSweep(const servelab::BatchSweepParams& params);
   bool runSyncVsContinuous(const servelab::SyncVsContinuousParams& params);
   bool runSeedBenchmark(const servelab::SeedBenchmarkParams& params);
+  bool runQuantization(const servelab::QuantizationParams& params);
   // Pads prompts on the engine thread without making the engine busy (it waits behind a run);
   // the answer comes through promptsPadded with the returned ticket. 0 when no model is loaded.
   quint64 padPrompts(const QStringList& prompts);
@@ -107,6 +113,8 @@ class EngineController : public QObject {
   void batchSweepFinished(const servelab::BatchSweepResult& result);
   void syncVsContinuousFinished(const servelab::SyncVsContinuousResult& result);
   void seedBenchmarkFinished(const servelab::SeedBenchmarkResult& result);
+  void quantizationMode(const servelab::QuantModeResult& mode);
+  void quantizationFinished(const servelab::QuantizationResult& result);
   void batchRunStarted(const QString& method, qint64 requests, qint64 slots);
   void batchAdmitted(qint64 request, qint64 slot, qint64 step, double ms);
   void batchToken(qint64 request, int id, const QString& piece, qint64 step, double ms);

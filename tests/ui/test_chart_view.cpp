@@ -419,6 +419,82 @@ class ChartViewTest : public QObject {
     QCOMPARE(chart.barPixelFor(3), QPoint(-1, -1));
   }
 
+  void barsWithAnEmptyCategory() {
+    ChartView chart;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    chart.setBars({QStringLiteral("a"), QStringLiteral("b"), QStringLiteral("c")}, {1.0, nan, 3.0},
+                  QStringLiteral("ms"));
+    showChart(chart);
+    const QVector<double> values = chart.barValues();
+    QCOMPARE(values.size(), 3);
+    QCOMPARE(values[0], 1.0);
+    QVERIFY(std::isnan(values[1]));
+    QCOMPARE(values[2], 3.0);
+    QCOMPARE(chart.toCsv(), QStringLiteral("label,ms\na,1\nc,3\n"));  // the empty category has no row
+    QCOMPARE(chart.barPixelFor(1), QPoint(-1, -1));
+    QVERIFY(chart.barPixelFor(2).x() > chart.barPixelFor(0).x());
+    QCOMPARE(chart.readoutAt(chart.barPixelFor(2) + QPoint(0, 10)), QStringLiteral("c: ms = 3"));
+  }
+
+  void stackedBarsWithTicks() {
+    ChartView chart;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    chart.setAxisLabels(QStringLiteral("mode"), QString());
+    const int resident = chart.addSeries(QStringLiteral("resident"));
+    chart.setSeriesStyle(resident, ChartView::SeriesStyle::Ticks);
+    QCOMPARE(chart.seriesStyle(resident), ChartView::SeriesStyle::Ticks);
+    chart.setStackedBars(
+        {QStringLiteral("a"), QStringLiteral("b")},
+        {{QStringLiteral("p"), {1.0, 2.0}, QColor()}, {QStringLiteral("q"), {3.0, nan}, QColor(Qt::red)}},
+        QStringLiteral("MB"), {QStringLiteral("x, 1"), QStringLiteral("y")});
+    chart.setSeriesData(resident, {1, 2}, {2.5, 8});
+    QCOMPARE(chart.barSetCount(), 2);
+    QCOMPARE(chart.barSetName(1), QStringLiteral("q"));
+    QCOMPARE(chart.barSetValues(0), (QVector<double>{1.0, 2.0}));
+    QVERIFY(std::isnan(chart.barSetValues(1)[1]));
+    QVERIFY(chart.barValues().isEmpty());  // no plain bars
+    QCOMPARE(chart.barLabels(), (QStringList{QStringLiteral("a"), QStringLiteral("b")}));
+    QCOMPARE(chart.barAnnotations(), (QStringList{QStringLiteral("x, 1"), QStringLiteral("y")}));
+    QCOMPARE(chart.toCsv(), QStringLiteral("series,mode,y\nresident,1,2.5\nresident,2,8\n\n"
+                                           "label,p,q,note\na,1,3,\"x, 1\"\nb,2,,y\n"));
+    showChart(chart);
+    // The tick of a sits at 2.5, inside q's part of the stack (from 1 to 4): along the tick the
+    // readout names the tick, a little below it the part.
+    const QPoint tick = chart.pixelFor(resident, 0);
+    QVERIFY(tick.x() >= 0);
+    QCOMPARE(chart.readoutAt(tick), QStringLiteral("a: resident = 2.5"));
+    QCOMPARE(chart.readoutAt(tick + QPoint(25, 2)), QStringLiteral("a: resident = 2.5"));
+    QCOMPARE(chart.readoutAt(tick + QPoint(0, 25)), QStringLiteral("a: q = 3 (MB)"));
+    // The axis fits the tallest stack and the highest tick.
+    QVERIFY(chart.pixelFor(resident, 1).y() >= 0);
+    const QString png = file(QStringLiteral("stacked.png"));
+    QString error;
+    QVERIFY2(chart.exportImage(png, &error), qPrintable(error));
+    QVERIFY(!isUniform(QImage(png)));
+    // Plain bars replace the stacks.
+    chart.setBars({QStringLiteral("z")}, {1.0}, QString());
+    QCOMPARE(chart.barSetCount(), 0);
+    QVERIFY(chart.barAnnotations().isEmpty());
+  }
+
+  void logYSpacesDecadesEvenly() {
+    ChartView chart;
+    chart.setLogY(true);
+    QVERIFY(chart.logY());
+    const int s = chart.addSeries(QStringLiteral("count"));
+    chart.setSeriesStyle(s, ChartView::SeriesStyle::Steps);
+    chart.setSeriesData(s, {0, 1, 2, 3}, {0, 1, 10, 100});
+    showChart(chart);
+    QCOMPARE(chart.pixelFor(s, 0), QPoint(-1, -1));  // a zero count has no place on a log axis
+    const int y1 = chart.pixelFor(s, 1).y(), y10 = chart.pixelFor(s, 2).y(), y100 = chart.pixelFor(s, 3).y();
+    QVERIFY(y1 > y10 && y10 > y100);
+    QVERIFY(std::abs((y1 - y10) - (y10 - y100)) <= 1);
+    chart.setLogY(false);
+    settle();
+    const int l1 = chart.pixelFor(s, 1).y(), l10 = chart.pixelFor(s, 2).y(), l100 = chart.pixelFor(s, 3).y();
+    QVERIFY((l1 - l10) * 5 < (l10 - l100));  // linear again
+  }
+
   void log2AxisSpacesPowersEvenly() {
     ChartView chart;
     chart.setAxisLabels(QStringLiteral("batch size"), QStringLiteral("tokens/s"));
