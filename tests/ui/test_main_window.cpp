@@ -101,8 +101,9 @@ class TestMainWindow : public QObject {
 
   void switchesTabs() {
     auto w = makeWindow(QStringLiteral("tabs"));
-    QCOMPARE(w->tabIds(), (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"),
-                                       QStringLiteral("batching"), QStringLiteral("continuous")}));
+    QCOMPARE(w->tabIds(),
+             (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"), QStringLiteral("batching"),
+                          QStringLiteral("continuous"), QStringLiteral("quantization")}));
     auto* tabs = w->findChild<QTabWidget*>(QStringLiteral("tabs"));
     QVERIFY(tabs);
     QVERIFY(w->selectTab(QStringLiteral("kv-cache")));
