@@ -92,7 +92,7 @@ def plot(rows, path, footnote):
                 r = cell.get((m, e))
                 if r is None:
                     continue
-                ax.bar(i + k * w, r[key], w, color=color, label=e if i == 0 or (m, e) not in cell else None)
+                ax.bar(i + k * w, r[key], w, color=color, label=e)
                 if key == "decode_ms":
                     ax.plot([i + k * w - w / 2, i + k * w + w / 2], [r["floor_ms"]] * 2, color="#d62728", lw=2,
                             label="memory floor" if (i, k) == (0, 0) else None)
