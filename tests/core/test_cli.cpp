@@ -7,26 +7,13 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "cli_runner.h"
+
 class TestCli : public QObject {
   Q_OBJECT
 
-  struct Run {
-    int code;
-    QString out, err;
-  };
-
-  Run cli(const QStringList& args) {
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    const QString shared = env.value("SERVELAB_SHARED");
-    if (!shared.isEmpty() && env.value("SERVELAB_TOKENIZER_DIR").isEmpty())
-      env.insert("SERVELAB_TOKENIZER_DIR", shared + "/data/gpt2");
-    p.setProcessEnvironment(env);
-    p.start(SERVELAB_CLI, args);
-    p.waitForFinished(300000);
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-            QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
-  }
+  using Run = servelab::test::CliRun;
+  Run cli(const QStringList& args) { return servelab::test::run_cli(SERVELAB_CLI, args); }
 
   QList<QJsonObject> json_lines(const QString& out) {
     QList<QJsonObject> objs;

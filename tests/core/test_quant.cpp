@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "cli_runner.h"
 #include "experiments/quantization.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
@@ -259,23 +260,8 @@ class TestQuant : public QObject {
   Gpt2Config small_ = small_config();
   test::IdTokenizer id_tok_{304, 303};
 
-  struct Run {
-    int code;
-    QString out, err;
-  };
-
-  Run cli(const QStringList& args) {
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    const QString shared = env.value("SERVELAB_SHARED");
-    if (!shared.isEmpty() && env.value("SERVELAB_TOKENIZER_DIR").isEmpty())
-      env.insert("SERVELAB_TOKENIZER_DIR", shared + "/data/gpt2");
-    p.setProcessEnvironment(env);
-    p.start(SERVELAB_CLI, args);
-    p.waitForFinished(300000);
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-            QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
-  }
+  using Run = test::CliRun;
+  Run cli(const QStringList& args) { return test::run_cli(SERVELAB_CLI, args); }
 
   void require_vocab_folder() {
     if (vocab_dir_.empty())
@@ -595,7 +581,8 @@ class TestQuant : public QObject {
       const json fp = json::parse(std::ifstream(small));
       QCOMPARE(b.quantized + b.other, fp["params_after"].get<int64_t>());
       QCOMPARE(b.quantized + b.other + buffers, fp["seed_after"].get<int64_t>());
-      QCOMPARE(demo->model().dense_weights().parameter_count() * 4 + buffers, fp["seed_before"].get<int64_t>());
+      QCOMPARE(demo->model().dense_weights().parameter_count() * 4 + buffers,
+               fp["seed_before"].get<int64_t>());
     } else {
       qInfo("quantization oracle absent: GPT-2 small checked against SEEDS.md's figures only");
     }
