@@ -57,9 +57,8 @@ class PackedLinearKernels final : public LinearKernels {
       }
       layers_.push_back(std::move(p));
     }
-    tied_ = w.lm_head_tied;
     head_ = pack(w.lm_head.contiguous());
-    if (!tied_) w.lm_head = at::Tensor();
+    if (!w.lm_head_tied) w.lm_head = at::Tensor();
   }
 
   at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
@@ -121,7 +120,6 @@ class PackedLinearKernels final : public LinearKernels {
   c10::OperatorHandle reorder_, linear_;
   std::vector<std::array<Packed, 4>> layers_;
   Packed head_;
-  bool tied_ = true;
 };
 
 }  // namespace

@@ -1,8 +1,8 @@
 #pragma once
 // fp32 projections and LM head as oneDNN GEMMs over weights reordered once into oneDNN's blocked
 // layout (libtorch's mkldnn::_reorder_linear_weight / _linear_pointwise, what its own compiler
-// uses for frozen CPU models). With 25-32 rows per step these run 2-2.5x faster than addmm over
-// the Conv1D layout on this project's CPUs, and the LM head most of all; one row is as fast.
+// uses for frozen CPU models). Batched steps gain most (bench/batching.py, bench/compare_hf.py
+// with --gemm aten against the default); the README has the figures.
 #include <memory>
 
 #include "model/gpt2_model.h"
