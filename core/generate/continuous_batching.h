@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "generate/sampling_params.h"
+#include "lora/lora_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
@@ -24,6 +25,9 @@ struct BatchRequest {
   bool stop_at_eos = true;
   std::vector<std::string> stop_strings;
   double arrival_ms = 0;  // offset from the start of the run; never admitted earlier
+  // An adapter of BatchOptions::adapters by name; empty runs the base model. Requests with
+  // different adapters share decode steps (heterogeneous batching, as LoRAX does).
+  std::string adapter;
 };
 
 // How the running batch's KV memory is kept.
@@ -41,6 +45,12 @@ struct BatchOptions {
   int64_t max_batch = 8;  // requests running at once (slots)
   KvStrategy kv = KvStrategy::SlotKv;
   const std::atomic<bool>* cancel = nullptr;  // checked before every step; the run then returns
+  // Adapters requests may name, loaded on demand into a cache of adapter_cache_capacity adapters
+  // (0: as many as there are); when it is full, the least recently used adapter no running
+  // request needs is evicted, and a request whose adapter cannot be loaded waits.
+  std::vector<AdapterSource> adapters;
+  int64_t adapter_cache_capacity = 0;
+  MultiLoraStrategy lora_strategy = MultiLoraStrategy::Segmented;
 };
 
 // What happened to one request. Times are milliseconds since the start of the run.
@@ -51,6 +61,7 @@ struct RequestResult {
   std::string text;           // decoded generated text (stop string cut off)
   std::string finish_reason;  // "length", "eos", "stop" or "cancelled"
   int64_t slot = -1;          // batch place it ran in (-1: never admitted)
+  std::string adapter;        // as requested
   double arrival_ms = 0;
   double admitted_ms = -1;
   int64_t admitted_step = -1;
@@ -79,6 +90,8 @@ struct BatchStep {
   // running requests waited for this step beyond newcomers' prompts: decode, copies, bookkeeping.
   double prefill_ms = 0;
   std::vector<int64_t> admitted, retired;
+  int64_t adapters_in_step = 0;     // distinct adapters among the running requests
+  AdapterCacheStats adapter_cache;  // counters after this step
 };
 
 struct BatchRunResult {
@@ -92,6 +105,7 @@ struct BatchRunResult {
   double total_ms = 0;
   int64_t kv_cache_bytes = 0;  // largest KV memory held at once
   int64_t kv_copy_bytes = 0;   // KV memory moved between caches, over all steps
+  AdapterCacheStats adapter_cache;  // at the end of the run
   bool cancelled = false;
 };
 

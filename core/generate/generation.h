@@ -3,16 +3,19 @@
 // and the CLI include this; tensor-level helpers are in generate/generator.h.
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "generate/sampling_params.h"
+#include "lora/lora_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
 
 class Gpt2Model;
+class LoraAdapter;  // lora/lora_adapter.h
 
 struct GenerateOptions {
   int64_t max_new_tokens = 10;
@@ -22,6 +25,9 @@ struct GenerateOptions {
   std::vector<std::string> stop_strings;
   int64_t report_top = 5;                     // top-N logits reported per step (0: none)
   const std::atomic<bool>* cancel = nullptr;  // checked before every step
+  // Per prompt, the LoRA adapter its row runs with (null: the base model); empty: no adapters.
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+  MultiLoraStrategy lora_strategy = MultiLoraStrategy::Segmented;
 };
 
 // One of the most likely next tokens at a step: its id, raw logit and softmax probability
