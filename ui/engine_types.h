@@ -7,6 +7,7 @@
 
 #include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
+#include "experiments/multi_lora.h"
 #include "experiments/quantization.h"
 #include "experiments/seed_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
@@ -32,6 +33,7 @@ struct ModelSummary {
   int threads = 0;
   qint64 parameters = 0, weightBytes = 0;
   int layers = 0, heads = 0, width = 0, positions = 0, vocab = 0;
+  int inner = 0;  // width of the MLP's hidden layer (4 x width for GPT-2)
   int dtypeBytes = 4;
   bool valid() const { return !name.isEmpty(); }
 };
@@ -68,6 +70,18 @@ struct GenerateSummary {
   bool cancelled = false;
 };
 
+// A queue of requests served by continuous batching, each request with the adapter it names
+// (multi-LoRA serving: the adapters share decode steps and live in a bounded cache).
+struct AdapterServeParams {
+  QString prompt;
+  int maxNewTokens = 8;
+  int maxBatch = 8;
+  std::vector<servelab::AdapterSource> adapters;  // what the requests may name
+  std::vector<std::string> requestAdapters;       // one per request; "" runs the base model
+  qint64 cacheCapacity = 0;                       // adapters loaded at once (0: all of them)
+  servelab::MultiLoraStrategy strategy = servelab::MultiLoraStrategy::Segmented;
+};
+
 // Tokens per second over the decode steps (every step after the first); 0 when there are none.
 double decodeTokensPerSecond(const QVector<double>& stepMs);
 
@@ -92,3 +106,9 @@ Q_DECLARE_METATYPE(servelab::BatchStep)
 Q_DECLARE_METATYPE(servelab::QuantizationParams)
 Q_DECLARE_METATYPE(servelab::QuantizationResult)
 Q_DECLARE_METATYPE(servelab::QuantModeResult)
+Q_DECLARE_METATYPE(servelab::MultiLoraParams)
+Q_DECLARE_METATYPE(servelab::MultiLoraResult)
+Q_DECLARE_METATYPE(servelab::AdapterSource)
+Q_DECLARE_METATYPE(servelab::AdapterInfo)
+Q_DECLARE_METATYPE(servelab::BatchRunResult)
+Q_DECLARE_METATYPE(servelab::ui::AdapterServeParams)

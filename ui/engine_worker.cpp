@@ -175,6 +175,7 @@ ModelSummary EngineWorker::summarize(const QString& folder) const {
   s.width = static_cast<int>(c.n_embd);
   s.positions = static_cast<int>(c.n_positions);
   s.vocab = static_cast<int>(c.vocab_size);
+  s.inner = static_cast<int>(c.inner_dim());
   s.dtypeBytes = static_cast<int>(engine_->dtype_bytes());
   return s;
 }
@@ -309,6 +310,70 @@ void EngineWorker::runQuantization(const servelab::QuantizationParams& params) {
   });
 }
 
+void EngineWorker::runMultiLora(const servelab::MultiLoraParams& params) {
+  if (!engine_) {
+    Q_EMIT failed(QStringLiteral("input"), QStringLiteral("no model is loaded"));
+    return;
+  }
+  guarded(QStringLiteral("multi-LoRA"), [&] {
+    ExperimentRelay relay(this);
+    servelab::MultiLoraResult r =
+        servelab::run_multi_lora(*engine_, params, servelab::ExperimentControl{&relay, cancel_});
+    // The texts' tokens as the other tabs show tokens (their own bytes, a leading space as an open
+    // box), not the vocabulary's spellings. The toy workload's outputs have no GPT-2 tokens.
+    if (r.workload != "toy")
+      for (servelab::AdapterOutput& o : r.outputs) {
+        o.pieces.clear();
+        for (int32_t id : o.tokens) o.pieces.push_back(readableToken(engine_->tokenizer(), id).toStdString());
+      }
+    Q_EMIT multiLoraFinished(r);
+  });
+}
+
+void EngineWorker::serveWithAdapters(const AdapterServeParams& params) {
+  if (!engine_) {
+    Q_EMIT failed(QStringLiteral("input"), QStringLiteral("no model is loaded"));
+    return;
+  }
+  guarded(QStringLiteral("serving with adapters"), [&] {
+    const std::vector<int32_t> ids = engine_->tokenizer().encode(params.prompt.toStdString());
+    if (ids.empty()) throw servelab::InputError("the prompt is empty: type at least one character");
+    std::vector<servelab::BatchRequest> requests;
+    for (const std::string& adapter : params.requestAdapters) {
+      servelab::BatchRequest r;
+      r.prompt_ids = ids;
+      r.max_new_tokens = params.maxNewTokens;
+      r.adapter = adapter;
+      requests.push_back(std::move(r));
+    }
+    servelab::BatchOptions o;
+    o.max_batch = params.maxBatch;
+    o.cancel = cancel_;
+    o.adapters = params.adapters;
+    o.adapter_cache_capacity = params.cacheCapacity;
+    o.lora_strategy = params.strategy;
+    BatchRelay batch(this);
+    const servelab::BatchRunResult r =
+        servelab::run_continuous_batching(engine_->model(), engine_->tokenizer(), requests, o, &batch);
+    if (r.cancelled) throw servelab::CancelledError("serving with adapters was stopped");
+    Q_EMIT adapterServingFinished(r);
+  });
+}
+
+void EngineWorker::describeAdapter(quint64 ticket, const servelab::AdapterSource& source) {
+  if (!engine_) {
+    Q_EMIT adapterDescribed(ticket, {}, QStringLiteral("no model is loaded"));
+    return;
+  }
+  try {
+    Q_EMIT adapterDescribed(ticket, servelab::describe_adapter(*engine_, source), QString());
+  } catch (const std::bad_alloc&) {
+    Q_EMIT adapterDescribed(ticket, {}, QStringLiteral("out of memory"));
+  } catch (const std::exception& e) {
+    Q_EMIT adapterDescribed(ticket, {}, firstLine(e.what()));
+  }
+}
+
 void EngineWorker::padPrompts(quint64 ticket, const QStringList& prompts) {
   if (!engine_) {
     Q_EMIT promptsPadded(ticket, {}, QStringLiteral("no model is loaded"));
@@ -353,6 +418,12 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
   qRegisterMetaType<servelab::QuantizationParams>();
   qRegisterMetaType<servelab::QuantizationResult>();
   qRegisterMetaType<servelab::QuantModeResult>();
+  qRegisterMetaType<servelab::MultiLoraParams>();
+  qRegisterMetaType<servelab::MultiLoraResult>();
+  qRegisterMetaType<servelab::AdapterSource>();
+  qRegisterMetaType<servelab::AdapterInfo>();
+  qRegisterMetaType<servelab::BatchRunResult>();
+  qRegisterMetaType<AdapterServeParams>();
   thread_.setObjectName(QStringLiteral("servelab-engine"));
   worker_->moveToThread(&thread_);
   connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
@@ -369,6 +440,7 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
   connect(worker_, &EngineWorker::batchStep, this, &EngineController::batchStep);
   connect(worker_, &EngineWorker::promptsPadded, this, &EngineController::promptsPadded);
   connect(worker_, &EngineWorker::quantizationMode, this, &EngineController::quantizationMode);
+  connect(worker_, &EngineWorker::adapterDescribed, this, &EngineController::adapterDescribed);
   connect(worker_, &EngineWorker::modelLoaded, this, [this](const ModelSummary& s) {
     model_ = s;
     hadModel_ = true;
@@ -405,6 +477,14 @@ EngineController::EngineController(QObject* parent) : QObject(parent), worker_(n
   connect(worker_, &EngineWorker::quantizationFinished, this, [this](const servelab::QuantizationResult& r) {
     setState(State::Idle);
     Q_EMIT quantizationFinished(r);
+  });
+  connect(worker_, &EngineWorker::multiLoraFinished, this, [this](const servelab::MultiLoraResult& r) {
+    setState(State::Idle);
+    Q_EMIT multiLoraFinished(r);
+  });
+  connect(worker_, &EngineWorker::adapterServingFinished, this, [this](const servelab::BatchRunResult& r) {
+    setState(State::Idle);
+    Q_EMIT adapterServingFinished(r);
   });
   connect(worker_, &EngineWorker::failed, this, [this](const QString& kind, const QString& m) {
     setState(hadModel_ ? State::Idle : State::NoModel);
@@ -502,6 +582,28 @@ bool EngineController::runQuantization(const servelab::QuantizationParams& param
   QMetaObject::invokeMethod(worker_, "runQuantization", Qt::QueuedConnection,
                             Q_ARG(servelab::QuantizationParams, params));
   return true;
+}
+
+bool EngineController::runMultiLora(const servelab::MultiLoraParams& params) {
+  if (!begin(State::Running, tr("multi-LoRA"))) return false;
+  QMetaObject::invokeMethod(worker_, "runMultiLora", Qt::QueuedConnection,
+                            Q_ARG(servelab::MultiLoraParams, params));
+  return true;
+}
+
+bool EngineController::serveWithAdapters(const AdapterServeParams& params) {
+  if (!begin(State::Running, tr("serving with adapters"))) return false;
+  QMetaObject::invokeMethod(worker_, "serveWithAdapters", Qt::QueuedConnection,
+                            Q_ARG(servelab::ui::AdapterServeParams, params));
+  return true;
+}
+
+quint64 EngineController::describeAdapter(const servelab::AdapterSource& source) {
+  if (state_ == State::NoModel) return 0;
+  const quint64 ticket = ++lastTicket_;
+  QMetaObject::invokeMethod(worker_, "describeAdapter", Qt::QueuedConnection, Q_ARG(quint64, ticket),
+                            Q_ARG(servelab::AdapterSource, source));
+  return ticket;
 }
 
 quint64 EngineController::padPrompts(const QStringList& prompts) {

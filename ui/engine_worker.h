@@ -30,6 +30,13 @@ class EngineWorker : public QObject {
   void runSyncVsContinuous(const servelab::SyncVsContinuousParams& params);
   void runSeedBenchmark(const servelab::SeedBenchmarkParams& params);
   void runQuantization(const servelab::QuantizationParams& params);
+  void runMultiLora(const servelab::MultiLoraParams& params);
+  // Continuous batching of a queue whose requests name adapters (batch signals live, then
+  // adapterServingFinished).
+  void serveWithAdapters(const servelab::ui::AdapterServeParams& params);
+  // Not a run: loads (or makes) an adapter for the loaded model and describes it, answered through
+  // adapterDescribed.
+  void describeAdapter(quint64 ticket, const servelab::AdapterSource& source);
   // Not a run: the padded tensors of a static batch, answered through promptsPadded.
   void padPrompts(quint64 ticket, const QStringList& prompts);
 
@@ -49,6 +56,11 @@ class EngineWorker : public QObject {
   // Their greedy pieces are readable tokens (a leading space as "\u2423"), not vocabulary spellings.
   void quantizationMode(const servelab::QuantModeResult& mode);
   void quantizationFinished(const servelab::QuantizationResult& result);
+  // Its outputs' pieces are readable tokens, as the quantization's greedy pieces are.
+  void multiLoraFinished(const servelab::MultiLoraResult& result);
+  void adapterServingFinished(const servelab::BatchRunResult& result);
+  // The answer to describeAdapter: the adapter, or why it cannot be used (error not empty).
+  void adapterDescribed(quint64 ticket, const servelab::AdapterInfo& info, const QString& error);
   // Live scheduler events of the batching experiments (see servelab::BatchSink).
   void batchRunStarted(const QString& method, qint64 requests, qint64 slots);
   void batchAdmitted(qint64 request, qint64 slot, qint64 step, double ms);
@@ -94,6 +106,12 @@ class EngineController : public QObject {
   bool runSyncVsContinuous(const servelab::SyncVsContinuousParams& params);
   bool runSeedBenchmark(const servelab::SeedBenchmarkParams& params);
   bool runQuantization(const servelab::QuantizationParams& params);
+  bool runMultiLora(const servelab::MultiLoraParams& params);
+  bool serveWithAdapters(const AdapterServeParams& params);
+  // Describes an adapter on the engine thread without making the engine busy (it waits behind a
+  // run); the answer comes through adapterDescribed with the returned ticket. 0 when no model is
+  // loaded.
+  quint64 describeAdapter(const servelab::AdapterSource& source);
   // Pads prompts on the engine thread without making the engine busy (it waits behind a run);
   // the answer comes through promptsPadded with the returned ticket. 0 when no model is loaded.
   quint64 padPrompts(const QStringList& prompts);
@@ -115,6 +133,9 @@ class EngineController : public QObject {
   void seedBenchmarkFinished(const servelab::SeedBenchmarkResult& result);
   void quantizationMode(const servelab::QuantModeResult& mode);
   void quantizationFinished(const servelab::QuantizationResult& result);
+  void multiLoraFinished(const servelab::MultiLoraResult& result);
+  void adapterServingFinished(const servelab::BatchRunResult& result);
+  void adapterDescribed(quint64 ticket, const servelab::AdapterInfo& info, const QString& error);
   void batchRunStarted(const QString& method, qint64 requests, qint64 slots);
   void batchAdmitted(qint64 request, qint64 slot, qint64 step, double ms);
   void batchToken(qint64 request, int id, const QString& piece, qint64 step, double ms);
