@@ -35,6 +35,7 @@
 #include "generate_tab.h"
 #include "kv_cache_tab.h"
 #include "model/engine.h"
+#include "multi_lora_tab.h"
 #include "quantization_tab.h"
 
 namespace servelab::ui {
@@ -99,7 +100,8 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   tabWidget_ = new QTabWidget(this);
   tabWidget_->setObjectName(QStringLiteral("tabs"));
   tabs_ << new GenerateTab(engine_, this) << new KvCacheTab(engine_, this) << new BatchingTab(engine_, this)
-        << new ContinuousTab(engine_, this) << new QuantizationTab(engine_, this);
+        << new ContinuousTab(engine_, this) << new QuantizationTab(engine_, this)
+        << new MultiLoraTab(engine_, this);
   for (ExperimentTab* t : tabs_) {
     t->setObjectName(t->tabId() + QStringLiteral("Tab"));
     tabWidget_->addTab(t, t->title());

@@ -101,9 +101,9 @@ class TestMainWindow : public QObject {
 
   void switchesTabs() {
     auto w = makeWindow(QStringLiteral("tabs"));
-    QCOMPARE(w->tabIds(),
-             (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"), QStringLiteral("batching"),
-                          QStringLiteral("continuous"), QStringLiteral("quantization")}));
+    QCOMPARE(w->tabIds(), (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"),
+                                       QStringLiteral("batching"), QStringLiteral("continuous"),
+                                       QStringLiteral("quantization"), QStringLiteral("multi-lora")}));
     auto* tabs = w->findChild<QTabWidget*>(QStringLiteral("tabs"));
     QVERIFY(tabs);
     QVERIFY(w->selectTab(QStringLiteral("kv-cache")));
