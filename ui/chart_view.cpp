@@ -930,6 +930,14 @@ void ChartView::setLegendBelow(bool on) {
   replotSoon();
 }
 
+void ChartView::setLegendColumns(int columns) {
+  legendColumns_ = std::max(0, columns);
+  if (legendBelow_) {
+    plot_->legend->setWrap(legendColumns_ > 0 ? legendColumns_ : cellRows_.isEmpty() ? 2 : 4);
+    replotSoon();
+  }
+}
+
 void ChartView::placeLegendBelow(bool below) {
   if (below == legendBelow_) return;
   legendBelow_ = below;
@@ -944,7 +952,9 @@ void ChartView::placeLegendBelow(bool below) {
     grid->addElement(axisRow + 1, 0, legend);
     grid->setRowStretchFactor(axisRow + 1, 0.001);
     legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
-    legend->setWrap(cellRows_.isEmpty() ? 2 : 4);  // a timeline's keys are short
+    legend->setWrap(legendColumns_ > 0    ? legendColumns_
+                    : cellRows_.isEmpty() ? 2
+                                          : 4);  // a timeline's keys are short
     legend->setMargins(QMargins(8, 2, 8, 2));
   } else {
     grid->take(legend);

@@ -52,6 +52,8 @@ class ChartView : public QWidget {
   // The legend in rows under the plot instead of in a corner of it (charts whose data leave no
   // corner free); timelines always have it there.
   void setLegendBelow(bool on);
+  // Entries per row of a legend below the plot (0: two, or four for a timeline's keys).
+  void setLegendColumns(int columns);
   void setTheme(ChartTheme theme);
   ChartTheme theme() const;
 
@@ -224,6 +226,7 @@ class ChartView : public QWidget {
   int cellRowStride_ = 1;  // every n-th row labelled
   bool legendBelow_ = false;
   bool legendBelowWanted_ = false;
+  int legendColumns_ = 0;
   // The y ranges of the last fit, before adaptToSize makes room for the legend.
   struct FitRange {
     bool valid = false;
