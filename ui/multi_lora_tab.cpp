@@ -51,15 +51,19 @@ const QStringList kSeries = {kBase, QStringLiteral("loop"), QStringLiteral("gath
                              QStringLiteral("segmented")};
 
 // The legend's name of a series the experiment reports.
-QString seriesLabel(const QString& series) {
-  return series == kBase ? QObject::tr("base model (no adapters)") : series;
-}
+QString seriesLabel(const QString& series) { return series == kBase ? QObject::tr("base model") : series; }
 
 QString number(qint64 v) { return QLocale().toString(v); }
 
 QString millions(qint64 v) {
   const double m = static_cast<double>(v) / 1e6;
   return m >= 1 ? QObject::tr("%1 M").arg(m, 0, 'f', 2) : number(v);
+}
+
+// A text setting; an INI file written by hand turns "1,2,4" into a list, which is joined back.
+QString settingText(const QSettings& s, const char* key, const QString& fallback) {
+  const QVariant v = s.value(QLatin1String(key), fallback);
+  return v.typeId() == QMetaType::QStringList ? v.toStringList().join(QStringLiteral(", ")) : v.toString();
 }
 
 QString ms(double v) { return QString::number(v, 'f', v < 10 ? 2 : 1); }
@@ -148,7 +152,7 @@ MultiLoraTab::MultiLoraTab(EngineController* engine, QWidget* parent) : Experime
   right->addWidget(views_);
   right->setStretchFactor(0, 0);
   right->setStretchFactor(1, 1);
-  right->setSizes({215, 600});
+  right->setSizes({150, 600});
   right->setChildrenCollapsible(false);
 
   auto* controlScroll = new QScrollArea(this);
@@ -156,8 +160,8 @@ MultiLoraTab::MultiLoraTab(EngineController* engine, QWidget* parent) : Experime
   controlScroll->setWidgetResizable(true);
   controlScroll->setFrameShape(QFrame::NoFrame);
   controlScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  controlScroll->setMinimumWidth(310);
-  controlScroll->setMaximumWidth(340);
+  controlScroll->setMinimumWidth(330);
+  controlScroll->setMaximumWidth(350);
 
   auto* layout = new QHBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
@@ -224,7 +228,7 @@ QWidget* MultiLoraTab::buildAdapterBox() {
   adapterTable_->horizontalHeaderItem(6)->setToolTip(tr("|A| + |B| over every wrapped matrix"));
   adapterTable_->horizontalHeaderItem(7)->setToolTip(
       tr("The adapter's parameters as a share of the base matrices it wraps (|A| + |B|) / |W|"));
-  adapterTable_->setMinimumHeight(110);
+  adapterTable_->setMinimumHeight(70);
 
   loadPeft_ = new QPushButton(tr("Load PEFT folder…"), this);
   loadPeft_->setObjectName(QStringLiteral("loraLoadPeft"));
@@ -311,6 +315,11 @@ QWidget* MultiLoraTab::buildMathBox() {
   mathLabel_->setTextFormat(Qt::RichText);
   mathLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   mathLabel_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+  mathLabel_->setWordWrap(true);
+  mathLabel_->setToolTip(
+      tr("W is in × out; A is in × r and B is r × out, so (|A| + |B|) / |W| = r(in + out) / (in·out). x is a "
+         "row "
+         "of the batch, 1 × in."));
   connect(mathModule_, &QComboBox::currentIndexChanged, this, [this] { updateMath(); });
   connect(mathRank_, &QSpinBox::valueChanged, this, [this] { updateMath(); });
   connect(mathAlpha_, &QDoubleSpinBox::valueChanged, this, [this] { updateMath(); });
@@ -326,8 +335,8 @@ QWidget* MultiLoraTab::buildMathBox() {
   v->setSpacing(4);
   v->addLayout(pick);
   v->addWidget(mathLabel_, 1);
-  box->setMinimumWidth(430);
-  box->setMaximumWidth(470);
+  box->setMinimumWidth(470);
+  box->setMaximumWidth(500);
   return box;
 }
 
@@ -345,6 +354,10 @@ QWidget* MultiLoraTab::buildComposer() {
   assignment_->addItem(tr("shared: a few adapters, many rows each"), QStringLiteral("shared"));
   assignment_->addItem(tr("mixed: every other row the base model"), QStringLiteral("mixed"));
   assignment_->addItem(tr("rows: pick each row's adapter"), QStringLiteral("rows"));
+  for (QComboBox* c : {workload_, assignment_}) {
+    c->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    c->setMinimumContentsLength(14);
+  }
   assignment_->setToolTip(tr("Which adapter each row of a batch uses (rows repeat to fill larger batches)"));
   shared_ = makeSpin(this, QStringLiteral("loraSharedAdapters"), 1, 256, 4, tr(" adapters"));
   sharedRow_ = new QWidget(this);
@@ -413,11 +426,12 @@ QWidget* MultiLoraTab::buildComposer() {
   segmented_->setObjectName(QStringLiteral("loraSegmented"));
   segmented_->setToolTip(tr("Rows grouped by adapter, one product pair per group (Punica's SGMV)"));
   for (QCheckBox* c : {loop_, gathered_, segmented_}) c->setChecked(true);
-  auto* strategyRow = new QHBoxLayout;
-  strategyRow->addWidget(loop_);
-  strategyRow->addWidget(gathered_);
-  strategyRow->addWidget(segmented_);
-  strategyRow->addStretch(1);
+  auto* strategyRow = new QGridLayout;
+  strategyRow->setContentsMargins(0, 0, 0, 0);
+  strategyRow->setVerticalSpacing(2);
+  strategyRow->addWidget(loop_, 0, 0);
+  strategyRow->addWidget(gathered_, 0, 1);
+  strategyRow->addWidget(segmented_, 1, 0);
 
   context_ = makeSpin(this, QStringLiteral("loraContext"), 1, 4096, 32, tr(" tokens"));
   context_->setToolTip(tr("Positions in the KV cache before the timed decode steps"));
@@ -449,7 +463,9 @@ QWidget* MultiLoraTab::buildComposer() {
   g2->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
   g2->addRow(tr("Without a list"), randomRow_);
   g2->addRow(tr("Context"), context_);
-  g2->addRow(tr("Decode steps"), decodeSteps_);
+  // Decode steps per repeat have no control (the core's default suits the lesson); scripts and
+  // tests set them through the settings.
+  decodeSteps_->hide();
   toyRow_ = new QWidget(this);
   auto* toyForm = new QFormLayout(toyRow_);
   toyForm->setContentsMargins(0, 0, 0, 0);
@@ -486,10 +502,26 @@ QWidget* MultiLoraTab::buildComposer() {
   v->addWidget(progress_);
   v->addWidget(summary_);
   v->addWidget(agreement_);
+  auto* explanation = new QLabel(
+      tr("<b>LoRA</b> freezes a weight matrix W and adds a low-rank update, y = xW + (α/r)·xAB, so one base "
+         "model can serve many small fine-tuned adapters. When the rows of a batch use different adapters, "
+         "the "
+         "seed's <b>loop</b> does one tiny product pair per row and leaves the hardware idle; "
+         "<b>gathered</b> "
+         "picks every row's A and B from one stack for one batched matmul, and <b>segmented</b> (Punica's "
+         "SGMV) does one product pair per adapter for the rows that share it."),
+      this);
+  explanation->setObjectName(QStringLiteral("loraExplanation"));
+  explanation->setWordWrap(true);
+  QFont small = explanation->font();
+  small.setPointSizeF(small.pointSizeF() * 0.95);
+  explanation->setFont(small);
+  explanation->setContentsMargins(4, 0, 4, 0);
   auto* column = new QWidget(this);
   auto* cv = new QVBoxLayout(column);
   cv->setContentsMargins(0, 0, 0, 0);
   cv->addWidget(box);
+  cv->addWidget(explanation);
   cv->addStretch(1);
   return column;
 }
@@ -502,27 +534,16 @@ QWidget* MultiLoraTab::buildStrategiesPage() {
   latencyChart_->setLogXBase2(true);
   ratioChart_ = new ChartView(this);
   ratioChart_->setObjectName(QStringLiteral("loraRatioChart"));
-  ratioChart_->setTitle(tr("Cost of the adapters: step time ÷ base model's"));
+  ratioChart_->setTitle(tr("Step time ÷ the base model's"));
   ratioChart_->setAxisLabels(tr("batch size (rows)"), tr("× the base model's step"));
   ratioChart_->setLogXBase2(true);
+  latencyChart_->setLegendBelow(true);
+  latencyChart_->setLegendColumns(4);  // one row: the plot keeps its height
+  ratioChart_->setLegendBelow(true);
   for (const QString& s : kSeries) {
     latencyChart_->addSeries(seriesLabel(s));
     ratioChart_->addSeries(seriesLabel(s));
   }
-
-  auto* explanation = new QLabel(
-      tr("<b>LoRA</b> keeps a weight matrix W frozen and adds a low-rank update: y = xW + (α/r)·xAB, where A "
-         "and "
-         "B hold a small fraction of W's parameters, so one base model can serve many fine-tuned adapters. "
-         "In a batch whose rows use different adapters, the seed's <b>loop</b> computes one small product "
-         "pair "
-         "per row: many tiny matmuls that leave the hardware idle. <b>Gathered</b> picks every row's A and B "
-         "out of one stack and does one batched matmul; <b>segmented</b> (Punica's SGMV) groups the rows by "
-         "adapter and does one product pair per adapter. The base model's step is the floor all of them add "
-         "to."),
-      this);
-  explanation->setObjectName(QStringLiteral("loraExplanation"));
-  explanation->setWordWrap(true);
 
   caveat_ = new QLabel(this);
   caveat_->setObjectName(QStringLiteral("loraCaveat"));
@@ -560,14 +581,13 @@ QWidget* MultiLoraTab::buildStrategiesPage() {
   auto* tv = new QVBoxLayout(top);
   tv->setContentsMargins(0, 0, 0, 0);
   tv->addWidget(charts, 1);
-  tv->addWidget(explanation);
 
   auto* split = new QSplitter(Qt::Vertical, this);
   split->addWidget(top);
   split->addWidget(detailTabs_);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
-  split->setSizes({380, 200});
+  split->setSizes({330, 170});
   split->setChildrenCollapsible(false);
   return split;
 }
@@ -654,14 +674,15 @@ QWidget* MultiLoraTab::buildServePage() {
     cacheChart_->addSeries(s);
 
   requestTable_ = makeTable(this, QStringLiteral("loraRequests"),
-                            {tr("request"), tr("adapter"), tr("state"), tr("slot"), tr("admitted\n(step)"),
+                            {tr("#"), tr("adapter"), tr("state"), tr("slot"), tr("admitted\n(step)"),
                              tr("finished\n(step)"), tr("tokens"), tr("latency\n(ms)"), tr("text")});
 
   auto* split = new QSplitter(Qt::Horizontal, this);
   split->addWidget(cacheChart_);
   split->addWidget(requestTable_);
-  split->setStretchFactor(0, 1);
-  split->setStretchFactor(1, 1);
+  split->setStretchFactor(0, 2);
+  split->setStretchFactor(1, 3);
+  split->setSizes({440, 600});
   split->setChildrenCollapsible(false);
 
   auto* page = new QWidget(this);
@@ -729,21 +750,19 @@ void MultiLoraTab::updateMath() {
         .arg(name, shape, number(params), muted, note);
   };
   QString html = QStringLiteral("<table cellspacing='0' cellpadding='1'>");
-  html += row(QStringLiteral("W"), QStringLiteral("%1 × %2").arg(m.in).arg(m.out), m.wParameters(),
-              tr("frozen base weights"));
-  html += row(QStringLiteral("A"), QStringLiteral("%1 × %2").arg(m.in).arg(m.rank), m.in * m.rank,
-              tr("trained: input → rank"));
+  html +=
+      row(QStringLiteral("W"), QStringLiteral("%1 × %2").arg(m.in).arg(m.out), m.wParameters(), tr("frozen"));
+  html +=
+      row(QStringLiteral("A"), QStringLiteral("%1 × %2").arg(m.in).arg(m.rank), m.in * m.rank, tr("trained"));
   html += row(QStringLiteral("B"), QStringLiteral("%1 × %2").arg(m.rank).arg(m.out), m.rank * m.out,
-              tr("trained: rank → output"));
+              tr("trained"));
   html += QStringLiteral("</table>");
   html += tr("<p style='margin-top:4px; margin-bottom:2px'>y = x·W + (α/r)·x·A·B &nbsp; with α/r = %1/%2 = "
              "<b>%3</b></p>")
               .arg(alpha, 0, 'g', 4)
               .arg(m.rank)
               .arg(alpha / static_cast<double>(m.rank), 0, 'g', 4);
-  html += tr("<p style='margin-top:2px; margin-bottom:2px'>(|A| + |B|) / |W| = r(in + out) / (in·out) = %1 / "
-             "%2 = "
-             "<b>%3</b></p>")
+  html += tr("<p style='margin-top:2px; margin-bottom:2px'>(|A| + |B|) / |W| = %1 / %2 = <b>%3</b></p>")
               .arg(number(m.abParameters()), number(m.wParameters()), loraPercent(m.ratio()));
   if (!seed) {
     // Every module of every layer at this rank: what one adapter adds to the whole model.
@@ -754,13 +773,12 @@ void MultiLoraTab::updateMath() {
         m.rank * ((width + 3 * width) + (width + width) + (width + inner) + (inner + width));
     const qint64 all = perLayer * layers;
     const qint64 total = model_.parameters > 0 ? model_.parameters : 124439808;
-    html += tr("<p style='margin-top:2px; color:%1'>All four modules of the %2 layers at rank %3: %4 "
-               "parameters per adapter, %5 of the model's %6.</p>")
+    html += tr("<p style='margin-top:2px; color:%1'>All %2 matrices at r = %3: %4 parameters, %5 of the "
+               "model</p>")
                 .arg(muted)
-                .arg(layers)
+                .arg(4 * layers)
                 .arg(m.rank)
-                .arg(millions(all), loraPercent(static_cast<double>(all) / static_cast<double>(total)),
-                     millions(total));
+                .arg(millions(all), loraPercent(static_cast<double>(all) / static_cast<double>(total)));
   } else {
     html += tr("<p style='margin-top:2px; color:%1'>The seed's example: a 1024 × 1024 layer at rank 2 trains "
                "0.39% of its weights.</p>")
@@ -1223,8 +1241,8 @@ bool MultiLoraTab::runSweep() {
                                liveToy_ ? tr("forward pass, mean (ms)") : tr("decode step, median (ms)"));
   latencyChart_->setTitle(liveToy_ ? tr("The seed's toy model: forward pass per strategy vs batch size")
                                    : tr("Decode step per strategy vs batch size"));
-  ratioChart_->setTitle(liveToy_ ? tr("Cost of the adapters (the toy workload has no base run)")
-                                 : tr("Cost of the adapters: step time ÷ base model's"));
+  ratioChart_->setTitle(liveToy_ ? tr("Step time ÷ base (the toy workload has no base run)")
+                                 : tr("Step time ÷ the base model's"));
   pointsTable_->setRowCount(0);
   shapesTable_->setRowCount(0);
   outputs_->clear();
@@ -1384,13 +1402,13 @@ void MultiLoraTab::onFinished(const servelab::MultiLoraResult& r) {
   latencyChart_->rescale();
   ratioChart_->rescale();
   const QString note = liveToy_ ? tr("the seed's toy model, %1 forward passes").arg(toySamples_->value())
-                                : tr("%1 rows, context %2, median of %3 × %4 steps")
+                                : tr("%1 rows · context %2 · median of %3×%4 steps")
                                       .arg(QString::fromStdString(r.assignment))
                                       .arg(context_->value())
                                       .arg(repeats_->value())
                                       .arg(decodeSteps_->value());
   latencyChart_->setFootnote(note + QStringLiteral(" · ") + chartFootnote(model_));
-  ratioChart_->setFootnote(note + QStringLiteral(" · ") + chartFootnote(model_));
+  ratioChart_->setFootnote(chartFootnote(model_));
 
   fillPointsTable(r);
   fillShapes(r);
@@ -1715,7 +1733,7 @@ void MultiLoraTab::loadSettings(QSettings& s) {
   setWorkload(s.value(QStringLiteral("workload"), workload_->currentData()).toString());
   setAssignment(s.value(QStringLiteral("assignment"), assignment_->currentData()).toString());
   spin(shared_, "sharedAdapters");
-  sizes_->setText(s.value(QStringLiteral("batchSizes"), sizes_->text()).toString());
+  sizes_->setText(settingText(s, "batchSizes", sizes_->text()));
   if (s.contains(QStringLiteral("strategies")))
     setStrategies(s.value(QStringLiteral("strategies")).toStringList());
   spin(randomCount_, "randomAdapters");
@@ -1724,7 +1742,7 @@ void MultiLoraTab::loadSettings(QSettings& s) {
   spin(decodeSteps_, "decodeSteps");
   spin(repeats_, "repeats");
   spin(toySamples_, "toySamples");
-  setPrompt(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
+  setPrompt(settingText(s, "prompt", prompt_->text()));
   spin(newTokens_, "newTokens");
   spin(serveRequests_, "serveRequests");
   spin(serveMaxBatch_, "serveMaxBatch");
