@@ -695,6 +695,10 @@ QWidget* MultiLoraTab::buildServePage() {
   return page;
 }
 
+ChartView* MultiLoraTab::primaryChart() const {
+  return currentView() == QLatin1String("serve") ? cacheChart_ : latencyChart_;
+}
+
 QList<ChartView*> MultiLoraTab::charts() const { return {latencyChart_, ratioChart_, cacheChart_}; }
 
 // --- The math panel ---------------------------------------------------------------------------
@@ -788,6 +792,11 @@ void MultiLoraTab::updateMath() {
 }
 
 // --- The adapter list -------------------------------------------------------------------------
+
+int MultiLoraTab::joining() const {
+  return static_cast<int>(
+      std::count_if(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.refresh; }));
+}
 
 QStringList MultiLoraTab::adapterNames() const {
   QStringList names;
@@ -982,8 +991,7 @@ void MultiLoraTab::fillAdapterTable() {
       adapterTable_->setItem(r, c, item);
     }
   }
-  const int waiting = static_cast<int>(
-      std::count_if(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.refresh; }));
+  const int waiting = joining();
   QString hint;
   if (rows == 0 && waiting == 0)
     hint = tr("The list is empty: the experiment makes %1 random adapters of rank %2 itself, and serving "
@@ -1223,7 +1231,7 @@ bool MultiLoraTab::runSweep() {
     summary_->setText(tr("<b>Cannot run:</b> choose at least one strategy."));
     return false;
   }
-  if (!pending_.isEmpty()) {
+  if (joining() > 0) {
     summary_->setText(tr("<b>Cannot run yet:</b> adapters are still being loaded."));
     return false;
   }
@@ -1262,7 +1270,7 @@ bool MultiLoraTab::runSweep() {
 }
 
 bool MultiLoraTab::serve() {
-  if (!pending_.isEmpty()) {
+  if (joining() > 0) {
     serveSummary_->setText(tr("<b>Cannot serve yet:</b> adapters are still being loaded."));
     return false;
   }

@@ -46,8 +46,9 @@ class MultiLoraTab : public ExperimentTab {
 
   QString tabId() const override { return QStringLiteral("multi-lora"); }
   QString title() const override { return tr("Multi-LoRA"); }
-  // Decode-step latency per strategy against batch size: the lesson's headline.
-  ChartView* primaryChart() const override { return latencyChart_; }
+  // The chart of the view in front: decode-step latency per strategy against batch size (the
+  // lesson's headline), or the adapter cache over the serving run's steps.
+  ChartView* primaryChart() const override;
   QList<ChartView*> charts() const override;
   // Runs what the view in front shows: the strategy sweep, or serving the queue with adapters.
   bool run() override;
@@ -165,7 +166,10 @@ class MultiLoraTab : public ExperimentTab {
   void describeAll();
   void fillAdapterTable();
   void showAdapterError(const QString& message);
-  QStringList adapterNames() const;  // listed and pending, in order
+  QStringList adapterNames() const;  // listed and joining, in order
+  // Adapters asked for and not yet described (a run waits for them; described again for a new
+  // model, listed ones do not hold a run up: the run needs their sources only).
+  int joining() const;
   QString uniqueName(const QString& base) const;
   quint64 nextSeed() const;
   // The adapters a serve run uses: the list, or random ones when it is empty.

@@ -99,7 +99,7 @@ class TestMultiLoraTab : public QObject {
     QCOMPARE(w->currentTab()->primaryChart()->objectName(), QStringLiteral("loraLatencyChart"));
     QCOMPARE(w->currentTab()->charts().size(), 3);
     const QString explanation = w->findChild<QLabel*>(QStringLiteral("loraExplanation"))->text();
-    for (const char* word : {"LoRA", "loop", "Gathered", "segmented"})
+    for (const char* word : {"LoRA", "loop", "gathered", "segmented"})
       QVERIFY2(explanation.contains(QLatin1String(word)), word);
     // An empty list: the hint says the experiment makes its own adapters.
     QVERIFY(
@@ -382,6 +382,7 @@ class TestMultiLoraTab : public QObject {
     QSignalSpy steps(w->engine(), &EngineController::batchStep);
     // Ctrl+Return runs what the view in front shows.
     tab->showView(QStringLiteral("serve"));
+    QCOMPARE(tab->primaryChart()->objectName(), QStringLiteral("loraCacheChart"));  // what Ctrl+E exports
     QSignalSpy done(tab, &ExperimentTab::runFinished);
     QVERIFY(tab->run());
     QVERIFY(done.wait(kRunTimeoutMs));
