@@ -829,6 +829,7 @@ void MultiLoraTab::requestDescription(const servelab::AdapterSource& source, boo
     if (!refresh) {
       entries_.append(Entry{nextEntryId_++, source, std::nullopt, QString()});
       fillAdapterTable();
+      rebuildRowCombos();
       Q_EMIT adaptersChanged();
     }
     return;
