@@ -406,9 +406,10 @@ std::vector<std::string> split_names(const std::string& text) {
   return out;
 }
 
-// Adapters named on the command line: PEFT folders, else `count` random ones of `rank`.
+// Adapters named on the command line: PEFT folders, else `count` random ones whose ranks cycle over
+// ranks_text ("8", or "4,8,16" for mixed ranks).
 std::vector<AdapterSource> adapter_sources(const std::vector<std::string>& dirs, int64_t count,
-                                           int64_t rank) {
+                                           const std::string& ranks_text) {
   std::vector<AdapterSource> out;
   for (const std::string& dir : dirs) {
     AdapterSource s;
@@ -420,8 +421,11 @@ std::vector<AdapterSource> adapter_sources(const std::vector<std::string>& dirs,
     out.push_back(s);
   }
   if (out.empty()) {
-    if (count < 1 || rank < 1) throw InputError("--adapters and --rank must be at least 1");
+    const std::vector<int64_t> ranks = parse_int_list(ranks_text, "--rank");
+    if (count < 1) throw InputError("--adapters must be at least 1");
     for (int64_t i = 0; i < count; ++i) {
+      const int64_t rank = ranks[static_cast<size_t>(i) % ranks.size()];
+      if (rank < 1) throw InputError("--rank must be at least 1, got " + std::to_string(rank));
       AdapterSource s;
       s.name = "rand-r" + std::to_string(rank) + "-" + std::to_string(i + 1);
       s.rank = rank;
@@ -438,6 +442,7 @@ struct LoraBenchArgs {
   std::string strategies = "loop,gathered,segmented";
   std::string sizes = "1,2,4,8,16,32";
   std::vector<std::string> dirs;
+  std::string ranks = "8";
   bool json_out = false;
 };
 
@@ -445,7 +450,12 @@ int cmd_lora_bench(const ModelArgs& m, LoraBenchArgs a) {
   auto engine = m.load();
   a.p.strategies = split_names(a.strategies);
   a.p.batch_sizes = parse_int_list(a.sizes, "--batch-sizes");
-  if (!a.dirs.empty()) a.p.adapters = adapter_sources(a.dirs, 0, 0);
+  // Random adapters are made here too when ranks are mixed (the experiment makes one rank itself).
+  if (!a.dirs.empty() || a.ranks.find(',') != std::string::npos) {
+    a.p.adapters = adapter_sources(a.dirs, a.p.random_adapters, a.ranks);
+  } else {
+    a.p.random_rank = parse_int_list(a.ranks, "--rank")[0];
+  }
   MultiLoraResult r = run_multi_lora(*engine, a.p);
   json j = r.to_json();
   j["engine"] = engine->info();
@@ -463,7 +473,7 @@ struct LoraServeArgs {
   int64_t new_tokens = 16;
   int64_t max_batch = 8;
   int64_t adapters = 4;
-  int64_t rank = 8;
+  std::string rank = "8";
   std::vector<std::string> dirs;
   int64_t base_every = 0;  // every n-th request runs the base model (0: none)
   int64_t cache_capacity = 0;
@@ -524,7 +534,7 @@ int cmd_lora_serve(const ModelArgs& m, const LoraServeArgs& a) {
 
 int cmd_lora_describe(const ModelArgs& m, const std::vector<std::string>& dirs) {
   auto engine = m.load();
-  for (const AdapterSource& s : adapter_sources(dirs, 0, 0)) {
+  for (const AdapterSource& s : adapter_sources(dirs, 0, "1")) {
     const AdapterInfo i = describe_adapter(*engine, s);
     print_json({{"name", i.name},
                 {"source", i.source},
@@ -664,7 +674,7 @@ int main(int argc, char** argv) {
   lora_bench->add_option("--batch-sizes", lb.sizes, "comma-separated, e.g. 1,2,4,8,16,32");
   lora_bench->add_option("--adapter", lb.dirs, "PEFT LoRA folder (repeatable; default: random adapters)");
   lora_bench->add_option("--adapters", lb.p.random_adapters, "random adapters to make");
-  lora_bench->add_option("--rank", lb.p.random_rank, "rank of the random adapters");
+  lora_bench->add_option("--rank", lb.ranks, "rank of the random adapters; a list (4,8,16) cycles over them");
   lora_bench->add_option("--assignment", lb.p.assignment,
                          "which adapter each row uses: distinct, shared, mixed (every other row base)");
   lora_bench->add_option("--shared", lb.p.shared_adapters,
@@ -690,7 +700,7 @@ int main(int argc, char** argv) {
   lora_serve->add_option("--max-batch", ls.max_batch, "requests running at once");
   lora_serve->add_option("--adapter", ls.dirs, "PEFT LoRA folder (repeatable; default: random adapters)");
   lora_serve->add_option("--adapters", ls.adapters, "random adapters to make");
-  lora_serve->add_option("--rank", ls.rank, "rank of the random adapters");
+  lora_serve->add_option("--rank", ls.rank, "rank of the random adapters; a list (4,8,16) cycles over them");
   lora_serve->add_option("--base-every", ls.base_every, "every n-th request runs the base model (0: none)");
   lora_serve->add_option("--cache-capacity", ls.cache_capacity, "adapters held at once (0: all)");
   lora_serve->add_option("--strategy", ls.strategy, "loop, gathered or segmented");

@@ -22,24 +22,69 @@ constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::Attn
 
 // Segmented LoRA on the CPU in fp32 for the token rows `rows` of one segment: t = x A (r values),
 // y += scale * t B. A [in, r] and B [r, out] are read once per segment and stay in cache across its
-// rows; x and y rows are addressed in place, so the batch is neither gathered nor scattered.
-SERVELAB_CLONES
-void lora_segment_rows(const float* x, int64_t in, float* y, int64_t out, const int64_t* rows, int64_t n,
-                       const float* A, const float* B, int64_t r, float scale, float* t) {
+// rows; x and y rows are addressed in place, so the batch is neither gathered nor scattered. With
+// the rank known at compile time the r accumulators live in registers, x A vectorizes across r and
+// t B across the outputs, and y is read and written once.
+template <int R>
+SERVELAB_CLONES void lora_rows_fixed(const float* __restrict x, int64_t in, float* __restrict y, int64_t out,
+                                     const int64_t* __restrict rows, int64_t n, const float* __restrict A,
+                                     const float* __restrict B, float scale) {
   for (int64_t i = 0; i < n; ++i) {
-    const float* xr = x + rows[i] * in;
-    float* yr = y + rows[i] * out;
+    const float* __restrict xr = x + rows[i] * in;
+    float* __restrict yr = y + rows[i] * out;
+    float t[R] = {};
+    for (int64_t k = 0; k < in; ++k) {
+      const float xv = xr[k];
+      const float* __restrict a = A + k * R;
+      for (int j = 0; j < R; ++j) t[j] += xv * a[j];
+    }
+    for (int j = 0; j < R; ++j) t[j] *= scale;
+    for (int64_t o = 0; o < out; ++o) {
+      float s = 0.f;
+      for (int j = 0; j < R; ++j) s += t[j] * B[j * out + o];
+      yr[o] += s;
+    }
+  }
+}
+
+SERVELAB_CLONES
+void lora_rows_any(const float* __restrict x, int64_t in, float* __restrict y, int64_t out,
+                   const int64_t* __restrict rows, int64_t n, const float* __restrict A,
+                   const float* __restrict B, int64_t r, float scale, float* __restrict t) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* __restrict xr = x + rows[i] * in;
+    float* __restrict yr = y + rows[i] * out;
     for (int64_t j = 0; j < r; ++j) t[j] = 0.f;
     for (int64_t k = 0; k < in; ++k) {
       const float xv = xr[k];
-      const float* a = A + k * r;
+      const float* __restrict a = A + k * r;
       for (int64_t j = 0; j < r; ++j) t[j] += xv * a[j];
     }
     for (int64_t j = 0; j < r; ++j) {
       const float tj = t[j] * scale;
-      const float* b = B + j * out;
+      const float* __restrict b = B + j * out;
       for (int64_t o = 0; o < out; ++o) yr[o] += tj * b[o];
     }
+  }
+}
+
+void lora_segment_rows(const float* x, int64_t in, float* y, int64_t out, const int64_t* rows, int64_t n,
+                       const float* A, const float* B, int64_t r, float scale, float* t) {
+  switch (r) {
+    case 1:
+      return lora_rows_fixed<1>(x, in, y, out, rows, n, A, B, scale);
+    case 2:
+      return lora_rows_fixed<2>(x, in, y, out, rows, n, A, B, scale);
+    case 4:
+      return lora_rows_fixed<4>(x, in, y, out, rows, n, A, B, scale);
+    case 8:
+      return lora_rows_fixed<8>(x, in, y, out, rows, n, A, B, scale);
+    case 16:
+      return lora_rows_fixed<16>(x, in, y, out, rows, n, A, B, scale);
+    case 32:
+      return lora_rows_fixed<32>(x, in, y, out, rows, n, A, B, scale);
+    default:
+      return lora_rows_any(x, in, y, out, rows, n, A, B, r, scale, t);
   }
 }
 
