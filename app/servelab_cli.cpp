@@ -8,14 +8,18 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
+#include "experiments/multi_lora.h"
 #include "experiments/quantization.h"
 #include "experiments/seed_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
+#include "generate/continuous_batching.h"
 #include "generate/generator.h"
+#include "lora/lora_adapter.h"
 #include "model/engine.h"
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
@@ -151,6 +155,8 @@ struct GenerateArgs {
   bool batch = false;
   bool json_out = false;
   std::vector<std::string> stop;
+  std::vector<std::string> adapters;  // PEFT folders: one for every prompt, or one per prompt ("none": base)
+  std::string lora_strategy = "segmented";
 };
 
 int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
@@ -168,15 +174,43 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
   }
   std::vector<std::vector<int32_t>> ids;
   for (const auto& p : a.prompts) ids.push_back(engine->tokenizer().encode(p));
+  // Adapters per prompt: --adapter once applies to every prompt, or once per prompt in order.
+  std::vector<std::shared_ptr<const LoraAdapter>> per_prompt;
+  if (!a.adapters.empty()) {
+    if (a.adapters.size() != 1 && a.adapters.size() != a.prompts.size())
+      throw InputError(std::to_string(a.adapters.size()) + " --adapter options for " +
+                       std::to_string(a.prompts.size()) + " prompts: give one for all, or one per prompt");
+    o.lora_strategy = parse_multi_lora_strategy(a.lora_strategy);
+    std::map<std::string, std::shared_ptr<const LoraAdapter>> loaded;
+    for (size_t i = 0; i < a.prompts.size(); ++i) {
+      const std::string& dir = a.adapters[a.adapters.size() == 1 ? 0 : i];
+      if (dir == "none") {
+        per_prompt.push_back(nullptr);
+        continue;
+      }
+      if (!loaded.count(dir)) {
+        AdapterSource src;
+        src.name = fs::path(dir).filename().string();
+        if (src.name.empty()) src.name = dir;
+        src.peft_dir = dir;
+        loaded[dir] = load_adapter(src, engine->model());
+      }
+      per_prompt.push_back(loaded[dir]);
+    }
+  }
   std::vector<GeneratedSequence> out;
   std::vector<double> totals;  // wall time of the generate() call that produced each sequence
   if (a.batch) {
+    o.adapters = per_prompt;
     GenerateResult r = generate(engine->model(), engine->tokenizer(), ids, o);
     out = std::move(r.sequences);
     totals.assign(out.size(), r.total_ms);
   } else {
     check_generation_fits(engine->model(), ids, o);
-    for (const auto& one : ids) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto& one = ids[i];
+      o.adapters.clear();
+      if (!per_prompt.empty()) o.adapters = {per_prompt[i]};
       GenerateResult r = generate(engine->model(), engine->tokenizer(), {one}, o);
       out.push_back(std::move(r.sequences[0]));
       totals.push_back(r.total_ms);
@@ -185,7 +219,9 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
   if (!a.json_out && engine->is_demo()) std::cout << "[" << engine->text_caveat() << "]\n";
   for (size_t i = 0; i < out.size(); ++i) {
     if (a.json_out) {
-      print_json(sequence_json(a.prompts[i], out[i], totals[i]));
+      json j = sequence_json(a.prompts[i], out[i], totals[i]);
+      if (!per_prompt.empty()) j["adapter"] = per_prompt[i] ? per_prompt[i]->name() : "";
+      print_json(j);
     } else {
       std::cout << a.prompts[i] << "\x1b[31m" << out[i].text << "\x1b[0m\n";
     }
@@ -361,6 +397,158 @@ int cmd_demo(const ModelArgs& m) {
   return 0;
 }
 
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Adapters named on the command line: PEFT folders, else `count` random ones whose ranks cycle over
+// ranks_text ("8", or "4,8,16" for mixed ranks).
+std::vector<AdapterSource> adapter_sources(const std::vector<std::string>& dirs, int64_t count,
+                                           const std::string& ranks_text) {
+  std::vector<AdapterSource> out;
+  for (const std::string& dir : dirs) {
+    AdapterSource s;
+    s.peft_dir = dir;
+    s.name = fs::path(dir).filename().string();
+    if (s.name.empty()) s.name = dir;
+    for (const AdapterSource& o : out)
+      if (o.name == s.name) s.name = dir;  // two folders with one base name: use the paths
+    out.push_back(s);
+  }
+  if (out.empty()) {
+    const std::vector<int64_t> ranks = parse_int_list(ranks_text, "--rank");
+    if (count < 1) throw InputError("--adapters must be at least 1");
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t rank = ranks[static_cast<size_t>(i) % ranks.size()];
+      if (rank < 1) throw InputError("--rank must be at least 1, got " + std::to_string(rank));
+      AdapterSource s;
+      s.name = "rand-r" + std::to_string(rank) + "-" + std::to_string(i + 1);
+      s.rank = rank;
+      s.alpha = 2.0 * static_cast<double>(rank);
+      s.seed = static_cast<uint64_t>(i + 1);
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+struct LoraBenchArgs {
+  MultiLoraParams p;
+  std::string strategies = "loop,gathered,segmented";
+  std::string sizes = "1,2,4,8,16,32";
+  std::vector<std::string> dirs;
+  std::string ranks = "8";
+  bool json_out = false;
+};
+
+int cmd_lora_bench(const ModelArgs& m, LoraBenchArgs a) {
+  auto engine = m.load();
+  a.p.strategies = split_names(a.strategies);
+  a.p.batch_sizes = parse_int_list(a.sizes, "--batch-sizes");
+  // Random adapters are made here too when ranks are mixed (the experiment makes one rank itself).
+  if (!a.dirs.empty() || a.ranks.find(',') != std::string::npos) {
+    a.p.adapters = adapter_sources(a.dirs, a.p.random_adapters, a.ranks);
+  } else {
+    a.p.random_rank = parse_int_list(a.ranks, "--rank")[0];
+  }
+  MultiLoraResult r = run_multi_lora(*engine, a.p);
+  json j = r.to_json();
+  j["engine"] = engine->info();
+  if (a.json_out) {
+    print_json(j);
+    return 0;
+  }
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+struct LoraServeArgs {
+  int64_t requests = 16;
+  std::string prompt = "The quick brown fox jumped over the";
+  int64_t new_tokens = 16;
+  int64_t max_batch = 8;
+  int64_t adapters = 4;
+  std::string rank = "8";
+  std::vector<std::string> dirs;
+  int64_t base_every = 0;  // every n-th request runs the base model (0: none)
+  int64_t cache_capacity = 0;
+  std::string strategy = "segmented";
+  bool json_out = false;
+};
+
+int cmd_lora_serve(const ModelArgs& m, const LoraServeArgs& a) {
+  auto engine = m.load();
+  BatchOptions o;
+  o.max_batch = a.max_batch;
+  o.adapters = adapter_sources(a.dirs, a.adapters, a.rank);
+  o.adapter_cache_capacity = a.cache_capacity;
+  o.lora_strategy = parse_multi_lora_strategy(a.strategy);
+  if (a.requests < 1) throw InputError("--requests must be at least 1");
+  std::vector<BatchRequest> requests;
+  const std::vector<int32_t> ids = engine->tokenizer().encode(a.prompt);
+  int64_t next = 0;
+  for (int64_t i = 0; i < a.requests; ++i) {
+    BatchRequest r;
+    r.prompt_ids = ids;
+    r.max_new_tokens = a.new_tokens;
+    r.stop_at_eos = false;
+    if (!(a.base_every > 0 && (i + 1) % a.base_every == 0))
+      r.adapter = o.adapters[static_cast<size_t>(next++) % o.adapters.size()].name;
+    requests.push_back(r);
+  }
+  BatchRunResult r = run_continuous_batching(engine->model(), engine->tokenizer(), requests, o);
+  json reqs = json::array();
+  for (const RequestResult& q : r.requests)
+    reqs.push_back({{"id", q.id},
+                    {"adapter", q.adapter},
+                    {"generated_ids", q.generated_ids},
+                    {"text", q.text},
+                    {"latency_ms", q.latency_ms}});
+  std::vector<int64_t> per_step;
+  for (const BatchStep& s : r.steps) per_step.push_back(s.adapters_in_step);
+  const AdapterCacheStats& c = r.adapter_cache;
+  json j = {{"method", r.method},
+            {"strategy", a.strategy},
+            {"total_ms", r.total_ms},
+            {"generated_tokens", r.generated_tokens},
+            {"inference_calls", r.inference_calls},
+            {"average_batch", r.average_batch},
+            {"adapters_per_step", per_step},
+            {"adapter_cache",
+             {{"capacity", c.capacity},
+              {"loads", c.loads},
+              {"hits", c.hits},
+              {"evictions", c.evictions},
+              {"resident", c.resident},
+              {"resident_bytes", c.resident_bytes}}},
+            {"requests", reqs}};
+  if (engine->is_demo()) j["caveat"] = engine->text_caveat();
+  std::cout << (a.json_out ? j.dump() : j.dump(2)) << "\n";
+  return 0;
+}
+
+int cmd_lora_describe(const ModelArgs& m, const std::vector<std::string>& dirs) {
+  auto engine = m.load();
+  for (const AdapterSource& s : adapter_sources(dirs, 0, "1")) {
+    const AdapterInfo i = describe_adapter(*engine, s);
+    print_json({{"name", i.name},
+                {"source", i.source},
+                {"rank", i.rank},
+                {"alpha", i.alpha},
+                {"scale", i.scale},
+                {"modules", i.modules},
+                {"parameters", i.parameters},
+                {"bytes", i.bytes},
+                {"base_parameters", i.base_parameters}});
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -396,6 +584,10 @@ int main(int argc, char** argv) {
   gen->add_flag("--no-kv-cache", gargs.no_kv_cache, "re-run the whole sequence every step");
   gen->add_flag("--batch", gargs.batch, "run all prompts as one left-padded batch");
   gen->add_flag("--json", gargs.json_out, "one JSON line per prompt");
+  gen->add_option("--adapter", gargs.adapters,
+                  "PEFT LoRA folder: once for every prompt, or once per prompt in order (\"none\": the base "
+                  "model)");
+  gen->add_option("--lora-strategy", gargs.lora_strategy, "loop, gathered or segmented (batched prompts)");
 
   auto* bench = app.add_subcommand("bench", "Timing experiments, as JSON");
   bench->require_subcommand(1);
@@ -469,6 +661,56 @@ int main(int argc, char** argv) {
   quantize->add_flag("--no-speed", q_no_speed, "skip the timings");
   quantize->add_flag("--json", q_json, "compact JSON");
 
+  auto* lora =
+      app.add_subcommand("lora", "LoRA adapters: multi-LoRA timings, serving with adapters per request");
+  lora->require_subcommand(1);
+  LoraBenchArgs lb;
+  auto* lora_bench = lora->add_subcommand(
+      "bench", "Decode step time per batch size: base model vs loop, gathered and segmented multi-LoRA");
+  margs.add_to(lora_bench);
+  lora_bench->add_option("--workload", lb.p.workload,
+                         "gpt2 (the engine's model) or toy (the seed's 10x10 model)");
+  lora_bench->add_option("--strategies", lb.strategies, "comma-separated: loop, gathered, segmented");
+  lora_bench->add_option("--batch-sizes", lb.sizes, "comma-separated, e.g. 1,2,4,8,16,32");
+  lora_bench->add_option("--adapter", lb.dirs, "PEFT LoRA folder (repeatable; default: random adapters)");
+  lora_bench->add_option("--adapters", lb.p.random_adapters, "random adapters to make");
+  lora_bench->add_option("--rank", lb.ranks, "rank of the random adapters; a list (4,8,16) cycles over them");
+  lora_bench->add_option("--assignment", lb.p.assignment,
+                         "which adapter each row uses: distinct, shared, mixed (every other row base)");
+  lora_bench->add_option("--shared", lb.p.shared_adapters,
+                         "adapters the rows share with --assignment shared");
+  lora_bench->add_option("--context", lb.p.context, "cached tokens before the timed decode steps");
+  lora_bench->add_option("--decode-steps", lb.p.decode_steps, "timed decode steps per repeat");
+  lora_bench->add_option("--repeats", lb.p.repeats, "repeats (methods take turns; medians)");
+  lora_bench->add_option("--samples", lb.p.toy_samples,
+                         "toy workload: forward passes averaged per batch size");
+  lora_bench->add_option("--toy-adapters", lb.p.toy_adapters, "toy workload: adapters");
+  lora_bench->add_option("--toy-rank", lb.p.toy_rank, "toy workload: rank");
+  lora_bench->add_option("--prompt", lb.p.prompt, "prompt generated through each adapter");
+  lora_bench->add_option("--new-tokens", lb.p.new_tokens, "tokens generated per adapter");
+  lora_bench->add_flag("--json", lb.json_out, "compact JSON");
+
+  LoraServeArgs ls;
+  auto* lora_serve = lora->add_subcommand(
+      "serve", "Continuous batching where every request names its adapter, with an adapter cache");
+  margs.add_to(lora_serve);
+  lora_serve->add_option("--requests", ls.requests, "requests in the queue (adapters assigned round robin)");
+  lora_serve->add_option("--prompt", ls.prompt, "prompt of every request");
+  lora_serve->add_option("--new-tokens", ls.new_tokens, "greedy tokens per request");
+  lora_serve->add_option("--max-batch", ls.max_batch, "requests running at once");
+  lora_serve->add_option("--adapter", ls.dirs, "PEFT LoRA folder (repeatable; default: random adapters)");
+  lora_serve->add_option("--adapters", ls.adapters, "random adapters to make");
+  lora_serve->add_option("--rank", ls.rank, "rank of the random adapters; a list (4,8,16) cycles over them");
+  lora_serve->add_option("--base-every", ls.base_every, "every n-th request runs the base model (0: none)");
+  lora_serve->add_option("--cache-capacity", ls.cache_capacity, "adapters held at once (0: all)");
+  lora_serve->add_option("--strategy", ls.strategy, "loop, gathered or segmented");
+  lora_serve->add_flag("--json", ls.json_out, "compact JSON");
+
+  std::vector<std::string> describe_dirs;
+  auto* lora_describe = lora->add_subcommand("describe", "Load PEFT LoRA folders and print what they hold");
+  margs.add_to(lora_describe, false);
+  lora_describe->add_option("dir", describe_dirs, "PEFT LoRA folders")->required();
+
   std::string export_dir;
   auto* exp =
       app.add_subcommand("export-demo", "Write the built-in demo model as a Hugging Face GPT-2 folder");
@@ -507,6 +749,9 @@ int main(int argc, char** argv) {
       qp.measure_speed = !q_no_speed;
       return cmd_quantize(margs, qp, q_modes, q_json);
     }
+    if (*lora_bench) return cmd_lora_bench(margs, lb);
+    if (*lora_serve) return cmd_lora_serve(margs, ls);
+    if (*lora_describe) return cmd_lora_describe(margs, describe_dirs);
     if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);
   } catch (const Error& e) {

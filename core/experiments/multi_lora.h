@@ -36,9 +36,9 @@ struct MultiLoraParams {
   std::string assignment = "distinct";
   int64_t shared_adapters = 4;
   std::vector<std::string> row_adapters;
-  int64_t context = 32;       // cached positions before the timed decode steps
-  int64_t decode_steps = 4;   // timed steps per repeat
-  int64_t repeats = 3;        // strategies and base alternate within a repeat; medians
+  int64_t context = 32;      // cached positions before the timed decode steps
+  int64_t decode_steps = 4;  // timed steps per repeat
+  int64_t repeats = 3;       // strategies and base alternate within a repeat; medians
   bool warmup = true;
 
   // Text: the prompt through every adapter (up to `outputs_max` of them) and the base model.
@@ -52,7 +52,10 @@ struct MultiLoraPoint {
   std::string strategy;
   int64_t batch = 0;
   double ms = 0;
-  double ratio_to_base = 0;  // ms / base ms at the same batch size (gpt2 only; 0 for toy)
+  double ratio_to_base = 0;  // ms / base ms at the same batch size
+  // toy: ms is the mean over the samples (the seed averages); median_ms resists the outliers a
+  // busy machine adds. gpt2: both are the median over repeats.
+  double median_ms = 0;
   int64_t distinct_adapters = 0;
 };
 
@@ -79,9 +82,9 @@ struct MultiLoraResult {
   std::string device;
   std::string assignment;
   std::vector<AdapterInfo> adapters;
-  std::vector<LoraShapes> shapes;       // every module, at the first adapter's rank
-  std::vector<MultiLoraPoint> points;   // in measurement order
-  std::vector<AdapterOutput> outputs;   // base first
+  std::vector<LoraShapes> shapes;      // every module, at the first adapter's rank
+  std::vector<MultiLoraPoint> points;  // in measurement order
+  std::vector<AdapterOutput> outputs;  // base first
   // Every strategy gave the same greedy tokens for every output (checked, not assumed).
   bool strategies_agree = true;
   double max_strategy_difference = 0;  // largest |logit| difference between strategies, one batch

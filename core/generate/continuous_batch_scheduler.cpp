@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 #include <thread>
 
+#include "lora/adapter_cache.h"
+#include "lora/lora_adapter.h"
 #include "model/gpt2_model.h"
 #include "util/errors.h"
 
@@ -21,6 +24,9 @@ void check_batch_requests(const Gpt2Model& model, const std::vector<BatchRequest
   if (options.max_batch < 1)
     throw InputError("max batch must be at least 1, got " + std::to_string(options.max_batch));
   if (requests.empty()) throw InputError("no requests given");
+  if (options.adapter_cache_capacity < 0)
+    throw InputError("adapter cache capacity must be 0 (all) or more, got " +
+                     std::to_string(options.adapter_cache_capacity));
   for (size_t i = 0; i < requests.size(); ++i) {
     const BatchRequest& r = requests[i];
     const std::string name = "request " + std::to_string(i + 1);
@@ -38,6 +44,13 @@ void check_batch_requests(const Gpt2Model& model, const std::vector<BatchRequest
     if (!(r.arrival_ms >= 0))
       throw InputError(name + ": arrival time must be >= 0 ms, got " + std::to_string(r.arrival_ms));
     r.sampling.validate();
+    if (!r.adapter.empty() && std::none_of(options.adapters.begin(), options.adapters.end(),
+                                           [&](const AdapterSource& a) { return a.name == r.adapter; })) {
+      std::string known;
+      for (const AdapterSource& a : options.adapters) known += (known.empty() ? "" : ", ") + a.name;
+      throw InputError(name + " names adapter '" + r.adapter + "', which is not among the run's adapters (" +
+                       (known.empty() ? "none given" : known) + ")");
+    }
   }
 }
 
@@ -62,7 +75,20 @@ ContinuousBatchScheduler::ContinuousBatchScheduler(const Gpt2Model& model, const
   const int64_t slots = std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size()));
   kv_ = make_kv_memory_manager(options.kv, model, slots, capacity, eos >= 0 ? eos : 0);
   result_.method = std::string("continuous (") + kv_strategy_name(options.kv) + ")";
+  if (!options.adapters.empty()) {
+    adapters_ = std::make_unique<AdapterCache>(model, options.adapters, options.adapter_cache_capacity);
+    KvMemoryManager::LoraRouting routing;
+    routing.adapter_of = [this](int64_t id) -> const LoraAdapter* {
+      const auto it = held_.find(id);
+      return it == held_.end() ? nullptr : it->second.get();
+    };
+    routing.strategy = options.lora_strategy;
+    routing.stack = [this] { return adapters_->stack(); };
+    kv_->set_lora(std::move(routing));
+  }
 }
+
+ContinuousBatchScheduler::~ContinuousBatchScheduler() = default;
 
 void ContinuousBatchScheduler::take_tokens(const at::Tensor& logits, const std::vector<Running*>& rows,
                                            double ms, BatchStep& step) {
@@ -88,8 +114,16 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch &&
          requests_[static_cast<size_t>(waiting_.front())].arrival_ms <= s.start_ms) {
     const int64_t id = waiting_.front();
-    waiting_.pop_front();
     const BatchRequest& r = requests_[static_cast<size_t>(id)];
+    if (!r.adapter.empty()) {
+      // Its adapter must be loaded first; when the cache is full of adapters running requests
+      // need, the queue waits for a retirement (first come, first served).
+      std::shared_ptr<const LoraAdapter> adapter = adapters_->acquire(r.adapter);
+      if (!adapter) break;
+      held_[id] = std::move(adapter);
+    }
+    trackers_[static_cast<size_t>(id)].result().adapter = r.adapter;
+    waiting_.pop_front();
     running_.push_back({id, Sampler(r.sampling)});
     admitted.push_back({id, &r.prompt_ids, r.max_new_tokens});
     s.admitted.push_back(id);
@@ -142,6 +176,17 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   // Retire: finished requests leave the batch and free their memory.
   for (const Running& r : running_)
     if (trackers_[static_cast<size_t>(r.id)].finished()) s.retired.push_back(r.id);
+  if (adapters_) {
+    std::set<const LoraAdapter*> distinct;
+    for (const Running& r : running_)
+      if (const auto it = held_.find(r.id); it != held_.end()) distinct.insert(it->second.get());
+    s.adapters_in_step = static_cast<int64_t>(distinct.size());
+    for (int64_t id : s.retired) {
+      if (held_.erase(id)) adapters_->release(requests_[static_cast<size_t>(id)].adapter);
+    }
+    s.adapter_cache = adapters_->stats();
+    result_.adapter_cache = s.adapter_cache;
+  }
   kv_->retire(s.retired);
   std::erase_if(running_, [&](const Running& r) { return trackers_[static_cast<size_t>(r.id)].finished(); });
   s.ms = timer.elapsed_ms();

@@ -3,6 +3,7 @@
 // places, has the KV memory manager prefill them and decode one token for every running request,
 // and retires the requests that finished. A request moves waiting -> running -> finished.
 #include <deque>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -14,12 +15,16 @@
 
 namespace servelab {
 
+class AdapterCache;
+class LoraAdapter;
+
 class ContinuousBatchScheduler {
  public:
   // Checks the requests (InputError) and sets up the KV memory for options.max_batch of them.
   ContinuousBatchScheduler(const Gpt2Model& model, const Tokenizer& tokenizer,
                            const std::vector<BatchRequest>& requests, const BatchOptions& options,
                            BatchSink* sink);
+  ~ContinuousBatchScheduler();
   BatchRunResult run();
 
  private:
@@ -42,6 +47,9 @@ class ContinuousBatchScheduler {
   std::deque<int64_t> waiting_;  // request ids in arrival order
   std::vector<Running> running_;
   BatchRunResult result_;
+  // Adapters of the run (when it has any) and the one each running request holds.
+  std::unique_ptr<AdapterCache> adapters_;
+  std::map<int64_t, std::shared_ptr<const LoraAdapter>> held_;
 };
 
 }  // namespace servelab

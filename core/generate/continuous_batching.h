@@ -103,8 +103,8 @@ struct BatchRunResult {
   double average_batch = 0;      // rows per forward pass
   int64_t generated_tokens = 0;  // sum over requests
   double total_ms = 0;
-  int64_t kv_cache_bytes = 0;  // largest KV memory held at once
-  int64_t kv_copy_bytes = 0;   // KV memory moved between caches, over all steps
+  int64_t kv_cache_bytes = 0;       // largest KV memory held at once
+  int64_t kv_copy_bytes = 0;        // KV memory moved between caches, over all steps
   AdapterCacheStats adapter_cache;  // at the end of the run
   bool cancelled = false;
 };

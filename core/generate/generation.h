@@ -94,7 +94,8 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
 struct PaddedPrompts {
   int32_t pad_id = 0;
   std::vector<std::vector<int64_t>> input_ids, attention_mask, position_ids;
-  std::vector<std::vector<std::string>> pieces;  // each cell's token as the vocabulary spells it ("Ġfox"), "" on padding
+  std::vector<std::vector<std::string>>
+      pieces;  // each cell's token as the vocabulary spells it ("Ġfox"), "" on padding
 };
 // Throws InputError for no prompts or an empty prompt.
 PaddedPrompts pad_prompts(const Gpt2Model& model, const Tokenizer& tokenizer,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "lora/multi_lora.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -150,6 +151,16 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
       result.kv_cache_bytes = cache->bytes();
     }
     Sampler sampler(o.sampling);
+    std::optional<LoraBatch> lora;
+    if (!o.adapters.empty()) {
+      if (static_cast<int64_t>(o.adapters.size()) != batch)
+        throw InputError(std::to_string(o.adapters.size()) + " adapters given for " + std::to_string(batch) +
+                         " prompts (one per prompt, or none)");
+      std::vector<const LoraAdapter*> per_row;
+      for (const auto& a : o.adapters) per_row.push_back(a.get());
+      lora.emplace(std::move(per_row), o.lora_strategy);
+      if (!lora->any()) lora.reset();
+    }
     at::Tensor last_ids, last_pos = positions.select(1, -1).unsqueeze(1);
     const DeviceTimer total(dev);
     for (int64_t step = 0; step < o.max_new_tokens; ++step) {
@@ -162,6 +173,7 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
       } else {
         in = {last_ids, last_pos, padded ? mask : at::Tensor(), false};
       }
+      in.lora = lora ? &*lora : nullptr;
       at::Tensor logits = model.forward(in, cache ? &*cache : nullptr);
       at::Tensor next = sampler.next(logits);
       at::Tensor top_vals, top_ids, top_probs;

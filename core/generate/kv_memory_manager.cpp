@@ -13,6 +13,19 @@ void KvMemoryManager::copy_kv(const at::Tensor& dst, const at::Tensor& src) {
   copied_.ms += timer.elapsed_ms();
 }
 
+std::optional<LoraBatch> KvMemoryManager::lora_rows(const std::vector<int64_t>& ids) const {
+  if (!lora_.adapter_of) return std::nullopt;
+  std::vector<const LoraAdapter*> rows;
+  bool any = false;
+  for (int64_t id : ids) {
+    rows.push_back(id < 0 ? nullptr : lora_.adapter_of(id));
+    any = any || rows.back();
+  }
+  if (!any) return std::nullopt;
+  return LoraBatch(std::move(rows), lora_.strategy,
+                   lora_.strategy == MultiLoraStrategy::Gathered && lora_.stack ? lora_.stack() : nullptr);
+}
+
 std::unique_ptr<KvMemoryManager> make_kv_memory_manager(KvStrategy strategy, const Gpt2Model& model,
                                                         int64_t slots, int64_t capacity, int32_t pad_id) {
   if (strategy == KvStrategy::SlotKv) return std::make_unique<SlotKvMemory>(model, slots, capacity, pad_id);

@@ -5,11 +5,14 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "generate/continuous_batching.h"
+#include "lora/multi_lora.h"
 #include "model/gpt2_model.h"
 
 namespace servelab {
@@ -45,12 +48,26 @@ class KvMemoryManager {
   };
   CopyStats take_copy_stats() { return std::exchange(copied_, CopyStats{}); }
 
+  // Adapters per request (continuous batching with LoRA): every forward pass gives each of its
+  // rows its request's adapter (null: the base model). For the gathered strategy, stack() holds
+  // every adapter a request may have.
+  struct LoraRouting {
+    std::function<const LoraAdapter*(int64_t id)> adapter_of;
+    MultiLoraStrategy strategy = MultiLoraStrategy::Segmented;
+    std::function<std::shared_ptr<const LoraStack>()> stack;
+  };
+  void set_lora(LoraRouting routing) { lora_ = std::move(routing); }
+
  protected:
   // dst.copy_(src), counted.
   void copy_kv(const at::Tensor& dst, const at::Tensor& src);
+  // The LoRA rows of a forward pass whose input rows belong to these requests (-1: a padding
+  // row); empty when no row has an adapter.
+  std::optional<LoraBatch> lora_rows(const std::vector<int64_t>& ids) const;
 
  private:
   CopyStats copied_;
+  LoraRouting lora_;
 };
 
 // slots: the most requests at once; capacity: positions the longest request needs.

@@ -37,8 +37,12 @@ at::Tensor MergeFilterKvMemory::prefill(const std::vector<PrefillRequest>& admit
   KvCache fresh = model_.make_cache(n, width);
   at::Tensor fresh_mask = pb.attention_mask.to(dev);
   const bool padded = !pb.attention_mask.all().item<bool>();
-  at::Tensor logits = model_.forward(
-      {pb.input_ids.to(dev), pb.position_ids.to(dev), padded ? fresh_mask : at::Tensor()}, &fresh);
+  std::vector<int64_t> admitted_ids;
+  for (const PrefillRequest& r : admitted) admitted_ids.push_back(r.id);
+  const std::optional<LoraBatch> lora = lora_rows(admitted_ids);
+  ForwardInput fresh_in{pb.input_ids.to(dev), pb.position_ids.to(dev), padded ? fresh_mask : at::Tensor()};
+  fresh_in.lora = lora ? &*lora : nullptr;
+  at::Tensor logits = model_.forward(fresh_in, &fresh);
 
   // merge_batches: left-pad both caches (and masks) to the longer one and concatenate them.
   const int64_t old_rows = static_cast<int64_t>(rows_.size());
@@ -99,7 +103,12 @@ at::Tensor MergeFilterKvMemory::decode(const std::vector<int64_t>& ids, const st
     repack(all);
   }
   mask_ = at::cat({mask_, real.to(dev)}, 1);
-  at::Tensor logits = model_.forward({input.to(dev), positions.to(dev), mask_}, &*cache_);
+  std::vector<int64_t> row_ids;
+  for (const Row& row : rows_) row_ids.push_back(row.id);
+  const std::optional<LoraBatch> lora = lora_rows(row_ids);
+  ForwardInput step_in{input.to(dev), positions.to(dev), mask_};
+  step_in.lora = lora ? &*lora : nullptr;
+  at::Tensor logits = model_.forward(step_in, &*cache_);
   for (int64_t r : order) ++rows_[static_cast<size_t>(r)].length;
   return logits.index_select(0, at::tensor(order, at::kLong).to(dev));
 }

@@ -38,6 +38,8 @@ at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
     ForwardInput in;
     in.input_ids = ids.view({1, n}).to(dev);
     in.position_ids = at::arange(n, at::kLong).view({1, n}).to(dev);
+    const std::optional<LoraBatch> lora = lora_rows({admitted[0].id});
+    in.lora = lora ? &*lora : nullptr;
     return model_.forward(in, &slot);
   }
   // Several: one left-padded forward into a scratch cache, then each request's real positions
@@ -46,9 +48,13 @@ at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
   const int64_t width = pb.input_ids.size(1);
   KvCache scratch = model_.make_cache(static_cast<int64_t>(admitted.size()), width);
   const bool padded = !pb.attention_mask.all().item<bool>();
-  at::Tensor logits = model_.forward(
-      {pb.input_ids.to(dev), pb.position_ids.to(dev), padded ? pb.attention_mask.to(dev) : at::Tensor()},
-      &scratch);
+  std::vector<int64_t> admitted_ids;
+  for (const PrefillRequest& r : admitted) admitted_ids.push_back(r.id);
+  const std::optional<LoraBatch> lora = lora_rows(admitted_ids);
+  ForwardInput batch_in{pb.input_ids.to(dev), pb.position_ids.to(dev),
+                        padded ? pb.attention_mask.to(dev) : at::Tensor()};
+  batch_in.lora = lora ? &*lora : nullptr;
+  at::Tensor logits = model_.forward(batch_in, &scratch);
   for (size_t i = 0; i < admitted.size(); ++i) {
     const int64_t n = static_cast<int64_t>(prompts[i].size()), row = static_cast<int64_t>(i);
     copy_kv(cache_.keys().select(1, slots[i]).narrow(2, 0, n),
@@ -87,6 +93,8 @@ at::Tensor SlotKvMemory::decode(const std::vector<int64_t>& ids, const std::vect
   in.cache_positions = pos;
   in.cache_rows = at::tensor(slots, at::kLong).to(dev);
   in.key_mask = at::arange(width, pos.options()).view({1, width}) <= last_key;
+  const std::optional<LoraBatch> lora = lora_rows(ids);
+  in.lora = lora ? &*lora : nullptr;
   KvCache view = cache_.rows(0, rows);
   at::Tensor logits = model_.forward(in, &view);
   for (int64_t s : slots) ++length_[static_cast<size_t>(s)];

@@ -6,6 +6,8 @@
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
 #include "generate/request_tracker.h"
+#include "lora/adapter_cache.h"
+#include "lora/lora_adapter.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -82,6 +84,11 @@ BatchRunResult run_static_batching(const Gpt2Model& model, const Tokenizer& toke
     sink->on_run_start(result.method, static_cast<int64_t>(requests.size()),
                        std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size())));
   int64_t rows_in_calls = 0;
+  // Adapters: each batch holds its rows' adapters while it runs (the cache's limit applies as in
+  // continuous batching, so a batch needs room for all of its distinct adapters).
+  std::unique_ptr<AdapterCache> adapters;
+  if (!options.adapters.empty())
+    adapters = std::make_unique<AdapterCache>(model, options.adapters, options.adapter_cache_capacity);
   const DeviceTimer clock(model.device());
   const size_t batch = static_cast<size_t>(options.max_batch);
   for (size_t first = 0; first < order.size() && !result.cancelled; first += batch) {
@@ -96,6 +103,25 @@ BatchRunResult run_static_batching(const Gpt2Model& model, const Tokenizer& toke
       o.max_new_tokens = std::max(o.max_new_tokens, requests[order[i]].max_new_tokens);
     }
     o.sampling = requests[order[first]].sampling;
+    std::vector<std::string> pinned;
+    if (adapters) {
+      o.lora_strategy = options.lora_strategy;
+      for (size_t i = first; i < last; ++i) {
+        const std::string& name = requests[order[i]].adapter;
+        trackers[order[i]].result().adapter = name;
+        if (name.empty()) {
+          o.adapters.push_back(nullptr);
+          continue;
+        }
+        std::shared_ptr<const LoraAdapter> a = adapters->acquire(name);
+        if (!a)
+          throw InputError("a batch of " + std::to_string(last - first) +
+                           " requests needs more distinct adapters than the adapter cache holds (" +
+                           std::to_string(options.adapter_cache_capacity) + ")");
+        pinned.push_back(name);
+        o.adapters.push_back(std::move(a));
+      }
+    }
     o.stop_at_eos = false;  // the seed's batches run to their longest request
     o.report_top = 0;
     o.cancel = options.cancel;
@@ -121,6 +147,8 @@ BatchRunResult run_static_batching(const Gpt2Model& model, const Tokenizer& toke
       result.cancelled = true;
     }
     rows_in_calls += recorder.rows_in_calls;
+    for (const std::string& name : pinned) adapters->release(name);
+    if (adapters) result.adapter_cache = adapters->stats();
     if (result.cancelled) break;
     // The whole batch leaves together.
     if (!result.steps.empty()) {

@@ -25,6 +25,8 @@ MultiLoraStrategy parse_multi_lora_strategy(const std::string& name) {
   throw InputError("unknown multi-LoRA strategy '" + name + "' (choose one of loop, gathered, segmented)");
 }
 
-std::vector<std::string> lora_module_names() { return {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}; }
+std::vector<std::string> lora_module_names() {
+  return {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+}
 
 }  // namespace servelab

@@ -39,7 +39,7 @@ struct AdapterInfo {
   std::string source;  // "peft <dir>" or "random (seed N)"
   int64_t rank = 0;    // the largest rank over its matrices
   double alpha = 0;
-  double scale = 0;  // alpha / r (alpha / sqrt(r) with rsLoRA)
+  double scale = 0;                  // alpha / r (alpha / sqrt(r) with rsLoRA)
   std::vector<std::string> modules;  // wrapped modules, "h.0.attn.c_attn", ...
   int64_t parameters = 0;            // |A| + |B| over every wrapped matrix
   int64_t bytes = 0;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lora/multi_lora.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -49,8 +50,9 @@ int64_t Gpt2Model::resident_bytes() const {
 }
 
 at::Tensor Gpt2Model::linear(int64_t layer, LinearSlot slot, const at::Tensor& x, const at::Tensor& weight,
-                             const at::Tensor& bias) const {
-  return kernels_ ? kernels_->linear(layer, slot, x, bias) : at::addmm(bias, x, weight);
+                             const at::Tensor& bias, const LoraBatch* lora) const {
+  at::Tensor y = kernels_ ? kernels_->linear(layer, slot, x, bias) : at::addmm(bias, x, weight);
+  return lora ? lora->apply(layer, slot, x, std::move(y)) : y;
 }
 
 KvCache Gpt2Model::make_cache(int64_t batch, int64_t capacity) const {
@@ -86,8 +88,9 @@ at::Tensor Gpt2Model::attention(int64_t layer, const Gpt2LayerWeights& w, const 
                                 const at::Tensor& mask, bool causal, KvCache* cache,
                                 const ForwardInput& in) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.n_embd, H = config_.n_head, D = config_.head_dim();
-  at::Tensor qkv = linear(layer, LinearSlot::Attn, x.reshape({B * T, E}), w.c_attn_weight, w.c_attn_bias)
-                       .view({B, T, 3, H, D});
+  at::Tensor qkv =
+      linear(layer, LinearSlot::Attn, x.reshape({B * T, E}), w.c_attn_weight, w.c_attn_bias, in.lora)
+          .view({B, T, 3, H, D});
   at::Tensor q = qkv.select(2, 0).transpose(1, 2);
   at::Tensor k = qkv.select(2, 1).transpose(1, 2);
   at::Tensor v = qkv.select(2, 2).transpose(1, 2);
@@ -104,12 +107,13 @@ at::Tensor Gpt2Model::attention(int64_t layer, const Gpt2LayerWeights& w, const 
     y = attend(layer, q, k, v, mask, causal);
   }
   y = y.transpose(1, 2).reshape({B * T, E});
-  return linear(layer, LinearSlot::AttnProj, y, w.c_proj_weight, w.c_proj_bias).view({B, T, E});
+  return linear(layer, LinearSlot::AttnProj, y, w.c_proj_weight, w.c_proj_bias, in.lora).view({B, T, E});
 }
 
-at::Tensor Gpt2Model::mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x) const {
+at::Tensor Gpt2Model::mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x,
+                          const LoraBatch* lora) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.n_embd;
-  at::Tensor h = linear(layer, LinearSlot::Fc, x.reshape({B * T, E}), w.c_fc_weight, w.c_fc_bias);
+  at::Tensor h = linear(layer, LinearSlot::Fc, x.reshape({B * T, E}), w.c_fc_weight, w.c_fc_bias, lora);
   const std::string& act = config_.activation_function;
   if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
     h = at::gelu(h, "tanh");
@@ -118,7 +122,7 @@ at::Tensor Gpt2Model::mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Te
   } else {
     h = at::relu(h);
   }
-  return linear(layer, LinearSlot::MlpProj, h, w.mlp_proj_weight, w.mlp_proj_bias).view({B, T, E});
+  return linear(layer, LinearSlot::MlpProj, h, w.mlp_proj_weight, w.mlp_proj_bias, lora).view({B, T, E});
 }
 
 at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
@@ -126,6 +130,9 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   if (ids.dim() != 2) throw InputError("input_ids must be [batch, tokens]");
   const int64_t B = ids.size(0), T = ids.size(1);
   if (T == 0) throw InputError("forward called with zero tokens");
+  if (in.lora && in.lora->rows() != B)
+    throw InputError("LoRA rows (" + std::to_string(in.lora->rows()) + ") do not match the batch (" +
+                     std::to_string(B) + ")");
   const bool per_row = in.cache_positions.defined();
   if (per_row && (!cache || T != 1 || !in.cache_rows.defined() || in.cache_rows.numel() != B ||
                   in.cache_positions.numel() != B || !in.key_mask.defined() || in.key_mask.dim() != 2 ||
@@ -181,7 +188,7 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
     const Gpt2LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     x = x +
         attention(l, lw, at::layer_norm(x, {E}, lw.ln_1_weight, lw.ln_1_bias, eps), mask, causal, cache, in);
-    x = x + mlp(l, lw, at::layer_norm(x, {E}, lw.ln_2_weight, lw.ln_2_bias, eps));
+    x = x + mlp(l, lw, at::layer_norm(x, {E}, lw.ln_2_weight, lw.ln_2_bias, eps), in.lora);
   }
   if (cache && !per_row) cache->advance(T);
   if (!in.all_logits) x = x.select(1, T - 1);

@@ -13,6 +13,8 @@
 
 namespace servelab {
 
+class LoraBatch;  // lora/multi_lora.h
+
 enum class AttentionBackend {
   Sdpa,    // at::scaled_dot_product_attention (fused kernels where libtorch has them)
   Manual,  // softmax(q k^T * scale + mask) v: the reference, and the path for old libtorch builds
@@ -35,6 +37,8 @@ struct ForwardInput {
   // run over the input rows only; the cache's own length is neither used nor advanced.
   at::Tensor cache_rows = {};
   at::Tensor cache_positions = {};
+  // LoRA adapters per input row (lessons 5 and 6): every projection adds its rows' deltas.
+  const LoraBatch* lora = nullptr;
 };
 
 class Gpt2Model {
@@ -69,9 +73,9 @@ class Gpt2Model {
  private:
   at::Tensor attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x, const at::Tensor& mask,
                        bool causal, KvCache* cache, const ForwardInput& in) const;
-  at::Tensor mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x) const;
+  at::Tensor mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x, const LoraBatch* lora) const;
   at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x, const at::Tensor& weight,
-                    const at::Tensor& bias) const;
+                    const at::Tensor& bias, const LoraBatch* lora) const;
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& mask, bool causal) const;
 

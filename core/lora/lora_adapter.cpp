@@ -1,0 +1,438 @@
+#include "lora/lora_adapter.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "model/gpt2_model.h"
+#include "model/safetensors_file.h"
+#include "util/errors.h"
+
+namespace servelab {
+
+namespace {
+
+constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
+                                              LinearSlot::MlpProj};
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+at::Tensor st_to_tensor(const StTensor& t, const std::string& file) {
+  at::ScalarType st;
+  switch (t.dtype) {
+    case StDType::F32:
+      st = at::kFloat;
+      break;
+    case StDType::F16:
+      st = at::kHalf;
+      break;
+    case StDType::BF16:
+      st = at::kBFloat16;
+      break;
+    default:
+      throw ModelFormatError(file + ": tensor \"" + t.name + "\" has dtype " + dtype_name(t.dtype) +
+                             "; LoRA weights must be F32, F16 or BF16");
+  }
+  at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(st));
+  std::memcpy(out.data_ptr(), t.data, t.nbytes);
+  return out;
+}
+
+}  // namespace
+
+const char* lora_module_name(LinearSlot slot) {
+  switch (slot) {
+    case LinearSlot::Attn:
+      return "attn.c_attn";
+    case LinearSlot::AttnProj:
+      return "attn.c_proj";
+    case LinearSlot::Fc:
+      return "mlp.c_fc";
+    case LinearSlot::MlpProj:
+      return "mlp.c_proj";
+  }
+  return "?";
+}
+
+LinearSlot lora_slot(const std::string& module) {
+  for (LinearSlot s : kSlots)
+    if (module == lora_module_name(s)) return s;
+  throw InputError("unknown LoRA module '" + module +
+                   "' (GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj)");
+}
+
+std::pair<int64_t, int64_t> lora_slot_shape(const Gpt2Config& c, LinearSlot slot) {
+  const int64_t E = c.n_embd, I = c.inner_dim();
+  switch (slot) {
+    case LinearSlot::Attn:
+      return {E, 3 * E};
+    case LinearSlot::AttnProj:
+      return {E, E};
+    case LinearSlot::Fc:
+      return {E, I};
+    case LinearSlot::MlpProj:
+      return {I, E};
+  }
+  return {0, 0};
+}
+
+LoraAdapter::LoraAdapter(std::string name, int64_t n_layer)
+    : name_(std::move(name)), layers_(static_cast<size_t>(n_layer)) {}
+
+void LoraAdapter::set(int64_t layer, LinearSlot slot, at::Tensor a, at::Tensor b, double scale) {
+  LoraWeights& w = layers_.at(static_cast<size_t>(layer))[static_cast<size_t>(slot)];
+  w.a = a.contiguous();
+  w.b = b.contiguous();
+  w.scale = scale;
+}
+
+int64_t LoraAdapter::max_rank() const {
+  int64_t r = 0;
+  for (const auto& l : layers_)
+    for (const auto& w : l) r = std::max(r, w.rank());
+  return r;
+}
+
+int64_t LoraAdapter::parameters() const {
+  int64_t n = 0;
+  for (const auto& l : layers_)
+    for (const auto& w : l)
+      if (w.defined()) n += w.a.numel() + w.b.numel();
+  return n;
+}
+
+int64_t LoraAdapter::bytes() const {
+  int64_t n = 0;
+  for (const auto& l : layers_)
+    for (const auto& w : l)
+      if (w.defined()) n += w.a.numel() * w.a.element_size() + w.b.numel() * w.b.element_size();
+  return n;
+}
+
+std::vector<std::string> LoraAdapter::modules() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (LinearSlot s : kSlots)
+      if (layers_[i][static_cast<size_t>(s)].defined())
+        out.push_back("h." + std::to_string(i) + "." + lora_module_name(s));
+  return out;
+}
+
+AdapterInfo LoraAdapter::info() const {
+  AdapterInfo i;
+  i.name = name_;
+  i.source = source;
+  i.rank = max_rank();
+  i.alpha = alpha;
+  for (const auto& l : layers_)
+    for (const auto& w : l)
+      if (w.defined()) {
+        i.scale = w.scale;
+        i.base_parameters += w.a.size(0) * w.b.size(1);
+      }
+  i.modules = modules();
+  i.parameters = parameters();
+  i.bytes = bytes();
+  return i;
+}
+
+std::shared_ptr<const LoraAdapter> make_random_lora(const Gpt2Config& c, const AdapterSource& s,
+                                                    at::Device device, at::ScalarType dtype) {
+  if (s.rank < 1)
+    throw InputError("adapter '" + s.name + "': rank must be at least 1, got " + std::to_string(s.rank));
+  if (s.modules.empty()) throw InputError("adapter '" + s.name + "': no modules to wrap");
+  std::vector<LinearSlot> slots;
+  for (const auto& m : s.modules) slots.push_back(lora_slot(m));
+  for (LinearSlot slot : slots) {
+    const int64_t in = lora_slot_shape(c, slot).first;
+    if (s.rank > in)
+      throw InputError("adapter '" + s.name + "': rank " + std::to_string(s.rank) + " exceeds " +
+                       lora_module_name(slot) + "'s input width " + std::to_string(in));
+  }
+  auto adapter = std::make_shared<LoraAdapter>(s.name, c.n_layer);
+  adapter->source = "random (seed " + std::to_string(s.seed) + ")";
+  adapter->alpha = s.alpha;
+  const double scale = s.alpha / static_cast<double>(s.rank);
+  // x A has entries of about |x| / sqrt(in) * sqrt(in) ~ 1 for LayerNorm-sized inputs; B is sized so
+  // that the delta's entries are about 0.1 whatever the rank and alpha: visible, not destructive.
+  const double b_std = 0.1 / (scale * std::sqrt(static_cast<double>(s.rank)));
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(s.seed);
+  const auto opts = at::TensorOptions().dtype(at::kFloat);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (LinearSlot slot : kSlots) {
+      if (std::find(slots.begin(), slots.end(), slot) == slots.end()) continue;
+      const auto [in, out] = lora_slot_shape(c, slot);
+      at::Tensor a = at::randn({in, s.rank}, gen, opts) / std::sqrt(static_cast<double>(in));
+      at::Tensor b = at::randn({s.rank, out}, gen, opts) * b_std;
+      adapter->set(l, slot, a.to(device, dtype), b.to(device, dtype), scale);
+    }
+  }
+  return adapter;
+}
+
+namespace {
+
+struct PeftModuleKey {
+  int64_t layer;
+  LinearSlot slot;
+};
+
+// "....h.3.attn.c_attn" -> layer 3, slot Attn; the full HF name for regex targets.
+std::string hf_module_name(int64_t layer, LinearSlot slot) {
+  return "transformer.h." + std::to_string(layer) + "." + lora_module_name(slot);
+}
+
+nlohmann::json read_adapter_config(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  if (!f)
+    throw ModelFormatError(path.string() + ": missing (a PEFT adapter folder needs adapter_config.json)");
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw ModelFormatError(path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+bool truthy(const nlohmann::json& j) {
+  if (j.is_null()) return false;
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_string()) return !j.get<std::string>().empty();
+  if (j.is_array() || j.is_object()) return !j.empty();
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const Gpt2Config& c,
+                                                  at::Device device, at::ScalarType dtype,
+                                                  const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path root(dir);
+  if (!fs::is_directory(root))
+    throw ModelFormatError(dir + ": not a folder (expected a PEFT adapter folder)");
+  const fs::path cfg_path = root / "adapter_config.json";
+  const std::string cfg_file = cfg_path.string();
+  const nlohmann::json cfg = read_adapter_config(cfg_path);
+  if (!cfg.is_object()) throw ModelFormatError(cfg_file + ": not a JSON object");
+
+  auto unsupported = [&](const std::string& key, const std::string& what) {
+    throw ModelFormatError(cfg_file + ": \"" + key + "\" " + what + " is not supported (plain LoRA only)");
+  };
+  const std::string peft_type = cfg.value("peft_type", std::string("LORA"));
+  if (peft_type != "LORA")
+    throw ModelFormatError(cfg_file + ": \"peft_type\" is " + peft_type +
+                           "; only LORA adapters can be loaded");
+  if (cfg.contains("use_dora") && truthy(cfg["use_dora"])) unsupported("use_dora", "(DoRA)");
+  if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"].get<std::string>() != "none")
+    unsupported("bias", "\"" + cfg["bias"].get<std::string>() + "\" (trained biases)");
+  if (cfg.contains("lora_bias") && truthy(cfg["lora_bias"])) unsupported("lora_bias", "(trained biases)");
+  if (cfg.contains("modules_to_save") && truthy(cfg["modules_to_save"]))
+    unsupported("modules_to_save", "(fully trained extra modules)");
+  if (cfg.contains("rank_pattern") && truthy(cfg["rank_pattern"]))
+    unsupported("rank_pattern", "(ranks per module)");
+  if (cfg.contains("alpha_pattern") && truthy(cfg["alpha_pattern"]))
+    unsupported("alpha_pattern", "(alphas per module)");
+  if (cfg.contains("trainable_token_indices") && truthy(cfg["trainable_token_indices"]))
+    unsupported("trainable_token_indices", "(trained token embeddings)");
+  if (cfg.contains("target_parameters") && truthy(cfg["target_parameters"]))
+    unsupported("target_parameters", "(LoRA on raw parameters)");
+  if (!cfg.contains("r") || !cfg["r"].is_number_integer() || cfg["r"].get<int64_t>() < 1)
+    throw ModelFormatError(cfg_file + ": \"r\" must be a positive integer");
+  const int64_t r = cfg["r"].get<int64_t>();
+  if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number())
+    throw ModelFormatError(cfg_file + ": \"lora_alpha\" must be a number");
+  const double alpha = cfg["lora_alpha"].get<double>();
+  const bool rslora = cfg.contains("use_rslora") && truthy(cfg["use_rslora"]);
+  const double scale = rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+
+  // Layers the adapter may touch.
+  std::set<int64_t> layers;
+  if (cfg.contains("layers_to_transform") && !cfg["layers_to_transform"].is_null()) {
+    const auto& lt = cfg["layers_to_transform"];
+    auto add = [&](const nlohmann::json& v) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.n_layer)
+        throw ModelFormatError(cfg_file + ": \"layers_to_transform\" has " + v.dump() +
+                               "; the model has layers 0.." + std::to_string(c.n_layer - 1));
+      layers.insert(v.get<int64_t>());
+    };
+    if (lt.is_array()) {
+      for (const auto& v : lt) add(v);
+    } else {
+      add(lt);
+    }
+  } else {
+    for (int64_t l = 0; l < c.n_layer; ++l) layers.insert(l);
+  }
+
+  // Which (layer, module) pairs the config targets, the way peft matches names: a list entry
+  // matches a module whose full name equals it or ends with "." + it; a string is a regex that must
+  // match the whole name.
+  if (!cfg.contains("target_modules") || cfg["target_modules"].is_null())
+    throw ModelFormatError(cfg_file + ": no \"target_modules\"");
+  std::set<std::pair<int64_t, int>> targeted;
+  const auto& tm = cfg["target_modules"];
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (LinearSlot s : kSlots) {
+      const std::string full = hf_module_name(l, s);
+      bool hit = false;
+      if (tm.is_string()) {
+        try {
+          hit = std::regex_match(full, std::regex(tm.get<std::string>())) ||
+                std::regex_match(full.substr(std::string("transformer.").size()),
+                                 std::regex(tm.get<std::string>()));
+        } catch (const std::regex_error& e) {
+          throw ModelFormatError(cfg_file + ": \"target_modules\" is not a valid regex (" + e.what() + ")");
+        }
+      } else if (tm.is_array()) {
+        for (const auto& t : tm) {
+          if (!t.is_string()) throw ModelFormatError(cfg_file + ": \"target_modules\" must hold strings");
+          const std::string key = t.get<std::string>();
+          if (full == key ||
+              (full.size() > key.size() && full.compare(full.size() - key.size(), key.size(), key) == 0 &&
+               full[full.size() - key.size() - 1] == '.'))
+            hit = true;
+        }
+      } else {
+        throw ModelFormatError(cfg_file + ": \"target_modules\" must be a list or a regex string");
+      }
+      if (hit && layers.count(l)) targeted.insert({l, static_cast<int>(s)});
+    }
+  }
+  if (tm.is_array()) {
+    for (const auto& t : tm) {
+      const std::string key = t.get<std::string>();
+      bool any = false;
+      for (int64_t l = 0; l < c.n_layer && !any; ++l)
+        for (LinearSlot s : kSlots) {
+          const std::string full = hf_module_name(l, s);
+          if (full == key ||
+              (full.size() > key.size() && full.compare(full.size() - key.size(), key.size(), key) == 0 &&
+               full[full.size() - key.size() - 1] == '.'))
+            any = true;
+        }
+      if (!any)
+        throw ModelFormatError(cfg_file + ": target module \"" + key +
+                               "\" is not a GPT-2 projection (c_attn, c_proj, c_fc)");
+    }
+  }
+  if (targeted.empty()) throw ModelFormatError(cfg_file + ": \"target_modules\" matches no GPT-2 projection");
+
+  const fs::path st_path = root / "adapter_model.safetensors";
+  if (!fs::exists(st_path)) {
+    const std::string extra = fs::exists(root / "adapter_model.bin")
+                                  ? " (only adapter_model.bin, a pickle, is there; "
+                                    "save with safe_serialization=True)"
+                                  : "";
+    throw ModelFormatError(st_path.string() + ": missing" + extra);
+  }
+  SafetensorsFile file = SafetensorsFile::open(st_path.string());
+  const std::string st_file = st_path.string();
+
+  // Keys as peft writes them: base_model.model.transformer.h.<i>.<attn|mlp>.<module>.lora_<A|B>.weight
+  // (an adapter name may sit before ".weight" in files saved by hand).
+  static const std::regex key_re(
+      R"((?:^|\.)h\.(\d+)\.(attn|mlp)\.(c_attn|c_proj|c_fc)\.lora_([AB])(?:\.[A-Za-z0-9_]+)?\.weight$)");
+  std::map<std::pair<int64_t, int>, std::pair<const StTensor*, const StTensor*>> found;
+  for (const StTensor& t : file.tensors()) {
+    std::smatch m;
+    if (!std::regex_search(t.name, m, key_re))
+      throw ModelFormatError(st_file + ": unexpected tensor \"" + t.name +
+                             "\" (only lora_A / lora_B weights of GPT-2 projections are supported)");
+    const int64_t layer = std::stoll(m[1].str());
+    const std::string module = m[2].str() + "." + m[3].str();
+    if (module == "attn.c_fc" || module == "mlp.c_attn")
+      throw ModelFormatError(st_file + ": tensor \"" + t.name + "\" names no GPT-2 module");
+    if (layer >= c.n_layer)
+      throw ModelFormatError(st_file + ": tensor \"" + t.name + "\" is for layer " + std::to_string(layer) +
+                             " but the model has " + std::to_string(c.n_layer));
+    const LinearSlot slot = lora_slot(module);
+    if (!targeted.count({layer, static_cast<int>(slot)}))
+      throw ModelFormatError(st_file + ": tensor \"" + t.name +
+                             "\" is for a module adapter_config.json does not target");
+    auto& p = found[{layer, static_cast<int>(slot)}];
+    (m[4].str() == "A" ? p.first : p.second) = &t;
+  }
+  if (found.empty()) throw ModelFormatError(st_file + ": no lora_A / lora_B tensors");
+
+  auto adapter = std::make_shared<LoraAdapter>(name.empty() ? root.filename().string() : name, c.n_layer);
+  adapter->source = "peft " + dir;
+  adapter->alpha = alpha;
+  adapter->rslora = rslora;
+  for (const auto& [key, ab] : found) {
+    const auto [layer, slot_i] = key;
+    const LinearSlot slot = static_cast<LinearSlot>(slot_i);
+    const std::string where = "h." + std::to_string(layer) + "." + lora_module_name(slot);
+    const StTensor* ta = ab.first;
+    const StTensor* tb = ab.second;
+    if (!ta) throw ModelFormatError(st_file + ": " + where + " has lora_B but no lora_A weight");
+    if (!tb) {
+      std::string b_name = ta->name;
+      b_name.replace(b_name.rfind("lora_A"), 6, "lora_B");
+      throw ModelFormatError(st_file + ": tensor \"" + ta->name + "\" has no matching \"" + b_name + "\"");
+    }
+    const auto [in, out] = lora_slot_shape(c, slot);
+    if (ta->shape.size() != 2 || ta->shape[1] != in)
+      throw ModelFormatError(st_file + ": tensor \"" + ta->name + "\" has shape " + shape_str(ta->shape) +
+                             ", expected [r, " + std::to_string(in) + "] (" + where + " takes " +
+                             std::to_string(in) + " inputs)");
+    if (tb->shape.size() != 2 || tb->shape[0] != out)
+      throw ModelFormatError(st_file + ": tensor \"" + tb->name + "\" has shape " + shape_str(tb->shape) +
+                             ", expected [" + std::to_string(out) + ", r] (" + where + " gives " +
+                             std::to_string(out) + " outputs)");
+    if (ta->shape[0] != r || tb->shape[1] != r)
+      throw ModelFormatError(st_file + ": tensors \"" + ta->name + "\" and \"" + tb->name + "\" have rank " +
+                             std::to_string(ta->shape[0]) + " / " + std::to_string(tb->shape[1]) +
+                             " but adapter_config.json says r = " + std::to_string(r));
+    // peft's lora_A is [r, in] and lora_B [out, r] (nn.Linear layout): ours are their transposes.
+    at::Tensor a = st_to_tensor(*ta, st_file).t().contiguous();
+    at::Tensor b = st_to_tensor(*tb, st_file).t().contiguous();
+    adapter->set(layer, slot, a.to(device, dtype), b.to(device, dtype), scale);
+  }
+  return adapter;
+}
+
+std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, const Gpt2Model& model) {
+  if (source.name.empty()) throw InputError("an adapter needs a name");
+  if (!source.peft_dir.empty())
+    return load_peft_lora(source.peft_dir, model.config(), model.device(), model.dtype(), source.name);
+  return make_random_lora(model.config(), source, model.device(), model.dtype());
+}
+
+void merge_lora(Gpt2Weights& w, const LoraAdapter& adapter, double sign) {
+  if (adapter.n_layer() != static_cast<int64_t>(w.layers.size()))
+    throw InputError("adapter '" + adapter.name() + "' has " + std::to_string(adapter.n_layer()) +
+                     " layers, the model " + std::to_string(w.layers.size()));
+  c10::InferenceMode guard;
+  for (int64_t l = 0; l < adapter.n_layer(); ++l) {
+    Gpt2LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    for (LinearSlot s : kSlots) {
+      const LoraWeights& lo = adapter.weights(l, s);
+      if (!lo.defined()) continue;
+      at::Tensor& W = s == LinearSlot::Attn       ? lw.c_attn_weight
+                      : s == LinearSlot::AttnProj ? lw.c_proj_weight
+                      : s == LinearSlot::Fc       ? lw.c_fc_weight
+                                                  : lw.mlp_proj_weight;
+      if (!W.defined())
+        throw InputError("cannot merge adapter '" + adapter.name() + "': the base weights are quantized");
+      // In fp32 whatever the model's dtype, then rounded once.
+      at::Tensor delta = at::mm(lo.a.to(at::kFloat), lo.b.to(at::kFloat)) * (sign * lo.scale);
+      W = (W.to(at::kFloat) + delta.to(W.device())).to(W.scalar_type());
+    }
+  }
+}
+
+}  // namespace servelab
