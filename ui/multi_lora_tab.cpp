@@ -1250,7 +1250,7 @@ bool MultiLoraTab::runSweep() {
                                liveToy_ ? tr("forward pass, mean (ms)") : tr("decode step, median (ms)"));
   latencyChart_->setTitle(liveToy_ ? tr("The seed's toy model: forward pass per strategy vs batch size")
                                    : tr("Decode step per strategy vs batch size"));
-  ratioChart_->setTitle(liveToy_ ? tr("Step time ÷ base (the toy workload has no base run)")
+  ratioChart_->setTitle(liveToy_ ? tr("Forward pass ÷ the base model's")
                                  : tr("Step time ÷ the base model's"));
   pointsTable_->setRowCount(0);
   shapesTable_->setRowCount(0);
@@ -1475,8 +1475,7 @@ void MultiLoraTab::fillPointsTable(const servelab::MultiLoraResult& r) {
     if (!batches.contains(p.batch)) batches << p.batch;
   std::sort(batches.begin(), batches.end());
   QStringList headers{tr("batch")};
-  for (const QString& s : present)
-    headers << (s == kBase ? tr("base (ms)") : liveToy_ ? tr("%1 (ms)").arg(s) : tr("%1 ms (× base)").arg(s));
+  for (const QString& s : present) headers << (s == kBase ? tr("base (ms)") : tr("%1 ms (× base)").arg(s));
   headers << tr("distinct adapters");
   pointsTable_->clear();
   pointsTable_->setColumnCount(static_cast<int>(headers.size()));

@@ -171,7 +171,8 @@ class TestMultiLoraTab : public QObject {
     QCOMPARE(r.workload, std::string("toy"));
     ChartView* chart = tab->primaryChart();
     int drawn = 0;
-    for (const std::string s : {"loop", "gathered", "segmented"}) {
+    // The seed's toy model is timed without adapters too (the base series).
+    for (const std::string s : {"base", "loop", "gathered", "segmented"}) {
       const QVector<QPointF> pts = chart->seriesPoints(chart->seriesIndex(seriesName(s)));
       QCOMPARE(pts.size(), 2);
       for (const servelab::MultiLoraPoint& p : r.points)
@@ -316,6 +317,84 @@ class TestMultiLoraTab : public QObject {
     tab->removeAdapter(0);
     QCOMPARE(tab->adapterCount(), 2);
     QCOMPARE(tab->adapterSources().front().name, std::string("rand-r2-2"));
+  }
+
+  // Adapters that peft itself wrote (tests/oracle/make_lora_fixtures.py, a CTest fixture) on the
+  // tiny base model they belong to: described as peft configured them, timed, and served.
+  void peftFoldersFromPeft() {
+    const QString oracle = qEnvironmentVariable("SERVELAB_LORA_ORACLE_DIR");
+    if (oracle.isEmpty() || !QFileInfo::exists(oracle + QStringLiteral("/reference.json")))
+      QSKIP("SERVELAB_LORA_ORACLE_DIR is not set (ctest sets it after the lora_oracle_fixtures test)");
+    const QJsonObject reference =
+        QJsonDocument::fromJson(readAll(oracle + QStringLiteral("/reference.json"))).object();
+    const QJsonObject cases =
+        QJsonDocument::fromJson(readAll(oracle + QStringLiteral("/bad/cases.json"))).object();
+    auto w = makeWindow(QStringLiteral("peft-oracle"));
+    QSignalSpy ready(w.get(), &MainWindow::modelReady);
+    w->loadFolder(oracle + QStringLiteral("/base"));
+    QVERIFY(ready.wait(kLoadTimeoutMs));
+    w->selectTab(QStringLiteral("multi-lora"));
+    MultiLoraTab* tab = loraTab(*w);
+    const QStringList names = {QStringLiteral("all"), QStringLiteral("attn_r2")};
+    for (const QString& name : names) tab->loadPeftFolder(oracle + QStringLiteral("/adapters/") + name);
+    QVERIFY(settle(tab));
+    QVERIFY2(tab->adapterError().isEmpty(), qPrintable(tab->adapterError()));
+    QCOMPARE(tab->adapterCount(), 2);
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("loraAdapterTable"));
+    for (int i = 0; i < 2; ++i) {
+      const QJsonObject want = reference[QStringLiteral("adapters")].toObject()[names[i]].toObject();
+      const std::optional<servelab::AdapterInfo> info = tab->adapterInfo(i);
+      QVERIFY(info.has_value());
+      QCOMPARE(tab->adapterSources()[i].name, names[i].toStdString());
+      QCOMPARE(info->rank, static_cast<int64_t>(want[QStringLiteral("r")].toInt()));
+      QCOMPARE(info->alpha, want[QStringLiteral("lora_alpha")].toDouble());
+      QCOMPARE(info->scale, want[QStringLiteral("scale")].toDouble());
+      QCOMPARE(static_cast<qsizetype>(info->modules.size()),
+               want[QStringLiteral("targets")].toArray().size());
+      QCOMPARE(table->item(i, 0)->text(), names[i]);
+      QCOMPARE(table->item(i, 2)->text(), QString::number(want[QStringLiteral("r")].toInt()));
+      QCOMPARE(table->item(i, 5)->text(), QString::number(want[QStringLiteral("targets")].toArray().size()));
+    }
+    // A broken copy is refused with the reason peft's format gives, naming what is wrong.
+    for (const QString& bad :
+         {QStringLiteral("wrong_shape"), QStringLiteral("missing_b"), QStringLiteral("dora")}) {
+      tab->loadPeftFolder(oracle + QStringLiteral("/bad/") + bad);
+      QVERIFY(settle(tab));
+      QCOMPARE(tab->adapterCount(), 2);
+      const QString expected = cases[bad].toString();
+      QVERIFY2(tab->adapterError().contains(expected),
+               qPrintable(QStringLiteral("%1: %2").arg(expected, tab->adapterError())));
+    }
+
+    // The two adapters in one batch, every strategy, then served through a one-adapter cache.
+    tab->setWorkload(QStringLiteral("gpt2"));
+    tab->setAssignment(QStringLiteral("rows"));
+    tab->setRowAdapters({QString(), QStringLiteral("all"), QStringLiteral("attn_r2")});
+    tab->setBatchSizes(QStringLiteral("1,3"));
+    tab->setDecodeSteps(1);
+    tab->setRepeats(1);
+    tab->setContext(4);
+    tab->setNewTokens(4);
+    QString message;
+    QVERIFY2(runToEnd(tab, false, &message), qPrintable(message));
+    const servelab::MultiLoraResult& r = tab->result();
+    QCOMPARE(r.assignment, std::string("rows"));
+    QCOMPARE(r.outputs.size(), size_t(3));
+    QCOMPARE(r.outputs[2].adapter, std::string("attn_r2"));
+    QVERIFY(r.strategies_agree);
+    QCOMPARE(tab->primaryChart()
+                 ->seriesPoints(tab->primaryChart()->seriesIndex(QStringLiteral("segmented")))
+                 .size(),
+             2);
+
+    tab->setServeRequests(4);
+    tab->setServeMaxBatch(2);
+    tab->setServeNewTokens(2);
+    tab->setCacheCapacity(1);
+    QVERIFY2(runToEnd(tab, true, &message), qPrintable(message));
+    QVERIFY(tab->serveResult().adapter_cache.evictions > 0);
+    for (const servelab::RequestResult& rr : tab->serveResult().requests)
+      QCOMPARE(rr.adapter, names[static_cast<int>(rr.id % 2)].toStdString());
   }
 
   void stopKeepsWhatWasMeasured() {
