@@ -42,6 +42,8 @@ namespace servelab::ui {
 namespace {
 
 constexpr qint64 kMaxBatch = 4096;
+// The adapter-cache chart's series, in the order resetCacheChart() adds them.
+enum CacheSeries { CacheResident, CacheLoads, CacheHits, CacheEvictions, CacheInStep };
 constexpr double kMB = 1e6;
 const QString kBase = QStringLiteral("base");
 const QString kSeedModule = QStringLiteral("seed-1024");
@@ -160,8 +162,8 @@ MultiLoraTab::MultiLoraTab(EngineController* engine, QWidget* parent) : Experime
   controlScroll->setWidgetResizable(true);
   controlScroll->setFrameShape(QFrame::NoFrame);
   controlScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  controlScroll->setMinimumWidth(330);
-  controlScroll->setMaximumWidth(350);
+  controlScroll->setMinimumWidth(340);
+  controlScroll->setMaximumWidth(360);
 
   auto* layout = new QHBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
@@ -218,11 +220,14 @@ MultiLoraTab::MultiLoraTab(EngineController* engine, QWidget* parent) : Experime
 
 QWidget* MultiLoraTab::buildAdapterBox() {
   adapterTable_ = makeTable(this, QStringLiteral("loraAdapterTable"),
-                            {tr("name"), tr("source"), tr("rank"), tr("alpha"), tr("scale α/r"),
-                             tr("matrices"), tr("parameters"), tr("% of base")});
+                            {tr("name"), tr("source"), tr("r"), tr("α"), tr("α/r"), tr("matrices"),
+                             tr("parameters"), tr("% of W")});
   adapterTable_->setSelectionMode(QAbstractItemView::ExtendedSelection);
-  adapterTable_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
-  adapterTable_->horizontalHeader()->setStretchLastSection(false);
+  adapterTable_->horizontalHeader()->setStretchLastSection(true);
+  adapterTable_->horizontalHeaderItem(2)->setToolTip(tr("Rank r: the largest over the adapter's matrices"));
+  adapterTable_->horizontalHeaderItem(3)->setToolTip(tr("α, the LoRA alpha"));
+  adapterTable_->horizontalHeaderItem(4)->setToolTip(
+      tr("The scale of the update: α / r (α / √r with rsLoRA)"));
   adapterTable_->horizontalHeaderItem(5)->setToolTip(
       tr("Weight matrices the adapter wraps (modules × layers)"));
   adapterTable_->horizontalHeaderItem(6)->setToolTip(tr("|A| + |B| over every wrapped matrix"));
@@ -670,8 +675,8 @@ QWidget* MultiLoraTab::buildServePage() {
   cacheChart_->setAxisLabels(tr("scheduler step"), tr("adapters (count)"));
   cacheChart_->setIntegerTicks(true, true);
   cacheChart_->setLegendBelow(true);
-  for (const QString& s : {tr("loads"), tr("hits"), tr("evictions"), tr("resident"), tr("adapters in step")})
-    cacheChart_->addSeries(s);
+  cacheChart_->setLegendColumns(3);
+  resetCacheChart();
 
   requestTable_ = makeTable(this, QStringLiteral("loraRequests"),
                             {tr("#"), tr("adapter"), tr("state"), tr("slot"), tr("admitted\n(step)"),
@@ -680,9 +685,9 @@ QWidget* MultiLoraTab::buildServePage() {
   auto* split = new QSplitter(Qt::Horizontal, this);
   split->addWidget(cacheChart_);
   split->addWidget(requestTable_);
-  split->setStretchFactor(0, 2);
-  split->setStretchFactor(1, 3);
-  split->setSizes({440, 600});
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 1);
+  split->setSizes({520, 520});
   split->setChildrenCollapsible(false);
 
   auto* page = new QWidget(this);
@@ -944,13 +949,15 @@ void MultiLoraTab::fillAdapterTable() {
   for (int r = 0; r < rows; ++r) {
     const Entry& e = entries_[r];
     const servelab::AdapterSource& s = e.source;
-    QString source = s.peft_dir.empty()
-                         ? tr("random (seed %1)").arg(s.seed)
-                         : tr("peft %1").arg(QDir::toNativeSeparators(QString::fromStdString(s.peft_dir)));
+    // A PEFT folder by its name (the whole path in the tooltip), a random adapter by its seed.
+    const QString path = QDir::toNativeSeparators(QString::fromStdString(s.peft_dir));
+    QString source = s.peft_dir.empty() ? tr("random (seed %1)").arg(s.seed)
+                                        : tr("peft …/%1").arg(QFileInfo(path).fileName());
+    const QString sourceTip = s.peft_dir.empty() ? source : tr("PEFT folder %1").arg(path);
     QStringList cells;
     if (e.info) {
       const servelab::AdapterInfo& i = *e.info;
-      if (!i.source.empty()) source = QString::fromStdString(i.source);
+      if (s.peft_dir.empty() && !i.source.empty()) source = QString::fromStdString(i.source);
       cells = {QString::fromStdString(s.name),
                source,
                QString::number(i.rank),
@@ -974,7 +981,7 @@ void MultiLoraTab::fillAdapterTable() {
     }
     for (int c = 0; c < cells.size(); ++c) {
       QTableWidgetItem* item = cell(cells[c], c >= 2);
-      if (c == 1) item->setToolTip(source);
+      if (c == 1) item->setToolTip(sourceTip);
       if (c == 5 && e.info) {
         QStringList modules;
         for (const std::string& m : e.info->modules) modules << QString::fromStdString(m);
@@ -1285,9 +1292,7 @@ bool MultiLoraTab::serve() {
   liveCache_.capacity = p.cacheCapacity;
   serveRequestsTotal_ = static_cast<qint64>(p.requestAdapters.size());
   serveRetired_ = 0;
-  cacheChart_->clearAll();
-  for (const QString& s : {tr("loads"), tr("hits"), tr("evictions"), tr("resident"), tr("adapters in step")})
-    cacheChart_->addSeries(s);
+  resetCacheChart();
   requestTable_->clearContents();
   requestTable_->setRowCount(static_cast<int>(p.requestAdapters.size()));
   for (int i = 0; i < requestTable_->rowCount(); ++i) {
@@ -1440,10 +1445,10 @@ void MultiLoraTab::onFinished(const servelab::MultiLoraResult& r) {
       parts << tr("%1 %2 ms").arg(s, ms(at.value(s)));
   }
   QString text = at.contains(kBase)
-                     ? tr("<p>At batch %1, step time against the base model's %2 ms: %3.</p>")
+                     ? tr("At batch %1, step time ÷ the base model's %2 ms: %3.")
                            .arg(largest)
                            .arg(ms(at.value(kBase)), parts.join(QStringLiteral(", ")))
-                     : tr("<p>At batch %1: %2.</p>").arg(largest).arg(parts.join(QStringLiteral(", ")));
+                     : tr("At batch %1: %2.").arg(largest).arg(parts.join(QStringLiteral(", ")));
   if (at.contains(QStringLiteral("loop"))) {
     QString best;
     double bestMs = 0;
@@ -1452,13 +1457,15 @@ void MultiLoraTab::onFinished(const servelab::MultiLoraResult& r) {
         best = s;
         bestMs = at.value(s);
       }
-    if (!best.isEmpty() && bestMs > 0)
-      text += tr("<p><b>%1 is %2× faster than the loop</b> there.</p>")
-                  .arg(best)
-                  .arg(at.value(QStringLiteral("loop")) / bestMs, 0, 'f', 2);
+    const double loopMs = at.value(QStringLiteral("loop"));
+    if (!best.isEmpty() && bestMs > 0 && loopMs >= bestMs)
+      text += tr("<br><b>%1 is %2× as fast as the loop</b> there.").arg(best).arg(loopMs / bestMs, 0, 'f', 2);
+    else if (!best.isEmpty() && loopMs > 0)
+      text +=
+          tr("<br><b>The loop is %1× as fast as %2</b> there: with few rows its small products cost little.")
+              .arg(bestMs / loopMs, 0, 'f', 2)
+              .arg(best);
   }
-  if (!r.adapters.empty())
-    text += tr("<p>%n adapter(s) in the run.</p>", nullptr, static_cast<int>(r.adapters.size()));
   summary_->setText(text);
   progress_->setValue(1000);
   progress_->setFormat(tr("done"));
@@ -1561,11 +1568,11 @@ void MultiLoraTab::drawOutputs() {
 
 void MultiLoraTab::setAgreement(const servelab::MultiLoraResult& r) {
   if (r.strategies_agree) {
-    agreement_->setText(tr("✓ All strategies gave identical tokens (largest logit difference %1).")
+    agreement_->setText(tr("✓ All strategies gave identical tokens (logits within %1).")
                             .arg(r.max_strategy_difference, 0, 'g', 2));
     agreement_->setStyleSheet(QStringLiteral("QLabel { color: #1b7f3b; font-weight: bold; }"));
   } else {
-    agreement_->setText(tr("✗ The strategies gave different tokens (largest logit difference %1).")
+    agreement_->setText(tr("✗ The strategies gave different tokens (logits differ by up to %1).")
                             .arg(r.max_strategy_difference, 0, 'g', 3));
     agreement_->setStyleSheet(QStringLiteral("QLabel { color: #b00020; font-weight: bold; }"));
   }
@@ -1579,6 +1586,15 @@ void MultiLoraTab::setRequestRow(int row, const QStringList& cells) {
     if (cells[c].isNull() && requestTable_->item(row, c)) continue;  // keep what is there
     requestTable_->setItem(row, c, cell(cells[c], c != 1 && c != 2 && c != 8));
   }
+}
+
+void MultiLoraTab::resetCacheChart() {
+  cacheChart_->clearAll();
+  // The adapters resident as a filled area under the counters: it often equals the adapters a step
+  // runs, which a line would hide.
+  cacheChart_->setSeriesStyle(cacheChart_->addSeries(tr("resident")), ChartView::SeriesStyle::Steps);
+  for (const QString& s : {tr("loads"), tr("hits"), tr("evictions"), tr("adapters in step")})
+    cacheChart_->addSeries(s);
 }
 
 void MultiLoraTab::onServeStarted(qint64 requests, qint64 slots) {
@@ -1625,11 +1641,11 @@ void MultiLoraTab::onServeStep(const servelab::BatchStep& s) {
   liveCache_ = s.adapter_cache;
   showCache(s.adapter_cache, s.step, s.adapters_in_step);
   const double x = static_cast<double>(s.step);
-  cacheChart_->append(0, x, static_cast<double>(s.adapter_cache.loads));
-  cacheChart_->append(1, x, static_cast<double>(s.adapter_cache.hits));
-  cacheChart_->append(2, x, static_cast<double>(s.adapter_cache.evictions));
-  cacheChart_->append(3, x, static_cast<double>(s.adapter_cache.resident));
-  cacheChart_->append(4, x, static_cast<double>(s.adapters_in_step));
+  cacheChart_->append(CacheLoads, x, static_cast<double>(s.adapter_cache.loads));
+  cacheChart_->append(CacheHits, x, static_cast<double>(s.adapter_cache.hits));
+  cacheChart_->append(CacheEvictions, x, static_cast<double>(s.adapter_cache.evictions));
+  cacheChart_->append(CacheResident, x, static_cast<double>(s.adapter_cache.resident));
+  cacheChart_->append(CacheInStep, x, static_cast<double>(s.adapters_in_step));
 }
 
 void MultiLoraTab::onServeFinished(const servelab::BatchRunResult& r) {
@@ -1646,11 +1662,11 @@ void MultiLoraTab::onServeFinished(const servelab::BatchRunResult& r) {
     resident << static_cast<double>(s.adapter_cache.resident);
     inStep << static_cast<double>(s.adapters_in_step);
   }
-  cacheChart_->setSeriesData(0, steps, loads);
-  cacheChart_->setSeriesData(1, steps, hits);
-  cacheChart_->setSeriesData(2, steps, evictions);
-  cacheChart_->setSeriesData(3, steps, resident);
-  cacheChart_->setSeriesData(4, steps, inStep);
+  cacheChart_->setSeriesData(CacheLoads, steps, loads);
+  cacheChart_->setSeriesData(CacheHits, steps, hits);
+  cacheChart_->setSeriesData(CacheEvictions, steps, evictions);
+  cacheChart_->setSeriesData(CacheResident, steps, resident);
+  cacheChart_->setSeriesData(CacheInStep, steps, inStep);
   cacheChart_->rescale();
   cacheChart_->setFootnote(
       tr("%1 requests, max batch %2, strategy %3")

@@ -156,6 +156,7 @@ class MultiLoraTab : public ExperimentTab {
   void onFinished(const servelab::MultiLoraResult& result);
   void onFailed(const QString& kind, const QString& message);
   void onDescribed(quint64 ticket, const servelab::AdapterInfo& info, const QString& error);
+  void resetCacheChart();
   void onServeStarted(qint64 requests, qint64 slots);
   void onServeAdmitted(qint64 request, qint64 slot, qint64 step);
   void onServeRetired(const servelab::RequestResult& request);
