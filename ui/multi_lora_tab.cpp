@@ -1247,6 +1247,7 @@ bool MultiLoraTab::runSweep() {
   if (!engine_->runMultiLora(p)) return false;
   startJob(Job::Sweep);
   hasResult_ = false;
+  runParams_ = p;
   liveToy_ = p.workload == "toy";
   resultPrompt_ = liveToy_ ? tr("(the toy model's tokens)") : prompt_->text();
   live_.clear();
@@ -1415,12 +1416,12 @@ void MultiLoraTab::onFinished(const servelab::MultiLoraResult& r) {
   }
   latencyChart_->rescale();
   ratioChart_->rescale();
-  const QString note = liveToy_ ? tr("the seed's toy model, %1 forward passes").arg(toySamples_->value())
+  const QString note = liveToy_ ? tr("the seed's toy model, %1 forward passes").arg(runParams_.toy_samples)
                                 : tr("%1 rows · context %2 · median of %3×%4 steps")
                                       .arg(QString::fromStdString(r.assignment))
-                                      .arg(context_->value())
-                                      .arg(repeats_->value())
-                                      .arg(decodeSteps_->value());
+                                      .arg(runParams_.context)
+                                      .arg(runParams_.repeats)
+                                      .arg(runParams_.decode_steps);
   latencyChart_->setFootnote(note + QStringLiteral(" · ") + chartFootnote(model_));
   ratioChart_->setFootnote(chartFootnote(model_));
 

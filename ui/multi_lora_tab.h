@@ -260,6 +260,7 @@ class MultiLoraTab : public ExperimentTab {
   Job job_ = Job::None;
   // Live medians per series ("base", "loop", ...) and batch size.
   QMap<QString, QMap<qint64, double>> live_;
+  servelab::MultiLoraParams runParams_;  // what the sweep in progress (or the last one) asked for
   bool liveToy_ = false;
   QString resultPrompt_;  // the prompt of the run whose outputs are shown
   servelab::MultiLoraResult result_;

@@ -517,6 +517,48 @@ class TestMultiLoraTab : public QObject {
     QCOMPARE(random.requestAdapters[3], random.adapters[0].name);
   }
 
+  void stopWhileServing() {
+    auto w = demoWindow(QStringLiteral("serve-stop"));
+    QVERIFY(w);
+    MultiLoraTab* tab = loraTab(*w);
+    tab->setRandomAdapters(3, 4);  // an empty list: three random adapters
+    tab->setServeRequests(64);     // far more work than the GUI needs to see a step and say stop
+    tab->setServeMaxBatch(2);
+    tab->setServeNewTokens(20);
+    tab->setCacheCapacity(1);
+    int steps = 0;
+    const QMetaObject::Connection stopper = connect(w->engine(), &EngineController::batchStep, w.get(), [&] {
+      if (++steps == 2) w->stopCurrent();
+    });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->serve());
+    QCOMPARE(tab->currentView(), QStringLiteral("serve"));
+    QVERIFY(done.wait(kRunTimeoutMs));
+    disconnect(stopper);
+    QCOMPARE(done.front().at(0).toBool(), false);
+    QVERIFY(!tab->hasServeResult());
+    QCOMPARE(tab->findChild<QProgressBar*>(QStringLiteral("loraServeProgress"))->format(),
+             QStringLiteral("stopped"));
+    QVERIFY(tab->serveSummaryText().contains(QStringLiteral("Stopped")));
+    QVERIFY(w->errorText().isEmpty());
+    QCOMPARE(w->engine()->state(), EngineController::State::Idle);
+    // What was seen stays: the cache counters and the queue, the first requests running or done.
+    QVERIFY(tab->liveCache().loads >= 1);
+    auto* requests = w->findChild<QTableWidget*>(QStringLiteral("loraRequests"));
+    QCOMPARE(requests->rowCount(), 64);
+    QVERIFY(requests->item(0, 2)->text() != QStringLiteral("waiting"));
+    QCOMPARE(requests->item(63, 2)->text(), QStringLiteral("waiting"));
+    QVERIFY(tab->findChild<QPushButton*>(QStringLiteral("loraServe"))->isEnabled());
+    QVERIFY(!tab->findChild<QPushButton*>(QStringLiteral("loraServeStop"))->isEnabled());
+
+    // And serving again completes.
+    tab->setServeRequests(3);
+    tab->setServeNewTokens(2);
+    QString message;
+    QVERIFY2(runToEnd(tab, true, &message), qPrintable(message));
+    QCOMPARE(tab->serveResult().requests.size(), size_t(3));
+  }
+
   void settingsPersist() {
     {
       auto w = makeWindow(QStringLiteral("persist"));
