@@ -1256,7 +1256,7 @@ bool MultiLoraTab::runSweep() {
   ratioChart_->rescale();
   latencyChart_->setAxisLabels(tr("batch size (rows)"),
                                liveToy_ ? tr("forward pass, mean (ms)") : tr("decode step, median (ms)"));
-  latencyChart_->setTitle(liveToy_ ? tr("The seed's toy model: forward pass per strategy vs batch size")
+  latencyChart_->setTitle(liveToy_ ? tr("Toy model: forward pass per strategy vs batch size")
                                    : tr("Decode step per strategy vs batch size"));
   ratioChart_->setTitle(liveToy_ ? tr("Forward pass ÷ the base model's")
                                  : tr("Step time ÷ the base model's"));
@@ -1568,13 +1568,17 @@ void MultiLoraTab::drawOutputs() {
 }
 
 void MultiLoraTab::setAgreement(const servelab::MultiLoraResult& r) {
+  // The toy workload compares tokens only; GPT-2's also measures how far the logits drift.
+  const bool logits = r.workload != "toy";
   if (r.strategies_agree) {
-    agreement_->setText(tr("✓ All strategies gave identical tokens (logits within %1).")
-                            .arg(r.max_strategy_difference, 0, 'g', 2));
+    agreement_->setText(logits ? tr("✓ All strategies gave identical tokens (logits within %1).")
+                                     .arg(r.max_strategy_difference, 0, 'g', 2)
+                               : tr("✓ All strategies gave identical tokens."));
     agreement_->setStyleSheet(QStringLiteral("QLabel { color: #1b7f3b; font-weight: bold; }"));
   } else {
-    agreement_->setText(tr("✗ The strategies gave different tokens (logits differ by up to %1).")
-                            .arg(r.max_strategy_difference, 0, 'g', 3));
+    agreement_->setText(logits ? tr("✗ The strategies gave different tokens (logits differ by up to %1).")
+                                     .arg(r.max_strategy_difference, 0, 'g', 3)
+                               : tr("✗ The strategies gave different tokens."));
     agreement_->setStyleSheet(QStringLiteral("QLabel { color: #b00020; font-weight: bold; }"));
   }
   agreement_->show();
