@@ -343,6 +343,7 @@ void EngineWorker::serveWithAdapters(const AdapterServeParams& params) {
       servelab::BatchRequest r;
       r.prompt_ids = ids;
       r.max_new_tokens = params.maxNewTokens;
+      r.stop_at_eos = false;  // every request its full budget, as servelab-cli lora serve runs them
       r.adapter = adapter;
       requests.push_back(std::move(r));
     }
