@@ -32,13 +32,22 @@ SERVELAB_CLONES void lora_rows_fixed(const float* __restrict x, int64_t in, floa
   for (int64_t i = 0; i < n; ++i) {
     const float* __restrict xr = x + rows[i] * in;
     float* __restrict yr = y + rows[i] * out;
-    float t[R] = {};
-    for (int64_t k = 0; k < in; ++k) {
-      const float xv = xr[k];
+    // Four independent accumulator sets: one chain of dependent FMAs would wait on each other.
+    float t0[R] = {}, t1[R] = {}, t2[R] = {}, t3[R] = {};
+    int64_t k = 0;
+    for (; k + 4 <= in; k += 4) {
       const float* __restrict a = A + k * R;
-      for (int j = 0; j < R; ++j) t[j] += xv * a[j];
+      for (int j = 0; j < R; ++j) {
+        t0[j] += xr[k] * a[j];
+        t1[j] += xr[k + 1] * a[R + j];
+        t2[j] += xr[k + 2] * a[2 * R + j];
+        t3[j] += xr[k + 3] * a[3 * R + j];
+      }
     }
-    for (int j = 0; j < R; ++j) t[j] *= scale;
+    for (; k < in; ++k)
+      for (int j = 0; j < R; ++j) t0[j] += xr[k] * A[k * R + j];
+    float t[R];
+    for (int j = 0; j < R; ++j) t[j] = ((t0[j] + t1[j]) + (t2[j] + t3[j])) * scale;
     for (int64_t o = 0; o < out; ++o) {
       float s = 0.f;
       for (int j = 0; j < R; ++j) s += t[j] * B[j * out + o];
