@@ -109,12 +109,14 @@ def plot(res, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     panels = [k for k in ["toy", "distinct", "shared", "mixed"] if k in res]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    cols = 2 if len(panels) > 2 else len(panels)
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
     colors = {"base": "#555555", "loop": "#d62728", "gathered": "#1f77b4", "segmented": "#2ca02c"}
     titles = {"toy": "Seed's toy model (64 adapters, r=2)\nmean of 500 samples",
               "distinct": "GPT-2, 32 adapters r=8\nevery row its own adapter",
               "shared": "GPT-2, rows share 4 adapters (r=8)", "mixed": "GPT-2, ranks 4/8/16,\nevery other row base"}
-    for ax, k in zip(axes[0], panels):
+    for ax, k in zip(axes.flat, panels):
         by = points(res[k]["raw"]) if k != "toy" else points(res["toy"])
         for s in ["base"] + STRATEGIES:
             if s not in by:
