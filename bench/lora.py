@@ -13,6 +13,8 @@ Workloads:
             its own adapter: decode step time per batch size for base, loop, gathered, segmented
   shared    the same with the rows sharing 4 adapters
   mixed     ranks 4, 8 and 16 mixed, every other row on the base model
+  targets   batch 32 only, every row its own rank-8 adapter, 11 repeats: the issue's two ratios
+            (segmented <= 1.3x base, loop >= 3x base) with less noise than the curves' 5-point medians
   serve     continuous batching, every request naming an adapter (8 of them, ranks 4/8/16) through
             an adapter cache holding 4, each strategy, against the same queue without adapters
 The built-in model has random weights: timings are real, text is noise.
@@ -86,6 +88,10 @@ def bench_serve(a):
 
 def targets(res):
     t = {}
+    if "b32" in res:
+        by = points(res["b32"])
+        t["b32_11_repeats"] = {s: by[s][32]["ratio_to_base"] for s in STRATEGIES}
+        t["b32_11_repeats"]["base_ms"] = by["base"][32]["ms"]
     if "distinct" in res:
         rows = {r["batch"]: r for r in res["distinct"]["table"]}
         if 32 in rows:
@@ -140,7 +146,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32")
     ap.add_argument("--samples", type=int, default=500)
-    ap.add_argument("--only", default="toy,distinct,shared,mixed,serve")
+    ap.add_argument("--only", default="toy,distinct,shared,mixed,targets,serve")
     ap.add_argument("--plot")
     ap.add_argument("--from", dest="from_json", help="re-plot a saved result instead of measuring")
     a = ap.parse_args()
@@ -159,6 +165,9 @@ def main():
             res["shared"] = bench_gpt2(a, "shared", ["--adapters", "32", "--rank", "8", "--shared", "4"])
         if "mixed" in only:
             res["mixed"] = bench_gpt2(a, "mixed", ["--adapters", "12", "--rank", "4,8,16"])
+        if "targets" in only:
+            res["b32"] = cli(["lora", "bench", "--threads", str(a.threads), "--batch-sizes", "32", "--repeats", "11",
+                                  "--decode-steps", "4", "--adapters", "32", "--rank", "8", "--json"])
         if "serve" in only:
             res["serve"] = bench_serve(a)
         res["targets"] = targets(res)
