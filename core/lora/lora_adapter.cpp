@@ -8,13 +8,13 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "model/gpt2_model.h"
 #include "model/safetensors_file.h"
 #include "util/errors.h"
+#include "util/regex.h"
 
 namespace servelab {
 
@@ -237,8 +237,12 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
     throw ModelFormatError(cfg_file + ": \"peft_type\" is " + peft_type +
                            "; only LORA adapters can be loaded");
   if (cfg.contains("use_dora") && truthy(cfg["use_dora"])) unsupported("use_dora", "(DoRA)");
-  if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"].get<std::string>() != "none")
-    unsupported("bias", "\"" + cfg["bias"].get<std::string>() + "\" (trained biases)");
+  if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"].get<std::string>() != "none") {
+    std::string what = cfg["bias"].get<std::string>();
+    what.insert(0, 1, '"');
+    what += "\" (trained biases)";
+    unsupported("bias", what);
+  }
   if (cfg.contains("lora_bias") && truthy(cfg["lora_bias"])) unsupported("lora_bias", "(trained biases)");
   if (cfg.contains("modules_to_save") && truthy(cfg["modules_to_save"]))
     unsupported("modules_to_save", "(fully trained extra modules)");
@@ -291,10 +295,11 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
       bool hit = false;
       if (tm.is_string()) {
         try {
-          hit = std::regex_match(full, std::regex(tm.get<std::string>())) ||
-                std::regex_match(full.substr(std::string("transformer.").size()),
-                                 std::regex(tm.get<std::string>()));
-        } catch (const std::regex_error& e) {
+          // peft matches re.fullmatch against the module's name in the base model.
+          const std::string re = tm.get<std::string>();
+          hit = regex_full_match(re, full) ||
+                regex_full_match(re, full.substr(std::string("transformer.").size()));
+        } catch (const InputError& e) {
           throw ModelFormatError(cfg_file + ": \"target_modules\" is not a valid regex (" + e.what() + ")");
         }
       } else if (tm.is_array()) {
@@ -344,16 +349,16 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
 
   // Keys as peft writes them: base_model.model.transformer.h.<i>.<attn|mlp>.<module>.lora_<A|B>.weight
   // (an adapter name may sit before ".weight" in files saved by hand).
-  static const std::regex key_re(
-      R"((?:^|\.)h\.(\d+)\.(attn|mlp)\.(c_attn|c_proj|c_fc)\.lora_([AB])(?:\.[A-Za-z0-9_]+)?\.weight$)");
+  static const std::string key_re =
+      R"((?:^|\.)h\.(\d+)\.(attn|mlp)\.(c_attn|c_proj|c_fc)\.lora_([AB])(?:\.[A-Za-z0-9_]+)?\.weight$)";
   std::map<std::pair<int64_t, int>, std::pair<const StTensor*, const StTensor*>> found;
   for (const StTensor& t : file.tensors()) {
-    std::smatch m;
-    if (!std::regex_search(t.name, m, key_re))
+    const std::optional<std::vector<std::string>> m = regex_search(key_re, t.name);
+    if (!m)
       throw ModelFormatError(st_file + ": unexpected tensor \"" + t.name +
                              "\" (only lora_A / lora_B weights of GPT-2 projections are supported)");
-    const int64_t layer = std::stoll(m[1].str());
-    const std::string module = m[2].str() + "." + m[3].str();
+    const int64_t layer = std::stoll((*m)[1]);
+    const std::string module = (*m)[2] + "." + (*m)[3];
     if (module == "attn.c_fc" || module == "mlp.c_attn")
       throw ModelFormatError(st_file + ": tensor \"" + t.name + "\" names no GPT-2 module");
     if (layer >= c.n_layer)
@@ -364,7 +369,7 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
       throw ModelFormatError(st_file + ": tensor \"" + t.name +
                              "\" is for a module adapter_config.json does not target");
     auto& p = found[{layer, static_cast<int>(slot)}];
-    (m[4].str() == "A" ? p.first : p.second) = &t;
+    ((*m)[4] == "A" ? p.first : p.second) = &t;
   }
   if (found.empty()) throw ModelFormatError(st_file + ": no lora_A / lora_B tensors");
 
