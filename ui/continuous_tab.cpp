@@ -30,6 +30,7 @@
 
 #include "chart_view.h"
 #include "engine_worker.h"
+#include "form_widgets.h"
 
 namespace servelab::ui {
 
@@ -39,26 +40,9 @@ constexpr double kMiB = 1024.0 * 1024.0;
 constexpr int kFlushMs = 100;  // live views redraw at most 10 times a second
 const QString kSeedPrefix = QStringLiteral("seed benchmark · ");
 
-QSpinBox* makeSpin(QWidget* parent, const QString& name, int lo, int hi, int value,
-                   const QString& suffix = QString()) {
-  auto* s = new QSpinBox(parent);
-  s->setObjectName(name);
-  s->setRange(lo, hi);
-  s->setValue(value);
-  s->setSuffix(suffix);
-  return s;
-}
-
-QTableWidget* makeTable(QWidget* parent, const QString& name, const QStringList& headers) {
-  auto* t = new QTableWidget(0, static_cast<int>(headers.size()), parent);
-  t->setObjectName(name);
-  t->setHorizontalHeaderLabels(headers);
-  t->verticalHeader()->setVisible(false);
-  t->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  t->setSelectionBehavior(QAbstractItemView::SelectRows);
-  t->setWordWrap(false);
-  t->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  t->horizontalHeader()->setStretchLastSection(true);
+// The shared table plus centred headers.
+QTableWidget* makeCentredTable(QWidget* parent, const QString& name, const QStringList& headers) {
+  QTableWidget* t = makeTable(parent, name, headers);
   t->horizontalHeader()->setDefaultAlignment(Qt::AlignCenter);
   return t;
 }
@@ -256,15 +240,15 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   chartTabs_->addTab(latency_, tr("Latency per request"));
 
   // --- Results ---
-  comparison_ = makeTable(this, QStringLiteral("continuousComparison"), {});
+  comparison_ = makeCentredTable(this, QStringLiteral("continuousComparison"), {});
   comparison_->verticalHeader()->setVisible(true);
   comparison_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   comparison_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
   comparison_->setSelectionBehavior(QAbstractItemView::SelectItems);
   seedTable_ =
-      makeTable(this, QStringLiteral("continuousSeedTable"),
-                {tr("method"), tr("queries"), tr("time (s)"), tr("throughput\nvs baseline"), tr("max\nbatch"),
-                 tr("avg\nbatch"), tr("generated\ntokens"), tr("inference\ncalls")});
+      makeCentredTable(this, QStringLiteral("continuousSeedTable"),
+                       {tr("method"), tr("queries"), tr("time (s)"), tr("throughput\nvs baseline"),
+                        tr("max\nbatch"), tr("avg\nbatch"), tr("generated\ntokens"), tr("inference\ncalls")});
   seedTable_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   auto* seedPage = new QWidget(this);
   auto* seedLayout = new QVBoxLayout(seedPage);

@@ -36,6 +36,7 @@
 
 #include "chart_view.h"
 #include "engine_worker.h"
+#include "form_widgets.h"
 
 namespace servelab::ui {
 
@@ -70,26 +71,9 @@ QString settingText(const QSettings& s, const char* key, const QString& fallback
 
 QString ms(double v) { return QString::number(v, 'f', v < 10 ? 2 : 1); }
 
-QSpinBox* makeSpin(QWidget* parent, const QString& name, int lo, int hi, int value,
-                   const QString& suffix = QString()) {
-  auto* s = new QSpinBox(parent);
-  s->setObjectName(name);
-  s->setRange(lo, hi);
-  s->setValue(value);
-  s->setSuffix(suffix);
-  return s;
-}
-
-QTableWidget* makeTable(QWidget* parent, const QString& name, const QStringList& headers) {
-  auto* t = new QTableWidget(0, static_cast<int>(headers.size()), parent);
-  t->setObjectName(name);
-  t->setHorizontalHeaderLabels(headers);
-  t->verticalHeader()->setVisible(false);
-  t->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  t->setSelectionBehavior(QAbstractItemView::SelectRows);
-  t->setWordWrap(false);
-  t->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  t->horizontalHeader()->setStretchLastSection(true);
+// The shared table with rows one line of text high.
+QTableWidget* makeCompactTable(QWidget* parent, const QString& name, const QStringList& headers) {
+  QTableWidget* t = makeTable(parent, name, headers);
   t->verticalHeader()->setDefaultSectionSize(t->fontMetrics().height() + 6);
   return t;
 }
@@ -219,9 +203,9 @@ MultiLoraTab::MultiLoraTab(EngineController* engine, QWidget* parent) : Experime
 // --- Building the tab -------------------------------------------------------------------------
 
 QWidget* MultiLoraTab::buildAdapterBox() {
-  adapterTable_ = makeTable(this, QStringLiteral("loraAdapterTable"),
-                            {tr("name"), tr("source"), tr("r"), tr("α"), tr("α/r"), tr("matrices"),
-                             tr("parameters"), tr("% of W")});
+  adapterTable_ = makeCompactTable(this, QStringLiteral("loraAdapterTable"),
+                                   {tr("name"), tr("source"), tr("r"), tr("α"), tr("α/r"), tr("matrices"),
+                                    tr("parameters"), tr("% of W")});
   adapterTable_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   adapterTable_->horizontalHeader()->setStretchLastSection(true);
   adapterTable_->horizontalHeaderItem(2)->setToolTip(tr("Rank r: the largest over the adapter's matrices"));
@@ -566,10 +550,10 @@ QWidget* MultiLoraTab::buildStrategiesPage() {
   ov->addWidget(caveat_);
   ov->addWidget(outputs_, 1);
 
-  pointsTable_ = makeTable(this, QStringLiteral("loraPoints"), {tr("batch")});
-  shapesTable_ = makeTable(this, QStringLiteral("loraShapes"),
-                           {tr("module"), tr("W [in × out]"), tr("A [in × r]"), tr("B [r × out]"), tr("|W|"),
-                            tr("|A| + |B|"), tr("(|A| + |B|) / |W|")});
+  pointsTable_ = makeCompactTable(this, QStringLiteral("loraPoints"), {tr("batch")});
+  shapesTable_ = makeCompactTable(this, QStringLiteral("loraShapes"),
+                                  {tr("module"), tr("W [in × out]"), tr("A [in × r]"), tr("B [r × out]"),
+                                   tr("|W|"), tr("|A| + |B|"), tr("(|A| + |B|) / |W|")});
 
   detailTabs_ = new QTabWidget(this);
   detailTabs_->setObjectName(QStringLiteral("loraDetailTabs"));
@@ -678,9 +662,9 @@ QWidget* MultiLoraTab::buildServePage() {
   cacheChart_->setLegendColumns(3);
   resetCacheChart();
 
-  requestTable_ = makeTable(this, QStringLiteral("loraRequests"),
-                            {tr("#"), tr("adapter"), tr("state"), tr("slot"), tr("admitted\n(step)"),
-                             tr("finished\n(step)"), tr("tokens"), tr("latency\n(ms)"), tr("text")});
+  requestTable_ = makeCompactTable(this, QStringLiteral("loraRequests"),
+                                   {tr("#"), tr("adapter"), tr("state"), tr("slot"), tr("admitted\n(step)"),
+                                    tr("finished\n(step)"), tr("tokens"), tr("latency\n(ms)"), tr("text")});
 
   auto* split = new QSplitter(Qt::Horizontal, this);
   split->addWidget(cacheChart_);

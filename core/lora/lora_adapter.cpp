@@ -54,19 +54,7 @@ at::Tensor st_to_tensor(const StTensor& t, const std::string& file) {
 
 }  // namespace
 
-const char* lora_module_name(LinearSlot slot) {
-  switch (slot) {
-    case LinearSlot::Attn:
-      return "attn.c_attn";
-    case LinearSlot::AttnProj:
-      return "attn.c_proj";
-    case LinearSlot::Fc:
-      return "mlp.c_fc";
-    case LinearSlot::MlpProj:
-      return "mlp.c_proj";
-  }
-  return "?";
-}
+const char* lora_module_name(LinearSlot slot) { return linear_slot_name(slot); }
 
 LinearSlot lora_slot(const std::string& module) {
   for (LinearSlot s : kSlots)

@@ -11,6 +11,21 @@ namespace servelab {
 
 enum class LinearSlot { Attn, AttnProj, Fc, MlpProj };  // c_attn, attn.c_proj, c_fc, mlp.c_proj
 
+// The module's name inside a GPT-2 block, as Hugging Face and PEFT spell it.
+inline const char* linear_slot_name(LinearSlot slot) {
+  switch (slot) {
+    case LinearSlot::Attn:
+      return "attn.c_attn";
+    case LinearSlot::AttnProj:
+      return "attn.c_proj";
+    case LinearSlot::Fc:
+      return "mlp.c_fc";
+    case LinearSlot::MlpProj:
+      return "mlp.c_proj";
+  }
+  return "?";
+}
+
 class LinearKernels {
  public:
   virtual ~LinearKernels() = default;

@@ -13,25 +13,11 @@ namespace servelab {
 
 namespace {
 
-const char* slot_name(LinearSlot s) {
-  switch (s) {
-    case LinearSlot::Attn:
-      return "attn.c_attn";
-    case LinearSlot::AttnProj:
-      return "attn.c_proj";
-    case LinearSlot::Fc:
-      return "mlp.c_fc";
-    case LinearSlot::MlpProj:
-      return "mlp.c_proj";
-  }
-  return "?";
-}
-
 constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
                                               LinearSlot::MlpProj};
 
 std::string layer_name(int64_t layer, LinearSlot s) {
-  return "transformer.h." + std::to_string(layer) + "." + slot_name(s);
+  return "transformer.h." + std::to_string(layer) + "." + linear_slot_name(s);
 }
 
 // The operators below are looked up by name at run time, so that the engine still builds
