@@ -53,4 +53,37 @@ if(EXISTS "${_lib}/libtorch_cuda.so")
 endif()
 target_link_libraries(servelab_torch INTERFACE ${_libs})
 target_link_options(servelab_torch INTERFACE "LINKER:-rpath,${_lib}")
+
+# OpenMP for our own CPU kernels. libtorch's OpenMP backend of at::parallel_for is inline in
+# ATen/Parallel.h: code compiled without -fopenmp runs the loop on the calling thread alone. The
+# kernels that need the intra-op threads (servelab_enable_openmp) are compiled with -fopenmp and
+# linked against the OpenMP runtime libtorch itself loads, so the process has one runtime and one
+# thread pool (torch/lib/libgomp.so.1, or auditwheel's renamed copy in torch.libs); failing that,
+# the compiler's own runtime.
+file(GLOB _gomp "${_lib}/libgomp*.so*" "${SERVELAB_TORCH_ROOT}/../torch.libs/libgomp*.so*")
+add_library(servelab_openmp INTERFACE)
+set(SERVELAB_OPENMP ON)
+if(_gomp)
+  list(GET _gomp 0 _gomp)
+  target_link_libraries(servelab_openmp INTERFACE "${_gomp}")
+else()
+  find_package(OpenMP COMPONENTS CXX)
+  if(OpenMP_CXX_FOUND)
+    target_link_libraries(servelab_openmp INTERFACE OpenMP::OpenMP_CXX)
+  else()
+    set(SERVELAB_OPENMP OFF)
+  endif()
+endif()
+message(STATUS "OpenMP for our kernels: ${SERVELAB_OPENMP} ${_gomp}")
+
+# Compiles the given sources of target with -fopenmp (when available): their at::parallel_for loops
+# then run on libtorch's intra-op threads. Precompiled headers are skipped for them (the PCH was
+# built without _OPENMP, and ATen's parallel backend header must see it).
+function(servelab_enable_openmp target)
+  set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+  if(SERVELAB_OPENMP)
+    set_property(SOURCE ${ARGN} TARGET_DIRECTORY ${target} APPEND PROPERTY COMPILE_OPTIONS -fopenmp)
+    target_link_libraries(${target} PRIVATE servelab_openmp)
+  endif()
+endfunction()
 message(STATUS "libtorch: ${SERVELAB_TORCH_ROOT} (CUDA backend: ${SERVELAB_TORCH_HAS_CUDA})")

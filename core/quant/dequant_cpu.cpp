@@ -2,17 +2,28 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "util/errors.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SERVELAB_X86 1
+#else
+#define SERVELAB_X86 0
+#endif
 
 namespace servelab {
 
 namespace {
 
 // Plain loops the compiler vectorizes; on x86-64 one clone per instruction set, picked at load.
-#if defined(__x86_64__) && defined(__GNUC__)
+#if SERVELAB_X86
 #define SERVELAB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define SERVELAB_AVX512 __attribute__((target("avx512f")))
 #else
 #define SERVELAB_CLONES
 #endif
@@ -37,11 +48,266 @@ void uint8_row(const uint8_t* q, float scale, float zero, int64_t cols, float* o
   for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(q[j]) * scale + zero;
 }
 
+bool has_avx512() {
+#if SERVELAB_X86
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// One stored matrix, row by row: pointers into a QuantizedTensor's contiguous CPU tensors.
+struct Rows {
+  QuantScheme scheme = QuantScheme::None;
+  int64_t cols = 0;
+  const uint8_t* values = nullptr;
+  int64_t row_bytes = 0;  // bytes of values per row
+  const float* scale = nullptr;
+  const float* minimum = nullptr;
+  float tensor_scale = 0, tensor_zero = 0;  // the seed's per-tensor uint8
+  int64_t group = 0, groups = 0;            // int4
+
+  explicit Rows(const QuantizedTensor& q) : scheme(q.scheme), cols(q.cols()) {
+    values = static_cast<const uint8_t*>(q.values.data_ptr());
+    row_bytes =
+        scheme == QuantScheme::Int4Group ? cols / 2 : cols * static_cast<int64_t>(q.values.element_size());
+    if (scheme == QuantScheme::ZeroPointUint8) {
+      tensor_scale = q.scale.item<float>();
+      tensor_zero = q.offset.item<float>();
+    } else if (scheme == QuantScheme::PerChannelInt8) {
+      scale = q.scale.data_ptr<float>();
+    } else if (scheme == QuantScheme::Int4Group) {
+      group = q.group_size;
+      groups = cols / group;
+      scale = q.scale.data_ptr<float>();
+      minimum = q.offset.data_ptr<float>();
+    }
+  }
+  // A plain fp32 matrix ([rows, cols], contiguous): the GEMV reads it as it is.
+  explicit Rows(const at::Tensor& fp32) : cols(fp32.size(1)) {
+    values = static_cast<const uint8_t*>(fp32.data_ptr());
+    row_bytes = cols * static_cast<int64_t>(sizeof(float));
+  }
+  const uint8_t* row(int64_t r) const { return values + r * row_bytes; }
+};
+
+#if SERVELAB_X86
+// The same arithmetic as the loops above, 16 values per instruction.
+SERVELAB_AVX512 void uint8_row_avx512(const uint8_t* q, float scale, float zero, int64_t cols, float* out) {
+  const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zero);
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j));
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+    _mm512_storeu_ps(out + j, _mm512_add_ps(_mm512_mul_ps(f, s), z));
+  }
+  for (; j < cols; ++j) out[j] = static_cast<float>(q[j]) * scale + zero;
+}
+
+SERVELAB_AVX512 void int8_row_avx512(const int8_t* q, int64_t cols, float* out) {
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j));
+    _mm512_storeu_ps(out + j, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
+  }
+  for (; j < cols; ++j) out[j] = static_cast<float>(q[j]);
+}
+
+// Groups of a multiple of 32: 16 bytes give 32 values, the low nibbles (even columns) and the
+// high ones (odd columns) interleaved back into column order by two permutes.
+SERVELAB_AVX512 void int4_row_avx512(const uint8_t* packed, const float* scale, const float* minimum,
+                                     int64_t groups, int64_t group, float* out) {
+  const __m512i first = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i second = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  const __m512i low = _mm512_set1_epi32(15);
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512 s = _mm512_set1_ps(scale[g]), m = _mm512_set1_ps(minimum[g]);
+    for (int64_t c = 0; c < group; c += 32) {
+      const __m512i b =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + c / 2)));
+      const __m512i lo = _mm512_and_si512(b, low), hi = _mm512_srli_epi32(b, 4);
+      const __m512 a = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, first, hi));
+      const __m512 d = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, second, hi));
+      _mm512_storeu_ps(out + c, _mm512_add_ps(_mm512_mul_ps(a, s), m));
+      _mm512_storeu_ps(out + c + 16, _mm512_add_ps(_mm512_mul_ps(d, s), m));
+    }
+    packed += group / 2;
+    out += group;
+  }
+}
+
+SERVELAB_AVX512 void half_row_avx512(const uint16_t* h, int64_t cols, float* out) {
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16)
+    _mm512_storeu_ps(out + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + j))));
+  for (; j < cols; ++j) out[j] = static_cast<float>(c10::Half(h[j], c10::Half::from_bits()));
+}
+
+SERVELAB_AVX512 void bf16_row_avx512(const uint16_t* h, int64_t cols, float* out) {
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + j)));
+    _mm512_storeu_ps(out + j, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  }
+  for (; j < cols; ++j) out[j] = static_cast<float>(c10::BFloat16(h[j], c10::BFloat16::from_bits()));
+}
+
+// Row r of the matrix as fp32 (per-channel int8: its integers; the scale comes after the product).
+SERVELAB_AVX512 void dequantize_row_avx512(const Rows& s, int64_t r, float* out) {
+  const uint8_t* v = s.row(r);
+  switch (s.scheme) {
+    case QuantScheme::ZeroPointUint8:
+      uint8_row_avx512(v, s.tensor_scale, s.tensor_zero, s.cols, out);
+      return;
+    case QuantScheme::PerChannelInt8:
+      int8_row_avx512(reinterpret_cast<const int8_t*>(v), s.cols, out);
+      return;
+    case QuantScheme::Int4Group:
+      if (s.group % 32 == 0)
+        int4_row_avx512(v, s.scale + r * s.groups, s.minimum + r * s.groups, s.groups, s.group, out);
+      else
+        int4_row(v, s.scale + r * s.groups, s.minimum + r * s.groups, s.groups, s.group, out);
+      return;
+    case QuantScheme::Fp16:
+      half_row_avx512(reinterpret_cast<const uint16_t*>(v), s.cols, out);
+      return;
+    case QuantScheme::Bf16:
+      bf16_row_avx512(reinterpret_cast<const uint16_t*>(v), s.cols, out);
+      return;
+    case QuantScheme::None:
+      std::memcpy(out, v, static_cast<size_t>(s.cols) * sizeof(float));  // a plain fp32 matrix
+      return;
+  }
+}
+
+// The GEMM kernel: kTile output channels (rows of w, fp32, row stride ldw) times 16 * V rows of x,
+// given transposed (xt: [cols][ldx], the rows of x along a line). Each step over the inner dimension
+// loads V vectors of x and broadcasts one weight per channel: kTile * V accumulators in registers
+// (16 of AVX-512's 32), every weight read once per 16 * V rows. It also prefetches the next tile's
+// quantized bytes, spread over the steps, so that their dequantization finds them in L1.
+constexpr int kTile = 8;
+constexpr int64_t kRowsPerPass = 32;  // rows of x per kernel call (V = 2)
+
+template <int V>
+SERVELAB_AVX512 void tile_kernel(const float* w, int64_t ldw, const float* xt, int64_t ldx, int64_t cols,
+                                 float* acc_out, const char* prefetch, int64_t prefetch_step) {
+  __m512 acc[kTile][V];
+  for (int n = 0; n < kTile; ++n)
+    for (int v = 0; v < V; ++v) acc[n][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < cols; ++k) {
+    _mm_prefetch(prefetch + k * prefetch_step, _MM_HINT_T0);
+    __m512 xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_ps(xt + k * ldx + 16 * v);
+    for (int n = 0; n < kTile; ++n) {
+      const __m512 b = _mm512_set1_ps(w[n * ldw + k]);
+      for (int v = 0; v < V; ++v) acc[n][v] = _mm512_fmadd_ps(b, xv[v], acc[n][v]);
+    }
+  }
+  for (int n = 0; n < kTile; ++n)
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc_out + n * kRowsPerPass + 16 * v, acc[n][v]);
+}
+
+// The decode product (a few rows of x, every weight used once per row): each output channel's
+// row of weights is dequantized 32 values at a time in registers, exactly as dequantize_row_avx512
+// does (a multiply, then an add), and multiplied into every row of x right away. Nothing is
+// written but the outputs, so a thread streams its channels' quantized bytes once: the memory
+// traffic of the quantized size, which is what makes weight-only quantization pay at batch 1.
+template <QuantScheme S>
+SERVELAB_AVX512 inline void load32(const Rows& s, int64_t r, int64_t j, __m512& a, __m512& b) {
+  const uint8_t* v = s.row(r);
+  if constexpr (S == QuantScheme::ZeroPointUint8) {
+    const __m512 sc = _mm512_set1_ps(s.tensor_scale), z = _mm512_set1_ps(s.tensor_zero);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j));
+    a = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)));
+    b = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)));
+    a = _mm512_add_ps(_mm512_mul_ps(a, sc), z);
+    b = _mm512_add_ps(_mm512_mul_ps(b, sc), z);
+  } else if constexpr (S == QuantScheme::PerChannelInt8) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j));
+    a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+    b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
+  } else if constexpr (S == QuantScheme::Int4Group) {
+    const __m512i first = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i second = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    const int64_t g = r * s.groups + j / s.group;
+    const __m512 sc = _mm512_set1_ps(s.scale[g]), m = _mm512_set1_ps(s.minimum[g]);
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j / 2)));
+    const __m512i lo = _mm512_and_si512(bytes, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(bytes, 4);
+    a = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, first, hi)), sc), m);
+    b = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, second, hi)), sc), m);
+  } else if constexpr (S == QuantScheme::Fp16) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(v) + j;
+    a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+    b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16)));
+  } else if constexpr (S == QuantScheme::None) {
+    const float* f = reinterpret_cast<const float*>(v) + j;
+    a = _mm512_loadu_ps(f);
+    b = _mm512_loadu_ps(f + 16);
+  } else {
+    static_assert(S == QuantScheme::Bf16);
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(v) + j;
+    const __m512i p = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+    const __m512i q = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16)));
+    a = _mm512_castsi512_ps(_mm512_slli_epi32(p, 16));
+    b = _mm512_castsi512_ps(_mm512_slli_epi32(q, 16));
+  }
+}
+
+// Channels [c0, c1) for M rows of x ([M, cols], contiguous) into y ([M, out]); two accumulators
+// per row (the two halves of each 32), one horizontal sum per channel and row at the end.
+template <QuantScheme S, int M>
+SERVELAB_AVX512 void gemv_channels(const Rows& s, const float* x, int64_t c0, int64_t c1,
+                                   const float* out_scale, float* y, int64_t out) {
+  const int64_t cols = s.cols;
+  for (int64_t c = c0; c < c1; ++c) {
+    __m512 acc[M][2];
+    for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < cols; j += 32) {
+      __m512 a, b;
+      load32<S>(s, c, j, a, b);
+      for (int m = 0; m < M; ++m) {
+        acc[m][0] = _mm512_fmadd_ps(a, _mm512_loadu_ps(x + m * cols + j), acc[m][0]);
+        acc[m][1] = _mm512_fmadd_ps(b, _mm512_loadu_ps(x + m * cols + j + 16), acc[m][1]);
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
+      y[m * out + c] = out_scale ? v * out_scale[c] : v;
+    }
+  }
+}
+
+template <QuantScheme S>
+SERVELAB_AVX512 void gemv_dispatch(int64_t rows, const Rows& s, const float* x, int64_t c0, int64_t c1,
+                                   const float* out_scale, float* y, int64_t out) {
+  switch (rows) {
+    case 1:
+      return gemv_channels<S, 1>(s, x, c0, c1, out_scale, y, out);
+    case 2:
+      return gemv_channels<S, 2>(s, x, c0, c1, out_scale, y, out);
+    case 3:
+      return gemv_channels<S, 3>(s, x, c0, c1, out_scale, y, out);
+    case 4:
+      return gemv_channels<S, 4>(s, x, c0, c1, out_scale, y, out);
+    case 5:
+      return gemv_channels<S, 5>(s, x, c0, c1, out_scale, y, out);
+    case 6:
+      return gemv_channels<S, 6>(s, x, c0, c1, out_scale, y, out);
+    default:
+      return gemv_channels<S, 7>(s, x, c0, c1, out_scale, y, out);
+  }
+}
+#endif
+
 }  // namespace
 
 bool fused_dequant_supported(const QuantizedTensor& q) {
-  return q.values.device().is_cpu() && q.shape.size() == 2 && q.values.is_contiguous() &&
-         (q.scheme == QuantScheme::Int4Group || q.scheme == QuantScheme::ZeroPointUint8);
+  if (!q.values.device().is_cpu() || q.shape.size() != 2 || !q.values.is_contiguous()) return false;
+  // The portable loops cover int4 and the seed's uint8; AVX-512 converts every scheme (per-channel
+  // int8 to its integers: the JIT path scales the product instead).
+  return q.scheme == QuantScheme::Int4Group || q.scheme == QuantScheme::ZeroPointUint8 ||
+         (has_avx512() && q.scheme != QuantScheme::None);
 }
 
 void dequantize_rows_cpu(const QuantizedTensor& q, int64_t begin, at::Tensor& out) {
@@ -50,24 +316,199 @@ void dequantize_rows_cpu(const QuantizedTensor& q, int64_t begin, at::Tensor& ou
     throw InputError("fused dequantization: unsupported tensor or output block");
   const int64_t cols = q.cols(), rows = out.size(0);
   float* dst = out.data_ptr<float>();
-  const uint8_t* values = q.values.data_ptr<uint8_t>();
-  if (q.scheme == QuantScheme::Int4Group) {
-    const int64_t groups = cols / q.group_size;
-    const float* scale = q.scale.data_ptr<float>();
-    const float* minimum = q.offset.data_ptr<float>();
-    at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t row = begin + r;
-        int4_row(values + row * (cols / 2), scale + row * groups, minimum + row * groups, groups, q.group_size,
-                 dst + r * cols);
+  const Rows s(q);
+#if SERVELAB_X86
+  const bool avx512 = has_avx512();
+#endif
+  at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t row = begin + r;
+      float* o = dst + r * cols;
+#if SERVELAB_X86
+      if (avx512) {
+        dequantize_row_avx512(s, row, o);
+        continue;
       }
-    });
-  } else {
-    const float scale = q.scale.item<float>(), zero = q.offset.item<float>();
-    at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) uint8_row(values + (begin + r) * cols, scale, zero, cols, dst + r * cols);
-    });
+#endif
+      if (s.scheme == QuantScheme::Int4Group)
+        int4_row(s.row(row), s.scale + row * s.groups, s.minimum + row * s.groups, s.groups, s.group, o);
+      else
+        uint8_row(s.row(row), s.tensor_scale, s.tensor_zero, cols, o);
+    }
+  });
+}
+
+bool fused_linear_supported(const QuantizedTensor& w) {
+  if (!has_avx512() || !w.values.defined() || !w.values.device().is_cpu() || w.shape.size() != 2 ||
+      !w.values.is_contiguous())
+    return false;
+  switch (w.scheme) {
+    case QuantScheme::ZeroPointUint8:
+    case QuantScheme::Fp16:
+    case QuantScheme::Bf16:
+      return true;
+    case QuantScheme::PerChannelInt8:
+      return w.scale.is_contiguous();
+    case QuantScheme::Int4Group:
+      return w.scale.is_contiguous() && w.offset.is_contiguous();
+    case QuantScheme::None:
+      break;
   }
+  return false;
+}
+
+#if SERVELAB_X86
+namespace {
+// x [rows, s.cols] times the matrix s ([out, s.cols]) transposed, 8 output channels at a time:
+// each thread converts 8 rows of the matrix into an L1 buffer and runs tile_kernel over them.
+at::Tensor tiled_linear(const Rows& s, int64_t out, const float* out_scale, const at::Tensor& x) {
+  const int64_t rows = x.size(0), cols = s.cols;
+  at::Tensor y = at::empty({rows, out}, x.options());
+  if (rows == 0 || out == 0) return y;
+  // x transposed, its rows padded with zeros to a multiple of 16: the kernel's vectors.
+  const int64_t ldx = (rows + 15) / 16 * 16;
+  std::vector<float> xt(static_cast<size_t>(cols * ldx), 0.0f);
+  {
+    const at::Tensor xc = x.contiguous();
+    const float* xp = xc.data_ptr<float>();
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t k = 0; k < cols; ++k) xt[static_cast<size_t>(k * ldx + i)] = xp[i * cols + k];
+  }
+  float* yp = y.data_ptr<float>();
+  // Rows of the weight buffer one cache line apart from a multiple of 4 KiB: 8 rows of 3072
+  // columns would otherwise share one L1 set.
+  const int64_t ldw = cols + 16;
+  const int64_t tiles = (out + kTile - 1) / kTile;
+  at::parallel_for(0, tiles, 4, [&](int64_t t0, int64_t t1) {
+    std::vector<float> wbuf(static_cast<size_t>(kTile * ldw), 0.0f);  // rows past a last partial tile: unused
+    alignas(64) float acc[kTile * kRowsPerPass];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r0 = t * kTile, n = std::min<int64_t>(kTile, out - r0);
+      for (int64_t r = 0; r < n; ++r) dequantize_row_avx512(s, r0 + r, wbuf.data() + r * ldw);
+      // The next tile's bytes, prefetched during this one's products (its int4 scales and minimums
+      // here, they are few).
+      const int64_t next = t + 1 < t1 ? std::min<int64_t>(kTile, out - r0 - kTile) : 0;
+      const char* prefetch = reinterpret_cast<const char*>(s.row(next > 0 ? r0 + kTile : r0));
+      const int64_t step = next > 0 ? (next * s.row_bytes + cols - 1) / cols : 0;
+      if (next > 0 && s.scheme == QuantScheme::Int4Group) {
+        const int64_t bytes = next * s.groups * static_cast<int64_t>(sizeof(float));
+        const char* sc = reinterpret_cast<const char*>(s.scale + (r0 + kTile) * s.groups);
+        const char* mn = reinterpret_cast<const char*>(s.minimum + (r0 + kTile) * s.groups);
+        for (int64_t b = 0; b < bytes; b += 64) {
+          _mm_prefetch(sc + b, _MM_HINT_T0);
+          _mm_prefetch(mn + b, _MM_HINT_T0);
+        }
+      }
+      for (int64_t m0 = 0; m0 < rows; m0 += kRowsPerPass) {
+        const int64_t mw = std::min<int64_t>(kRowsPerPass, rows - m0);
+        if (mw > 16)
+          tile_kernel<2>(wbuf.data(), ldw, xt.data() + m0, ldx, cols, acc, prefetch, m0 == 0 ? step : 0);
+        else
+          tile_kernel<1>(wbuf.data(), ldw, xt.data() + m0, ldx, cols, acc, prefetch, m0 == 0 ? step : 0);
+        for (int64_t r = 0; r < n; ++r) {
+          const float* a = acc + r * kRowsPerPass;
+          float* o = yp + m0 * out + r0 + r;
+          if (out_scale) {
+            const float sc = out_scale[r0 + r];
+            for (int64_t i = 0; i < mw; ++i) o[i * out] = a[i] * sc;
+          } else {
+            for (int64_t i = 0; i < mw; ++i) o[i * out] = a[i];
+          }
+        }
+      }
+    }
+  });
+  return y;
+}
+}  // namespace
+#endif
+
+at::Tensor fused_linear_cpu(const QuantizedTensor& w, const at::Tensor& x) {
+  if (!fused_linear_supported(w) || x.dim() != 2 || x.scalar_type() != at::kFloat || !x.device().is_cpu() ||
+      x.size(1) != w.cols())
+    throw InputError("fused quantized linear: unsupported matrix or input");
+#if SERVELAB_X86
+  const Rows s(w);
+  return tiled_linear(s, w.rows(), w.scheme == QuantScheme::PerChannelInt8 ? s.scale : nullptr, x);
+#else
+  throw InputError("fused quantized linear: an x86-64 CPU path");
+#endif
+}
+
+bool fused_gemv_supported(const QuantizedTensor& w) {
+  return fused_linear_supported(w) && w.cols() % 32 == 0 &&
+         (w.scheme != QuantScheme::Int4Group || w.group_size % 32 == 0);
+}
+
+at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {
+  if (!fused_gemv_supported(w) || x.dim() != 2 || x.scalar_type() != at::kFloat || !x.device().is_cpu() ||
+      x.size(1) != w.cols() || x.size(0) < 1 || x.size(0) > kFusedGemvMaxRows)
+    throw InputError("fused quantized GEMV: unsupported matrix or input");
+#if SERVELAB_X86
+  const int64_t rows = x.size(0), out = w.rows();
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty({rows, out}, x.options());
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const Rows s(w);
+  const float* out_scale = w.scheme == QuantScheme::PerChannelInt8 ? s.scale : nullptr;
+  at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) {
+    switch (s.scheme) {
+      case QuantScheme::ZeroPointUint8:
+        return gemv_dispatch<QuantScheme::ZeroPointUint8>(rows, s, xp, c0, c1, out_scale, yp, out);
+      case QuantScheme::PerChannelInt8:
+        return gemv_dispatch<QuantScheme::PerChannelInt8>(rows, s, xp, c0, c1, out_scale, yp, out);
+      case QuantScheme::Int4Group:
+        return gemv_dispatch<QuantScheme::Int4Group>(rows, s, xp, c0, c1, out_scale, yp, out);
+      case QuantScheme::Fp16:
+        return gemv_dispatch<QuantScheme::Fp16>(rows, s, xp, c0, c1, out_scale, yp, out);
+      case QuantScheme::Bf16:
+        return gemv_dispatch<QuantScheme::Bf16>(rows, s, xp, c0, c1, out_scale, yp, out);
+      case QuantScheme::None:
+        break;
+    }
+  });
+  return y;
+#else
+  throw InputError("fused quantized GEMV: an x86-64 CPU path");
+#endif
+}
+
+at::Tensor fp32_linear_cpu(const at::Tensor& w, const at::Tensor& x) {
+  if (x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kFusedGemvMaxRows) return fp32_gemv_cpu(w, x);
+  if (!fp32_gemv_supported(w) || x.dim() != 2 || x.scalar_type() != at::kFloat || !x.device().is_cpu() ||
+      x.size(1) != w.size(1))
+    throw InputError("fp32 linear: unsupported matrix or input");
+#if SERVELAB_X86
+  return tiled_linear(Rows(w), w.size(0), nullptr, x);
+#else
+  throw InputError("fp32 linear: an x86-64 CPU path");
+#endif
+}
+
+bool fp32_gemv_supported(const at::Tensor& w) {
+  return has_avx512() && w.defined() && w.device().is_cpu() && w.dim() == 2 &&
+         w.scalar_type() == at::kFloat && w.is_contiguous() && w.size(1) % 32 == 0;
+}
+
+at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x) {
+  if (!fp32_gemv_supported(w) || x.dim() != 2 || x.scalar_type() != at::kFloat || !x.device().is_cpu() ||
+      x.size(1) != w.size(1) || x.size(0) < 1 || x.size(0) > kFusedGemvMaxRows)
+    throw InputError("fp32 GEMV: unsupported matrix or input");
+#if SERVELAB_X86
+  const int64_t rows = x.size(0), out = w.size(0);
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty({rows, out}, x.options());
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const Rows s(w);
+  at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) {
+    gemv_dispatch<QuantScheme::None>(rows, s, xp, c0, c1, nullptr, yp, out);
+  });
+  return y;
+#else
+  throw InputError("fp32 GEMV: an x86-64 CPU path");
+#endif
 }
 
 }  // namespace servelab

@@ -1,16 +1,47 @@
 #pragma once
-// Fused dequantization of a block of rows on the CPU, one pass from the quantized bytes to fp32:
-// what the JIT path runs before each block's GEMM. ATen would need five or six passes for int4
-// (mask, shift, interleave, convert, scale, shift) and two for the seed's format.
+// Fused dequantization on the CPU, one pass from the quantized bytes to fp32, for the JIT path:
+// - dequantize_rows_cpu: a block of rows before a GEMM (ATen would need five or six passes for
+//   int4: mask, shift, interleave, convert, scale, shift; and two for the seed's format);
+// - fused_linear_cpu: the whole product for a batch of rows, each thread dequantizing a few output
+//   channels at a time into a buffer that stays in L1 and multiplying them with an AVX-512 kernel
+//   right away, so that no fp32 block ever travels through the caches or memory.
+// Both run over libtorch's intra-op threads, and both dequantize exactly as
+// QuantizedTensor::dequantize does (a multiply, then an add: no fused multiply-add), so that the
+// weights they multiply equal the dequantize-once ones bit for bit.
 #include <ATen/ATen.h>
 
 #include "quant/quantizer.h"
 
 namespace servelab {
 
-// Whether dequantize_rows_cpu handles this tensor (int4 groups or the seed's uint8, on the CPU).
+// Whether dequantize_rows_cpu handles this tensor: a contiguous CPU matrix of int4 groups or the
+// seed's uint8, and of every scheme on a CPU with AVX-512F.
 bool fused_dequant_supported(const QuantizedTensor& q);
-// Rows [begin, begin + out.size(0)) of q into out (fp32, [rows, cols], contiguous).
+// Rows [begin, begin + out.size(0)) of q into out (fp32, [rows, cols], contiguous). Per-channel
+// int8 gives its integers (the caller scales the product).
 void dequantize_rows_cpu(const QuantizedTensor& q, int64_t begin, at::Tensor& out);
+
+// Whether fused_linear_cpu handles this matrix: a CPU with AVX-512F, and a contiguous CPU matrix of
+// any quantized scheme (the seed's uint8, per-channel int8, int4 groups, fp16, bf16).
+bool fused_linear_supported(const QuantizedTensor& w);
+// x [rows, cols] (fp32) times the dequantized w transposed: [rows, w.rows()], fp32, without bias.
+// Per-channel int8 multiplies its integers and applies the scale to the output (one rounding, as
+// y * scale after the product would). Meant for a few to a hundred rows: each thread walks its
+// share of the output channels once, so the weights are read once per call whatever the rows.
+at::Tensor fused_linear_cpu(const QuantizedTensor& w, const at::Tensor& x);
+
+// The decode product, 1 to kFusedGemvMaxRows rows of x: each weight dequantized in registers and
+// used at once, so only the quantized bytes travel. Needs AVX-512F, columns in multiples of 32 and
+// (int4) groups of a multiple of 32. Per-channel int8 scales the output, as fused_linear_cpu does.
+constexpr int64_t kFusedGemvMaxRows = 7;
+bool fused_gemv_supported(const QuantizedTensor& w);
+at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x);
+// The same kernel over a plain fp32 matrix w [out, in] (contiguous, in a multiple of 32):
+// x [1..kFusedGemvMaxRows, in] times w transposed.
+bool fp32_gemv_supported(const at::Tensor& w);
+at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x);
+// Any number of rows: the GEMV up to kFusedGemvMaxRows, else fused_linear_cpu's tiles (the rows
+// copied, not converted).
+at::Tensor fp32_linear_cpu(const at::Tensor& w, const at::Tensor& x);
 
 }  // namespace servelab

@@ -27,6 +27,7 @@
 #include "model/gpt2_weights.h"
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
+#include "quant/dequant_cpu.h"
 #include "quant/quantized_model.h"
 #include "quant/quantizer.h"
 #include "test_support.h"
@@ -664,9 +665,115 @@ class TestQuant : public QObject {
     const double rel = relative_diff(a, b);
     QVERIFY2(rel <= 1e-5,
              qPrintable(QString("JIT vs dequantize-once: max |diff| / max |logit| = %1").arg(rel)));
+    // Those 28 rows (4 prompts padded to 7) take the fused kernel where the CPU has one; the blocks
+    // run below 8 rows (one prompt) and above 128 (6 prompts of 24).
+    std::vector<std::vector<int32_t>> many(6);
+    for (int32_t i = 0; i < 6; ++i)
+      for (int32_t j = 0; j < 24; ++j) many[static_cast<size_t>(i)].push_back((i * 37 + j * 11) % 300);
+    for (const auto& prompts : {std::vector<std::vector<int32_t>>{kIdPrompts[0]}, many}) {
+      const double r = relative_diff(batch_logits(*once, prompts), batch_logits(*jit, prompts));
+      QVERIFY2(r <= 1e-5,
+               qPrintable(QString("%1 prompts: JIT vs dequantize-once = %2").arg(prompts.size()).arg(r)));
+    }
     // And it is the quantized model, not the fp32 one.
     Gpt2Model fp32(small_, test_weights(small_, 3, tied));
     QVERIFY(relative_diff(batch_logits(fp32, kIdPrompts), a) > 1e-5);
+  }
+
+  void fused_kernels_equal_dequant_once_data() {
+    QTest::addColumn<QString>("mode");
+    QTest::addColumn<qint64>("group");  // int4 only: the mode's, or 16 (not a multiple of 32)
+    for (const auto& m : kModes) QTest::newRow(m.c_str()) << QString::fromStdString(m) << qint64{0};
+    QTest::newRow("int4-g16") << QString("int4-g32") << qint64{16};
+  }
+  void fused_kernels_equal_dequant_once() {
+    // The JIT path's CPU kernels on their own, at the edges of their tiling: 37 output channels
+    // (4 tiles of 8 and a partial one), rows of x from 1 to 128 (passes of 32 and of 16, partial
+    // ones), rows of 100 columns (the conversions' scalar tails; int4 takes 128).
+    QFETCH(QString, mode);
+    QFETCH(qint64, group);
+    const QuantSpec spec = parse_quant_mode(mode.toStdString());
+    const bool int4 = spec.scheme == QuantScheme::Int4Group;
+    const int64_t out = 37, cols = int4 ? 128 : 100;
+    c10::InferenceMode guard;
+    const at::Tensor m = pattern(out * cols, 0.3, 0.2).view({out, cols}) +
+                         pattern(out * cols, 1.1, 0.05).view({cols, out}).t();
+    QuantizedTensor w = group ? quantize_int4_group(m, group) : quantize_tensor(m, spec, false);
+    const at::Tensor dense = w.dequantize(at::kFloat);
+    // Row blocks dequantize to the very values of dequantize-once (per-channel int8: to its
+    // integers, the JIT path scales the product).
+    if (fused_dequant_supported(w)) {
+      at::Tensor block = at::empty({13, cols});
+      dequantize_rows_cpu(w, 20, block);
+      const bool integers = spec.scheme == QuantScheme::PerChannelInt8;
+      QVERIFY(
+          at::equal(block, integers ? w.values.narrow(0, 20, 13).to(at::kFloat) : dense.narrow(0, 20, 13)));
+    }
+    if (!fused_linear_supported(w)) QSKIP("no AVX-512 on this CPU: the JIT path runs blocks and GEMMs");
+    const at::Tensor x = pattern(128 * cols, 2.0, 1.0).view({128, cols});
+    const at::Tensor all = fused_linear_cpu(w, x);
+    for (int64_t rows : {1, 8, 16, 17, 33, 100, 128}) {
+      const at::Tensor xr = x.narrow(0, 0, rows);
+      const at::Tensor y = fused_linear_cpu(w, xr), want = at::mm(xr, dense.t());
+      QCOMPARE(y.sizes().vec(), want.sizes().vec());
+      const double rel = relative_diff(want, y);
+      QVERIFY2(rel <= 1e-6, qPrintable(QString("%1 rows: max |diff| / max |y| = %2").arg(rows).arg(rel)));
+      // Each row's products run in the same order whatever the other rows: the same bits.
+      QVERIFY(at::equal(y, all.narrow(0, 0, rows)));
+    }
+  }
+
+  void fused_gemv_equals_dequant_once_data() { fused_kernels_equal_dequant_once_data(); }
+  void fused_gemv_equals_dequant_once() {
+    // The decode kernel (1 to 7 rows, weights dequantized in registers): 45 output channels split
+    // over the threads unevenly, 256 columns (8 steps of 32, 2 to 8 int4 groups).
+    QFETCH(QString, mode);
+    QFETCH(qint64, group);
+    const QuantSpec spec = parse_quant_mode(mode.toStdString());
+    const int64_t out = 45, cols = 256;
+    c10::InferenceMode guard;
+    const at::Tensor m =
+        pattern(out * cols, 0.7, 0.1).view({out, cols}) - pattern(out * cols, 0.4, 0.3).view({cols, out}).t();
+    QuantizedTensor w = group ? quantize_int4_group(m, group) : quantize_tensor(m, spec, false);
+    if (group) {
+      // Groups of 16 split a step of 32: the kernel refuses them and JIT runs blocks instead.
+      QVERIFY(!fused_gemv_supported(w));
+      QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols})));
+      return;
+    }
+    if (!fused_gemv_supported(w)) QSKIP("no AVX-512 on this CPU: the JIT path runs blocks and GEMMs");
+    const at::Tensor dense = w.dequantize(at::kFloat);
+    const at::Tensor x = pattern(kFusedGemvMaxRows * cols, 1.3, 0.5).view({kFusedGemvMaxRows, cols});
+    for (int64_t rows = 1; rows <= kFusedGemvMaxRows; ++rows) {
+      const at::Tensor xr = x.narrow(0, 0, rows);
+      const at::Tensor y = fused_gemv_cpu(w, xr), want = at::mm(xr, dense.t());
+      QCOMPARE(y.sizes().vec(), want.sizes().vec());
+      const double rel = relative_diff(want, y);
+      QVERIFY2(rel <= 1e-6, qPrintable(QString("%1 rows: max |diff| / max |y| = %2").arg(rows).arg(rel)));
+    }
+    // Eight rows, a wrong width, a non-float input: refused with a clear error, nothing computed.
+    QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({kFusedGemvMaxRows + 1, cols})));
+    QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols - 32})));
+    QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols}, at::kDouble)));
+  }
+
+  void fp32_kernels_equal_mm() {
+    // The same kernels over a plain fp32 matrix (bench/cpp/linear_kernels.cpp times them against
+    // oneDNN): the GEMV up to 7 rows, the 8-channel tiles beyond, 45 channels of 256 columns.
+    c10::InferenceMode guard;
+    const int64_t out = 45, cols = 256;
+    const at::Tensor w = pattern(out * cols, 0.9, 0.2).view({out, cols});
+    if (!fp32_gemv_supported(w)) QSKIP("no AVX-512 on this CPU");
+    const at::Tensor x = pattern(130 * cols, 0.2, 1.5).view({130, cols});
+    for (int64_t rows : {1, 2, 7, 8, 17, 33, 130}) {
+      const at::Tensor xr = x.narrow(0, 0, rows);
+      const double rel = relative_diff(at::mm(xr, w.t()), fp32_linear_cpu(w, xr));
+      QVERIFY2(rel <= 1e-6, qPrintable(QString("%1 rows: max |diff| / max |y| = %2").arg(rows).arg(rel)));
+    }
+    QVERIFY(!fp32_gemv_supported(w.narrow(1, 0, 100).contiguous()));  // not a multiple of 32
+    QVERIFY(!fp32_gemv_supported(w.t()));                             // not contiguous
+    QVERIFY_THROWS_EXCEPTION(InputError, fp32_linear_cpu(w, at::ones({3, cols - 32})));
+    QVERIFY_THROWS_EXCEPTION(InputError, fp32_linear_cpu(w.to(at::kDouble), at::ones({9, cols})));
   }
 
   void native_close_to_dequant_once_data() {
