@@ -83,6 +83,9 @@ def plot(rows, path, footnote):
     modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "none"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), dpi=150)
     w = 0.27
+    # A very slow cell (torch's int4 CPU kernel) would flatten the others: the decode axis stops
+    # at twice the slowest fp32 step, and taller bars are clipped there with their value on them.
+    cap = 2 * max(r["fp32_decode_ms"] for r in cell.values())
     for ax, key, fkey, label in ((ax1, "decode_ms", "fp32_decode_ms", "batch-1 decode step (ms)"),
                                  (ax2, "batch_tokens_per_s", "fp32_batch_tokens_per_s", "tokens/s, batch of 32")):
         for i, m in enumerate(modes):
@@ -93,10 +96,15 @@ def plot(rows, path, footnote):
                 if r is None:
                     continue
                 ax.bar(i + k * w, r[key], w, color=color, label=e)
+                if key == "decode_ms" and r[key] > cap:  # clipped: its value printed on the bar
+                    ax.text(i + k * w, cap * 0.97, "%.0f ms" % r[key], ha="center", va="top", fontsize=6,
+                            rotation=90, color="white")
                 if key == "decode_ms":
                     ax.plot([i + k * w - w / 2, i + k * w + w / 2], [r["floor_ms"]] * 2, color="#d62728", lw=2,
                             label="memory floor" if (i, k) == (0, 0) else None)
         ax.set_xticks(range(len(modes)), modes, fontsize=7)
+        if key == "decode_ms":
+            ax.set_ylim(0, cap)
         ax.set_ylabel(label)
         handles, labels = ax.get_legend_handles_labels()
         seen = {}
