@@ -3,8 +3,10 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "util/errors.h"
@@ -278,25 +280,17 @@ SERVELAB_AVX512 void gemv_channels(const Rows& s, const float* x, int64_t c0, in
   }
 }
 
+// gemv_channels for M = 1 .. kFusedGemvMaxRows, indexed by M - 1.
+template <QuantScheme S, int... I>
+constexpr auto gemv_table(std::integer_sequence<int, I...>) {
+  return std::array{&gemv_channels<S, I + 1>...};
+}
+
 template <QuantScheme S>
 SERVELAB_AVX512 void gemv_dispatch(int64_t rows, const Rows& s, const float* x, int64_t c0, int64_t c1,
                                    const float* out_scale, float* y, int64_t out) {
-  switch (rows) {
-    case 1:
-      return gemv_channels<S, 1>(s, x, c0, c1, out_scale, y, out);
-    case 2:
-      return gemv_channels<S, 2>(s, x, c0, c1, out_scale, y, out);
-    case 3:
-      return gemv_channels<S, 3>(s, x, c0, c1, out_scale, y, out);
-    case 4:
-      return gemv_channels<S, 4>(s, x, c0, c1, out_scale, y, out);
-    case 5:
-      return gemv_channels<S, 5>(s, x, c0, c1, out_scale, y, out);
-    case 6:
-      return gemv_channels<S, 6>(s, x, c0, c1, out_scale, y, out);
-    default:
-      return gemv_channels<S, 7>(s, x, c0, c1, out_scale, y, out);
-  }
+  static constexpr auto table = gemv_table<S>(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+  table[static_cast<size_t>(rows - 1)](s, x, c0, c1, out_scale, y, out);
 }
 #endif
 
