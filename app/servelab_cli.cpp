@@ -397,15 +397,6 @@ int cmd_demo(const ModelArgs& m) {
   return 0;
 }
 
-std::vector<std::string> split_names(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 // Adapters named on the command line: PEFT folders, else `count` random ones whose ranks cycle over
 // ranks_text ("8", or "4,8,16" for mixed ranks).
 std::vector<AdapterSource> adapter_sources(const std::vector<std::string>& dirs, int64_t count,
@@ -448,7 +439,7 @@ struct LoraBenchArgs {
 
 int cmd_lora_bench(const ModelArgs& m, LoraBenchArgs a) {
   auto engine = m.load();
-  a.p.strategies = split_names(a.strategies);
+  a.p.strategies = split_list(a.strategies);
   a.p.batch_sizes = parse_int_list(a.sizes, "--batch-sizes");
   // Random adapters are made here too when ranks are mixed (the experiment makes one rank itself).
   if (!a.dirs.empty() || a.ranks.find(',') != std::string::npos) {
