@@ -4,7 +4,7 @@ if(SERVELAB_BASE_ONLY)
   return()  # needs libtorch
 endif()
 add_test(NAME oracle_fixtures
-  COMMAND "${CMAKE_SOURCE_DIR}/.venv/bin/python" "${CMAKE_SOURCE_DIR}/tests/oracle/make_gpt2_fixtures.py"
+  COMMAND "${SERVELAB_PYTHON}" "${CMAKE_SOURCE_DIR}/tests/oracle/make_gpt2_fixtures.py"
           --out "${CMAKE_BINARY_DIR}/oracle")
 set_tests_properties(oracle_fixtures PROPERTIES FIXTURES_SETUP oracle TIMEOUT 300)
 

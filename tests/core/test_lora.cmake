@@ -6,7 +6,7 @@ if(SERVELAB_BASE_ONLY)
   return()  # needs libtorch
 endif()
 add_test(NAME lora_oracle_fixtures
-  COMMAND "${CMAKE_SOURCE_DIR}/.venv/bin/python" "${CMAKE_SOURCE_DIR}/tests/oracle/make_lora_fixtures.py"
+  COMMAND "${SERVELAB_PYTHON}" "${CMAKE_SOURCE_DIR}/tests/oracle/make_lora_fixtures.py"
           --out "${CMAKE_BINARY_DIR}/lora_oracle")
 set_tests_properties(lora_oracle_fixtures PROPERTIES FIXTURES_SETUP lora_oracle TIMEOUT 300)
 
