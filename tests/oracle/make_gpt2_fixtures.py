@@ -9,6 +9,12 @@ the logits and greedy tokens HF computes, single and as a left-padded batch:
   OUT/untied/      "transformer." keys plus a separate lm_head.weight
   each with config.json, model.safetensors, reference.safetensors, reference.json
 
+Where CUDA is available it also runs each checkpoint on the GPU in fp16 and bf16 and records HF's
+greedy tokens there (reference.json "cuda"), which the C++ CUDA parity tests compare against, with
+HF's five best tokens and their logits at every step, [[ids], [logits]] (at a near tie two correct
+implementations in bf16 can pick different tokens; the tests check that they only part ways there,
+on a token HF scored within that tie).
+
 Run:  .venv/bin/python tests/oracle/make_gpt2_fixtures.py --out build/oracle
 """
 import argparse
@@ -45,28 +51,59 @@ def make_model(seed, tied):
     return model
 
 
-def greedy_seed_loop(model, prompts, steps, pad):
+def top5(logits):
+    """Per row: [[the five best ids], [their logits]]."""
+    t = logits.float().topk(5, dim=-1)
+    return [[i, v] for i, v in zip(t.indices.tolist(), t.values.tolist())]
+
+
+def greedy_seed_loop(model, prompts, steps, pad, tops=None):
     """The seeds' batch loop: left padding, mask, position_ids = cumsum - 1 (pad -> 1), KV cache."""
+    dev = model.device
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=dev)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
     pos = mask.cumsum(-1) - 1
     pos.masked_fill_(mask == 0, 1)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-    first_logits = out.logits[:, -1, :].clone()
+    first_logits = out.logits[:, -1, :].float().cpu().clone()
     past, tokens = out.past_key_values, [[] for _ in prompts]
     nxt = out.logits[:, -1, :].argmax(-1)
+    step_tops = [top5(out.logits[:, -1, :])]
     for step in range(steps):
         for r, t in enumerate(nxt.tolist()):
             tokens[r].append(t)
         if step == steps - 1:
             break
         pos = pos[:, -1:] + 1
-        mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=mask.dtype)], 1)
+        mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=mask.dtype, device=dev)], 1)
         out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
                     past_key_values=past, use_cache=True)
         past, nxt = out.past_key_values, out.logits[:, -1, :].argmax(-1)
+        step_tops.append(top5(out.logits[:, -1, :]))
+    if tops is not None:  # per row, per step
+        tops.extend([[t[r] for t in step_tops] for r in range(len(prompts))])
     return {"input_ids": ids.tolist(), "attention_mask": mask[:, :width].tolist()}, first_logits, tokens
+
+
+def cuda_references(model):
+    """HF's greedy tokens on the GPU in fp16 and bf16 (one by one and as the padded batch)."""
+    import copy
+    refs = {}
+    for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        m = copy.deepcopy(model).to(device="cuda", dtype=dtype).eval()
+        r = {"single": [], "single_top5": [], "batch": None, "batch_top5": []}
+        for p in PROMPTS:
+            ids = torch.tensor([p], device="cuda")
+            g = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                           do_sample=False, pad_token_id=m.config.eos_token_id, eos_token_id=None,
+                           output_scores=True, return_dict_in_generate=True)
+            r["single"].append(g.sequences[0, len(p):].tolist())
+            r["single_top5"].append([top5(s)[0] for s in g.scores])
+        _, _, r["batch"] = greedy_seed_loop(m, PROMPTS, NEW_TOKENS, m.config.eos_token_id,
+                                            r["batch_top5"])
+        refs[name] = r
+    return refs
 
 
 def write_case(out, name, model, layout):
@@ -98,6 +135,8 @@ def write_case(out, name, model, layout):
         padded, first_logits, tokens = greedy_seed_loop(model, PROMPTS, NEW_TOKENS, model.config.eos_token_id)
         ref_tensors["batch_last_logits"] = first_logits.contiguous()
         ref["batch"] = {**padded, "tokens": tokens}
+        if torch.cuda.is_available():
+            ref["cuda"] = cuda_references(model)
     save_file(ref_tensors, os.path.join(d, "reference.safetensors"))
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f)
