@@ -4,15 +4,20 @@
 #include <limits>
 
 #include "lora/multi_lora.h"
+#include "util/device.h"
 #include "util/errors.h"
 
 namespace servelab {
 
 Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {}
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  if (weights_.ln_f_weight.defined() && device().is_cuda()) prefer_length_independent_attention();
+}
 
 Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights, std::shared_ptr<const LinearKernels> kernels)
-    : config_(std::move(config)), weights_(std::move(weights)), kernels_(std::move(kernels)) {}
+    : config_(std::move(config)), weights_(std::move(weights)), kernels_(std::move(kernels)) {
+  if (weights_.ln_f_weight.defined() && device().is_cuda()) prefer_length_independent_attention();
+}
 
 at::Tensor LinearKernels::dense_weight(int64_t, LinearSlot) const {
   throw InputError("the model's weights are quantized: its fp32 matrices are not kept");

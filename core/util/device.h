@@ -15,6 +15,14 @@ std::string dtype_label(at::ScalarType dtype);
 std::string device_label(const at::Device& device);
 bool cuda_available();
 
+// On CUDA, keeps at::scaled_dot_product_attention off cuDNN's attention. cuDNN builds an execution
+// plan for every new sequence length, which costs tens of milliseconds the first time each length
+// is seen: a decode step, whose key length grows by one each token, would pay it at every token of
+// a fresh run. The flash and memory-efficient kernels take any length. Called once per process
+// when a model is placed on a GPU; SERVELAB_CUDNN_ATTENTION=1 leaves libtorch's choice alone (to
+// compare the two).
+void prefer_length_independent_attention();
+
 // Waits for all queued work on the device (a no-op on CPU). Called before every clock read.
 void synchronize(const at::Device& device);
 

@@ -1,5 +1,6 @@
 #include <torch/cuda.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -49,6 +50,16 @@ std::string dtype_label(at::ScalarType dtype) {
 }
 
 std::string device_label(const at::Device& device) { return device.str(); }
+
+void prefer_length_independent_attention() {
+  static const bool applied = [] {
+    const char* keep = std::getenv("SERVELAB_CUDNN_ATTENTION");
+    if (keep && std::string(keep) == "1") return false;
+    at::globalContext().setSDPUseCuDNN(false);
+    return true;
+  }();
+  (void)applied;
+}
 
 void synchronize(const at::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
