@@ -3,6 +3,7 @@
 
   .venv/bin/python bench/compare_hf.py [--threads 2] [--tokens 10] [--repeats 5]
                                        [--batch-sizes 1,2,4,8,16,32,64]
+                                       [--device cpu|cuda] [--dtype fp32|fp16|bf16]
 
 What it measures (all medians over --repeats, our engine and HF interleaved so that both see the
 same machine state):
@@ -12,7 +13,11 @@ same machine state):
     - ours: `servelab-cli bench batch-sweep`; HF: the seed's generate_batch (lesson 2)
   * the memory floor of a batch-1 decode step: weight bytes / copy bandwidth, where the copy
     bandwidth is bytes read + bytes written per second by torch's copy_ of a 512 MiB buffer on
-    the same threads (a decode step must stream every weight once).
+    the same threads, or on the GPU with --device cuda (a decode step must stream every weight once).
+  * greedy parity: our greedy tokens for the seed prompts against HF's greedy generate() on the
+    same weights, device and dtype (the first step where they part, if they do, and HF's margin
+    between its best and second-best logit there).
+On CUDA every clock is read after torch.cuda.synchronize() (ours: the engine synchronises itself).
 The built-in demo model is exported once with `servelab-cli export-demo` so HF loads the very
 same weights.
 """
@@ -29,36 +34,73 @@ CLI = os.environ.get("SERVELAB_CLI", os.path.join(ROOT, "build", "release", "app
 PROMPTS = ["The quick brown fox jumped over the", "The rain in Spain falls", "What comes up must"]
 
 
+TARGET = {"device": "cpu", "dtype": "fp32"}  # set from the command line in main()
+
+
+def sync(torch):
+    if TARGET["device"].startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def ours(args, threads):
-    out = subprocess.run([CLI, "bench", *args, "--threads", str(threads), "--json"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run([CLI, "bench", *args, "--threads", str(threads), "--device", TARGET["device"],
+                          "--dtype", TARGET["dtype"], "--json"], check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
 
 def copy_bandwidth(torch, threads, repeats):
     n = 512 * 1024 * 1024 // 4
-    src, dst = torch.ones(n), torch.empty(n)
+    src = torch.ones(n, device=TARGET["device"])
+    dst = torch.empty_like(src)
     dst.copy_(src)
     times = []
     for _ in range(max(repeats, 5)):
+        sync(torch)
         t0 = time.perf_counter()
         dst.copy_(src)
+        sync(torch)
         times.append(time.perf_counter() - t0)
     return 2 * n * 4 / statistics.median(times)  # bytes read + written per second
 
 
+def greedy_parity(torch, model, tok, tokens):
+    """Our greedy tokens (servelab-cli generate) against HF's generate() for each seed prompt."""
+    rows = []
+    for prompt in PROMPTS:
+        out = subprocess.run([CLI, "generate", "--prompt", prompt, "--max-new-tokens", str(tokens), "--greedy",
+                              "--device", TARGET["device"], "--dtype", TARGET["dtype"], "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        mine = json.loads(out.splitlines()[0])["generated_ids"]
+        ids = tok(prompt, return_tensors="pt")["input_ids"].to(model.device)
+        with torch.no_grad():
+            g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, do_sample=False,
+                               pad_token_id=tok.eos_token_id, eos_token_id=None, output_scores=True,
+                               return_dict_in_generate=True)
+        theirs = g.sequences[0, ids.shape[1]:].tolist()
+        first = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+        row = {"prompt": prompt, "equal": mine == theirs, "ours": mine, "hf": theirs}
+        if first is not None:
+            top = g.scores[first][0].float().topk(2).values
+            row.update({"first_difference": first, "hf_top2_margin_there": float(top[0] - top[1])})
+        rows.append(row)
+    return rows
+
+
 def hf_token_loop(torch, model, tok, prompt, tokens, use_cache):
     """Lesson 1's loops: per-token seconds, with or without past_key_values."""
-    inputs = tok(prompt, return_tensors="pt")
+    inputs = tok(prompt, return_tensors="pt").to(model.device)
     nxt = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
     durations = []
     with torch.no_grad():
         for _ in range(tokens):
+            sync(torch)
             t0 = time.perf_counter()
             out = model(**nxt, use_cache=use_cache)
             token = out.logits[0, -1, :].argmax()
+            sync(torch)
             durations.append(time.perf_counter() - t0)
-            mask = torch.cat([nxt["attention_mask"], torch.tensor([[1]])], dim=1)
+            mask = torch.cat([nxt["attention_mask"], torch.ones((1, 1), dtype=nxt["attention_mask"].dtype,
+                                                                device=model.device)], dim=1)
             if use_cache:
                 nxt = {"input_ids": token.reshape(1, 1), "attention_mask": mask, "past_key_values": out.past_key_values}
             else:
@@ -68,8 +110,10 @@ def hf_token_loop(torch, model, tok, prompt, tokens, use_cache):
 
 def hf_generate_batch(torch, model, tok, batch_size, tokens):
     """Lesson 2's generate_batch, timed as the seed times it (tokenization included)."""
+    sync(torch)
     t0 = time.perf_counter()
-    inputs = tok([PROMPTS[i % len(PROMPTS)] for i in range(batch_size)], padding=True, return_tensors="pt")
+    inputs = tok([PROMPTS[i % len(PROMPTS)] for i in range(batch_size)], padding=True,
+                 return_tensors="pt").to(model.device)
     mask = inputs["attention_mask"]
     pos = mask.long().cumsum(-1) - 1
     pos.masked_fill_(mask == 0, 1)
@@ -79,9 +123,11 @@ def hf_generate_batch(torch, model, tok, batch_size, tokens):
             out = model(**nxt)
             ids = out.logits[:, -1, :].argmax(dim=1)
             nxt = {"input_ids": ids.reshape((-1, 1)), "position_ids": nxt["position_ids"][:, -1].unsqueeze(-1) + 1,
-                   "attention_mask": torch.cat([nxt["attention_mask"], torch.ones((ids.shape[0], 1))], dim=1),
+                   "attention_mask": torch.cat([nxt["attention_mask"],
+                                                torch.ones((ids.shape[0], 1), device=model.device)], dim=1),
                    "past_key_values": out.past_key_values}
             tok.batch_decode(ids)
+    sync(torch)
     return time.perf_counter() - t0
 
 
@@ -92,15 +138,20 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
     ap.add_argument("--model-dir", default=os.path.join(ROOT, "build", "bench", "demo-model"))
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on it)")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    ap.add_argument("--parity-tokens", type=int, default=16, help="greedy tokens per seed prompt (0: skip)")
     a = ap.parse_args()
     sizes = [int(s) for s in a.batch_sizes.split(",")]
+    TARGET.update(device=a.device, dtype=a.dtype)
 
     import torch
     from transformers import GPT2LMHeadModel, GPT2TokenizerFast
     torch.set_num_threads(a.threads)
     if not os.path.exists(os.path.join(a.model_dir, "model.safetensors")):
         subprocess.run([CLI, "export-demo", "--out", a.model_dir], check=True, capture_output=True)
-    model = GPT2LMHeadModel.from_pretrained(a.model_dir, dtype=torch.float32).eval()
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    model = GPT2LMHeadModel.from_pretrained(a.model_dir, dtype=dtype).to(a.device).eval()
     tok = GPT2TokenizerFast.from_pretrained(a.model_dir)
     tok.pad_token, tok.padding_side = tok.eos_token, "left"
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -135,8 +186,13 @@ def main():
         sweep.append({"batch_size": bs, "ours_ms": o["total_ms"], "hf_ms": h, "ours_tokens_per_ms": o["tokens_per_ms"],
                       "hf_tokens_per_ms": hf_tpms, "throughput_ratio": o["tokens_per_ms"] / hf_tpms})
 
+    parity = greedy_parity(torch, model, tok, a.parity_tokens) if a.parity_tokens > 0 else []
+
+    gpu = torch.cuda.get_device_name() if a.device.startswith("cuda") else None
     print(json.dumps({
-        "machine": {"threads": a.threads, "torch": torch.__version__, "cpu_count": os.cpu_count()},
+        "machine": {"threads": a.threads, "torch": torch.__version__, "cpu_count": os.cpu_count(), "gpu": gpu},
+        "device": a.device, "dtype": a.dtype,
+        "greedy_parity": parity,
         "model": {"dir": a.model_dir, "weight_bytes": weight_bytes},
         "memory_floor": {"copy_bandwidth_gb_s": bw / 1e9, "decode_floor_ms": floor_ms},
         "decode_bs1": decode,
