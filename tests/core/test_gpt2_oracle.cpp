@@ -71,6 +71,20 @@ QString greedy_difference(const std::vector<int32_t>& ours, const nlohmann::json
   return {};
 }
 
+// The ids-only tokenizer of an oracle checkpoint, and HF generate()'s settings for its greedy run.
+test::IdTokenizer id_tokenizer(const Case& c) {
+  return test::IdTokenizer(static_cast<int32_t>(c.model->config().vocab_size),
+                           static_cast<int32_t>(c.model->config().eos_token_id));
+}
+
+GenerateOptions greedy_options(const Case& c, bool kv_cache) {
+  GenerateOptions o;
+  o.max_new_tokens = c.ref["new_tokens"].get<int64_t>();
+  o.use_kv_cache = kv_cache;
+  o.stop_at_eos = false;
+  return o;
+}
+
 at::Tensor to_tensor(const StTensor& t) {
   return at::from_blob(const_cast<std::byte*>(t.data), t.shape, at::kFloat).clone();
 }
@@ -192,12 +206,8 @@ class TestGpt2Oracle : public QObject {
     QFETCH(QString, layout);
     QFETCH(bool, kv_cache);
     Case c = load(layout);
-    test::IdTokenizer tok(static_cast<int32_t>(c.model->config().vocab_size),
-                          static_cast<int32_t>(c.model->config().eos_token_id));
-    GenerateOptions o;
-    o.max_new_tokens = c.ref["new_tokens"].get<int64_t>();
-    o.use_kv_cache = kv_cache;
-    o.stop_at_eos = false;
+    const test::IdTokenizer tok = id_tokenizer(c);
+    const GenerateOptions o = greedy_options(c, kv_cache);
     const auto ps = prompts(c);
     // One by one, as HF generate() does it.
     for (size_t i = 0; i < ps.size(); ++i) {
@@ -301,12 +311,8 @@ class TestGpt2Oracle : public QObject {
         QFAIL("reference.json has no GPU tokens: the fixtures were written where torch saw no CUDA");
       want = c.ref["cuda"][dtype.toStdString()];
     }
-    test::IdTokenizer tok(static_cast<int32_t>(c.model->config().vocab_size),
-                          static_cast<int32_t>(c.model->config().eos_token_id));
-    GenerateOptions o;
-    o.max_new_tokens = c.ref["new_tokens"].get<int64_t>();
-    o.use_kv_cache = kv_cache;
-    o.stop_at_eos = false;
+    const test::IdTokenizer tok = id_tokenizer(c);
+    const GenerateOptions o = greedy_options(c, kv_cache);
     const auto ps = prompts(c);
     for (size_t i = 0; i < ps.size(); ++i) {
       GenerateResult g = generate(*c.model, tok, {ps[i]}, o);
