@@ -4,10 +4,12 @@
 //
 //   build/release/bench/bench_linear_kernels [--threads 2] [--repeats 7] [--rows 1,2,4,8,32]
 //
-// Kernels: "onednn_packed" (what the engine runs by default: weights prepacked once),
+// Kernels: "onednn_packed" (--gemm onednn, the default where the CPU lacks AVX-512: weights
+// prepacked once),
 // "onednn_plain" (oneDNN on plain [out, in] matrices), "aten_addmm" (the Conv1D layout),
 // "ours" (fp32_linear_cpu over plain [out, in] matrices: the AVX-512 GEMV up to 7 rows, 8-channel
-// tiles beyond). The floor is the bytes
+// tiles beyond), "blocked" (what --gemm blocked runs where the CPU has AVX-512: blocked_linear.h's
+// GEMV and GEMM over 16-channel weight blocks). The floor is the bytes
 // of the matrices over the copy bandwidth (read + write bytes per second of a 256 MiB copy_).
 #include "model/linear_kernels.h"
 
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "model/blocked_linear.h"
 #include "model/gpt2_config.h"
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
@@ -123,6 +126,9 @@ int main(int argc, char** argv) {
   const Gpt2Model plain_model(cfg, w);
   const auto packed_model = pack_linears(plain_model);
   const LinearKernels& packed = *packed_model->kernels();
+  // What --gemm blocked runs (where this CPU has AVX-512).
+  std::unique_ptr<Gpt2Model> blocked_model;
+  if (blocked_linear_available(at::kCPU, at::kFloat)) blocked_model = pack_blocked_linears(plain_model);
 
   using Run = std::function<void(const at::Tensor& x_d, const at::Tensor& x_ff)>;
   std::map<std::string, Run> kernels;
@@ -144,6 +150,15 @@ int main(int argc, char** argv) {
       fp32_linear_cpu(m.out_in, m.slot == LinearSlot::MlpProj ? xf : xd).add_(m.bias);
     fp32_linear_cpu(head, xd);
   };
+
+  if (blocked_model) {
+    kernels["blocked"] = [&, &blocked = *blocked_model->kernels()](const at::Tensor& xd,
+                                                                   const at::Tensor& xf) {
+      for (const auto& m : mats)
+        blocked.linear(m.layer, m.slot, m.slot == LinearSlot::MlpProj ? xf : xd, m.bias);
+      blocked.lm_head(xd);
+    };
+  }
 
   const double bw = copy_bandwidth_gbs();
   std::string json =

@@ -10,9 +10,6 @@ namespace servelab {
 
 namespace {
 
-constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
-                                              LinearSlot::MlpProj};
-
 // By name, so the engine still builds against a libtorch without them (CUDA builds, old ones).
 std::optional<c10::OperatorHandle> find_op(const char* name) {
   return c10::Dispatcher::singleton().findSchema({name, ""});
@@ -30,28 +27,14 @@ at::Tensor call_linear(const c10::OperatorHandle& op, const at::Tensor& x, const
   return stack.at(0).toTensor();
 }
 
-at::Tensor& slot_weight(Gpt2LayerWeights& w, LinearSlot s) {
-  switch (s) {
-    case LinearSlot::Attn:
-      return w.c_attn_weight;
-    case LinearSlot::AttnProj:
-      return w.c_proj_weight;
-    case LinearSlot::Fc:
-      return w.c_fc_weight;
-    case LinearSlot::MlpProj:
-      return w.mlp_proj_weight;
-  }
-  throw InputError("unknown linear slot");
-}
-
 class PackedLinearKernels final : public LinearKernels {
  public:
   PackedLinearKernels(Gpt2Weights& w)
       : reorder_(*find_op("mkldnn::_reorder_linear_weight")), linear_(*find_op("mkldnn::_linear_pointwise")) {
     for (auto& layer : w.layers) {
       std::array<Packed, 4> p;
-      for (size_t i = 0; i < kSlots.size(); ++i) {
-        at::Tensor& m = slot_weight(layer, kSlots[i]);
+      for (size_t i = 0; i < kLinearSlots.size(); ++i) {
+        at::Tensor& m = slot_weight(layer, kLinearSlots[i]);
         p[i] = pack(m.t().contiguous());  // [out, in], as oneDNN's linear takes it
         m = at::Tensor();
       }
@@ -123,6 +106,20 @@ class PackedLinearKernels final : public LinearKernels {
 };
 
 }  // namespace
+
+at::Tensor& slot_weight(Gpt2LayerWeights& w, LinearSlot s) {
+  switch (s) {
+    case LinearSlot::Attn:
+      return w.c_attn_weight;
+    case LinearSlot::AttnProj:
+      return w.c_proj_weight;
+    case LinearSlot::Fc:
+      return w.c_fc_weight;
+    case LinearSlot::MlpProj:
+      return w.mlp_proj_weight;
+  }
+  throw InputError("unknown linear slot");
+}
 
 bool packed_linear_available(at::Device device, at::ScalarType dtype, std::string* why_not) {
   auto no = [&](const std::string& why) {

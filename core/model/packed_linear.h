@@ -3,11 +3,17 @@
 // layout (libtorch's mkldnn::_reorder_linear_weight / _linear_pointwise, what its own compiler
 // uses for frozen CPU models). Batched steps gain most (bench/batching.py, bench/compare_hf.py
 // with --gemm aten against the default); the README has the figures.
+#include <array>
 #include <memory>
 
 #include "model/gpt2_model.h"
 
 namespace servelab {
+
+// The four projections of a block, and the Conv1D matrix [in, out] of one of them in w.
+constexpr std::array<LinearSlot, 4> kLinearSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
+                                                    LinearSlot::MlpProj};
+at::Tensor& slot_weight(Gpt2LayerWeights& w, LinearSlot slot);
 
 // Whether the prepacked oneDNN linear exists in this libtorch for the model's device and dtype
 // (CPU fp32 only); why not, when it does not.

@@ -22,6 +22,7 @@
 #include "experiments/quantization.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
+#include "model/blocked_linear.h"
 #include "model/engine.h"
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
@@ -774,6 +775,78 @@ class TestQuant : public QObject {
     QVERIFY(!fp32_gemv_supported(w.t()));                             // not contiguous
     QVERIFY_THROWS_EXCEPTION(InputError, fp32_linear_cpu(w, at::ones({3, cols - 32})));
     QVERIFY_THROWS_EXCEPTION(InputError, fp32_linear_cpu(w.to(at::kDouble), at::ones({9, cols})));
+  }
+
+  void blocked_linear_equals_addmm_data() {
+    QTest::addColumn<qint64>("out");
+    QTest::addColumn<qint64>("in");
+    // Outputs that fill their last block of 16 and ones that do not (50, GPT-2's 50257 scaled down
+    // to 503, 2304 = c_attn), odd inner widths (GEMV and GEMM both run a tail of single steps).
+    QTest::newRow("50x37") << qint64{50} << qint64{37};
+    QTest::newRow("503x129") << qint64{503} << qint64{129};
+    QTest::newRow("2304x96") << qint64{2304} << qint64{96};
+    QTest::newRow("16x1") << qint64{16} << qint64{1};
+    QTest::newRow("7x768") << qint64{7} << qint64{768};
+  }
+  void blocked_linear_equals_addmm() {
+    // x W^T + b through the 16-channel blocked layout equals addmm within fp32 rounding for every
+    // row count the GEMV (1..7) and the GEMM tiles (8 per tile, and every remainder) see.
+    QFETCH(qint64, out);
+    QFETCH(qint64, in);
+    c10::InferenceMode guard;
+    const at::Tensor w =
+        pattern(out * in, 0.9, 0.2).view({out, in}) - pattern(out * in, 0.3, 0.1).view({in, out}).t();
+    const at::Tensor bias = pattern(out, 2.1, 0.5);
+    // Packing is a copy: both source layouts give the same blocks, and unpacking gives back the bits.
+    const BlockedMatrix b = BlockedMatrix::from_out_in(w);
+    QCOMPARE(b.packed().sizes().vec(), (std::vector<int64_t>{(out + 15) / 16, in, 16}));
+    QCOMPARE(b.out_features(), out);
+    QCOMPARE(b.in_features(), in);
+    QCOMPARE(b.bytes(), (out + 15) / 16 * 16 * in * 4);
+    QVERIFY(at::equal(b.to_out_in(), w));
+    QVERIFY(at::equal(BlockedMatrix::from_in_out(w.t().contiguous()).packed(), b.packed()));
+    if (out % 16) {  // the padding of the last block is zeros
+      const at::Tensor pad = b.packed().select(0, b.packed().size(0) - 1).narrow(1, out % 16, 16 - out % 16);
+      QVERIFY(at::equal(pad, at::zeros_like(pad)));
+    }
+    std::string why;
+    if (!blocked_linear_available(at::kCPU, at::kFloat, &why)) QSKIP(why.c_str());
+    const at::Tensor x = pattern(130 * in, 0.2, 1.5).view({130, in});
+    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 33, 64, 128, 130}) {
+      const at::Tensor xr = x.narrow(0, 0, rows);
+      const at::Tensor want = at::addmm(bias, xr, w.t());
+      const at::Tensor y = blocked_linear(xr, b, bias);
+      QCOMPARE(y.sizes().vec(), want.sizes().vec());
+      const double rel = relative_diff(want, y);
+      QVERIFY2(rel <= 1e-5, qPrintable(QString("%1 rows: max |diff| / max |y| = %2").arg(rows).arg(rel)));
+      // Without bias, and from a non-contiguous x (a column slice of a wider matrix).
+      const at::Tensor wide = at::cat({xr, xr.narrow(1, 0, 1)}, 1).narrow(1, 0, in);
+      QVERIFY(relative_diff(at::mm(xr, w.t()), blocked_linear(wide, b)) <= 1e-5);
+    }
+    QCOMPARE(blocked_linear(x.narrow(0, 0, 0), b, bias).sizes().vec(), (std::vector<int64_t>{0, out}));
+  }
+
+  void blocked_linear_rejects_bad_input() {
+    c10::InferenceMode guard;
+    const at::Tensor w = pattern(50 * 37, 0.9, 0.2).view({50, 37});
+    const BlockedMatrix b = BlockedMatrix::from_out_in(w);
+    auto input_error = [&](const at::Tensor& x, const at::Tensor& bias = {}) {
+      return error_of(ErrorKind::Input, [&] { blocked_linear(x, b, bias); });
+    };
+    std::string e = input_error(at::ones({3, 37}, at::kDouble));
+    QVERIFY2(contains(e, "fp32") && contains(e, "Double"), e.c_str());
+    e = input_error(at::ones({3, 36}));
+    QVERIFY2(contains(e, "36 columns") && contains(e, "37 inputs"), e.c_str());
+    e = input_error(at::empty({3, 37}, at::TensorOptions().device(at::kMeta)));
+    QVERIFY2(contains(e, "CPU") && contains(e, "meta"), e.c_str());
+    e = input_error(at::ones({37}));
+    QVERIFY2(contains(e, "2 dimensions"), e.c_str());
+    e = input_error(at::ones({3, 37}), at::ones({49}));
+    QVERIFY2(contains(e, "bias") && contains(e, "49"), e.c_str());
+    e = error_of(ErrorKind::Input, [] { BlockedMatrix::from_out_in(at::ones({4, 4}, at::kHalf)); });
+    QVERIFY2(contains(e, "fp32") && contains(e, "Half"), e.c_str());
+    e = error_of(ErrorKind::Input, [&] { blocked_linear(at::ones({1, 37}), BlockedMatrix()); });
+    QVERIFY2(contains(e, "empty"), e.c_str());
   }
 
   void native_close_to_dequant_once_data() {
