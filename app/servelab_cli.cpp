@@ -50,9 +50,11 @@ struct ModelArgs {
     app->add_option("--device", device, "cpu, cuda or cuda:N");
     app->add_option("--dtype", dtype, "fp32, fp16 or bf16");
     app->add_option("--threads", threads, "CPU threads for libtorch (0: its default)");
-    app->add_option("--gemm", gemm,
-                    "fp32 GEMMs: aten (addmm), onednn (weights prepacked once; CPU fp32), auto (onednn where "
-                    "available)");
+    app->add_option(
+        "--gemm", gemm,
+        "fp32 GEMMs: aten (addmm), onednn (weights prepacked once by oneDNN; CPU fp32), blocked "
+        "(our AVX-512 kernels over 16-channel weight blocks; CPU fp32), auto (blocked where the CPU "
+        "has AVX-512, else onednn where available)");
     if (!with_quant) return;
     app->add_option("--quant", quant,
                     "quantize the weights after loading: none, zp-uint8, int8-channel, int4-g32, int4-g64, "

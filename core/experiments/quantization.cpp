@@ -185,12 +185,12 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     result.fp32_perplexity = perplexity(ref, ppl_ids);
   }
 
-  // The reference's fp32 weights as plain tensors (rebuilt from oneDNN's layout when packed).
+  // The reference's fp32 weights as plain tensors (rebuilt from oneDNN's or the blocked layout when packed).
   const Gpt2Weights dense = ref.dense_weights();
   const auto named = dense.named_tensors();
   const int64_t fp32_bytes = dense.parameter_count() * 4;
   // Dequantize-once models run the same GEMMs as the reference, so only the weights differ.
-  const bool pack = ref.kernels() && ref.kernels()->holds_dense_weights();
+  const GemmBackend gemm = gemm_backend_of(ref);
   const double stages = static_cast<double>(specs.size());
   for (size_t mi = 0; mi < specs.size(); ++mi) {
     check_cancel(control);
@@ -274,7 +274,8 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
       if (spec.is_quantized()) {
         QuantExec used = resolve_quant_exec(spec, device);
         owned = build_quantized_model(q, ref.dtype(), used);
-        if (used == QuantExec::DequantOnce && pack) owned = pack_linears(*owned);
+        if (used == QuantExec::DequantOnce && gemm != GemmBackend::Aten)
+          owned = apply_gemm_backend(*owned, gemm);
         owned->set_attention_backend(ref.attention_backend());
         model = owned.get();
         r.exec = quant_exec_name(used);

@@ -92,16 +92,14 @@ Engine::~Engine() = default;
 void Engine::apply_options(const EngineOptions& o) {
   QuantSpec spec = parse_quant_mode(o.quant);
   spec.exec = parse_quant_exec(o.quant_exec);
-  const GemmBackend gemm = parse_gemm_backend(o.gemm);
-  std::string why;
-  const bool can_pack = packed_linear_available(model_->device(), model_->dtype(), &why);
-  if (gemm == GemmBackend::OneDnn && !can_pack) throw InputError("--gemm onednn: " + why);
-  pack_fp32_ = gemm != GemmBackend::Aten && can_pack;
+  const GemmBackend gemm =
+      resolve_gemm_backend(parse_gemm_backend(o.gemm), model_->device(), model_->dtype());
+  gemm_ = gemm_backend_name(gemm);
   if (spec.is_quantized()) {
     quantize(spec);
-  } else if (pack_fp32_) {
+  } else if (gemm != GemmBackend::Aten) {
     c10::InferenceMode guard;
-    model_ = pack_linears(*model_);
+    model_ = apply_gemm_backend(*model_, gemm);
   }
 }
 
@@ -118,7 +116,9 @@ void Engine::quantize(const QuantSpec& spec) {
       QuantizedGpt2 q = quantize_gpt2(model_->config(), model_->dense_weights(), resolved);
       m = build_quantized_model(q, model_->dtype(), resolved.exec);
     }
-    if (resolved.exec == QuantExec::DequantOnce && pack_fp32_) m = pack_linears(*m);
+    const GemmBackend gemm = parse_gemm_backend(gemm_);
+    if (resolved.exec == QuantExec::DequantOnce && gemm != GemmBackend::Aten)
+      m = apply_gemm_backend(*m, gemm);
     m->set_attention_backend(model_->attention_backend());
     model_ = std::move(m);
   } catch (const c10::OutOfMemoryError&) {

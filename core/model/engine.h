@@ -22,7 +22,9 @@ struct EngineOptions {
   // Quantize the weights right after loading (quant_spec.h names); "none" keeps them as loaded.
   std::string quant = "none";
   std::string quant_exec = "auto";
-  // fp32 GEMMs: "aten" (addmm), "onednn" (prepacked weights, CPU fp32), "auto" (onednn where it exists).
+  // fp32 GEMMs: "aten" (addmm), "onednn" (prepacked weights, CPU fp32), "blocked" (our AVX-512
+  // kernels over 16-channel blocks, CPU fp32), "auto" (blocked where the CPU has AVX-512, else onednn
+  // where it exists).
   std::string gemm = "auto";
 };
 
@@ -63,7 +65,9 @@ class Engine {
   bool is_demo_ = false;
   std::string name_;
   QuantSpec quant_;
-  bool pack_fp32_ = false;  // fp32 models (dequantize-once included) run prepacked oneDNN GEMMs
+  // The fp32 GEMM backend resolved at load (aten, onednn or blocked; packed_linear.h): fp32 models,
+  // dequantize-once ones included, run it.
+  std::string gemm_ = "aten";
   std::string quant_kernel_;
   int64_t parameters_ = 0;
 };

@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "model/blocked_linear.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -153,8 +154,66 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at
 GemmBackend parse_gemm_backend(const std::string& name) {
   if (name == "aten") return GemmBackend::Aten;
   if (name == "onednn") return GemmBackend::OneDnn;
+  if (name == "blocked") return GemmBackend::Blocked;
   if (name == "auto") return GemmBackend::Auto;
-  throw InputError("unknown GEMM backend '" + name + "' (choose one of aten, onednn, auto)");
+  throw InputError("unknown GEMM backend '" + name + "' (choose one of aten, onednn, blocked, auto)");
+}
+
+const char* gemm_backend_name(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::Aten:
+      return "aten";
+    case GemmBackend::OneDnn:
+      return "onednn";
+    case GemmBackend::Blocked:
+      return "blocked";
+    case GemmBackend::Auto:
+      return "auto";
+  }
+  return "?";
+}
+
+GemmBackend resolve_gemm_backend(GemmBackend requested, at::Device device, at::ScalarType dtype) {
+  std::string why;
+  switch (requested) {
+    case GemmBackend::Aten:
+      return GemmBackend::Aten;
+    case GemmBackend::OneDnn:
+      if (!packed_linear_available(device, dtype, &why)) throw InputError("--gemm onednn: " + why);
+      return GemmBackend::OneDnn;
+    case GemmBackend::Blocked:
+      if (!blocked_linear_available(device, dtype, &why)) throw InputError("--gemm blocked: " + why);
+      return GemmBackend::Blocked;
+    case GemmBackend::Auto:
+      break;
+  }
+  // Chosen at load: our kernels where AVX-512 exists at run time, oneDNN's elsewhere.
+  if (blocked_linear_available(device, dtype)) return GemmBackend::Blocked;
+  if (packed_linear_available(device, dtype)) return GemmBackend::OneDnn;
+  return GemmBackend::Aten;
+}
+
+std::unique_ptr<Gpt2Model> apply_gemm_backend(const Gpt2Model& model, GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::OneDnn:
+      return pack_linears(model);
+    case GemmBackend::Blocked:
+      return pack_blocked_linears(model);
+    case GemmBackend::Aten:
+      break;
+    case GemmBackend::Auto:
+      throw InputError("apply_gemm_backend needs a resolved backend, not auto");
+  }
+  auto m = std::make_unique<Gpt2Model>(model.config(), model.dense_weights());
+  m->set_attention_backend(model.attention_backend());
+  return m;
+}
+
+GemmBackend gemm_backend_of(const Gpt2Model& model) {
+  const LinearKernels* k = model.kernels();
+  if (dynamic_cast<const BlockedLinearKernels*>(k)) return GemmBackend::Blocked;
+  if (dynamic_cast<const PackedLinearKernels*>(k)) return GemmBackend::OneDnn;
+  return GemmBackend::Aten;
 }
 
 }  // namespace servelab

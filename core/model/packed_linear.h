@@ -2,7 +2,8 @@
 // fp32 projections and LM head as oneDNN GEMMs over weights reordered once into oneDNN's blocked
 // layout (libtorch's mkldnn::_reorder_linear_weight / _linear_pointwise, what its own compiler
 // uses for frozen CPU models). Batched steps gain most (bench/batching.py, bench/compare_hf.py
-// with --gemm aten against the default); the README has the figures.
+// with --gemm aten against --gemm onednn); the README has the figures. The default where the CPU
+// lacks AVX-512; elsewhere our own blocked layout runs (blocked_linear.h).
 #include <array>
 #include <memory>
 
@@ -29,8 +30,19 @@ std::unique_ptr<Gpt2Model> pack_linears(const Gpt2Model& model);
 at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // GEMM backends an engine can be asked for: "aten" (addmm over the Conv1D layout), "onednn"
-// (prepacked), "auto" (onednn where available).
-enum class GemmBackend { Aten, OneDnn, Auto };
+// (prepacked), "blocked" (our AVX-512 kernels over 16-channel blocks, blocked_linear.h), "auto"
+// (blocked where the CPU has AVX-512, else onednn where available, else aten).
+enum class GemmBackend { Aten, OneDnn, Blocked, Auto };
 GemmBackend parse_gemm_backend(const std::string& name);
+const char* gemm_backend_name(GemmBackend backend);
+// The backend that runs for a request on this device and dtype (never Auto). An explicit onednn or
+// blocked that cannot run here throws InputError saying why.
+GemmBackend resolve_gemm_backend(GemmBackend requested, at::Device device, at::ScalarType dtype);
+// The model with its fp32 matrices run by a resolved backend: pack_linears, pack_blocked_linears,
+// or (Aten) the model over plain tensors (dense_weights()).
+std::unique_ptr<Gpt2Model> apply_gemm_backend(const Gpt2Model& model, GemmBackend backend);
+// Which backend runs a model's matrices: OneDnn or Blocked for models those packed, else Aten
+// (plain tensors, or quantized kernels).
+GemmBackend gemm_backend_of(const Gpt2Model& model);
 
 }  // namespace servelab

@@ -1,6 +1,7 @@
 // Oracle parity (llm.c style): our GPT-2 forward and generation against what Hugging Face
 // transformers computes on the same checkpoints (written by tests/oracle/make_gpt2_fixtures.py),
-// in each key layout, with and without the KV cache, single and as a left-padded batch.
+// in each key layout, with and without the KV cache, single and as a left-padded batch; the same
+// through the packed fp32 GEMMs (oneDNN's and our blocked kernels), tied and untied heads.
 // On a machine with CUDA the same checkpoints also run on the GPU: fp32 logits within 1e-3 of HF's,
 // and greedy tokens equal to HF's own in fp16 and bf16 on the GPU (without CUDA those tests skip).
 #include <c10/core/InferenceMode.h>
@@ -13,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "generate/generator.h"
+#include "model/blocked_linear.h"
 #include "model/gpt2_model.h"
+#include "model/packed_linear.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
 #include "util/device.h"
@@ -244,6 +247,48 @@ class TestGpt2Oracle : public QObject {
     at::Tensor logits = c.model->forward({pb.input_ids, pb.position_ids, pb.attention_mask, false});
     const double d = max_abs_diff(logits, c.tensors.at("batch_last_logits"));
     QVERIFY2(d < 1e-4, qPrintable(QString("max |logit diff| = %1").arg(d)));
+  }
+
+  void packed_gemms_match_hf_data() {
+    QTest::addColumn<QString>("layout");
+    QTest::addColumn<QString>("gemm");
+    // A vocabulary of 503 (the blocked head's last block of 16 is partial); a tied and an untied head.
+    for (const char* l : {"prefixed", "untied"})
+      for (const char* g : {"onednn", "blocked"})
+        QTest::newRow((std::string(l) + "/" + g).c_str()) << QString(l) << QString(g);
+  }
+  void packed_gemms_match_hf() {
+    QFETCH(QString, layout);
+    QFETCH(QString, gemm);
+    const GemmBackend backend = parse_gemm_backend(gemm.toStdString());
+    std::string why;
+    if (!(backend == GemmBackend::OneDnn ? packed_linear_available(at::kCPU, at::kFloat, &why)
+                                         : blocked_linear_available(at::kCPU, at::kFloat, &why)))
+      QSKIP(why.c_str());
+    c10::InferenceMode guard;
+    Case c = load(layout);
+    c.model = apply_gemm_backend(*c.model, backend);
+    QVERIFY(gemm_backend_of(*c.model) == backend);
+    const auto ps = prompts(c);
+    // Every position of each prompt (the GEMV for a few rows, the GEMM tiles for more).
+    for (size_t i = 0; i < ps.size(); ++i) {
+      at::Tensor ids = at::tensor(std::vector<int64_t>(ps[i].begin(), ps[i].end())).unsqueeze(0);
+      at::Tensor logits = c.model->forward({ids, at::arange(ids.size(1)).unsqueeze(0), at::Tensor(), true});
+      const double d = max_abs_diff(logits.squeeze(0), c.tensors.at("logits_" + std::to_string(i)));
+      QVERIFY2(d < 1e-4, qPrintable(QString("prompt %1: max |logit diff| = %2").arg(i).arg(d)));
+    }
+    PaddedBatch pb = left_pad(ps, static_cast<int32_t>(c.model->config().eos_token_id));
+    at::Tensor last = c.model->forward({pb.input_ids, pb.position_ids, pb.attention_mask, false});
+    QVERIFY(max_abs_diff(last, c.tensors.at("batch_last_logits")) < 1e-4);
+    // Greedy decoding through the cache, alone and as one left-padded batch.
+    const test::IdTokenizer tok = id_tokenizer(c);
+    const GenerateOptions o = greedy_options(c, true);
+    GenerateResult b = generate(*c.model, tok, ps, o);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      QCOMPARE(generate(*c.model, tok, {ps[i]}, o).sequences[0].generated_ids,
+               c.ref["single"][i].get<std::vector<int32_t>>());
+      QCOMPARE(b.sequences[i].generated_ids, c.ref["batch"]["tokens"][i].get<std::vector<int32_t>>());
+    }
   }
 
   // ---- CUDA: the same checkpoints on the GPU (these skip where CUDA is absent) ----

@@ -19,8 +19,10 @@
 #include "lora/adapter_cache.h"
 #include "lora/lora_adapter.h"
 #include "lora/multi_lora.h"
+#include "model/blocked_linear.h"
 #include "model/engine.h"
 #include "model/gpt2_model.h"
+#include "model/packed_linear.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
 
@@ -38,8 +40,8 @@ std::shared_ptr<LoraAdapter> one_slot_adapter(const std::string& name, int64_t i
                                               double scale, at::Generator& g) {
   auto a = std::make_shared<LoraAdapter>(name, 1);
   // Sizes as in a real adapter: x A of order |x|, a delta of order 0.1.
-  a->set(0, LinearSlot::Fc, randn({in, rank}, g) / std::sqrt(static_cast<double>(in)), randn({rank, out}, g) * 0.1,
-         scale);
+  a->set(0, LinearSlot::Fc, randn({in, rank}, g) / std::sqrt(static_cast<double>(in)),
+         randn({rank, out}, g) * 0.1, scale);
   return a;
 }
 
@@ -291,13 +293,11 @@ class TestLora : public QObject {
   }
 
   void onednn_and_quantized_bases_take_adapters() {
-    // LoRA adds to whatever computes x W: the prepacked oneDNN GEMMs and a quantized base too.
+    // LoRA adds to whatever computes x W: the prepacked oneDNN GEMMs, our blocked kernels and a
+    // quantized base too.
     require_oracle();
     c10::InferenceMode guard;
     auto aten = Engine::load_folder(base_dir(), aten_fp32());
-    EngineOptions packed;
-    packed.gemm = "auto";
-    auto onednn = Engine::load_folder(base_dir(), packed);
     EngineOptions q;
     q.quant = "int8-channel";
     q.quant_exec = "jit";
@@ -306,7 +306,15 @@ class TestLora : public QObject {
     const std::vector<int64_t> ids = {1, 2, 3, 4, 200};
     LoraBatch batch({lora.get()}, MultiLoraStrategy::Segmented);
     const at::Tensor ref = all_logits(aten->model(), ids, &batch);
-    QVERIFY(test::max_abs_diff(all_logits(onednn->model(), ids, &batch), ref) < 1e-3);
+    for (const std::string gemm : {"onednn", "blocked"}) {
+      const bool here = gemm == "onednn" ? packed_linear_available(at::kCPU, at::kFloat)
+                                         : blocked_linear_available(at::kCPU, at::kFloat);
+      if (!here) continue;  // blocked needs AVX-512, onednn a libtorch with oneDNN
+      EngineOptions packed;
+      packed.gemm = gemm;
+      auto e = Engine::load_folder(base_dir(), packed);
+      QVERIFY2(test::max_abs_diff(all_logits(e->model(), ids, &batch), ref) < 1e-3, gemm.c_str());
+    }
     const at::Tensor qd = all_logits(quant->model(), ids, &batch);
     QVERIFY(test::max_abs_diff(qd, ref) < 0.5);  // int8 weights drift a little, the delta is the same
     // The adapter still changes the quantized model's output (it is applied, not lost).
