@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/packed_linear.h"
+#include "util/cpu_features.h"
 #include "util/errors.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -24,14 +25,7 @@ namespace servelab {
 
 namespace {
 
-bool has_avx512() {
-#if SERVELAB_X86
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-#else
-  return false;
-#endif
-}
+bool has_avx512() { return cpu_has_avx512(); }
 
 std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
 

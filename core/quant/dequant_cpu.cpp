@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "util/cpu_features.h"
 #include "util/errors.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -50,14 +51,7 @@ void uint8_row(const uint8_t* q, float scale, float zero, int64_t cols, float* o
   for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(q[j]) * scale + zero;
 }
 
-bool has_avx512() {
-#if SERVELAB_X86
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-#else
-  return false;
-#endif
-}
+bool has_avx512() { return cpu_has_avx512(); }
 
 // One stored matrix, row by row: pointers into a QuantizedTensor's contiguous CPU tensors.
 struct Rows {
