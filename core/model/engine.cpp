@@ -92,14 +92,12 @@ Engine::~Engine() = default;
 void Engine::apply_options(const EngineOptions& o) {
   QuantSpec spec = parse_quant_mode(o.quant);
   spec.exec = parse_quant_exec(o.quant_exec);
-  const GemmBackend gemm =
-      resolve_gemm_backend(parse_gemm_backend(o.gemm), model_->device(), model_->dtype());
-  gemm_ = gemm_backend_name(gemm);
+  gemm_ = resolve_gemm_backend(parse_gemm_backend(o.gemm), model_->device(), model_->dtype());
   if (spec.is_quantized()) {
     quantize(spec);
-  } else if (gemm != GemmBackend::Aten) {
+  } else if (gemm_ != GemmBackend::Aten) {
     c10::InferenceMode guard;
-    model_ = apply_gemm_backend(*model_, gemm);
+    model_ = apply_gemm_backend(*model_, gemm_);
   }
 }
 
@@ -116,9 +114,8 @@ void Engine::quantize(const QuantSpec& spec) {
       QuantizedGpt2 q = quantize_gpt2(model_->config(), model_->dense_weights(), resolved);
       m = build_quantized_model(q, model_->dtype(), resolved.exec);
     }
-    const GemmBackend gemm = parse_gemm_backend(gemm_);
-    if (resolved.exec == QuantExec::DequantOnce && gemm != GemmBackend::Aten)
-      m = apply_gemm_backend(*m, gemm);
+    if (resolved.exec == QuantExec::DequantOnce && gemm_ != GemmBackend::Aten)
+      m = apply_gemm_backend(*m, gemm_);
     m->set_attention_backend(model_->attention_backend());
     model_ = std::move(m);
   } catch (const c10::OutOfMemoryError&) {

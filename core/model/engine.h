@@ -13,6 +13,7 @@
 namespace servelab {
 
 class Gpt2Model;
+enum class GemmBackend;  // model/packed_linear.h (which brings in libtorch)
 
 struct EngineOptions {
   std::string device = "cpu";
@@ -65,9 +66,9 @@ class Engine {
   bool is_demo_ = false;
   std::string name_;
   QuantSpec quant_;
-  // The fp32 GEMM backend resolved at load (aten, onednn or blocked; packed_linear.h): fp32 models,
-  // dequantize-once ones included, run it.
-  std::string gemm_ = "aten";
+  // The fp32 GEMM backend resolved at load (Aten, OneDnn or Blocked; packed_linear.h): fp32 models,
+  // dequantize-once ones included, run it. Value-initialised: Aten.
+  GemmBackend gemm_{};
   std::string quant_kernel_;
   int64_t parameters_ = 0;
 };
