@@ -158,7 +158,7 @@ bool EngineWorker::guarded(const QString& what, F&& job) {
 
 ModelSummary EngineWorker::summarize(const QString& folder) const {
   const nlohmann::json j = engine_->info();
-  const servelab::Gpt2Config& c = engine_->config();
+  const servelab::ModelShape& c = engine_->shape();
   ModelSummary s;
   s.name = QString::fromStdString(engine_->name());
   s.folder = folder;
@@ -173,9 +173,9 @@ ModelSummary EngineWorker::summarize(const QString& folder) const {
   s.layers = static_cast<int>(c.n_layer);
   s.heads = static_cast<int>(c.n_head);
   s.width = static_cast<int>(c.n_embd);
-  s.positions = static_cast<int>(c.n_positions);
+  s.positions = static_cast<int>(c.context);
   s.vocab = static_cast<int>(c.vocab_size);
-  s.inner = static_cast<int>(c.inner_dim());
+  s.inner = static_cast<int>(c.n_inner);
   s.dtypeBytes = static_cast<int>(engine_->dtype_bytes());
   return s;
 }

@@ -41,10 +41,7 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
       ids.push_back(r.prompt_ids[ids.size() % r.prompt_ids.size()]);
     r.prompt_ids = std::move(ids);
   }
-  {
-    const Gpt2Config& c = engine.config();
-    r.kv_bytes_per_token = 2 * c.n_layer * c.n_embd * engine.dtype_bytes();
-  }
+  r.kv_bytes_per_token = engine.shape().kv_bytes_per_token(engine.dtype_bytes());
   GenerateOptions o;
   o.max_new_tokens = p.new_tokens;
   o.stop_at_eos = false;  // both runs must produce exactly new_tokens tokens

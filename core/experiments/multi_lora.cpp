@@ -13,7 +13,7 @@
 #include "generate/generation.h"
 #include "lora/lora_adapter.h"
 #include "lora/multi_lora.h"
-#include "model/gpt2_model.h"
+#include "model/model.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -174,7 +174,7 @@ std::vector<const LoraAdapter*> assign_rows(const MultiLoraParams& p, int64_t ba
 }
 
 // One decode step per row from the same cache state, the per-row adapter applied by `lora`.
-at::Tensor decode_step(const Gpt2Model& m, KvCache& cache, const at::Tensor& ids, int64_t position,
+at::Tensor decode_step(const Model& m, KvCache& cache, const at::Tensor& ids, int64_t position,
                        const LoraBatch* lora) {
   ForwardInput in;
   in.input_ids = ids;
@@ -196,8 +196,8 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
   if (p.workload == "toy") return run_toy(p, control);
 
   c10::InferenceMode guard;
-  const Gpt2Model& model = engine.model();
-  const Gpt2Config& c = model.config();
+  const Model& model = engine.model();
+  const ModelShape& c = model.shape();
   const at::Device dev = model.device();
   MultiLoraResult result;
   result.workload = "gpt2";
@@ -232,7 +232,8 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
   }
   const int64_t rank = adapters.front()->max_rank();
   for (const std::string& module : lora_module_names()) {
-    const auto [in, out] = lora_slot_shape(c, lora_slot(module));
+    const Projection& proj = model.projection(lora_slot(module));
+    const int64_t in = proj.in, out = proj.out;
     LoraShapes s{module, in, out, rank, in * out, rank * (in + out), 0};
     s.ratio = static_cast<double>(s.ab_parameters) / static_cast<double>(s.w_parameters);
     result.shapes.push_back(s);
@@ -249,9 +250,9 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
   // Decode steps after `context` cached tokens; every method starts from the same cache state.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);
   const int64_t steps = p.decode_steps;
-  if (p.context + steps + 1 > c.n_positions)
+  if (p.context + steps + 1 > c.context)
     throw InputError("context " + std::to_string(p.context) + " + " + std::to_string(steps) +
-                     " decode steps exceed the model's " + std::to_string(c.n_positions) + " positions");
+                     " decode steps exceed the model's " + std::to_string(c.context) + " positions");
   const size_t total = p.batch_sizes.size();
   for (size_t bi = 0; bi < total; ++bi) {
     const int64_t bs = p.batch_sizes[bi];

@@ -67,7 +67,7 @@ std::string block_of(const std::string& name) {
   return s.substr(0, s.find('.'));
 }
 
-at::Tensor all_logits(const Gpt2Model& m, const std::vector<int32_t>& ids) {
+at::Tensor all_logits(const Model& m, const std::vector<int32_t>& ids) {
   ForwardInput in;
   const int64_t T = static_cast<int64_t>(ids.size());
   in.input_ids = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).view({1, T});
@@ -76,7 +76,7 @@ at::Tensor all_logits(const Gpt2Model& m, const std::vector<int32_t>& ids) {
   return m.forward(in).select(0, 0).to(at::kFloat);
 }
 
-double perplexity(const Gpt2Model& m, const std::vector<int32_t>& ids) {
+double perplexity(const Model& m, const std::vector<int32_t>& ids) {
   at::Tensor logp = at::log_softmax(all_logits(m, ids), -1).to(at::kCPU);
   const int64_t T = static_cast<int64_t>(ids.size());
   at::Tensor next = at::tensor(std::vector<int64_t>(ids.begin() + 1, ids.end()), at::kLong).view({T - 1, 1});
@@ -89,7 +89,7 @@ struct Timing {
   double batch_tok_s = 0;  // rows x tokens / wall time of the batched generation
 };
 
-Timing time_model(const Gpt2Model& m, const Tokenizer& tok, const std::vector<int32_t>& prompt,
+Timing time_model(const Model& m, const Tokenizer& tok, const std::vector<int32_t>& prompt,
                   const std::vector<std::vector<int32_t>>& batch, const QuantizationParams& p,
                   const ExperimentControl& c) {
   GenerateOptions o;
@@ -126,7 +126,11 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     s.exec = exec;
     if (s.is_quantized()) specs.push_back(s);
   }
-  const Gpt2Model& ref = engine.model();
+  const Gpt2Model* gpt2 = engine.gpt2();
+  if (!gpt2)
+    throw InputError("the quantization experiment is built for GPT-2 models so far; this is a " +
+                     engine.shape().architecture + " model");
+  const Gpt2Model& ref = *gpt2;
   if (engine.quantization().is_quantized())
     throw InputError("the loaded model is already quantized (" + engine.quantization().mode_name() +
                      "); load it without --quant to measure quantization against its own weights");

@@ -9,7 +9,7 @@
 
 #include "lora/adapter_cache.h"
 #include "lora/lora_adapter.h"
-#include "model/gpt2_model.h"
+#include "model/model.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -18,9 +18,9 @@ const char* kv_strategy_name(KvStrategy strategy) {
   return strategy == KvStrategy::SlotKv ? "slot KV" : "merge/filter";
 }
 
-void check_batch_requests(const Gpt2Model& model, const std::vector<BatchRequest>& requests,
+void check_batch_requests(const Model& model, const std::vector<BatchRequest>& requests,
                           const BatchOptions& options) {
-  const Gpt2Config& c = model.config();
+  const ModelShape& c = model.shape();
   if (options.max_batch < 1)
     throw InputError("max batch must be at least 1, got " + std::to_string(options.max_batch));
   if (requests.empty()) throw InputError("no requests given");
@@ -37,10 +37,10 @@ void check_batch_requests(const Gpt2Model& model, const std::vector<BatchRequest
                          std::to_string(c.vocab_size));
     if (r.max_new_tokens < 1)
       throw InputError(name + ": max new tokens must be at least 1, got " + std::to_string(r.max_new_tokens));
-    if (static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens > c.n_positions)
+    if (static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens > c.context)
       throw InputError(name + " has " + std::to_string(r.prompt_ids.size()) + " prompt tokens; with " +
                        std::to_string(r.max_new_tokens) + " new tokens that exceeds the context of " +
-                       std::to_string(c.n_positions) + " positions");
+                       std::to_string(c.context) + " positions");
     if (!(r.arrival_ms >= 0))
       throw InputError(name + ": arrival time must be >= 0 ms, got " + std::to_string(r.arrival_ms));
     r.sampling.validate();
@@ -54,13 +54,13 @@ void check_batch_requests(const Gpt2Model& model, const std::vector<BatchRequest
   }
 }
 
-ContinuousBatchScheduler::ContinuousBatchScheduler(const Gpt2Model& model, const Tokenizer& tokenizer,
+ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tokenizer& tokenizer,
                                                    const std::vector<BatchRequest>& requests,
                                                    const BatchOptions& options, BatchSink* sink)
     : model_(model), tokenizer_(tokenizer), requests_(requests), options_(options), sink_(sink) {
   check_batch_requests(model, requests, options);
   const int32_t eos =
-      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
+      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.shape().eos_token_id)));
   int64_t capacity = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     trackers_.emplace_back(tokenizer, requests[i], static_cast<int64_t>(i), eos);
@@ -243,7 +243,7 @@ BatchRunResult ContinuousBatchScheduler::run() {
   return result_;
 }
 
-BatchRunResult run_continuous_batching(const Gpt2Model& model, const Tokenizer& tokenizer,
+BatchRunResult run_continuous_batching(const Model& model, const Tokenizer& tokenizer,
                                        const std::vector<BatchRequest>& requests, const BatchOptions& options,
                                        BatchSink* sink) {
   return ContinuousBatchScheduler(model, tokenizer, requests, options, sink).run();

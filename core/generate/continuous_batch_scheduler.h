@@ -21,7 +21,7 @@ class LoraAdapter;
 class ContinuousBatchScheduler {
  public:
   // Checks the requests (InputError) and sets up the KV memory for options.max_batch of them.
-  ContinuousBatchScheduler(const Gpt2Model& model, const Tokenizer& tokenizer,
+  ContinuousBatchScheduler(const Model& model, const Tokenizer& tokenizer,
                            const std::vector<BatchRequest>& requests, const BatchOptions& options,
                            BatchSink* sink);
   ~ContinuousBatchScheduler();
@@ -37,7 +37,7 @@ class ContinuousBatchScheduler {
   // Picks each row's next token and hands it to its request; ms: when the tokens were ready.
   void take_tokens(const at::Tensor& logits, const std::vector<Running*>& rows, double ms, BatchStep& step);
 
-  const Gpt2Model& model_;
+  const Model& model_;
   const Tokenizer& tokenizer_;
   const std::vector<BatchRequest>& requests_;
   BatchOptions options_;

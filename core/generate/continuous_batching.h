@@ -14,7 +14,7 @@
 
 namespace servelab {
 
-class Gpt2Model;
+class Model;  // model/model.h
 
 // One request of the queue. Sampling is per request (each has its own seeded generator); greedy
 // requests give exactly the tokens generate() gives for the prompt alone.
@@ -150,12 +150,12 @@ class ForwardingBatchSink : public BatchSink {
 // InputError naming the request and value at fault: no requests, max batch < 1, an empty prompt,
 // ids outside the vocabulary, max new tokens < 1, prompt + new tokens over the context, a negative
 // arrival time, bad sampling parameters.
-void check_batch_requests(const Gpt2Model& model, const std::vector<BatchRequest>& requests,
+void check_batch_requests(const Model& model, const std::vector<BatchRequest>& requests,
                           const BatchOptions& options);
 
 // Continuous batching with options.kv memory. On cancel, returns what it has: finished requests
 // whole, the others "cancelled" with the tokens they got.
-BatchRunResult run_continuous_batching(const Gpt2Model& model, const Tokenizer& tokenizer,
+BatchRunResult run_continuous_batching(const Model& model, const Tokenizer& tokenizer,
                                        const std::vector<BatchRequest>& requests, const BatchOptions& options,
                                        BatchSink* sink = nullptr);
 
@@ -163,7 +163,7 @@ BatchRunResult run_continuous_batching(const Gpt2Model& model, const Tokenizer& 
 // left-padded generate() run until its longest request is done (EOS does not end a batch early;
 // each request keeps its tokens up to its own max, EOS or stop string). A batch starts when its
 // last request has arrived. Sampling of a batch follows its first request's parameters.
-BatchRunResult run_static_batching(const Gpt2Model& model, const Tokenizer& tokenizer,
+BatchRunResult run_static_batching(const Model& model, const Tokenizer& tokenizer,
                                    const std::vector<BatchRequest>& requests, const BatchOptions& options,
                                    BatchSink* sink = nullptr);
 

@@ -14,7 +14,7 @@
 
 namespace servelab {
 
-class Gpt2Model;
+class Model;        // model/model.h
 class LoraAdapter;  // lora/lora_adapter.h
 
 struct GenerateOptions {
@@ -79,12 +79,12 @@ struct GenerateResult {
 
 // Checks a batch before any memory is touched: non-empty prompts, prompt + new tokens within the
 // context, a batch whose KV cache and activations fit in memory. Throws InputError.
-void check_generation_fits(const Gpt2Model& model, const std::vector<std::vector<int32_t>>& prompts,
+void check_generation_fits(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
                            const GenerateOptions& options);
 
 // Generates for all prompts as one left-padded batch (a batch of one is plain generation).
 // Greedy tokens of a row equal those of the same prompt generated alone.
-GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
+GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
                         const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                         GenerationSink* sink = nullptr);
 
@@ -98,7 +98,7 @@ struct PaddedPrompts {
       pieces;  // each cell's token as the vocabulary spells it ("Ġfox"), "" on padding
 };
 // Throws InputError for no prompts or an empty prompt.
-PaddedPrompts pad_prompts(const Gpt2Model& model, const Tokenizer& tokenizer,
+PaddedPrompts pad_prompts(const Model& model, const Tokenizer& tokenizer,
                           const std::vector<std::string>& prompts);
 
 }  // namespace servelab

@@ -33,7 +33,7 @@ PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int32_t p
   return b;
 }
 
-PaddedPrompts pad_prompts(const Gpt2Model& model, const Tokenizer& tokenizer,
+PaddedPrompts pad_prompts(const Model& model, const Tokenizer& tokenizer,
                           const std::vector<std::string>& prompts) {
   if (prompts.empty()) throw InputError("no prompts given");
   std::vector<std::vector<int32_t>> ids;
@@ -43,7 +43,7 @@ PaddedPrompts pad_prompts(const Gpt2Model& model, const Tokenizer& tokenizer,
       throw InputError("prompt " + std::to_string(i + 1) + " is empty: it needs at least one token");
   }
   const int32_t eos =
-      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
+      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.shape().eos_token_id)));
   PaddedPrompts out;
   out.pad_id = eos >= 0 ? eos : 0;
   const PaddedBatch pb = left_pad(ids, out.pad_id);
@@ -68,9 +68,9 @@ PaddedPrompts pad_prompts(const Gpt2Model& model, const Tokenizer& tokenizer,
   return out;
 }
 
-void check_generation_fits(const Gpt2Model& model, const std::vector<std::vector<int32_t>>& prompts,
+void check_generation_fits(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
                            const GenerateOptions& o) {
-  const Gpt2Config& c = model.config();
+  const ModelShape& c = model.shape();
   if (prompts.empty()) throw InputError("no prompts given");
   if (o.max_new_tokens < 1)
     throw InputError("max new tokens must be at least 1, got " + std::to_string(o.max_new_tokens));
@@ -85,21 +85,18 @@ void check_generation_fits(const Gpt2Model& model, const std::vector<std::vector
         throw InputError("prompt " + std::to_string(i + 1) + " has token id " + std::to_string(id) +
                          " outside the vocabulary of " + std::to_string(c.vocab_size));
     longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
-    if (static_cast<int64_t>(p.size()) + o.max_new_tokens > c.n_positions)
+    if (static_cast<int64_t>(p.size()) + o.max_new_tokens > c.context)
       throw InputError("prompt " + std::to_string(i + 1) + " has " + std::to_string(p.size()) +
                        " tokens; with " + std::to_string(o.max_new_tokens) +
-                       " new tokens that exceeds the context of " + std::to_string(c.n_positions) +
-                       " positions");
+                       " new tokens that exceeds the context of " + std::to_string(c.context) + " positions");
   }
   // The memory a run needs beyond the weights: the KV cache and the largest activations.
   const int64_t batch = static_cast<int64_t>(prompts.size());
   const int64_t len = longest + o.max_new_tokens;
   const int64_t elem = static_cast<int64_t>(c10::elementSize(model.dtype()));
-  const int64_t kv = o.use_kv_cache
-                         ? KvCache::bytes_needed(c.n_layer, batch, c.n_head, len, c.head_dim(), model.dtype())
-                         : 0;
-  const int64_t act = batch * len * (4 * c.n_embd + c.inner_dim()) * elem * 2 +
-                      batch * c.n_head * len * len * 4 + batch * c.vocab_size * 4 * 2;
+  const int64_t kv = o.use_kv_cache ? model.kv_cache_bytes(batch, len) : 0;
+  const int64_t act = batch * len * (4 * c.n_embd + c.n_inner) * elem * 2 + batch * c.n_head * len * len * 4 +
+                      batch * c.vocab_size * 4 * 2;
   if (model.device().is_cpu()) {
     const int64_t avail = available_host_memory_bytes();
     if (avail > 0 && kv + act > avail) {
@@ -120,7 +117,7 @@ struct RowState {
 
 }  // namespace
 
-GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
+GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
                         const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o,
                         GenerationSink* sink) {
   check_generation_fits(model, prompts, o);
@@ -128,7 +125,7 @@ GenerateResult generate(const Gpt2Model& model, const Tokenizer& tokenizer,
   const at::Device dev = model.device();
   const int64_t batch = static_cast<int64_t>(prompts.size());
   const int32_t eos =
-      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
+      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.shape().eos_token_id)));
   const int32_t pad = eos >= 0 ? eos : 0;
 
   GenerateResult result;

@@ -8,7 +8,7 @@
 
 #include "generate/generation.h"
 #include "generate/sampling.h"
-#include "model/gpt2_model.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {

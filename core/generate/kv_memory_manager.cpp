@@ -26,7 +26,7 @@ std::optional<LoraBatch> KvMemoryManager::lora_rows(const std::vector<int64_t>& 
                    lora_.strategy == MultiLoraStrategy::Gathered && lora_.stack ? lora_.stack() : nullptr);
 }
 
-std::unique_ptr<KvMemoryManager> make_kv_memory_manager(KvStrategy strategy, const Gpt2Model& model,
+std::unique_ptr<KvMemoryManager> make_kv_memory_manager(KvStrategy strategy, const Model& model,
                                                         int64_t slots, int64_t capacity, int32_t pad_id) {
   if (strategy == KvStrategy::SlotKv) return std::make_unique<SlotKvMemory>(model, slots, capacity, pad_id);
   return std::make_unique<MergeFilterKvMemory>(model, pad_id);

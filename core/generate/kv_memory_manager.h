@@ -13,7 +13,7 @@
 
 #include "generate/continuous_batching.h"
 #include "lora/multi_lora.h"
-#include "model/gpt2_model.h"
+#include "model/model.h"
 
 namespace servelab {
 
@@ -71,7 +71,7 @@ class KvMemoryManager {
 };
 
 // slots: the most requests at once; capacity: positions the longest request needs.
-std::unique_ptr<KvMemoryManager> make_kv_memory_manager(KvStrategy strategy, const Gpt2Model& model,
+std::unique_ptr<KvMemoryManager> make_kv_memory_manager(KvStrategy strategy, const Model& model,
                                                         int64_t slots, int64_t capacity, int32_t pad_id);
 
 }  // namespace servelab

@@ -13,7 +13,7 @@ namespace servelab {
 
 class MergeFilterKvMemory : public KvMemoryManager {
  public:
-  MergeFilterKvMemory(const Gpt2Model& model, int32_t pad_id) : model_(model), pad_(pad_id) {}
+  MergeFilterKvMemory(const Model& model, int32_t pad_id) : model_(model), pad_(pad_id) {}
 
   at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
@@ -36,7 +36,7 @@ class MergeFilterKvMemory : public KvMemoryManager {
   // The request's row in cache_ now.
   int64_t row_of(int64_t id) const;
 
-  const Gpt2Model& model_;
+  const Model& model_;
   int32_t pad_;
   std::optional<KvCache> cache_;  // [rows, ...] left-padded to cache_->length()
   at::Tensor mask_;               // [rows, cache length] int64: 1 where a position is real

@@ -7,7 +7,7 @@
 
 namespace servelab {
 
-SlotKvMemory::SlotKvMemory(const Gpt2Model& model, int64_t slots, int64_t capacity, int32_t pad_id)
+SlotKvMemory::SlotKvMemory(const Model& model, int64_t slots, int64_t capacity, int32_t pad_id)
     : model_(model),
       cache_(model.make_cache(slots, capacity)),
       pad_(pad_id),

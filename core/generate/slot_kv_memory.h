@@ -11,7 +11,7 @@ namespace servelab {
 
 class SlotKvMemory : public KvMemoryManager {
  public:
-  SlotKvMemory(const Gpt2Model& model, int64_t slots, int64_t capacity, int32_t pad_id);
+  SlotKvMemory(const Model& model, int64_t slots, int64_t capacity, int32_t pad_id);
 
   at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
@@ -20,7 +20,7 @@ class SlotKvMemory : public KvMemoryManager {
   int64_t bytes() const override { return cache_.bytes(); }
 
  private:
-  const Gpt2Model& model_;
+  const Model& model_;
   KvCache cache_;
   int32_t pad_;
   std::vector<bool> used_;           // per slot

@@ -64,12 +64,12 @@ class BatchRecorder : public GenerationSink {
 
 }  // namespace
 
-BatchRunResult run_static_batching(const Gpt2Model& model, const Tokenizer& tokenizer,
+BatchRunResult run_static_batching(const Model& model, const Tokenizer& tokenizer,
                                    const std::vector<BatchRequest>& requests, const BatchOptions& options,
                                    BatchSink* sink) {
   check_batch_requests(model, requests, options);
   const int32_t eos =
-      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.config().eos_token_id)));
+      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.shape().eos_token_id)));
   std::vector<RequestTracker> trackers;
   for (size_t i = 0; i < requests.size(); ++i)
     trackers.emplace_back(tokenizer, requests[i], static_cast<int64_t>(i), eos);
@@ -160,13 +160,12 @@ BatchRunResult run_static_batching(const Gpt2Model& model, const Tokenizer& toke
     }
     result.kv_cache_bytes = std::max(
         result.kv_cache_bytes,
-        KvCache::bytes_needed(
-            model.config().n_layer, static_cast<int64_t>(rows.size()), model.config().n_head,
+        model.kv_cache_bytes(
+            static_cast<int64_t>(rows.size()),
             static_cast<int64_t>(std::max_element(prompts.begin(), prompts.end(),
                                                   [](auto& a, auto& b) { return a.size() < b.size(); })
                                      ->size()) +
-                o.max_new_tokens,
-            model.config().head_dim(), model.dtype()));
+                o.max_new_tokens));
   }
   result.total_ms = clock.elapsed_ms();
   result.average_batch = result.inference_calls ? static_cast<double>(rows_in_calls) /

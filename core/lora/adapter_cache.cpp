@@ -8,7 +8,7 @@
 
 namespace servelab {
 
-AdapterCache::AdapterCache(const Gpt2Model& model, std::vector<AdapterSource> sources, int64_t capacity)
+AdapterCache::AdapterCache(const Model& model, std::vector<AdapterSource> sources, int64_t capacity)
     : model_(model) {
   if (capacity < 0)
     throw InputError("adapter cache capacity must be 0 (all) or more, got " + std::to_string(capacity));

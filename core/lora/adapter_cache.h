@@ -13,7 +13,7 @@
 
 namespace servelab {
 
-class Gpt2Model;
+class Model;  // model/model.h
 class LoraAdapter;
 class LoraStack;
 
@@ -21,7 +21,7 @@ class AdapterCache {
  public:
   // capacity 0: as many as there are sources. InputError for duplicate or empty names, a negative
   // capacity.
-  AdapterCache(const Gpt2Model& model, std::vector<AdapterSource> sources, int64_t capacity);
+  AdapterCache(const Model& model, std::vector<AdapterSource> sources, int64_t capacity);
   ~AdapterCache();
 
   bool knows(const std::string& name) const { return sources_.count(name) > 0; }
@@ -42,7 +42,7 @@ class AdapterCache {
     std::shared_ptr<const LoraAdapter> adapter;
     int64_t pins = 0;
   };
-  const Gpt2Model& model_;
+  const Model& model_;
   std::map<std::string, AdapterSource> sources_;
   int64_t capacity_;
   std::map<std::string, Entry> loaded_;

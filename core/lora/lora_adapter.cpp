@@ -54,7 +54,7 @@ at::Tensor st_to_tensor(const StTensor& t, const std::string& file) {
 
 }  // namespace
 
-const char* lora_module_name(LinearSlot slot) { return linear_slot_name(slot); }
+const char* lora_module_name(LinearSlot slot) { return gpt2_slot_name(slot); }
 
 LinearSlot lora_slot(const std::string& module) {
   for (LinearSlot s : kSlots)
@@ -64,18 +64,9 @@ LinearSlot lora_slot(const std::string& module) {
 }
 
 std::pair<int64_t, int64_t> lora_slot_shape(const Gpt2Config& c, LinearSlot slot) {
-  const int64_t E = c.n_embd, I = c.inner_dim();
-  switch (slot) {
-    case LinearSlot::Attn:
-      return {E, 3 * E};
-    case LinearSlot::AttnProj:
-      return {E, E};
-    case LinearSlot::Fc:
-      return {E, I};
-    case LinearSlot::MlpProj:
-      return {I, E};
-  }
-  return {0, 0};
+  for (const Projection& p : gpt2_projections(c))
+    if (p.slot == slot) return {p.in, p.out};
+  throw InputError("a GPT-2 block has no projection number " + std::to_string(static_cast<int>(slot)));
 }
 
 LoraAdapter::LoraAdapter(std::string name, int64_t n_layer)
@@ -398,11 +389,15 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
   return adapter;
 }
 
-std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, const Gpt2Model& model) {
+std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, const Model& base) {
   if (source.name.empty()) throw InputError("an adapter needs a name");
+  const auto* model = dynamic_cast<const Gpt2Model*>(&base);
+  if (!model)
+    throw InputError("LoRA adapters are built for GPT-2 models so far; this is a " +
+                     base.shape().architecture + " model");
   if (!source.peft_dir.empty())
-    return load_peft_lora(source.peft_dir, model.config(), model.device(), model.dtype(), source.name);
-  return make_random_lora(model.config(), source, model.device(), model.dtype());
+    return load_peft_lora(source.peft_dir, model->config(), model->device(), model->dtype(), source.name);
+  return make_random_lora(model->config(), source, model->device(), model->dtype());
 }
 
 void merge_lora(Gpt2Weights& w, const LoraAdapter& adapter, double sign) {

@@ -16,7 +16,7 @@
 
 namespace servelab {
 
-class Gpt2Model;
+class Model;  // model/model.h
 
 struct LoraWeights {
   at::Tensor a;  // [in, r]
@@ -78,7 +78,7 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
                                                   const std::string& name = "");
 
 // Either of the two, on the model's device and dtype.
-std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, const Gpt2Model& model);
+std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, const Model& model);
 
 // W += sign * scale * A B on every wrapped matrix of dense (Conv1D) weights: sign +1 merges the
 // adapter into the base model, -1 takes it back out.

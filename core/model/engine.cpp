@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "model/gpt2_model.h"
+#include "model/llama_model.h"
 #include "model/packed_linear.h"
 #include "quant/quantized_model.h"
 #include "util/device.h"
@@ -44,8 +45,9 @@ std::unique_ptr<Engine> Engine::load_demo(const EngineOptions& o, const std::str
   e->model_ =
       std::make_unique<Gpt2Model>(config, make_random_gpt2_weights(config, o.demo_seed, device, dtype));
   e->is_demo_ = true;
+  e->format_ = "random";
   e->name_ = "built-in demo (GPT-2 small shape, random weights)";
-  e->parameters_ = e->model_->weights().parameter_count();
+  e->parameters_ = e->model_->parameter_count();
   e->apply_options(o);
   return e;
 }
@@ -57,7 +59,10 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
   const fs::path root(dir);
   if (!fs::is_directory(root)) throw ModelFormatError("model folder " + dir + " not found");
   const fs::path weights = root / "model.safetensors";
-  if (!fs::exists(weights)) {
+  const bool sharded_llama = fs::exists(root / "model.safetensors.index.json") &&
+                             fs::exists(root / "config.json") &&
+                             read_model_type((root / "config.json").string()) != "gpt2";
+  if (!fs::exists(weights) && !sharded_llama) {
     if (fs::exists(root / "pytorch_model.bin"))
       throw ModelFormatError(dir +
                              ": only model.safetensors is supported, found pytorch_model.bin "
@@ -67,22 +72,29 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
     throw ModelFormatError(dir + ": model.safetensors not found");
   }
   std::unique_ptr<Engine> e(new Engine());
-  Gpt2Config config = parse_gpt2_config((root / "config.json").string());
+  const std::string model_type = read_model_type((root / "config.json").string());
   {
     c10::InferenceMode guard;
     try {
-      e->model_ =
-          std::make_unique<Gpt2Model>(config, load_gpt2_weights(weights.string(), config, device, dtype));
+      if (model_type == "gpt2") {
+        Gpt2Config config = parse_gpt2_config((root / "config.json").string());
+        e->model_ =
+            std::make_unique<Gpt2Model>(config, load_gpt2_weights(weights.string(), config, device, dtype));
+      } else {
+        LlamaConfig config = parse_llama_config((root / "config.json").string());
+        e->model_ = std::make_unique<LlamaModel>(config, load_llama_safetensors(dir, config, device, dtype));
+      }
     } catch (const c10::OutOfMemoryError&) {
       throw OutOfMemoryError("out of memory loading " + weights.string() + " onto " + device.str());
     }
   }
   e->tokenizer_ = load_tokenizer(dir);
-  if (e->tokenizer_->vocab_size() > config.vocab_size)
+  if (e->tokenizer_->vocab_size() > e->shape().vocab_size)
     throw ModelFormatError(dir + ": tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
-                           " tokens but config.json vocab_size is " + std::to_string(config.vocab_size));
+                           " tokens but config.json vocab_size is " + std::to_string(e->shape().vocab_size));
+  e->format_ = "safetensors";
   e->name_ = root.filename().empty() ? root.parent_path().filename().string() : root.filename().string();
-  e->parameters_ = e->model_->weights().parameter_count();
+  e->parameters_ = e->model_->parameter_count();
   e->apply_options(o);
   return e;
 }
@@ -92,26 +104,49 @@ Engine::~Engine() = default;
 void Engine::apply_options(const EngineOptions& o) {
   QuantSpec spec = parse_quant_mode(o.quant);
   spec.exec = parse_quant_exec(o.quant_exec);
-  gemm_ = resolve_gemm_backend(parse_gemm_backend(o.gemm), model_->device(), model_->dtype());
+  const GemmBackend requested = parse_gemm_backend(o.gemm);
+  if (!gpt2()) {
+    // The packed and blocked GEMMs and the quantizers are built over GPT-2's weights so far.
+    if (requested != GemmBackend::Auto && requested != GemmBackend::Aten)
+      throw InputError(std::string("--gemm ") + gemm_backend_name(requested) + " is built for GPT-2 only; " +
+                       model_->shape().architecture + " models run aten");
+    gemm_ = GemmBackend::Aten;
+    if (spec.is_quantized())
+      throw InputError("quantizing a " + model_->shape().architecture + " model (" + spec.mode_name() +
+                       ") is not built yet: only GPT-2 models quantize so far");
+    return;
+  }
+  gemm_ = resolve_gemm_backend(requested, model_->device(), model_->dtype());
   if (spec.is_quantized()) {
     quantize(spec);
   } else if (gemm_ != GemmBackend::Aten) {
     c10::InferenceMode guard;
-    model_ = apply_gemm_backend(*model_, gemm_);
+    model_ = apply_gemm_backend(*gpt2(), gemm_);
   }
+}
+
+const Gpt2Model* Engine::gpt2() const { return dynamic_cast<const Gpt2Model*>(model_.get()); }
+
+const Gpt2Model& Engine::gpt2_model() const {
+  if (const Gpt2Model* m = gpt2()) return *m;
+  throw InputError("this needs a GPT-2 model; the loaded one is " + model_->shape().architecture);
 }
 
 void Engine::quantize(const QuantSpec& spec) {
   if (!spec.is_quantized()) return;
   if (quant_.is_quantized())
     throw InputError("the model is already quantized (" + quant_.mode_name() + "); load it again to change");
+  const Gpt2Model* base = gpt2();
+  if (!base)
+    throw InputError("quantizing a " + model_->shape().architecture +
+                     " model is not built yet: only GPT-2 models quantize so far");
   c10::InferenceMode guard;
   QuantSpec resolved = spec;
   resolved.exec = resolve_quant_exec(spec, model_->device());
   try {
     std::unique_ptr<Gpt2Model> m;
     {
-      QuantizedGpt2 q = quantize_gpt2(model_->config(), model_->dense_weights(), resolved);
+      QuantizedGpt2 q = quantize_gpt2(base->config(), base->dense_weights(), resolved);
       m = build_quantized_model(q, model_->dtype(), resolved.exec);
     }
     if (resolved.exec == QuantExec::DequantOnce && gemm_ != GemmBackend::Aten)
@@ -126,7 +161,7 @@ void Engine::quantize(const QuantSpec& spec) {
                                     : "dequantized once to " + dtype_label(model_->dtype());
 }
 
-const Gpt2Config& Engine::config() const { return model_->config(); }
+const ModelShape& Engine::shape() const { return model_->shape(); }
 
 int64_t Engine::dtype_bytes() const { return static_cast<int64_t>(c10::elementSize(model_->dtype())); }
 
@@ -143,12 +178,18 @@ std::string Engine::text_caveat() const {
 }
 
 nlohmann::json Engine::info() const {
-  const Gpt2Config& c = model_->config();
   nlohmann::json j;
   j["model"] = name_;
+  j["architecture"] = model_->shape().architecture;
+  j["format"] = format_;
   j["demo"] = is_demo_;
+  j["random_weights"] = is_demo_;
   if (is_demo_) j["caveat"] = text_caveat();
-  j["config"] = c.to_json();
+  if (const Gpt2Model* g = gpt2()) {
+    j["config"] = g->config().to_json();
+  } else if (const auto* l = dynamic_cast<const LlamaModel*>(model_.get())) {
+    j["config"] = l->config().to_json();
+  }
   j["parameters"] = parameters_;
   // The weights in their own format (quantized size when quantized), and what the process holds
   // for them (packed GEMM layouts can keep a second copy of the tied embedding).
@@ -158,7 +199,7 @@ nlohmann::json Engine::info() const {
   if (quant_.is_quantized())
     j["quantization"] = {
         {"mode", quant_.mode_name()}, {"exec", quant_exec_name(quant_.exec)}, {"kernel", quant_kernel_}};
-  j["lm_head_tied"] = model_->weights().lm_head_tied;
+  j["lm_head_tied"] = model_->lm_head_tied();
   j["dtype"] = dtype_label(model_->dtype());
   j["device"] = device_label(model_->device());
   j["threads"] = at::get_num_threads();

@@ -6,13 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "model/gpt2_config.h"
+#include "model/model_shape.h"
 #include "quant/quant_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
 
-class Gpt2Model;
+class Model;             // model/model.h (which brings in libtorch)
+class Gpt2Model;         // model/gpt2_model.h
 enum class GemmBackend;  // model/packed_linear.h (which brings in libtorch)
 
 struct EngineOptions {
@@ -35,7 +36,8 @@ class Engine {
   // tokenizer_dir, or default_tokenizer_dir() when empty).
   static std::unique_ptr<Engine> load_demo(const EngineOptions& options,
                                            const std::string& tokenizer_dir = "");
-  // A Hugging Face GPT-2 folder: config.json, model.safetensors and the tokenizer files.
+  // A Hugging Face folder: config.json (model_type gpt2, or llama / mistral / qwen2), the
+  // safetensors weights (sharded too, for the Llama family) and the tokenizer files.
   static std::unique_ptr<Engine> load_folder(const std::string& dir, const EngineOptions& options);
 
   ~Engine();
@@ -47,9 +49,14 @@ class Engine {
   // The scheme and the execution it resolved to; scheme None when the weights are as loaded.
   const QuantSpec& quantization() const { return quant_; }
 
-  const Gpt2Model& model() const { return *model_; }
-  Gpt2Model& model() { return *model_; }
-  const Gpt2Config& config() const;
+  const Model& model() const { return *model_; }
+  Model& model() { return *model_; }
+  const ModelShape& shape() const;
+  // The model as GPT-2, for what only GPT-2 has built yet (quantization, LoRA, packed GEMMs);
+  // nullptr for other architectures.
+  const Gpt2Model* gpt2() const;
+  // The same, as a reference: InputError naming the architecture for other models.
+  const Gpt2Model& gpt2_model() const;
   int64_t dtype_bytes() const;  // bytes per element of the weights and KV cache
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   bool is_demo() const { return is_demo_; }
@@ -61,9 +68,10 @@ class Engine {
  private:
   Engine() = default;
   void apply_options(const EngineOptions& options);
-  std::unique_ptr<Gpt2Model> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   bool is_demo_ = false;
+  std::string format_;  // "random", "safetensors" or "gguf"
   std::string name_;
   QuantSpec quant_;
   // The fp32 GEMM backend resolved at load (Aten, OneDnn or Blocked; packed_linear.h): fp32 models,

@@ -1,21 +1,64 @@
 #include "model/gpt2_model.h"
 
 #include <cmath>
-#include <limits>
 
 #include "lora/multi_lora.h"
+#include "model/layers.h"
 #include "util/device.h"
 #include "util/errors.h"
 
 namespace servelab {
 
-Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
-  if (weights_.ln_f_weight.defined() && device().is_cuda()) prefer_length_independent_attention();
+const char* gpt2_slot_name(LinearSlot slot) {
+  switch (slot) {
+    case LinearSlot::Attn:
+      return "attn.c_attn";
+    case LinearSlot::AttnProj:
+      return "attn.c_proj";
+    case LinearSlot::Fc:
+      return "mlp.c_fc";
+    case LinearSlot::MlpProj:
+      return "mlp.c_proj";
+    default:
+      throw InputError("a GPT-2 block has no projection number " + std::to_string(static_cast<int>(slot)));
+  }
 }
 
+std::vector<Projection> gpt2_projections(const Gpt2Config& c) {
+  const int64_t E = c.n_embd, F = c.inner_dim();
+  return {{LinearSlot::Attn, gpt2_slot_name(LinearSlot::Attn), "attn_qkv", E, 3 * E},
+          {LinearSlot::AttnProj, gpt2_slot_name(LinearSlot::AttnProj), "attn_output", E, E},
+          {LinearSlot::Fc, gpt2_slot_name(LinearSlot::Fc), "ffn_up", E, F},
+          {LinearSlot::MlpProj, gpt2_slot_name(LinearSlot::MlpProj), "ffn_down", F, E}};
+}
+
+ModelShape gpt2_shape(const Gpt2Config& c) {
+  ModelShape s;
+  s.architecture = "gpt2";
+  s.n_layer = c.n_layer;
+  s.n_embd = c.n_embd;
+  s.n_head = c.n_head;
+  s.n_kv_head = c.n_head;
+  s.head_dim = c.head_dim();
+  s.n_inner = c.inner_dim();
+  s.vocab_size = c.vocab_size;
+  s.context = c.n_positions;
+  s.bos_token_id = c.bos_token_id;
+  s.eos_token_id = c.eos_token_id;
+  return s;
+}
+
+Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights)
+    : Gpt2Model(std::move(config), std::move(weights), nullptr) {}
+
 Gpt2Model::Gpt2Model(Gpt2Config config, Gpt2Weights weights, std::shared_ptr<const LinearKernels> kernels)
-    : config_(std::move(config)), weights_(std::move(weights)), kernels_(std::move(kernels)) {
+    : Model(gpt2_shape(config), gpt2_projections(config), std::move(kernels)),
+      config_(std::move(config)),
+      weights_(std::move(weights)) {
+  const std::string& act = config_.activation_function;
+  activation_ = act == "gelu_new" || act == "gelu_pytorch_tanh" ? Activation::GeluTanh
+                : act == "gelu"                                 ? Activation::Gelu
+                                                                : Activation::Relu;
   if (weights_.ln_f_weight.defined() && device().is_cuda()) prefer_length_independent_attention();
 }
 
@@ -54,134 +97,48 @@ int64_t Gpt2Model::resident_bytes() const {
   return weights_.bytes() + (kernels_ ? kernels_->resident_bytes() : 0);
 }
 
-at::Tensor Gpt2Model::linear(int64_t layer, LinearSlot slot, const at::Tensor& x, const at::Tensor& weight,
+at::Tensor Gpt2Model::conv1d(int64_t layer, LinearSlot slot, const at::Tensor& x, const at::Tensor& weight,
                              const at::Tensor& bias, const LoraBatch* lora) const {
-  at::Tensor y = kernels_ ? kernels_->linear(layer, slot, x, bias) : at::addmm(bias, x, weight);
-  return lora ? lora->apply(layer, slot, x, std::move(y)) : y;
-}
-
-KvCache Gpt2Model::make_cache(int64_t batch, int64_t capacity) const {
-  return KvCache(config_.n_layer, batch, config_.n_head, capacity, config_.head_dim(),
-                 at::TensorOptions().dtype(dtype()).device(device()));
-}
-
-at::Tensor Gpt2Model::attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             const at::Tensor& mask, bool causal) const {
-  double scale = config_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(config_.head_dim())) : 1.0;
-  if (config_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(layer + 1);
-  const bool upcast = config_.reorder_and_upcast_attn && q.scalar_type() != at::kFloat;
-  if (backend_ == AttentionBackend::Sdpa && !upcast) {
-    return at::scaled_dot_product_attention(
-        q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt, 0.0, causal, scale);
-  }
-  at::Tensor qf = upcast ? q.to(at::kFloat) : q;
-  at::Tensor kf = upcast ? k.to(at::kFloat) : k;
-  at::Tensor scores = at::matmul(qf, kf.transpose(-2, -1)) * scale;
-  at::Tensor allowed = mask;
-  if (causal) {
-    const int64_t t = q.size(2), s = k.size(2);
-    allowed = at::ones({t, s}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(s - t);
-  }
-  if (allowed.defined())
-    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
-  at::Tensor probs = at::softmax(scores, -1);
-  if (upcast) probs = probs.to(v.scalar_type());
-  return at::matmul(probs, v);
+  return linear(layer, slot, x, bias, lora, [&] { return at::addmm(bias, x, weight); });
 }
 
 at::Tensor Gpt2Model::attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x,
-                                const at::Tensor& mask, bool causal, KvCache* cache,
-                                const ForwardInput& in) const {
+                                const AttentionMask& mask, KvCache* cache, const ForwardInput& in) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.n_embd, H = config_.n_head, D = config_.head_dim();
   at::Tensor qkv =
-      linear(layer, LinearSlot::Attn, x.reshape({B * T, E}), w.c_attn_weight, w.c_attn_bias, in.lora)
+      conv1d(layer, LinearSlot::Attn, x.reshape({B * T, E}), w.c_attn_weight, w.c_attn_bias, in.lora)
           .view({B, T, 3, H, D});
-  at::Tensor q = qkv.select(2, 0).transpose(1, 2);
-  at::Tensor k = qkv.select(2, 1).transpose(1, 2);
-  at::Tensor v = qkv.select(2, 2).transpose(1, 2);
-  at::Tensor y;
-  if (cache && in.cache_positions.defined()) {
-    // Continuous batching: the running rows' new keys land in their own cache rows; attention
-    // runs over the cache's rows with the running rows' queries in place, and only their outputs
-    // are kept.
-    std::tie(k, v) = cache->write_at(layer, k, v, in.cache_rows, in.cache_positions, mask.size(-1));
-    at::Tensor q_rows = at::zeros({cache->batch(), H, 1, D}, q.options()).index_copy_(0, in.cache_rows, q);
-    y = attend(layer, q_rows, k, v, mask, false).index_select(0, in.cache_rows);
-  } else {
-    if (cache) std::tie(k, v) = cache->append(layer, k, v);
-    y = attend(layer, q, k, v, mask, causal);
-  }
+  AttentionParams p;
+  p.scale = config_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+  if (config_.scale_attn_by_inverse_layer_idx) p.scale /= static_cast<double>(layer + 1);
+  p.upcast = config_.reorder_and_upcast_attn && x.scalar_type() != at::kFloat;
+  p.backend = backend_;
+  at::Tensor y = cached_attention(layer, qkv.select(2, 0).transpose(1, 2), qkv.select(2, 1).transpose(1, 2),
+                                  qkv.select(2, 2).transpose(1, 2), cache, in, mask, p);
   y = y.transpose(1, 2).reshape({B * T, E});
-  return linear(layer, LinearSlot::AttnProj, y, w.c_proj_weight, w.c_proj_bias, in.lora).view({B, T, E});
+  return conv1d(layer, LinearSlot::AttnProj, y, w.c_proj_weight, w.c_proj_bias, in.lora).view({B, T, E});
 }
 
 at::Tensor Gpt2Model::mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x,
                           const LoraBatch* lora) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.n_embd;
-  at::Tensor h = linear(layer, LinearSlot::Fc, x.reshape({B * T, E}), w.c_fc_weight, w.c_fc_bias, lora);
-  const std::string& act = config_.activation_function;
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
-    h = at::gelu(h, "tanh");
-  } else if (act == "gelu") {
-    h = at::gelu(h);
-  } else {
-    h = at::relu(h);
-  }
-  return linear(layer, LinearSlot::MlpProj, h, w.mlp_proj_weight, w.mlp_proj_bias, lora).view({B, T, E});
+  at::Tensor h = conv1d(layer, LinearSlot::Fc, x.reshape({B * T, E}), w.c_fc_weight, w.c_fc_bias, lora);
+  h = activation_ == Activation::GeluTanh ? at::gelu(h, "tanh")
+      : activation_ == Activation::Gelu   ? at::gelu(h)
+                                          : at::relu(h);
+  return conv1d(layer, LinearSlot::MlpProj, h, w.mlp_proj_weight, w.mlp_proj_bias, lora).view({B, T, E});
 }
 
 at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   const at::Tensor& ids = in.input_ids;
   if (ids.dim() != 2) throw InputError("input_ids must be [batch, tokens]");
-  const int64_t B = ids.size(0), T = ids.size(1);
+  const int64_t T = ids.size(1);
   if (T == 0) throw InputError("forward called with zero tokens");
-  if (in.lora && in.lora->rows() != B)
+  if (in.lora && in.lora->rows() != ids.size(0))
     throw InputError("LoRA rows (" + std::to_string(in.lora->rows()) + ") do not match the batch (" +
-                     std::to_string(B) + ")");
-  const bool per_row = in.cache_positions.defined();
-  if (per_row && (!cache || T != 1 || !in.cache_rows.defined() || in.cache_rows.numel() != B ||
-                  in.cache_positions.numel() != B || !in.key_mask.defined() || in.key_mask.dim() != 2 ||
-                  in.key_mask.size(0) != cache->batch()))
-    throw InputError(
-        "per-row cache positions need a cache, one token per row, cache_rows and cache_positions with one "
-        "entry "
-        "per row and a [cache rows, width] key mask");
-  const int64_t past = cache && !per_row ? cache->length() : 0;
-  const int64_t S = per_row ? in.key_mask.size(1) : past + T;
-  if (cache && !per_row && cache->batch() != B)
-    throw InputError("KV cache was made for batch " + std::to_string(cache->batch()) + ", input has batch " +
-                     std::to_string(B));
-  if (S > config_.n_positions)
-    throw InputError(std::to_string(S) + " positions exceed the model's context of " +
-                     std::to_string(config_.n_positions));
-
+                     std::to_string(ids.size(0)) + ")");
   const at::Device dev = device();
-  const auto bool_opts = at::TensorOptions().dtype(at::kBool).device(dev);
-  at::Tensor mask;  // [B or 1, 1, T, S] bool: true where a query may look at a key
-  bool causal = false;
-  if (per_row) {
-    // Each row's keys are its own cached prefix plus the position it writes now; the caller's
-    // mask says which, so rows of different lengths share one forward.
-    mask = in.key_mask.to(dev).to(at::kBool).view({in.key_mask.size(0), 1, 1, S});
-  } else if (!in.key_mask.defined()) {
-    if (T > 1 && past == 0) {
-      causal = true;
-    } else if (T > 1) {
-      mask = at::ones({T, S}, bool_opts).tril(past).view({1, 1, T, S});
-    }
-  } else {
-    if (in.key_mask.size(0) != B || in.key_mask.size(1) != S)
-      throw InputError("key_mask must be [batch, past + tokens] = [" + std::to_string(B) + ", " +
-                       std::to_string(S) + "]");
-    at::Tensor keys = in.key_mask.to(dev).to(at::kBool).view({B, 1, 1, S});
-    at::Tensor tri = at::ones({T, S}, bool_opts).tril(past);
-    // A padding query would see no key at all (softmax of nothing = NaN, which then leaks into
-    // the cache). Letting every query see itself keeps padding rows finite; real tokens never
-    // attend to padding keys, so their results are unchanged.
-    at::Tensor self = at::eye(T, bool_opts);
-    if (past > 0) self = at::cat({at::zeros({T, past}, bool_opts), self}, 1);
-    mask = (keys & tri.view({1, 1, T, S})) | self.view({1, 1, T, S});
-  }
+  const AttentionMask mask = make_attention_mask(in, cache, config_.n_positions, dev);
 
   const Gpt2Weights& w = weights_;
   at::Tensor x = kernels_ && kernels_->handles_embeddings()
@@ -191,11 +148,10 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   const int64_t E = config_.n_embd;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     const Gpt2LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    x = x +
-        attention(l, lw, at::layer_norm(x, {E}, lw.ln_1_weight, lw.ln_1_bias, eps), mask, causal, cache, in);
+    x = x + attention(l, lw, at::layer_norm(x, {E}, lw.ln_1_weight, lw.ln_1_bias, eps), mask, cache, in);
     x = x + mlp(l, lw, at::layer_norm(x, {E}, lw.ln_2_weight, lw.ln_2_bias, eps), in.lora);
   }
-  if (cache && !per_row) cache->advance(T);
+  if (cache && !mask.per_row) cache->advance(T);
   if (!in.all_logits) x = x.select(1, T - 1);
   x = at::layer_norm(x, {E}, w.ln_f_weight, w.ln_f_bias, eps);
   return kernels_ ? kernels_->lm_head(x) : at::matmul(x, w.lm_head.t());

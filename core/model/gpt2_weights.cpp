@@ -8,32 +8,11 @@
 #include <sstream>
 
 #include "model/safetensors_file.h"
+#include "model/tensor_from_file.h"
 #include "util/errors.h"
 
 namespace servelab {
 namespace {
-
-std::string shape_str(at::IntArrayRef shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
-}
-
-at::ScalarType to_scalar_type(StDType dtype, const std::string& file, const std::string& name) {
-  switch (dtype) {
-    case StDType::F32:
-      return at::kFloat;
-    case StDType::F16:
-      return at::kHalf;
-    case StDType::BF16:
-      return at::kBFloat16;
-    default:
-      throw ModelFormatError(file + ": tensor \"" + name + "\" has dtype " + dtype_name(dtype) +
-                             "; GPT-2 weights must be F32, F16 or BF16");
-  }
-}
 
 class WeightReader {
  public:
@@ -55,15 +34,10 @@ class WeightReader {
     const StTensor* t = file_.find(full);
     if (!t) throw ModelFormatError(file_.path() + ": missing tensor \"" + full + "\"");
     if (t->shape != expected)
-      throw ModelFormatError(file_.path() + ": tensor \"" + full + "\" has shape " + shape_str(t->shape) +
-                             ", expected " + shape_str(expected) + " (" + why + ")");
-    const at::ScalarType src = to_scalar_type(t->dtype, file_.path(), full);
-    // from_blob over the read-only mapping, then an owning copy in the target dtype and device.
-    at::Tensor view =
-        at::from_blob(const_cast<std::byte*>(t->data), t->shape, at::TensorOptions().dtype(src));
+      throw ModelFormatError(file_.path() + ": tensor \"" + full + "\" has shape " + shape_string(t->shape) +
+                             ", expected " + shape_string(expected) + " (" + why + ")");
     used_.insert(full);
-    return view.to(at::TensorOptions().dtype(dtype_).device(device_), /*non_blocking=*/false,
-                   /*copy=*/true);
+    return tensor_from_safetensors(*t, file_.path(), device_, dtype_);
   }
 
   const std::string& prefix() const { return prefix_; }

@@ -9,22 +9,12 @@
 
 namespace servelab {
 
-enum class LinearSlot { Attn, AttnProj, Fc, MlpProj };  // c_attn, attn.c_proj, c_fc, mlp.c_proj
-
-// The module's name inside a GPT-2 block, as Hugging Face and PEFT spell it.
-inline const char* linear_slot_name(LinearSlot slot) {
-  switch (slot) {
-    case LinearSlot::Attn:
-      return "attn.c_attn";
-    case LinearSlot::AttnProj:
-      return "attn.c_proj";
-    case LinearSlot::Fc:
-      return "mlp.c_fc";
-    case LinearSlot::MlpProj:
-      return "mlp.c_proj";
-  }
-  return "?";
-}
+// The weight matrices of a block, over every architecture; each architecture's projection table
+// (Model::projections()) says which of them it has and what they are called.
+//   GPT-2: Attn (q, k and v in one), AttnProj, Fc, MlpProj
+//   Llama: Q, K, V, O, Gate, Up, Down
+enum class LinearSlot { Attn, AttnProj, Fc, MlpProj, Q, K, V, O, Gate, Up, Down };
+inline constexpr int kLinearSlotCount = 11;
 
 class LinearKernels {
  public:

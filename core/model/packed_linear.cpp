@@ -118,8 +118,9 @@ at::Tensor& slot_weight(Gpt2LayerWeights& w, LinearSlot s) {
       return w.c_fc_weight;
     case LinearSlot::MlpProj:
       return w.mlp_proj_weight;
+    default:
+      throw InputError("a GPT-2 block has no projection number " + std::to_string(static_cast<int>(s)));
   }
-  throw InputError("unknown linear slot");
 }
 
 bool packed_linear_available(at::Device device, at::ScalarType dtype, std::string* why_not) {
@@ -209,7 +210,7 @@ std::unique_ptr<Gpt2Model> apply_gemm_backend(const Gpt2Model& model, GemmBacken
   return m;
 }
 
-GemmBackend gemm_backend_of(const Gpt2Model& model) {
+GemmBackend gemm_backend_of(const Model& model) {
   const LinearKernels* k = model.kernels();
   if (dynamic_cast<const BlockedLinearKernels*>(k)) return GemmBackend::Blocked;
   if (dynamic_cast<const PackedLinearKernels*>(k)) return GemmBackend::OneDnn;

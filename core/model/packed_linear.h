@@ -43,6 +43,6 @@ GemmBackend resolve_gemm_backend(GemmBackend requested, at::Device device, at::S
 std::unique_ptr<Gpt2Model> apply_gemm_backend(const Gpt2Model& model, GemmBackend backend);
 // Which backend runs a model's matrices: OneDnn or Blocked for models those packed, else Aten
 // (plain tensors, or quantized kernels).
-GemmBackend gemm_backend_of(const Gpt2Model& model);
+GemmBackend gemm_backend_of(const Model& model);
 
 }  // namespace servelab

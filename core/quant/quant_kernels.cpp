@@ -17,7 +17,7 @@ constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::Attn
                                               LinearSlot::MlpProj};
 
 std::string layer_name(int64_t layer, LinearSlot s) {
-  return "transformer.h." + std::to_string(layer) + "." + linear_slot_name(s);
+  return "transformer.h." + std::to_string(layer) + "." + gpt2_slot_name(s);
 }
 
 // The operators below are looked up by name at run time, so that the engine still builds

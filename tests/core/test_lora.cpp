@@ -91,7 +91,7 @@ class TestLora : public QObject {
     o.gemm = "aten";
     return o;
   }
-  static at::Tensor all_logits(const Gpt2Model& m, const std::vector<int64_t>& ids, const LoraBatch* lora) {
+  static at::Tensor all_logits(const Model& m, const std::vector<int64_t>& ids, const LoraBatch* lora) {
     const int64_t T = static_cast<int64_t>(ids.size());
     ForwardInput in;
     in.input_ids = at::tensor(ids, at::kLong).view({1, T});
@@ -224,7 +224,7 @@ class TestLora : public QObject {
     const std::string name = adapter.toStdString();
     c10::InferenceMode guard;
     auto engine = Engine::load_folder(base_dir(), aten_fp32());
-    const Gpt2Model& m = engine->model();
+    const Gpt2Model& m = engine->gpt2_model();
     auto lora = load_peft_lora(adapter_dir(name), m.config(), m.device(), m.dtype(), name);
     const nlohmann::json ref = reference();
     const nlohmann::json& r = ref["adapters"][name];
@@ -264,7 +264,7 @@ class TestLora : public QObject {
     require_oracle();
     c10::InferenceMode guard;
     auto engine = Engine::load_folder(base_dir(), aten_fp32());
-    const Gpt2Model& m = engine->model();
+    const Gpt2Model& m = engine->gpt2_model();
     auto lora = load_peft_lora(adapter_dir("all"), m.config(), m.device(), m.dtype());
     const Gpt2Weights original = m.dense_weights();
     Gpt2Weights merged = original;
@@ -302,7 +302,7 @@ class TestLora : public QObject {
     q.quant = "int8-channel";
     q.quant_exec = "jit";
     auto quant = Engine::load_folder(base_dir(), q);
-    auto lora = load_peft_lora(adapter_dir("all"), aten->model().config(), at::kCPU, at::kFloat);
+    auto lora = load_peft_lora(adapter_dir("all"), aten->gpt2_model().config(), at::kCPU, at::kFloat);
     const std::vector<int64_t> ids = {1, 2, 3, 4, 200};
     LoraBatch batch({lora.get()}, MultiLoraStrategy::Segmented);
     const at::Tensor ref = all_logits(aten->model(), ids, &batch);
@@ -320,7 +320,7 @@ class TestLora : public QObject {
     // The adapter still changes the quantized model's output (it is applied, not lost).
     QVERIFY(test::max_abs_diff(qd, all_logits(quant->model(), ids, nullptr)) > 1e-2);
     // Merging needs dense weights.
-    Gpt2Weights w = quant->model().weights();
+    Gpt2Weights w = quant->gpt2_model().weights();
     QVERIFY(test::error_of(ErrorKind::Input, [&] { merge_lora(w, *lora); }).find("quantized") !=
             std::string::npos);
   }
@@ -342,7 +342,7 @@ class TestLora : public QObject {
     QFETCH(QString, kase);
     QFETCH(QString, culprit);
     auto engine = Engine::load_folder(base_dir(), aten_fp32());
-    const Gpt2Model& m = engine->model();
+    const Gpt2Model& m = engine->gpt2_model();
     const std::string dir = (fs::path(oracle_) / "bad" / kase.toStdString()).string();
     const std::string msg = test::error_of(ErrorKind::ModelFormat,
                                            [&] { load_peft_lora(dir, m.config(), m.device(), m.dtype()); });
@@ -383,7 +383,7 @@ class TestLora : public QObject {
     QFETCH(int, capacity);
     c10::InferenceMode guard;
     auto engine = Engine::load_folder(base_dir(), aten_fp32());
-    const Gpt2Model& m = engine->model();
+    const Gpt2Model& m = engine->gpt2_model();
     BatchOptions o;
     o.max_batch = 3;
     o.kv = kv == 0 ? KvStrategy::SlotKv : KvStrategy::NaiveMergeFilter;

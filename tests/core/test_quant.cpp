@@ -212,8 +212,8 @@ std::vector<float> floats(const at::Tensor& t) {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Logits of every real (unpadded) position of the prompts run as one left-padded batch: [N, vocab].
-at::Tensor batch_logits(const Gpt2Model& m, const std::vector<std::vector<int32_t>>& prompts) {
-  PaddedBatch b = left_pad(prompts, static_cast<int32_t>(m.config().eos_token_id));
+at::Tensor batch_logits(const Model& m, const std::vector<std::vector<int32_t>>& prompts) {
+  PaddedBatch b = left_pad(prompts, static_cast<int32_t>(m.shape().eos_token_id));
   ForwardInput in;
   in.input_ids = b.input_ids;
   in.position_ids = b.position_ids;
@@ -506,10 +506,10 @@ class TestQuant : public QObject {
           "tests/oracle/make_quant_fixtures.py (CTest runs it first when .venv has torch and transformers).");
     const json fp = json::parse(std::ifstream(dir / "footprint.json"));
     auto engine = Engine::load_folder(dir.string(), EngineOptions{});
-    QCOMPARE(engine->model().weights().lm_head_tied, model == "tied");
+    QCOMPARE(engine->gpt2_model().weights().lm_head_tied, model == "tied");
     c10::InferenceMode guard;
-    const QuantizedGpt2 q =
-        quantize_gpt2(engine->config(), engine->model().dense_weights(), parse_quant_mode("zp-uint8"));
+    const QuantizedGpt2 q = quantize_gpt2(engine->gpt2_model().config(), engine->gpt2_model().dense_weights(),
+                                          parse_quant_mode("zp-uint8"));
     // The same parameters, in the same order as HF's named_parameters().
     std::vector<std::string> names;
     for (const auto& p : q.parameters) names.push_back(p.name);
@@ -539,7 +539,7 @@ class TestQuant : public QObject {
       QVERIFY2(scale > 0,
                qPrintable(QString("%1 is constant: the oracle must test a real range").arg(p.name.c_str())));
     }
-    QCOMPARE(transposed, 4 * static_cast<int>(engine->config().n_layer));
+    QCOMPARE(transposed, 4 * static_cast<int>(engine->gpt2_model().config().n_layer));
 
     // Memory: ours against get_memory_footprint(), to the byte.
     QuantizationParams p;
@@ -551,7 +551,7 @@ class TestQuant : public QObject {
     const QuantMemory& m = r.modes.at(1).memory;
     QCOMPARE(m.fp32_bytes, fp["params_before"].get<int64_t>());
     QCOMPARE(m.quantized_bytes + m.other_bytes, fp["params_after"].get<int64_t>());
-    QCOMPARE(hf_gpt2_buffer_bytes(engine->config()), fp["seed_buffer_bytes"].get<int64_t>());
+    QCOMPARE(hf_gpt2_buffer_bytes(engine->gpt2_model().config()), fp["seed_buffer_bytes"].get<int64_t>());
     QCOMPARE(m.seed_fp32_footprint_bytes, fp["seed_before"].get<int64_t>());
     QCOMPARE(m.seed_footprint_bytes, fp["seed_after"].get<int64_t>());
     qInfo("%s: HF get_memory_footprint() with the seed's buffers %lld -> %lld bytes (transformers %s)",
@@ -567,23 +567,23 @@ class TestQuant : public QObject {
     c10::InferenceMode guard;
     QuantizedBytes b;
     {
-      const QuantizedGpt2 q =
-          quantize_gpt2(demo->config(), demo->model().dense_weights(), parse_quant_mode("zp-uint8"));
+      const QuantizedGpt2 q = quantize_gpt2(demo->gpt2_model().config(), demo->gpt2_model().dense_weights(),
+                                            parse_quant_mode("zp-uint8"));
       b = quantized_bytes(q);
     }
-    const int64_t buffers = hf_gpt2_buffer_bytes(demo->config());
+    const int64_t buffers = hf_gpt2_buffer_bytes(demo->gpt2_model().config());
     QCOMPARE(b.parameters, int64_t{124439808});
     QCOMPARE(b.quantized, int64_t{124439808});
     QCOMPARE(b.other, int64_t{0});
     QCOMPARE(b.states, int64_t{148 * 8});
     QCOMPARE(b.quantized + b.other + buffers, int64_t{137022768});
-    QCOMPARE(demo->model().dense_weights().parameter_count() * 4 + buffers, int64_t{510342192});
+    QCOMPARE(demo->gpt2_model().dense_weights().parameter_count() * 4 + buffers, int64_t{510342192});
     const fs::path small = fs::path(oracle_dir_) / "gpt2_small_footprint.json";
     if (!oracle_dir_.empty() && fs::exists(small)) {
       const json fp = json::parse(std::ifstream(small));
       QCOMPARE(b.quantized + b.other, fp["params_after"].get<int64_t>());
       QCOMPARE(b.quantized + b.other + buffers, fp["seed_after"].get<int64_t>());
-      QCOMPARE(demo->model().dense_weights().parameter_count() * 4 + buffers,
+      QCOMPARE(demo->gpt2_model().dense_weights().parameter_count() * 4 + buffers,
                fp["seed_before"].get<int64_t>());
     } else {
       qInfo("quantization oracle absent: GPT-2 small checked against SEEDS.md's figures only");
@@ -1025,7 +1025,7 @@ class TestQuant : public QObject {
     QCOMPARE(e->quantization().scheme, QuantScheme::PerChannelInt8);
     QCOMPARE(e->quantization().exec, QuantExec::Jit);
     QVERIFY(e->model().kernels() != nullptr);
-    QVERIFY(!e->model().weights().wte.defined());
+    QVERIFY(!e->gpt2_model().weights().wte.defined());
     const json info = e->info();
     QCOMPARE(info["quantization"]["mode"].get<std::string>(), std::string("int8-channel"));
     QCOMPARE(info["quantization"]["exec"].get<std::string>(), std::string("jit"));
@@ -1044,8 +1044,9 @@ class TestQuant : public QObject {
     {
       c10::InferenceMode guard;
       QuantSpec s = parse_quant_mode("int8-channel");
-      auto by_hand = build_quantized_model(quantize_gpt2(fp32->config(), fp32->model().dense_weights(), s),
-                                           at::kFloat, QuantExec::Jit);
+      auto by_hand = build_quantized_model(
+          quantize_gpt2(fp32->gpt2_model().config(), fp32->gpt2_model().dense_weights(), s), at::kFloat,
+          QuantExec::Jit);
       QVERIFY(at::equal(batch_logits(e->model(), prompts), batch_logits(*by_hand, prompts)));
       const GenerateResult a = generate(e->model(), e->tokenizer(), prompts, greedy(4));
       const GenerateResult b = generate(*by_hand, e->tokenizer(), prompts, greedy(4));
@@ -1306,7 +1307,7 @@ class TestQuant : public QObject {
     }
 
     // The largest error each scheme allows, from the weights themselves.
-    const auto named = engine->model().dense_weights().named_tensors();
+    const auto named = engine->gpt2_model().dense_weights().named_tensors();
     double zp_bound = 0, int8_bound = 0;
     for (const auto& [name, t] : named) {
       zp_bound = std::max(zp_bound, (t.max() - t.min()).item<double>() / 255);

@@ -1,0 +1,144 @@
+#include "model/layers.h"
+
+#include <limits>
+
+#include "util/errors.h"
+
+namespace servelab {
+
+AttentionMask make_attention_mask(const ForwardInput& in, const KvCache* cache, int64_t context,
+                                  at::Device device) {
+  const at::Tensor& ids = in.input_ids;
+  const int64_t B = ids.size(0), T = ids.size(1);
+  AttentionMask m;
+  m.per_row = in.cache_positions.defined();
+  if (m.per_row && (!cache || T != 1 || !in.cache_rows.defined() || in.cache_rows.numel() != B ||
+                    in.cache_positions.numel() != B || !in.key_mask.defined() || in.key_mask.dim() != 2 ||
+                    in.key_mask.size(0) != cache->batch()))
+    throw InputError(
+        "per-row cache positions need a cache, one token per row, cache_rows and cache_positions with one "
+        "entry per row and a [cache rows, width] key mask");
+  m.past = cache && !m.per_row ? cache->length() : 0;
+  m.keys = m.per_row ? in.key_mask.size(1) : m.past + T;
+  if (cache && !m.per_row && cache->batch() != B)
+    throw InputError("KV cache was made for batch " + std::to_string(cache->batch()) + ", input has batch " +
+                     std::to_string(B));
+  if (m.keys > context)
+    throw InputError(std::to_string(m.keys) + " positions exceed the model's context of " +
+                     std::to_string(context));
+
+  const int64_t S = m.keys, past = m.past;
+  const auto bool_opts = at::TensorOptions().dtype(at::kBool).device(device);
+  if (m.per_row) {
+    // Each row's keys are its own cached prefix plus the position it writes now; the caller's
+    // mask says which, so rows of different lengths share one forward.
+    m.mask = in.key_mask.to(device).to(at::kBool).view({in.key_mask.size(0), 1, 1, S});
+  } else if (!in.key_mask.defined()) {
+    if (T > 1 && past == 0) {
+      m.causal = true;
+    } else if (T > 1) {
+      m.mask = at::ones({T, S}, bool_opts).tril(past).view({1, 1, T, S});
+    }
+  } else {
+    if (in.key_mask.size(0) != B || in.key_mask.size(1) != S)
+      throw InputError("key_mask must be [batch, past + tokens] = [" + std::to_string(B) + ", " +
+                       std::to_string(S) + "]");
+    at::Tensor keys = in.key_mask.to(device).to(at::kBool).view({B, 1, 1, S});
+    at::Tensor tri = at::ones({T, S}, bool_opts).tril(past);
+    // A padding query would see no key at all (softmax of nothing = NaN, which then leaks into
+    // the cache). Letting every query see itself keeps padding rows finite; real tokens never
+    // attend to padding keys, so their results are unchanged.
+    at::Tensor self = at::eye(T, bool_opts);
+    if (past > 0) self = at::cat({at::zeros({T, past}, bool_opts), self}, 1);
+    m.mask = (keys & tri.view({1, 1, T, S})) | self.view({1, 1, T, S});
+  }
+  return m;
+}
+
+namespace {
+
+at::Tensor attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& m,
+                        const AttentionParams& p) {
+  const int64_t H = q.size(1), H_kv = k.size(1);
+  if (p.backend == AttentionBackend::Sdpa && !p.upcast) {
+    return at::scaled_dot_product_attention(
+        q, k, v, m.mask.defined() ? std::optional<at::Tensor>(m.mask) : std::nullopt, 0.0, m.causal, p.scale,
+        /*enable_gqa=*/H != H_kv);
+  }
+  at::Tensor kf = H != H_kv ? k.repeat_interleave(H / H_kv, 1) : k;
+  at::Tensor vf = H != H_kv ? v.repeat_interleave(H / H_kv, 1) : v;
+  at::Tensor qf = p.upcast ? q.to(at::kFloat) : q;
+  if (p.upcast) kf = kf.to(at::kFloat);
+  at::Tensor scores = at::matmul(qf, kf.transpose(-2, -1)) * p.scale;
+  at::Tensor allowed = m.mask;
+  if (m.causal) {
+    const int64_t t = q.size(2), s = k.size(2);
+    allowed = at::ones({t, s}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(s - t);
+  }
+  if (allowed.defined())
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor probs = at::softmax(scores, -1);
+  if (p.upcast) probs = probs.to(v.scalar_type());
+  return at::matmul(probs, vf);
+}
+
+}  // namespace
+
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& m,
+                  const AttentionParams& p) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), H_kv = k.size(1);
+  if (H % H_kv != 0)
+    throw InputError(std::to_string(H) + " query heads are not a multiple of " + std::to_string(H_kv) +
+                     " key/value heads");
+  // A single query per row with grouped KV heads: the group's queries become rows of one query
+  // block per KV head, so the keys are read once per group and never repeated in memory. The mask
+  // ([B or 1, 1, 1, S]) broadcasts over them unchanged.
+  if (T == 1 && H != H_kv && !m.causal)
+    return attend_heads(q.view({B, H_kv, H / H_kv, D}), k, v, m, p).view({B, H, 1, D});
+  return attend_heads(q, k, v, m, p);
+}
+
+at::Tensor cached_attention(int64_t layer, const at::Tensor& q, at::Tensor k, at::Tensor v, KvCache* cache,
+                            const ForwardInput& in, const AttentionMask& m, const AttentionParams& p) {
+  if (!cache) return attend(q, k, v, m, p);
+  if (m.per_row) {
+    // Continuous batching: the running rows' new keys land in their own cache rows; attention
+    // runs over the cache's rows with the running rows' queries in place, and only their outputs
+    // are kept.
+    std::tie(k, v) = cache->write_at(layer, k, v, in.cache_rows, in.cache_positions, m.keys);
+    at::Tensor q_rows =
+        at::zeros({cache->batch(), q.size(1), 1, q.size(3)}, q.options()).index_copy_(0, in.cache_rows, q);
+    return attend(q_rows, k, v, m, p).index_select(0, in.cache_rows);
+  }
+  std::tie(k, v) = cache->append(layer, k, v);
+  return attend(q, k, v, m, p);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  xf = xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps);
+  return weight * xf.to(x.scalar_type());
+}
+
+RotaryEmbedding::RotaryEmbedding(const at::Tensor& inv_freq, int64_t context, at::Device device,
+                                 at::ScalarType dtype) {
+  // The same fp32 products as Hugging Face (positions times inverse frequencies, then cos and sin),
+  // tabulated once for every position.
+  at::Tensor positions = at::arange(context, at::kLong).to(at::kFloat);
+  at::Tensor freqs = positions.unsqueeze(1) * inv_freq.to(at::kFloat).unsqueeze(0);  // [context, D/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  cos_ = emb.cos().to(dtype).to(device);
+  sin_ = emb.sin().to(dtype).to(device);
+}
+
+at::Tensor RotaryEmbedding::apply(const at::Tensor& x, const at::Tensor& positions) const {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor cos =
+      cos_.index_select(0, positions.reshape({-1})).view({positions.size(0), 1, positions.size(1), -1});
+  at::Tensor sin =
+      sin_.index_select(0, positions.reshape({-1})).view({positions.size(0), 1, positions.size(1), -1});
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+}  // namespace servelab

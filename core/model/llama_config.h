@@ -1,0 +1,54 @@
+#pragma once
+// The hyperparameters of a Llama-family model (Hugging Face model_type llama, mistral without a
+// sliding window, qwen2), from config.json or from a GGUF file's llama.* metadata.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace servelab {
+
+struct RopeScaling {
+  std::string type;  // "" (none), "linear" or "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  int64_t original_context = 8192;                       // llama3: original_max_position_embeddings
+};
+
+struct LlamaConfig {
+  std::string model_type = "llama";
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t n_layer = 32;
+  int64_t n_head = 32;
+  int64_t n_kv_head = 32;
+  int64_t head_dim = 128;
+  int64_t context = 2048;  // max_position_embeddings
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q, k, v (and o unless qwen2) carry biases
+  bool o_bias = false;
+  bool mlp_bias = false;
+  int64_t bos_token_id = -1;
+  std::vector<int64_t> eos_token_ids;
+
+  int64_t eos_token_id() const { return eos_token_ids.empty() ? -1 : eos_token_ids.front(); }
+  // Parameters as Hugging Face's num_parameters() counts them (a tied head once).
+  int64_t num_parameters() const;
+  // HF-style config.json content (model_type "llama").
+  nlohmann::json to_json() const;
+};
+
+// Reads an HF config.json of the Llama family (PATH may be its folder). ModelFormatError naming the
+// path and the key or value at fault, and naming unsupported features (sliding windows, rope
+// scaling types other than linear and llama3, activations other than silu).
+LlamaConfig parse_llama_config(const std::string& path);
+LlamaConfig llama_config_from_json(const nlohmann::json& json, const std::string& source_name);
+
+// The model_type of a config.json ("gpt2", "llama", ...), ModelFormatError when unreadable.
+std::string read_model_type(const std::string& folder);
+
+}  // namespace servelab

@@ -1,0 +1,195 @@
+#include "model/llama_model.h"
+
+#include <cmath>
+
+#include "lora/multi_lora.h"
+#include "util/device.h"
+#include "util/errors.h"
+
+namespace servelab {
+
+std::vector<Projection> llama_projections(const LlamaConfig& c) {
+  const int64_t E = c.hidden_size, F = c.intermediate_size, Q = c.n_head * c.head_dim,
+                KV = c.n_kv_head * c.head_dim;
+  return {{LinearSlot::Q, "self_attn.q_proj", "attn_q", E, Q},
+          {LinearSlot::K, "self_attn.k_proj", "attn_k", E, KV},
+          {LinearSlot::V, "self_attn.v_proj", "attn_v", E, KV},
+          {LinearSlot::O, "self_attn.o_proj", "attn_output", Q, E},
+          {LinearSlot::Gate, "mlp.gate_proj", "ffn_gate", E, F},
+          {LinearSlot::Up, "mlp.up_proj", "ffn_up", E, F},
+          {LinearSlot::Down, "mlp.down_proj", "ffn_down", F, E}};
+}
+
+ModelShape llama_shape(const LlamaConfig& c) {
+  ModelShape s;
+  s.architecture = "llama";
+  s.n_layer = c.n_layer;
+  s.n_embd = c.hidden_size;
+  s.n_head = c.n_head;
+  s.n_kv_head = c.n_kv_head;
+  s.head_dim = c.head_dim;
+  s.n_inner = c.intermediate_size;
+  s.vocab_size = c.vocab_size;
+  s.context = c.context;
+  s.bos_token_id = c.bos_token_id;
+  s.eos_token_id = c.eos_token_id();
+  return s;
+}
+
+at::Tensor llama_inv_freq(const LlamaConfig& c) {
+  // As transformers' _compute_default_rope_parameters: 1 / theta^(arange(0, D, 2) / D) in fp32.
+  at::Tensor exponents =
+      at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(c.head_dim);
+  at::Tensor inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == "linear") return inv_freq / s.factor;
+  if (s.type == "llama3") {
+    // transformers' _compute_llama3_parameters: long wavelengths slowed by `factor`, short ones
+    // kept, those between blended smoothly.
+    const double low_wavelen = static_cast<double>(s.original_context) / s.low_freq_factor;
+    const double high_wavelen = static_cast<double>(s.original_context) / s.high_freq_factor;
+    at::Tensor wavelen = 2 * M_PI / inv_freq;
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq);
+    at::Tensor smooth = (static_cast<double>(s.original_context) / wavelen - s.low_freq_factor) /
+                        (s.high_freq_factor - s.low_freq_factor);
+    at::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+    at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    return at::where(medium, smoothed, scaled);
+  }
+  return inv_freq;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LlamaWeights::named_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.emplace_back("model.embed_tokens.weight", embed);
+  static const char* kNames[kLlamaProjections] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                  "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                                  "mlp.down_proj"};
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LlamaLayerWeights& l = layers[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    out.emplace_back(p + "input_layernorm.weight", l.attn_norm);
+    for (size_t k = 0; k < kLlamaProjections; ++k) {
+      out.emplace_back(p + kNames[k] + ".weight", l.w[k]);
+      if (l.b[k].defined()) out.emplace_back(p + kNames[k] + ".bias", l.b[k]);
+    }
+    out.emplace_back(p + "post_attention_layernorm.weight", l.mlp_norm);
+  }
+  out.emplace_back("model.norm.weight", norm);
+  if (!lm_head_tied) out.emplace_back("lm_head.weight", lm_head);
+  return out;
+}
+
+int64_t LlamaWeights::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : named_tensors())
+    if (t.defined()) n += t.numel();
+  return n;
+}
+
+int64_t LlamaWeights::bytes() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : named_tensors())
+    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
+  return n;
+}
+
+LlamaWeights assemble_llama_weights(const LlamaConfig& c, const LlamaTensorFetch& fetch) {
+  const int64_t E = c.hidden_size;
+  LlamaWeights w;
+  w.embed = fetch("model.embed_tokens.weight", {c.vocab_size, E}, false);
+  const std::vector<Projection> table = llama_projections(c);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LlamaLayerWeights lw;
+    lw.attn_norm = fetch(p + "input_layernorm.weight", {E}, false);
+    lw.mlp_norm = fetch(p + "post_attention_layernorm.weight", {E}, false);
+    for (size_t k = 0; k < table.size(); ++k) {
+      const Projection& pr = table[k];
+      lw.w[k] = fetch(p + pr.hf_name + ".weight", {pr.out, pr.in}, false);
+      const bool attn = k < 4;
+      const bool biased = attn ? (pr.slot == LinearSlot::O ? c.o_bias : c.attention_bias) : c.mlp_bias;
+      if (biased) lw.b[k] = fetch(p + pr.hf_name + ".bias", {pr.out}, false);
+    }
+    w.layers.push_back(std::move(lw));
+  }
+  w.norm = fetch("model.norm.weight", {E}, false);
+  w.lm_head_tied = c.tie_word_embeddings;
+  if (!w.lm_head_tied) {
+    w.lm_head = fetch("lm_head.weight", {c.vocab_size, E}, true);
+    // Some checkpoints that tie their head say nothing about it and simply omit lm_head.
+    if (!w.lm_head.defined()) w.lm_head_tied = true;
+  }
+  if (w.lm_head_tied) w.lm_head = w.embed;
+  return w;
+}
+
+LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, std::shared_ptr<const LinearKernels> kernels)
+    : Model(llama_shape(config), llama_projections(config), std::move(kernels)),
+      config_(std::move(config)),
+      weights_(std::move(weights)) {
+  rope_ = RotaryEmbedding(llama_inv_freq(config_), config_.context, device(), dtype());
+  if (device().is_cuda()) prefer_length_independent_attention();
+}
+
+int64_t LlamaModel::resident_bytes() const {
+  return weights_.bytes() + (kernels_ ? kernels_->resident_bytes() : 0);
+}
+
+at::Tensor LlamaModel::proj(int64_t layer, size_t k, const at::Tensor& x, const LoraBatch* lora) const {
+  const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  return linear(layer, projections_[k].slot, x, w.b[k], lora, [&] { return at::linear(x, w.w[k], w.b[k]); });
+}
+
+at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& x, const AttentionMask& mask,
+                                 KvCache* cache, const ForwardInput& in, const at::Tensor& positions) const {
+  const int64_t B = x.size(0), T = x.size(1), E = config_.hidden_size, H = config_.n_head,
+                H_kv = config_.n_kv_head, D = config_.head_dim;
+  const at::Tensor flat = x.reshape({B * T, E});
+  at::Tensor q = proj(layer, 0, flat, in.lora).view({B, T, H, D}).transpose(1, 2);
+  at::Tensor k = proj(layer, 1, flat, in.lora).view({B, T, H_kv, D}).transpose(1, 2);
+  at::Tensor v = proj(layer, 2, flat, in.lora).view({B, T, H_kv, D}).transpose(1, 2);
+  // Keys are rotated before they are cached: the cache holds them at their absolute positions.
+  q = rope_.apply(q, positions);
+  k = rope_.apply(k, positions);
+  AttentionParams p;
+  p.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  p.backend = backend_;
+  at::Tensor y = cached_attention(layer, q, k, v, cache, in, mask, p).transpose(1, 2).reshape({B * T, H * D});
+  return proj(layer, 3, y, in.lora).view({B, T, E});
+}
+
+at::Tensor LlamaModel::mlp(int64_t layer, const at::Tensor& x, const LoraBatch* lora) const {
+  const int64_t B = x.size(0), T = x.size(1), E = config_.hidden_size;
+  const at::Tensor flat = x.reshape({B * T, E});
+  at::Tensor h = at::silu(proj(layer, 4, flat, lora)) * proj(layer, 5, flat, lora);
+  return proj(layer, 6, h, lora).view({B, T, E});
+}
+
+at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
+  const at::Tensor& ids = in.input_ids;
+  if (ids.dim() != 2) throw InputError("input_ids must be [batch, tokens]");
+  const int64_t T = ids.size(1);
+  if (T == 0) throw InputError("forward called with zero tokens");
+  if (in.lora && in.lora->rows() != ids.size(0))
+    throw InputError("LoRA rows (" + std::to_string(in.lora->rows()) + ") do not match the batch (" +
+                     std::to_string(ids.size(0)) + ")");
+  const at::Device dev = device();
+  const AttentionMask mask = make_attention_mask(in, cache, config_.context, dev);
+  const at::Tensor positions = in.position_ids.to(dev);
+  const double eps = config_.rms_norm_eps;
+
+  at::Tensor x = kernels_ && kernels_->handles_embeddings() ? kernels_->embed(ids.to(dev), positions)
+                                                            : at::embedding(weights_.embed, ids.to(dev));
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    const LlamaLayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+    x = x + attention(l, rms_norm(x, lw.attn_norm, eps), mask, cache, in, positions);
+    x = x + mlp(l, rms_norm(x, lw.mlp_norm, eps), in.lora);
+  }
+  if (cache && !mask.per_row) cache->advance(T);
+  if (!in.all_logits) x = x.select(1, T - 1);
+  x = rms_norm(x, weights_.norm, eps);
+  return kernels_ ? kernels_->lm_head(x) : at::linear(x, weights_.lm_head);
+}
+
+}  // namespace servelab

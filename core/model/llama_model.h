@@ -1,0 +1,81 @@
+#pragma once
+// The Llama family (llama.cpp's llama.cpp, gpt-fast's model.py): RMSNorm, rotary position
+// embeddings, grouped-query attention, a SwiGLU MLP; matrices in nn.Linear's [out, in] layout.
+#include <ATen/ATen.h>
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/layers.h"
+#include "model/llama_config.h"
+#include "model/model.h"
+
+namespace servelab {
+
+// The projection table: HF names inside "model.layers.N.", GGUF names inside "blk.N.".
+std::vector<Projection> llama_projections(const LlamaConfig& config);
+inline constexpr size_t kLlamaProjections = 7;  // q, k, v, o, gate, up, down (table order)
+ModelShape llama_shape(const LlamaConfig& config);
+// Hugging Face's inverse frequencies for the config (rope_theta, then linear or llama3 scaling).
+at::Tensor llama_inv_freq(const LlamaConfig& config);
+
+struct LlamaLayerWeights {
+  at::Tensor attn_norm, mlp_norm;               // [E]
+  std::array<at::Tensor, kLlamaProjections> w;  // [out, in], in projection-table order
+  std::array<at::Tensor, kLlamaProjections> b;  // [out] or undefined
+};
+
+struct LlamaWeights {
+  at::Tensor embed;  // [vocab, E]
+  std::vector<LlamaLayerWeights> layers;
+  at::Tensor norm;     // [E]
+  at::Tensor lm_head;  // [vocab, E]; the same storage as embed when tied
+  bool lm_head_tied = false;
+
+  // Every parameter once, with Hugging Face's names (lm_head only when untied).
+  std::vector<std::pair<std::string, at::Tensor>> named_tensors() const;
+  int64_t parameter_count() const;
+  int64_t bytes() const;
+};
+
+// A tensor by its Hugging Face name, converted to the model's device and dtype, checked against
+// the shape the config implies; null when the file lacks it and `optional` is set.
+using LlamaTensorFetch =
+    std::function<at::Tensor(const std::string& hf_name, const std::vector<int64_t>& shape, bool optional)>;
+// Assembles the weights the config asks for, iterating the projection table.
+LlamaWeights assemble_llama_weights(const LlamaConfig& config, const LlamaTensorFetch& fetch);
+
+// A Hugging Face folder's model.safetensors, or the shards model.safetensors.index.json lists.
+LlamaWeights load_llama_safetensors(const std::string& folder, const LlamaConfig& config, at::Device device,
+                                    at::ScalarType dtype);
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(LlamaConfig config, LlamaWeights weights,
+             std::shared_ptr<const LinearKernels> kernels = nullptr);
+
+  at::Tensor forward(const ForwardInput& in, KvCache* cache = nullptr) const override;
+
+  const LlamaConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+  at::Device device() const override { return weights_.norm.device(); }
+  at::ScalarType dtype() const override { return weights_.norm.scalar_type(); }
+  int64_t resident_bytes() const override;
+  int64_t parameter_count() const override { return config_.num_parameters(); }
+  bool lm_head_tied() const override { return weights_.lm_head_tied; }
+
+ private:
+  at::Tensor proj(int64_t layer, size_t index, const at::Tensor& x, const LoraBatch* lora) const;
+  at::Tensor attention(int64_t layer, const at::Tensor& x, const AttentionMask& mask, KvCache* cache,
+                       const ForwardInput& in, const at::Tensor& positions) const;
+  at::Tensor mlp(int64_t layer, const at::Tensor& x, const LoraBatch* lora) const;
+
+  LlamaConfig config_;
+  LlamaWeights weights_;
+  RotaryEmbedding rope_;
+};
+
+}  // namespace servelab

@@ -1,0 +1,105 @@
+#pragma once
+// The interface generation, the schedulers, the KV memories and the experiments run a model
+// through, whatever its architecture. An architecture (gpt2_model.h, llama_model.h) wires the
+// shared layers of layers.h and declares its projections in a table that the loaders, LoRA,
+// quantization and the GEMM backends iterate.
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/linear_kernels.h"
+#include "model/model_shape.h"
+
+namespace servelab {
+
+class LoraBatch;       // lora/multi_lora.h
+struct AttentionMask;  // model/layers.h
+
+enum class AttentionBackend {
+  Sdpa,    // at::scaled_dot_product_attention (fused kernels where libtorch has them)
+  Manual,  // softmax(q k^T * scale + mask) v: the reference, and the path for old libtorch builds
+};
+
+struct ForwardInput {
+  at::Tensor input_ids;     // [batch, T] int64
+  at::Tensor position_ids;  // [batch, T] int64
+  // [batch, past + T] with 1 where a key position holds a real token, 0 for padding.
+  // Undefined means every position is real (no padding anywhere).
+  at::Tensor key_mask;
+  // Logits for every position ([batch, T, vocab]) instead of the last one only ([batch, vocab]).
+  bool all_logits = false;
+  // Continuous batching over a cache whose rows have different lengths (one new token per row).
+  // cache_rows: [batch] int64, the cache row each input row owns (the cache may have more rows
+  // than run: free slots or requests sitting the step out); cache_positions: [batch] int64, where
+  // each input row writes its new key and value. key_mask is then [cache rows, width] over the
+  // cache's first width positions (the new one included): the keys each cache row's query sees;
+  // a row that does not run needs some visible key and its output is dropped. The linear layers
+  // run over the input rows only; the cache's own length is neither used nor advanced.
+  at::Tensor cache_rows = {};
+  at::Tensor cache_positions = {};
+  // LoRA adapters per input row (lessons 5 and 6): every projection adds its rows' deltas.
+  const LoraBatch* lora = nullptr;
+};
+
+// One weight matrix of a block, as the architecture names it in each file format.
+struct Projection {
+  LinearSlot slot;
+  std::string hf_name;    // inside a block, as Hugging Face and PEFT spell it: "self_attn.q_proj"
+  std::string gguf_name;  // llama.cpp's tensor name inside "blk.N.": "attn_q"
+  int64_t in = 0, out = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // With a cache, T new positions are appended to it and attend to everything cached before;
+  // without one, the input is the whole sequence (the teaching contrast: no reuse at all).
+  virtual at::Tensor forward(const ForwardInput& in, KvCache* cache = nullptr) const = 0;
+
+  const ModelShape& shape() const { return shape_; }
+  // The projections of every block, in the order the architecture computes them.
+  const std::vector<Projection>& projections() const { return projections_; }
+  const Projection& projection(LinearSlot slot) const;
+
+  // Of the activations and the KV cache.
+  virtual at::Device device() const = 0;
+  virtual at::ScalarType dtype() const = 0;
+  // Bytes of weights held while running: the kernels' data plus the plain tensors.
+  virtual int64_t resident_bytes() const = 0;
+  // Parameters as the checkpoint counts them (a tied head once).
+  virtual int64_t parameter_count() const = 0;
+  virtual bool lm_head_tied() const = 0;
+
+  // A cache for `batch` rows of `capacity` positions: key/value heads, not query heads.
+  KvCache make_cache(int64_t batch, int64_t capacity) const;
+  int64_t kv_cache_bytes(int64_t batch, int64_t capacity) const;
+
+  const LinearKernels* kernels() const { return kernels_.get(); }
+  void set_attention_backend(AttentionBackend b) { backend_ = b; }
+  AttentionBackend attention_backend() const { return backend_; }
+
+ protected:
+  Model(ModelShape shape, std::vector<Projection> projections, std::shared_ptr<const LinearKernels> kernels)
+      : shape_(std::move(shape)), projections_(std::move(projections)), kernels_(std::move(kernels)) {}
+  // x [rows, in] through a projection: the kernels when the model has them, else dense() (the
+  // architecture's product over its plain weights); plus the rows' LoRA deltas.
+  template <typename Dense>
+  at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x, const at::Tensor& bias,
+                    const LoraBatch* lora, Dense&& dense) const {
+    at::Tensor y = kernels_ ? kernels_->linear(layer, slot, x, bias) : dense();
+    return lora ? add_lora(layer, slot, x, std::move(y), *lora) : y;
+  }
+  static at::Tensor add_lora(int64_t layer, LinearSlot slot, const at::Tensor& x, at::Tensor y,
+                             const LoraBatch& lora);
+
+  ModelShape shape_;
+  std::vector<Projection> projections_;
+  std::shared_ptr<const LinearKernels> kernels_;
+  AttentionBackend backend_ = AttentionBackend::Sdpa;
+};
+
+}  // namespace servelab
