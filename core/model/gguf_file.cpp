@@ -20,7 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxDims = 4;  // ggml's GGML_MAX_DIMS
 constexpr const char* kAlignmentKey = "general.alignment";
 // The fewest bytes a key-value pair can take (key length, value type, a 1-byte value) and a

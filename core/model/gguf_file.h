@@ -113,7 +113,7 @@ class GgufFile {
   void* map_ = nullptr;
   size_t size_ = 0;
   uint32_t version_ = 0;
-  uint64_t alignment_ = 32;
+  uint64_t alignment_ = 32;  // GGUF's default, without general.alignment
   nlohmann::json metadata_ = nlohmann::json::object();
   std::map<std::string, KeyType, std::less<>> key_types_;
   std::vector<GgufTensor> tensors_;
