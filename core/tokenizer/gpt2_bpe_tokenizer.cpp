@@ -13,6 +13,7 @@
 #include <queue>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tokenizer/utf8.h"
 
@@ -27,6 +28,74 @@ using json = nlohmann::json;
 constexpr const char* kPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+)"
     R"(|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
+
+// The split regexes as tokenizer.json files spell them (Oniguruma syntax), to recognise them.
+constexpr const char* kGpt2Split =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*)"
+    R"(|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen2Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*)"
+    R"(|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// An Oniguruma pattern (HF tokenizers) for PCRE2: Oniguruma's Unicode \s and \S are the White_Space
+// property, PCRE2's UCP \s is not quite (see kPattern), so they are spelled out, in and out of
+// character classes. An escaped backslash stays as it is.
+std::string oniguruma_to_pcre2(const std::string& pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 32);
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
+      const char c = pattern[++i];
+      if (c == 's') {
+        out += "\\p{White_Space}";
+      } else if (c == 'S') {
+        out += "\\P{White_Space}";
+      } else {
+        out += '\\';
+        out += c;
+      }
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+// The pre-tokenizer, resolved once: the PCRE2 word regex, and whether \p{N} code points are cut
+// out one by one first (SmolLM2).
+struct PreTokenizerSpec {
+  PreTokenizerKind kind = PreTokenizerKind::Gpt2;
+  std::string pattern = kPattern;
+  bool isolate_digits = false;
+};
+
+PreTokenizerSpec pre_tokenizer_spec(PreTokenizerKind kind, const std::string& split_regex = {}) {
+  PreTokenizerSpec spec;
+  spec.kind = kind;
+  switch (kind) {
+    case PreTokenizerKind::Gpt2:
+      break;
+    case PreTokenizerKind::Smollm:
+      spec.isolate_digits = true;
+      break;
+    case PreTokenizerKind::Llama3:
+      spec.pattern = oniguruma_to_pcre2(kLlama3Split);
+      break;
+    case PreTokenizerKind::Qwen2:
+      spec.pattern = oniguruma_to_pcre2(kQwen2Split);
+      break;
+    case PreTokenizerKind::Regex:
+      spec.pattern = oniguruma_to_pcre2(split_regex);
+      break;
+  }
+  return spec;
+}
+
+// Bytes a byte-level vocabulary must have a token for: tab, newline, carriage return and
+// printable ASCII. Others may be missing (SmolLM2 lacks 21, among them bytes no UTF-8 text has).
+bool byte_required(int b) { return b == '\t' || b == '\n' || b == '\r' || (b >= 0x20 && b <= 0x7E); }
 
 // HF's BPE caches words shorter than this many bytes, up to this many entries; then it stops adding.
 constexpr size_t kCacheMaxWordBytes = 256;
@@ -61,9 +130,9 @@ std::optional<uint8_t> unicode_to_byte(char32_t cp) {
   return static_cast<uint8_t>(inverse[cp]);
 }
 
-// Raw bytes of a vocabulary string, as HF's ByteLevel decoder gets them: each character mapped
-// back to its byte, or, when some character is not one of the 256, the string's own UTF-8 bytes.
-std::string vocab_string_to_bytes(const std::string& token) {
+// Raw bytes of a byte-level spelling (each character one of the 256 byte symbols); nullopt when
+// some character is not one of them.
+std::optional<std::string> byte_level_to_bytes(const std::string& token) {
   std::string bytes;
   size_t i = 0;
   while (i < token.size()) {
@@ -76,14 +145,20 @@ std::string vocab_string_to_bytes(const std::string& token) {
       cp = (static_cast<char32_t>(b0 & 0x1F) << 6) | (static_cast<uint8_t>(token[i + 1]) & 0x3F);
       len = 2;
     } else {
-      return token;  // a character beyond U+07FF is never one of the 256
+      return std::nullopt;  // a character beyond U+07FF is never one of the 256
     }
     const auto b = unicode_to_byte(cp);
-    if (!b) return token;
+    if (!b) return std::nullopt;
     bytes.push_back(static_cast<char>(*b));
     i += len;
   }
   return bytes;
+}
+
+// Raw bytes of a vocabulary string, as HF's ByteLevel decoder gets them: each character mapped
+// back to its byte, or, when some character is not one of the 256, the string's own UTF-8 bytes.
+std::string vocab_string_to_bytes(const std::string& token) {
+  return byte_level_to_bytes(token).value_or(token);
 }
 
 std::string read_file(const std::string& path) {
@@ -130,16 +205,30 @@ struct Segment {
   int32_t added_id;  // -1 for plain text
 };
 
-// What both loaders collect before building the tokenizer.
+// What the loaders collect before building the tokenizer.
 struct RawTokenizer {
   std::unordered_map<std::string, int32_t> vocab;
   std::vector<std::pair<std::string, std::string>> merges;
-  std::vector<size_t> merge_lines;  // line (merges.txt) or index (tokenizer.json) of each merge
+  std::vector<size_t> merge_lines;  // line (merges.txt) or index of each merge
   std::vector<AddedToken> added;
   std::string vocab_source;
   std::string merges_source;
   bool merges_are_lines = true;
+  PreTokenizerSpec pre;
+  bool ignore_merges = false;
+  std::optional<int32_t> bos, eos, unk, pad;
+  std::vector<int32_t> extra_stops;
+  bool add_bos = false;
+  std::string chat_template;
+  std::string specials_source;  // where bos/eos/stop ids come from, for messages
 };
+
+// Hash and equality that look a std::string key up by std::string_view without a copy.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using WordIds = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 // Length in bytes of the character at `i` of valid UTF-8.
 size_t char_length(std::string_view s, size_t i) {
@@ -165,10 +254,22 @@ struct Gpt2BpeTokenizer::Impl {
   // those matched on the normalized text (no normalizer here, so the same text).
   std::vector<AddedToken> raw_added;
   std::vector<AddedToken> normalized_added;
-  std::optional<int32_t> eos;
+  std::unordered_map<std::string, int32_t> spelling_ids;  // vocabulary spelling -> id
+  std::vector<uint8_t> missing_bytes;                     // bytes without a token (byte_id -1)
+  std::optional<int32_t> bos, eos;
+  std::vector<int32_t> stops;
+  bool add_bos = false;
+  std::string chat_template;
 
+  PreTokenizerKind pre_kind = PreTokenizerKind::Gpt2;
   pcre2_code* regex = nullptr;
   bool jit = false;
+  // SmolLM2: \p{N} code points are cut out one by one before the word regex runs on the rest.
+  pcre2_code* digit_regex = nullptr;
+  bool digit_jit = false;
+  // HF BPE's ignore_merges (Llama 3): a word that is itself a token is taken whole.
+  bool ignore_merges = false;
+  WordIds whole_words;  // raw bytes -> id of every plain vocabulary token
   // Rust regex's \w and \s, for the single_word, lstrip and rstrip options of added tokens.
   pcre2_code* word_char = nullptr;
   pcre2_code* space_char = nullptr;
@@ -181,28 +282,35 @@ struct Gpt2BpeTokenizer::Impl {
 
   ~Impl() {
     if (regex) pcre2_code_free(regex);
+    if (digit_regex) pcre2_code_free(digit_regex);
     if (word_char) pcre2_code_free(word_char);
     if (space_char) pcre2_code_free(space_char);
   }
 
-  static pcre2_code* compile(const char* pattern) {
+  static pcre2_code* compile(const std::string& pattern, const std::string& source = {}) {
     int error_code = 0;
     PCRE2_SIZE error_offset = 0;
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
                                      PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
     if (!code) {
       std::array<PCRE2_UCHAR, 256> buf{};
       pcre2_get_error_message(error_code, buf.data(), buf.size());
-      throw TokenizerError(std::string("GPT-2 tokenizer regex does not compile: ") +
-                           reinterpret_cast<const char*>(buf.data()));
+      throw TokenizerError((source.empty() ? std::string() : source + ": ") +
+                           "pre-tokenizer regex does not compile at offset " + std::to_string(error_offset) +
+                           ": " + reinterpret_cast<const char*>(buf.data()) + " (regex: " + pattern + ")");
     }
     return code;
   }
 
-  void compile_regexes() {
-    regex = compile(kPattern);
+  void compile_regexes(const PreTokenizerSpec& pre, const std::string& source) {
+    pre_kind = pre.kind;
+    regex = compile(pre.pattern, source);
     // JIT is a speed-up only; without it pcre2_match interprets the same pattern.
     jit = pcre2_jit_compile(regex, PCRE2_JIT_COMPLETE) == 0;
+    if (pre.isolate_digits) {
+      digit_regex = compile(R"(\p{N})");
+      digit_jit = pcre2_jit_compile(digit_regex, PCRE2_JIT_COMPLETE) == 0;
+    }
     word_char = compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])");
     space_char = compile(R"(\p{White_Space})");
   }
@@ -279,9 +387,22 @@ struct Gpt2BpeTokenizer::Impl {
 
   // BPE of one pre-tokenized word, exactly as HF's Word::merge_all: a queue of candidate merges
   // ordered by rank, then by position; entries made stale by earlier merges are skipped.
+  // A byte without a token (byte_id -1) is left out before merging, so its neighbours may merge
+  // with each other: HF's BPE does the same with a character it has no token for when the model
+  // has no unk_token (the tokenizer HF makes from SmolLM2's GGUF), and llama.cpp drops such bytes
+  // too. Mapping them to unk instead would put <|endoftext|> (SmolLM2's unk, a stop token) in a
+  // prompt.
   void bpe(std::string_view word, std::vector<int32_t>& out) const {
+    if (ignore_merges) {
+      const auto it = whole_words.find(word);
+      if (it != whole_words.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
     if (word.size() == 1) {
-      out.push_back(byte_id[static_cast<uint8_t>(word[0])]);
+      const int32_t id = byte_id[static_cast<uint8_t>(word[0])];
+      if (id >= 0) out.push_back(id);
       return;
     }
     const bool cacheable = word.size() < kCacheMaxWordBytes;
@@ -308,10 +429,16 @@ struct Gpt2BpeTokenizer::Impl {
         return rank != o.rank ? rank > o.rank : pos > o.pos;
       }
     };
-    const auto n = static_cast<int32_t>(word.size());
-    std::vector<Symbol> symbols(word.size());
+    std::vector<Symbol> symbols;
+    symbols.reserve(word.size());
+    for (const char c : word) {
+      const int32_t id = byte_id[static_cast<uint8_t>(c)];
+      if (id >= 0) symbols.push_back({id, 0, 0, false});
+    }
+    const auto n = static_cast<int32_t>(symbols.size());
     for (int32_t i = 0; i < n; ++i) {
-      symbols[i] = {byte_id[static_cast<uint8_t>(word[i])], i - 1, i + 1 < n ? i + 1 : -1, false};
+      symbols[i].prev = i - 1;
+      symbols[i].next = i + 1 < n ? i + 1 : -1;
     }
     std::priority_queue<Candidate> queue;
     for (int32_t i = 0; i + 1 < n; ++i) {
@@ -340,7 +467,7 @@ struct Gpt2BpeTokenizer::Impl {
       }
     }
     const size_t first_out = out.size();
-    for (int32_t i = 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
+    for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
 
     if (cacheable) {
       std::lock_guard<std::mutex> lock(cache_mutex);
@@ -350,9 +477,42 @@ struct Gpt2BpeTokenizer::Impl {
     }
   }
 
-  // Splits plain text with the GPT-2 regex (matches and, should any exist, the gaps between them,
-  // as HF's Split with the Isolated behaviour) and runs BPE on each piece's bytes.
+  // Pre-tokenizes plain text (no added tokens in it) and runs BPE on each word. SmolLM2's Digits
+  // step makes every \p{N} code point a piece of its own; each other piece is a subject of its own
+  // for the word regex, whose look-ahead must not see past it (HF splits the same way).
   void encode_plain(std::string_view text, pcre2_match_data* md, std::vector<int32_t>& out) const {
+    if (!digit_regex) {
+      split_words(text, md, out);
+      return;
+    }
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t offset = 0;
+    while (offset < text.size()) {
+      const int rc =
+          digit_jit
+              ? pcre2_jit_match(digit_regex, subject, text.size(), offset, PCRE2_NO_UTF_CHECK, md, nullptr)
+              : pcre2_match(digit_regex, subject, text.size(), offset, PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) throw_match_error(rc, offset);
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      const size_t start = ov[0], end = ov[1];
+      if (start > offset) split_words(text.substr(offset, start - offset), md, out);
+      bpe(text.substr(start, end - start), out);
+      offset = end;
+    }
+    if (offset < text.size()) split_words(text.substr(offset), md, out);
+  }
+
+  [[noreturn]] static void throw_match_error(int rc, size_t offset) {
+    std::array<PCRE2_UCHAR, 256> buf{};
+    pcre2_get_error_message(rc, buf.data(), buf.size());
+    throw TokenizerError("pre-tokenizer failed at byte offset " + std::to_string(offset) + ": " +
+                         reinterpret_cast<const char*>(buf.data()));
+  }
+
+  // Splits text with the word regex (matches and, should any exist, the gaps between them, as
+  // HF's Split with the Isolated behaviour) and runs BPE on each piece's bytes.
+  void split_words(std::string_view text, pcre2_match_data* md, std::vector<int32_t>& out) const {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t offset = 0;
     while (offset < text.size()) {
@@ -364,12 +524,7 @@ struct Gpt2BpeTokenizer::Impl {
         bpe(text.substr(offset), out);
         return;
       }
-      if (rc < 0) {
-        std::array<PCRE2_UCHAR, 256> buf{};
-        pcre2_get_error_message(rc, buf.data(), buf.size());
-        throw TokenizerError("GPT-2 pre-tokenizer failed at byte offset " + std::to_string(offset) + ": " +
-                             reinterpret_cast<const char*>(buf.data()));
-      }
+      if (rc < 0) throw_match_error(rc, offset);
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t start = ov[0], end = ov[1];
       if (start > offset) bpe(text.substr(offset, start - offset), out);
@@ -387,11 +542,13 @@ struct Gpt2BpeTokenizer::Impl {
 
 namespace {
 
-// Checks that ids 0..size-1 each name a token and that all 256 single-byte tokens exist, then
-// fills the byte table. `source` names the file for messages.
+// Checks that ids 0..size-1 each name a token and that the single-byte tokens exist (all 256, or
+// at least those of byte_required()), then fills the byte table (-1 for a missing byte) and the
+// list of missing bytes. `source` names the file for messages.
 void finish_vocab(std::vector<std::string>& id_display, std::vector<std::string>& id_bytes,
                   const std::vector<bool>& present, std::array<int32_t, 256>& byte_id,
-                  const std::unordered_map<std::string, int32_t>& vocab, const std::string& source) {
+                  std::vector<uint8_t>& missing, const std::unordered_map<std::string, int32_t>& vocab,
+                  const std::string& source) {
   for (size_t id = 0; id < present.size(); ++id) {
     if (!present[id]) {
       throw TokenizerError(source + ": vocabulary size mismatch: largest id is " +
@@ -404,8 +561,15 @@ void finish_vocab(std::vector<std::string>& id_display, std::vector<std::string>
     utf8::append_code_point(sym, byte_to_unicode()[b]);
     const auto it = vocab.find(sym);
     if (it == vocab.end()) {
-      throw TokenizerError(source + ": vocabulary lacks the byte token '" + sym + "' (byte " +
-                           std::to_string(b) + "); a byte-level BPE vocabulary needs all 256");
+      if (byte_required(b)) {
+        throw TokenizerError(source + ": vocabulary lacks the byte token '" + sym + "' (byte " +
+                             std::to_string(b) +
+                             "); a byte-level BPE vocabulary has the 256 byte tokens, or at least those of "
+                             "tab, newline, carriage return and printable ASCII");
+      }
+      byte_id[b] = -1;
+      missing.push_back(static_cast<uint8_t>(b));
+      continue;
     }
     byte_id[b] = it->second;
   }
@@ -415,6 +579,33 @@ void finish_vocab(std::vector<std::string>& id_display, std::vector<std::string>
 }
 
 }  // namespace
+
+const char* pre_tokenizer_name(PreTokenizerKind kind) {
+  switch (kind) {
+    case PreTokenizerKind::Gpt2:
+      return "gpt2";
+    case PreTokenizerKind::Smollm:
+      return "smollm";
+    case PreTokenizerKind::Llama3:
+      return "llama3";
+    case PreTokenizerKind::Qwen2:
+      return "qwen2";
+    case PreTokenizerKind::Regex:
+      return "regex";
+  }
+  return "?";
+}
+
+std::optional<PreTokenizerKind> pre_tokenizer_from_name(std::string_view name) {
+  if (name == "gpt2" || name == "default") return PreTokenizerKind::Gpt2;
+  if (name == "smollm") return PreTokenizerKind::Smollm;
+  for (const char* llama3 :
+       {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}) {
+    if (name == llama3) return PreTokenizerKind::Llama3;
+  }
+  if (name == "qwen2") return PreTokenizerKind::Qwen2;
+  return std::nullopt;
+}
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Gpt2BpeTokenizer::~Gpt2BpeTokenizer() = default;
@@ -435,13 +626,150 @@ std::unordered_map<std::string, int32_t> vocab_from_json(const json& j, const st
   return vocab;
 }
 
+// "<|endoftext|>" among the added tokens is eos, bos and a stop token, as transformers makes it for
+// GPT-2; tokenizer_config.json may name others (apply_config).
+void endoftext_specials(RawTokenizer& raw) {
+  for (const AddedToken& a : raw.added) {
+    if (a.content == "<|endoftext|>") {
+      raw.eos = a.id;
+      if (!raw.bos) raw.bos = a.id;
+      raw.extra_stops.push_back(a.id);
+    }
+  }
+}
+
+// What a model folder's tokenizer_config.json and generation_config.json add.
+void apply_config(RawTokenizer& raw, const TokenizerConfig& config) {
+  const auto id_of = [&](const std::string& token, const char* field) -> int32_t {
+    for (const AddedToken& a : raw.added) {
+      if (a.content == token) return a.id;
+    }
+    const auto it = raw.vocab.find(token);
+    if (it == raw.vocab.end()) {
+      throw TokenizerError(config.source + ": " + field + " '" + token +
+                           "' is not a token of the vocabulary");
+    }
+    return it->second;
+  };
+  if (config.bos_token) raw.bos = id_of(*config.bos_token, "bos_token");
+  if (config.eos_token) raw.eos = id_of(*config.eos_token, "eos_token");
+  if (config.add_bos) raw.add_bos = *config.add_bos;
+  raw.extra_stops.insert(raw.extra_stops.end(), config.eos_ids.begin(), config.eos_ids.end());
+  if (!config.chat_template.empty()) raw.chat_template = config.chat_template;
+  if (config.bos_token || config.eos_token || !config.eos_ids.empty()) raw.specials_source = config.source;
+}
+
+// "ByteLevel", "Sequence[Digits, ByteLevel]": what a tokenizer.json pre_tokenizer is, for messages.
+std::string describe_pre_tokenizer(const json& pt) {
+  if (!pt.is_object()) return pt.dump();
+  std::string type = pt.value("type", std::string("?"));
+  if (type == "Sequence" && pt.contains("pretokenizers") && pt["pretokenizers"].is_array()) {
+    type += "[";
+    for (size_t i = 0; i < pt["pretokenizers"].size(); ++i) {
+      type += (i ? ", " : "") + describe_pre_tokenizer(pt["pretokenizers"][i]);
+    }
+    type += "]";
+  }
+  return type;
+}
+
+bool json_bool(const json& j, const char* key, bool fallback) {
+  return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
+}
+
+// The pre_tokenizer of a tokenizer.json as one of our kinds; TokenizerError naming it otherwise.
+PreTokenizerSpec pre_tokenizer_from_json(const json& j, const std::string& path) {
+  if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null()) return {};  // as before: GPT-2's regex
+  const json& pt = j["pre_tokenizer"];
+  const std::string supported =
+      "; supported: ByteLevel(use_regex=true), Sequence[Digits(individual_digits=true), "
+      "ByteLevel(use_regex=true)], Sequence[Split(Regex, Isolated), ByteLevel(use_regex=false)], "
+      "all with add_prefix_space=false";
+  const auto refuse = [&](const std::string& why) {
+    throw TokenizerError(path + ": pre_tokenizer " + describe_pre_tokenizer(pt) + " is not supported (" +
+                         why + ")" + supported);
+  };
+  const auto byte_level = [&](const json& b, bool use_regex) {
+    if (!b.is_object() || b.value("type", std::string()) != "ByteLevel") return false;
+    if (json_bool(b, "add_prefix_space", false)) refuse("add_prefix_space=true");
+    if (json_bool(b, "use_regex", true) != use_regex)
+      refuse(std::string("ByteLevel with use_regex=") + (use_regex ? "false" : "true") + " here");
+    return true;
+  };
+  if (!pt.is_object()) refuse("not an object");
+  const std::string type = pt.value("type", std::string());
+  if (type == "ByteLevel") {
+    byte_level(pt, true);
+    return {};
+  }
+  if (type != "Sequence" || !pt.contains("pretokenizers") || !pt["pretokenizers"].is_array() ||
+      pt["pretokenizers"].size() != 2) {
+    refuse("unknown shape");
+  }
+  const json& first = pt["pretokenizers"][0];
+  const json& second = pt["pretokenizers"][1];
+  const std::string first_type = first.is_object() ? first.value("type", std::string()) : std::string();
+  if (first_type == "Digits") {
+    if (!json_bool(first, "individual_digits", false)) refuse("Digits with individual_digits=false");
+    if (!byte_level(second, true)) refuse("Digits must be followed by ByteLevel");
+    return pre_tokenizer_spec(PreTokenizerKind::Smollm);
+  }
+  if (first_type == "Split") {
+    if (!byte_level(second, false)) refuse("Split must be followed by ByteLevel");
+    if (first.value("behavior", std::string()) != "Isolated") refuse("Split behavior must be Isolated");
+    if (json_bool(first, "invert", false)) refuse("Split with invert=true");
+    if (!first.contains("pattern") || !first["pattern"].is_object() || !first["pattern"].contains("Regex") ||
+        !first["pattern"]["Regex"].is_string()) {
+      refuse("Split pattern must be {\"Regex\": ...}");
+    }
+    const std::string regex = first["pattern"]["Regex"].get<std::string>();
+    if (regex == kGpt2Split) return pre_tokenizer_spec(PreTokenizerKind::Gpt2);
+    if (regex == kLlama3Split) return pre_tokenizer_spec(PreTokenizerKind::Llama3);
+    if (regex == kQwen2Split) return pre_tokenizer_spec(PreTokenizerKind::Qwen2);
+    return pre_tokenizer_spec(PreTokenizerKind::Regex, regex);
+  }
+  refuse("unknown shape");
+  return {};  // not reached
+}
+
+// A TemplateProcessing post_processor (alone or in a Sequence) whose single-sequence template starts
+// with a special token puts that token (Llama 3's <|begin_of_text|>) before every encoded text:
+// that is our add_bos. Tokens it appends after the text are not ours to add; they are ignored.
+void bos_from_post_processor(const json& pp, RawTokenizer& raw) {
+  if (!pp.is_object()) return;
+  const std::string type = pp.value("type", std::string());
+  if (type == "Sequence" && pp.contains("processors") && pp["processors"].is_array()) {
+    for (const json& p : pp["processors"]) bos_from_post_processor(p, raw);
+    return;
+  }
+  if (type != "TemplateProcessing" || !pp.contains("single") || !pp["single"].is_array() ||
+      pp["single"].empty()) {
+    return;
+  }
+  const json& head = pp["single"][0];
+  if (!head.is_object() || !head.contains("SpecialToken") || !head["SpecialToken"].is_object()) return;
+  const json name = head["SpecialToken"].value("id", json());
+  if (!name.is_string() || !pp.contains("special_tokens") || !pp["special_tokens"].is_object()) return;
+  const json& entry = pp["special_tokens"].value(name.get<std::string>(), json());
+  if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array() || entry["ids"].size() != 1 ||
+      !entry["ids"][0].is_number_integer()) {
+    return;
+  }
+  const int64_t id = entry["ids"][0].get<int64_t>();
+  if (id < 0 || id > INT32_MAX) return;
+  raw.bos = static_cast<int32_t>(id);
+  raw.add_bos = true;
+}
+
 }  // namespace
 
 std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_vocab_merges(const std::string& vocab_json_path,
-                                                                      const std::string& merges_txt_path) {
+                                                                      const std::string& merges_txt_path,
+                                                                      const TokenizerConfig& config) {
   RawTokenizer raw;
   raw.vocab_source = vocab_json_path;
   raw.merges_source = merges_txt_path;
+  raw.specials_source = vocab_json_path;
   raw.vocab = vocab_from_json(parse_json(vocab_json_path), vocab_json_path);
 
   const std::string text = read_file(merges_txt_path);
@@ -471,10 +799,13 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_vocab_merges(const std:
     eot.id = raw.vocab.at("<|endoftext|>");
     raw.added.push_back(eot);
   }
+  endoftext_specials(raw);
+  apply_config(raw, config);
   return std::unique_ptr<Gpt2BpeTokenizer>(new Gpt2BpeTokenizer(Impl::build(std::move(raw))));
 }
 
-std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const std::string& path) {
+std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const std::string& path,
+                                                                        const TokenizerConfig& config) {
   const json j = parse_json(path);
   auto fail = [&](const std::string& what) { throw TokenizerError(path + ": " + what); };
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) fail("no \"model\" object");
@@ -482,15 +813,12 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   if (model.contains("type") && model["type"] != "BPE") {
     fail("model.type is " + model["type"].dump() + "; only BPE (GPT-2 style) is supported here");
   }
-  // Options that would change the result and that GPT-2 does not use: refuse rather than ignore.
-  if (j.contains("normalizer") && !j["normalizer"].is_null()) fail("a normalizer is not supported");
-  if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
-    const json& pt = j["pre_tokenizer"];
-    if (pt.value("type", "") != "ByteLevel")
-      fail("pre_tokenizer must be ByteLevel, got " + pt.value("type", "?"));
-    if (pt.value("add_prefix_space", false)) fail("pre_tokenizer.add_prefix_space=true is not supported");
-    if (!pt.value("use_regex", true)) fail("pre_tokenizer.use_regex=false is not supported");
+  // Options that would change the result and that we do not implement: refuse rather than ignore.
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+    fail("a normalizer is not supported (got " + j["normalizer"].value("type", std::string("?")) + ")");
   }
+  RawTokenizer raw;
+  raw.pre = pre_tokenizer_from_json(j, path);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty()) {
       fail(std::string("model.") + key + " is not supported");
@@ -499,14 +827,25 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   if (model.contains("dropout") && model["dropout"].is_number() && model["dropout"].get<double>() > 0) {
     fail("model.dropout is not supported");
   }
+  if (json_bool(model, "byte_fallback", false)) fail("model.byte_fallback=true is not supported");
+  raw.ignore_merges = json_bool(model, "ignore_merges", false);
   if (!model.contains("vocab")) fail("no model.vocab");
   if (!model.contains("merges") || !model["merges"].is_array()) fail("no model.merges list");
 
-  RawTokenizer raw;
   raw.vocab_source = path + " (model.vocab)";
   raw.merges_source = path + " (model.merges)";
+  raw.specials_source = path;
   raw.merges_are_lines = false;
   raw.vocab = vocab_from_json(model["vocab"], raw.vocab_source);
+  // A missing byte is dropped (see bpe()); with an unk_token HF would give unk instead.
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    for (int b = 0; b < 256; ++b) {
+      if (!raw.vocab.count(byte_symbol(static_cast<uint8_t>(b)))) {
+        fail("model.unk_token is set and the vocabulary lacks the byte token of byte " + std::to_string(b) +
+             "; unknown-token fallback is not supported");
+      }
+    }
+  }
   const json& merges = model["merges"];
   raw.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -545,6 +884,95 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
       raw.added.push_back(std::move(a));
     }
   }
+  endoftext_specials(raw);
+  if (j.contains("post_processor")) bos_from_post_processor(j["post_processor"], raw);
+  apply_config(raw, config);
+  return std::unique_ptr<Gpt2BpeTokenizer>(new Gpt2BpeTokenizer(Impl::build(std::move(raw))));
+}
+
+std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_parts(const BpeParts& parts) {
+  const std::string& src = parts.source.empty() ? std::string("tokenizer parts") : parts.source;
+  const auto fail = [&](const std::string& what) { throw TokenizerError(src + ": " + what); };
+  // Sizes first: nothing is allocated for a vocabulary that cannot be right.
+  if (parts.tokens.empty()) fail("the vocabulary (tokenizer.ggml.tokens) is empty");
+  if (parts.tokens.size() > static_cast<size_t>(INT32_MAX)) {
+    fail("the vocabulary has " + std::to_string(parts.tokens.size()) + " tokens; at most " +
+         std::to_string(INT32_MAX) + " fit 32-bit ids");
+  }
+  const auto n = static_cast<int64_t>(parts.tokens.size());
+  if (!parts.token_types.empty() && parts.token_types.size() != parts.tokens.size()) {
+    fail("tokenizer.ggml.token_type has " + std::to_string(parts.token_types.size()) + " entries for " +
+         std::to_string(parts.tokens.size()) + " tokens");
+  }
+  const auto pre = pre_tokenizer_from_name(parts.pre);
+  if (!pre) {
+    fail("pre-tokenizer '" + parts.pre +
+         "' (tokenizer.ggml.pre) is not supported; known: gpt2, default, smollm, llama3, llama-v3, "
+         "llama-bpe, falcon3, falcon-h1, pixtral, midm-2.0, lfm2, qwen2");
+  }
+  const auto check_id = [&](const std::optional<int32_t>& id, const char* what) {
+    if (id && (*id < 0 || *id >= n)) {
+      fail(std::string(what) + " " + std::to_string(*id) + " is out of range (vocabulary size " +
+           std::to_string(n) + ")");
+    }
+  };
+  check_id(parts.bos_id, "bos id");
+  check_id(parts.eos_id, "eos id");
+  check_id(parts.unk_id, "unk id");
+  check_id(parts.pad_id, "padding id");
+  for (const int32_t id : parts.extra_stop_ids) check_id(id, "stop id");
+
+  RawTokenizer raw;
+  raw.vocab_source = src + " (tokenizer.ggml.tokens)";
+  raw.merges_source = src + " (tokenizer.ggml.merges)";
+  raw.specials_source = src;
+  raw.merges_are_lines = false;
+  raw.pre = pre_tokenizer_spec(*pre);
+  raw.ignore_merges = parts.ignore_merges.value_or(*pre == PreTokenizerKind::Llama3);
+  raw.bos = parts.bos_id;
+  raw.eos = parts.eos_id;
+  raw.unk = parts.unk_id;
+  raw.pad = parts.pad_id;
+  raw.extra_stops = parts.extra_stop_ids;
+  raw.add_bos = parts.add_bos;
+  raw.chat_template = parts.chat_template;
+
+  raw.vocab.reserve(parts.tokens.size());
+  for (int32_t id = 0; id < n; ++id) {
+    const std::string& token = parts.tokens[id];
+    const int32_t type = parts.token_types.empty() ? 1 : parts.token_types[id];
+    if (type < 0 || type > 6) {
+      fail("token " + std::to_string(id) + " ('" + token + "') has token type " + std::to_string(type) +
+           "; GGUF types are 0-6");
+    }
+    if (token.empty()) fail("token " + std::to_string(id) + " is the empty string");
+    const auto [it, inserted] = raw.vocab.emplace(token, id);
+    if (!inserted) {
+      fail("token '" + token + "' appears twice, as id " + std::to_string(it->second) + " and id " +
+           std::to_string(id));
+    }
+    // Control and user-defined tokens are matched whole in the text before BPE, as llama.cpp does
+    // and as HF's tokenizer from the same GGUF does with its added tokens.
+    if (type == 3 || type == 4) {
+      AddedToken a;
+      a.content = token;
+      a.id = id;
+      a.normalized = false;
+      a.special = type == 3;
+      raw.added.push_back(std::move(a));
+    }
+  }
+  raw.merges.reserve(parts.merges.size());
+  for (size_t i = 0; i < parts.merges.size(); ++i) {
+    const std::string& m = parts.merges[i];
+    // As llama.cpp reads a merge: split at the first space after the first character.
+    const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
+    if (space == std::string::npos || space + 1 == m.size()) {
+      fail("merge #" + std::to_string(i) + " is \"" + m + "\"; expected \"a b\"");
+    }
+    raw.merges.emplace_back(m.substr(0, space), m.substr(space + 1));
+    raw.merge_lines.push_back(i);
+  }
   return std::unique_ptr<Gpt2BpeTokenizer>(new Gpt2BpeTokenizer(Impl::build(std::move(raw))));
 }
 
@@ -568,13 +996,16 @@ std::unique_ptr<Gpt2BpeTokenizer::Impl> Gpt2BpeTokenizer::Impl::build(RawTokeniz
     present[id] = true;
     impl->id_display[id] = tok;
   }
+  std::unordered_set<int32_t> added_ids;
   for (const AddedToken& a : raw.added) {
     // An added token's text is taken as is when decoding (HF: its content, through the decoder).
     present[a.id] = true;
     impl->id_display[a.id] = a.content;
     impl->id_bytes[a.id] = vocab_string_to_bytes(a.content);
+    added_ids.insert(a.id);
   }
-  finish_vocab(impl->id_display, impl->id_bytes, present, impl->byte_id, raw.vocab, raw.vocab_source);
+  finish_vocab(impl->id_display, impl->id_bytes, present, impl->byte_id, impl->missing_bytes, raw.vocab,
+               raw.vocab_source);
 
   impl->merges.reserve(raw.merges.size());
   for (size_t rank = 0; rank < raw.merges.size(); ++rank) {
@@ -596,11 +1027,43 @@ std::unique_ptr<Gpt2BpeTokenizer::Impl> Gpt2BpeTokenizer::Impl::build(RawTokeniz
     impl->merges[pair_key(ia->second, ib->second)] = {static_cast<uint32_t>(rank), ic->second};
   }
 
+  // Special ids: in range, and the stop list is eos first, then the others, once each.
+  const auto check = [&](const std::optional<int32_t>& id, const char* what) {
+    if (id && (*id < 0 || static_cast<size_t>(*id) >= size)) {
+      throw TokenizerError(raw.specials_source + ": " + what + " " + std::to_string(*id) +
+                           " is out of range (vocabulary size " + std::to_string(size) + ")");
+    }
+  };
+  check(raw.bos, "bos id");
+  check(raw.eos, "eos id");
+  check(raw.unk, "unk id");
+  check(raw.pad, "padding id");
+  for (const int32_t id : raw.extra_stops) check(id, "stop id");
+  impl->bos = raw.bos;
+  impl->eos = raw.eos;
+  if (raw.eos) impl->stops.push_back(*raw.eos);
+  for (const int32_t id : raw.extra_stops) {
+    if (std::find(impl->stops.begin(), impl->stops.end(), id) == impl->stops.end()) impl->stops.push_back(id);
+  }
+  impl->add_bos = raw.add_bos;
+  impl->chat_template = std::move(raw.chat_template);
+
+  impl->ignore_merges = raw.ignore_merges;
+  if (impl->ignore_merges) {
+    // HF looks the word up in model.vocab; only tokens that are byte-level spellings can be words.
+    impl->whole_words.reserve(raw.vocab.size());
+    for (const auto& [tok, id] : raw.vocab) {
+      if (added_ids.count(id)) continue;
+      if (auto bytes = byte_level_to_bytes(tok)) impl->whole_words.emplace(std::move(*bytes), id);
+    }
+  }
+
+  impl->spelling_ids = std::move(raw.vocab);
   for (AddedToken& a : raw.added) {
-    if (a.content == "<|endoftext|>") impl->eos = a.id;
+    impl->spelling_ids.emplace(a.content, a.id);
     (a.normalized ? impl->normalized_added : impl->raw_added).push_back(std::move(a));
   }
-  impl->compile_regexes();
+  impl->compile_regexes(raw.pre, raw.vocab_source);
   return impl;
 }
 
@@ -664,8 +1127,22 @@ std::string Gpt2BpeTokenizer::token_display(int32_t id) const {
 int32_t Gpt2BpeTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
 
 std::optional<int32_t> Gpt2BpeTokenizer::eos_id() const { return impl_->eos; }
+std::optional<int32_t> Gpt2BpeTokenizer::bos_id() const { return impl_->bos; }
+std::vector<int32_t> Gpt2BpeTokenizer::stop_ids() const { return impl_->stops; }
+bool Gpt2BpeTokenizer::add_bos() const { return impl_->add_bos; }
+const std::string& Gpt2BpeTokenizer::chat_template() const { return impl_->chat_template; }
 
 size_t Gpt2BpeTokenizer::merge_count() const { return impl_->merges.size(); }
+
+PreTokenizerKind Gpt2BpeTokenizer::pre_tokenizer() const { return impl_->pre_kind; }
+
+std::optional<int32_t> Gpt2BpeTokenizer::token_id(const std::string& spelling) const {
+  const auto it = impl_->spelling_ids.find(spelling);
+  if (it == impl_->spelling_ids.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::vector<uint8_t>& Gpt2BpeTokenizer::unencodable_bytes() const { return impl_->missing_bytes; }
 
 std::string Gpt2BpeTokenizer::byte_symbol(uint8_t b) {
   std::string s;

@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "tokenizer/utf8.h"
@@ -11,6 +12,19 @@ namespace servelab {
 struct SentencePieceTokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
   std::string path;
+  std::optional<int32_t> bos, eos;
+  std::vector<int32_t> stops;
+  bool add_bos = false;
+  std::string chat_template;
+
+  // The id of a piece the config names; TokenizerError naming the config file when absent.
+  int32_t piece_id(const std::string& piece, const char* field, const std::string& source) const {
+    const int id = sp.PieceToId(piece);
+    if (id < 0 || sp.IdToPiece(id) != piece) {
+      throw TokenizerError(source + ": " + field + " '" + piece + "' is not a piece of " + path);
+    }
+    return id;
+  }
 
   void check_id(int32_t id) const {
     if (id < 0 || id >= sp.GetPieceSize()) {
@@ -20,7 +34,7 @@ struct SentencePieceTokenizer::Impl {
   }
 };
 
-SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path, const TokenizerConfig& config)
     : impl_(std::make_unique<Impl>()) {
   impl_->path = model_path;
   std::error_code ec;
@@ -32,6 +46,18 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
     throw TokenizerError(model_path + ": not a valid SentencePiece model (" + status.ToString() + ")");
   }
   if (impl_->sp.GetPieceSize() <= 0) throw TokenizerError(model_path + ": SentencePiece model has no pieces");
+  if (impl_->sp.bos_id() >= 0) impl_->bos = impl_->sp.bos_id();
+  if (impl_->sp.eos_id() >= 0) impl_->eos = impl_->sp.eos_id();
+  if (config.bos_token) impl_->bos = impl_->piece_id(*config.bos_token, "bos_token", config.source);
+  if (config.eos_token) impl_->eos = impl_->piece_id(*config.eos_token, "eos_token", config.source);
+  impl_->add_bos = config.add_bos.value_or(impl_->bos.has_value());
+  impl_->chat_template = config.chat_template;
+  if (impl_->eos) impl_->stops.push_back(*impl_->eos);
+  for (const int32_t id : config.eos_ids) {
+    impl_->check_id(id);
+    if (std::find(impl_->stops.begin(), impl_->stops.end(), id) == impl_->stops.end())
+      impl_->stops.push_back(id);
+  }
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
@@ -88,10 +114,10 @@ std::string SentencePieceTokenizer::token_display(int32_t id) const {
 
 int32_t SentencePieceTokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
 
-std::optional<int32_t> SentencePieceTokenizer::eos_id() const {
-  const int id = impl_->sp.eos_id();
-  if (id < 0) return std::nullopt;
-  return id;
-}
+std::optional<int32_t> SentencePieceTokenizer::eos_id() const { return impl_->eos; }
+std::optional<int32_t> SentencePieceTokenizer::bos_id() const { return impl_->bos; }
+std::vector<int32_t> SentencePieceTokenizer::stop_ids() const { return impl_->stops; }
+bool SentencePieceTokenizer::add_bos() const { return impl_->add_bos; }
+const std::string& SentencePieceTokenizer::chat_template() const { return impl_->chat_template; }
 
 }  // namespace servelab

@@ -15,8 +15,11 @@ namespace servelab {
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  // Throws TokenizerError naming the file when it is missing or not a SentencePiece model.
-  explicit SentencePieceTokenizer(const std::string& model_path);
+  // Throws TokenizerError naming the file when it is missing or not a SentencePiece model. The
+  // config (a model folder's tokenizer_config.json) may name the bos/eos pieces, add_bos and the
+  // chat template; without it add_bos() is true when the model has a bos piece, as transformers'
+  // LlamaTokenizer does.
+  explicit SentencePieceTokenizer(const std::string& model_path, const TokenizerConfig& config = {});
   ~SentencePieceTokenizer() override;
   SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
   SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
@@ -29,6 +32,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string token_display(int32_t id) const override;
   int32_t vocab_size() const override;
   std::optional<int32_t> eos_id() const override;
+  std::optional<int32_t> bos_id() const override;
+  std::vector<int32_t> stop_ids() const override;
+  bool add_bos() const override;
+  const std::string& chat_template() const override;
   std::string kind() const override { return "sentencepiece"; }
 
  private:
