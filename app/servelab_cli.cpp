@@ -21,8 +21,10 @@
 #include "generate/generator.h"
 #include "lora/lora_adapter.h"
 #include "model/engine.h"
+#include "model/gguf_file.h"
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -38,6 +40,7 @@ const std::vector<std::string> kSeedPrompts = {"The quick brown fox jumped over 
 
 struct ModelArgs {
   std::string model;
+  bool demo = false;
   std::string device = "cpu";
   std::string dtype = "fp32";
   int threads = 0;
@@ -46,7 +49,12 @@ struct ModelArgs {
   std::string gemm = "auto";
 
   void add_to(CLI::App* app, bool with_quant = true) {
-    app->add_option("--model", model, "Hugging Face GPT-2 folder (default: the built-in demo model)");
+    app->add_option("--model", model,
+                    "Hugging Face model folder (GPT-2 or Llama family) or .gguf file (default: the built-in "
+                    "SmolLM2-135M-Instruct)");
+    app->add_flag("--demo", demo,
+                  "the GPT-2 small shape with random weights instead (the course's exact tensors and GPT-2 "
+                  "timings; its text is noise)");
     app->add_option("--device", device, "cpu, cuda or cuda:N");
     app->add_option("--dtype", dtype, "fp32, fp16 or bf16");
     app->add_option("--threads", threads, "CPU threads for libtorch (0: its default)");
@@ -68,7 +76,9 @@ struct ModelArgs {
     o.quant = quant;
     o.quant_exec = quant_exec;
     o.gemm = gemm;
-    return model.empty() ? Engine::load_demo(o) : Engine::load_folder(model, o);
+    if (demo && !model.empty()) throw InputError("give --model or --demo, not both");
+    if (demo) return Engine::load_demo(o);
+    return model.empty() ? Engine::load_builtin(o) : Engine::load(model, o);
   }
 };
 
@@ -104,13 +114,21 @@ int cmd_info(const ModelArgs& m) {
   return 0;
 }
 
-int cmd_tokenize(const std::string& tokenizer_dir, const std::string& model_dir, bool as_json,
+int cmd_tokenize(const std::string& tokenizer_dir, const std::string& model_path, bool demo, bool as_json,
                  const std::vector<std::string>& texts) {
-  if (!tokenizer_dir.empty() && !model_dir.empty()) throw InputError("give --tokenizer or --model, not both");
-  const std::string dir = !tokenizer_dir.empty() ? tokenizer_dir
-                          : !model_dir.empty()   ? model_dir
-                                                 : default_tokenizer_dir();
-  auto tok = load_tokenizer(dir);
+  if (int(!tokenizer_dir.empty()) + int(!model_path.empty()) + int(demo) > 1)
+    throw InputError("give one of --tokenizer, --model and --demo");
+  // Without a choice, the built-in model's tokenizer (from its GGUF); --demo: GPT-2's.
+  const std::string path = !tokenizer_dir.empty() ? tokenizer_dir
+                           : !model_path.empty()  ? model_path
+                           : demo                 ? default_tokenizer_dir()
+                                                  : default_model_path();
+  std::unique_ptr<Tokenizer> tok;
+  if (fs::is_regular_file(path) && fs::path(path).extension() == ".gguf") {
+    tok = load_gguf_tokenizer(GgufFile::open(path));
+  } else {
+    tok = load_tokenizer(path);
+  }
   for (const auto& text : texts) {
     std::vector<int32_t> ids = tok->encode(text);
     std::vector<std::string> pieces;
@@ -554,12 +572,15 @@ int main(int argc, char** argv) {
   margs.add_to(info);
 
   std::string tok_dir, tok_model;
+  bool tok_demo = false;
   bool tok_json = false;
   std::vector<std::string> tok_texts;
   auto* tokenize = app.add_subcommand("tokenize", "Print token ids and pieces of each TEXT");
   tokenize->add_option("--tokenizer", tok_dir,
                        "folder with tokenizer.json, vocab.json+merges.txt or a .model");
-  tokenize->add_option("--model", tok_model, "model folder whose tokenizer to use");
+  tokenize->add_option("--model", tok_model,
+                       "model folder or .gguf file whose tokenizer to use (default: the built-in model's)");
+  tokenize->add_flag("--demo", tok_demo, "GPT-2's tokenizer (the random-weight demo model's)");
   tokenize->add_flag("--json", tok_json, "one JSON line per text");
   tokenize->add_option("text", tok_texts, "texts to tokenize")->required();
 
@@ -726,7 +747,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*info) return cmd_info(margs);
-    if (*tokenize) return cmd_tokenize(tok_dir, tok_model, tok_json, tok_texts);
+    if (*tokenize) return cmd_tokenize(tok_dir, tok_model, tok_demo, tok_json, tok_texts);
     if (*gen) return cmd_generate(margs, gargs);
     if (*bench_kv) return cmd_bench_kv(margs, kv, kv_json);
     if (*bench_sweep) return cmd_bench_sweep(margs, sw, sizes, sw_json);

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "generate/generation.h"
 #include "lora/adapter_cache.h"
 #include "lora/lora_adapter.h"
 #include "model/model.h"
@@ -59,11 +60,10 @@ ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tok
                                                    const BatchOptions& options, BatchSink* sink)
     : model_(model), tokenizer_(tokenizer), requests_(requests), options_(options), sink_(sink) {
   check_batch_requests(model, requests, options);
-  const int32_t eos =
-      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.shape().eos_token_id)));
+  const std::vector<int32_t> stops = generation_stop_ids(model, tokenizer);
   int64_t capacity = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
-    trackers_.emplace_back(tokenizer, requests[i], static_cast<int64_t>(i), eos);
+    trackers_.emplace_back(tokenizer, requests[i], static_cast<int64_t>(i), stops);
     capacity = std::max<int64_t>(
         capacity, static_cast<int64_t>(requests[i].prompt_ids.size()) + requests[i].max_new_tokens);
   }
@@ -73,7 +73,7 @@ ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tok
                    [&](int64_t a, int64_t b) { return requests[a].arrival_ms < requests[b].arrival_ms; });
   waiting_.assign(order.begin(), order.end());
   const int64_t slots = std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size()));
-  kv_ = make_kv_memory_manager(options.kv, model, slots, capacity, eos >= 0 ? eos : 0);
+  kv_ = make_kv_memory_manager(options.kv, model, slots, capacity, padding_id(model, tokenizer));
   result_.method = std::string("continuous (") + kv_strategy_name(options.kv) + ")";
   if (!options.adapters.empty()) {
     adapters_ = std::make_unique<AdapterCache>(model, options.adapters, options.adapter_cache_capacity);

@@ -77,6 +77,12 @@ struct GenerateResult {
   int64_t kv_cache_bytes = 0;
 };
 
+// The tokens that end generation: the tokenizer's stop ids (eos and the model's end-of-turn
+// tokens), or the model's eos when the tokenizer names none.
+std::vector<int32_t> generation_stop_ids(const Model& model, const Tokenizer& tokenizer);
+// The padding id of a left-padded batch: the first stop id (the course pads with EOS), else 0.
+int32_t padding_id(const Model& model, const Tokenizer& tokenizer);
+
 // Checks a batch before any memory is touched: non-empty prompts, prompt + new tokens within the
 // context, a batch whose KV cache and activations fit in memory. Throws InputError.
 void check_generation_fits(const Model& model, const std::vector<std::vector<int32_t>>& prompts,

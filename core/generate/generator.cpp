@@ -42,10 +42,8 @@ PaddedPrompts pad_prompts(const Model& model, const Tokenizer& tokenizer,
     if (ids.back().empty())
       throw InputError("prompt " + std::to_string(i + 1) + " is empty: it needs at least one token");
   }
-  const int32_t eos =
-      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.shape().eos_token_id)));
   PaddedPrompts out;
-  out.pad_id = eos >= 0 ? eos : 0;
+  out.pad_id = padding_id(model, tokenizer);
   const PaddedBatch pb = left_pad(ids, out.pad_id);
   auto rows_of = [](const at::Tensor& t) {
     std::vector<std::vector<int64_t>> rows(static_cast<size_t>(t.size(0)));
@@ -66,6 +64,18 @@ PaddedPrompts pad_prompts(const Model& model, const Tokenizer& tokenizer,
     out.pieces.push_back(std::move(row));
   }
   return out;
+}
+
+std::vector<int32_t> generation_stop_ids(const Model& model, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids = tokenizer.stop_ids();
+  if (ids.empty() && model.shape().eos_token_id >= 0)
+    ids.push_back(static_cast<int32_t>(model.shape().eos_token_id));
+  return ids;
+}
+
+int32_t padding_id(const Model& model, const Tokenizer& tokenizer) {
+  const std::vector<int32_t> stops = generation_stop_ids(model, tokenizer);
+  return stops.empty() ? 0 : stops.front();
 }
 
 void check_generation_fits(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
@@ -124,9 +134,8 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
   c10::InferenceMode guard;
   const at::Device dev = model.device();
   const int64_t batch = static_cast<int64_t>(prompts.size());
-  const int32_t eos =
-      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.shape().eos_token_id)));
-  const int32_t pad = eos >= 0 ? eos : 0;
+  const std::vector<int32_t> stops = generation_stop_ids(model, tokenizer);
+  const int32_t pad = padding_id(model, tokenizer);
 
   GenerateResult result;
   result.sequences.resize(prompts.size());
@@ -215,7 +224,7 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
           seq.top.push_back(std::move(top));
         }
         std::string piece;
-        if (o.stop_at_eos && id == eos) {
+        if (o.stop_at_eos && std::find(stops.begin(), stops.end(), id) != stops.end()) {
           st.finished = true;
           seq.finish_reason = "eos";
         } else {

@@ -1,10 +1,12 @@
 #include "generate/request_tracker.h"
 
+#include <algorithm>
+
 namespace servelab {
 
 RequestTracker::RequestTracker(const Tokenizer& tokenizer, const BatchRequest& request, int64_t id,
-                               int32_t eos_id)
-    : request_(request), decoder_(tokenizer), eos_(eos_id) {
+                               std::vector<int32_t> stop_ids)
+    : request_(request), decoder_(tokenizer), stop_ids_(std::move(stop_ids)) {
   result_.id = id;
   result_.prompt_ids = request.prompt_ids;
   result_.arrival_ms = request.arrival_ms;
@@ -24,7 +26,7 @@ std::string RequestTracker::push(int32_t token, double ms) {
   if (r.token_ms.size() == 1) r.ttft_ms = ms - r.arrival_ms;
   r.latency_ms = ms - r.arrival_ms;
   std::string piece;
-  if (request_.stop_at_eos && token == eos_) {
+  if (request_.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) {
     r.finish_reason = "eos";
   } else {
     piece = decoder_.push(token);

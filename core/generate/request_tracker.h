@@ -2,6 +2,7 @@
 // One request's output as tokens arrive: text, stop conditions, timestamps. Shared by the
 // continuous scheduler and the static baseline so both end requests the same way.
 #include <optional>
+#include <vector>
 
 #include "generate/continuous_batching.h"
 #include "tokenizer/stream_decoder.h"
@@ -10,7 +11,9 @@ namespace servelab {
 
 class RequestTracker {
  public:
-  RequestTracker(const Tokenizer& tokenizer, const BatchRequest& request, int64_t id, int32_t eos_id);
+  // stop_ids: the tokens that end a request whose stop_at_eos is set (generation_stop_ids()).
+  RequestTracker(const Tokenizer& tokenizer, const BatchRequest& request, int64_t id,
+                 std::vector<int32_t> stop_ids);
 
   // Records a generated token ready at ms; returns the text it completes. Sets finish_reason
   // ("eos", "stop", "length") when this token ends the request.
@@ -27,7 +30,7 @@ class RequestTracker {
  private:
   const BatchRequest& request_;
   StreamDecoder decoder_;
-  int32_t eos_;
+  std::vector<int32_t> stop_ids_;
   RequestResult result_;
 };
 

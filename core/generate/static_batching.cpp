@@ -68,11 +68,10 @@ BatchRunResult run_static_batching(const Model& model, const Tokenizer& tokenize
                                    const std::vector<BatchRequest>& requests, const BatchOptions& options,
                                    BatchSink* sink) {
   check_batch_requests(model, requests, options);
-  const int32_t eos =
-      static_cast<int32_t>(tokenizer.eos_id().value_or(static_cast<int32_t>(model.shape().eos_token_id)));
+  const std::vector<int32_t> stops = generation_stop_ids(model, tokenizer);
   std::vector<RequestTracker> trackers;
   for (size_t i = 0; i < requests.size(); ++i)
-    trackers.emplace_back(tokenizer, requests[i], static_cast<int64_t>(i), eos);
+    trackers.emplace_back(tokenizer, requests[i], static_cast<int64_t>(i), stops);
   std::vector<size_t> order(requests.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),

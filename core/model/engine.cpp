@@ -6,10 +6,13 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "model/gguf_file.h"
 #include "model/gpt2_model.h"
+#include "model/llama_gguf.h"
 #include "model/llama_model.h"
 #include "model/packed_linear.h"
 #include "quant/quantized_model.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -27,6 +30,17 @@ std::string default_tokenizer_dir() {
   throw TokenizerError("GPT-2 tokenizer for the built-in model not found (looked in " + candidates.front() +
                        (candidates.size() > 1 ? " and " + candidates.back() : std::string()) +
                        "); run scripts/bootstrap or set SERVELAB_TOKENIZER_DIR");
+}
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("SERVELAB_MODEL"); env && *env) {
+    if (!fs::exists(env))
+      throw ModelFormatError(std::string("SERVELAB_MODEL names ") + env + ", which does not exist");
+    return env;
+  }
+  if (fs::exists(SERVELAB_BUILTIN_MODEL)) return SERVELAB_BUILTIN_MODEL;
+  throw ModelFormatError(std::string("the built-in model (SmolLM2-135M-Instruct) was not found at ") +
+                         SERVELAB_BUILTIN_MODEL + "; run scripts/bootstrap, or set SERVELAB_MODEL");
 }
 
 void set_engine_threads(int threads) {
@@ -94,6 +108,52 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
                            " tokens but config.json vocab_size is " + std::to_string(e->shape().vocab_size));
   e->format_ = "safetensors";
   e->name_ = root.filename().empty() ? root.parent_path().filename().string() : root.filename().string();
+  e->parameters_ = e->model_->parameter_count();
+  e->apply_options(o);
+  return e;
+}
+
+std::unique_ptr<Engine> Engine::load_builtin(const EngineOptions& o) {
+  return load_gguf(default_model_path(), o);
+}
+
+std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOptions& o) {
+  if (fs::is_regular_file(path)) {
+    if (fs::path(path).extension() != ".gguf")
+      throw ModelFormatError(path +
+                             " is a file but not a .gguf; give a GGUF file or a Hugging Face model folder");
+    return load_gguf(path, o);
+  }
+  return load_folder(path, o);
+}
+
+std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineOptions& o) {
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype = parse_dtype(o.dtype);
+  set_engine_threads(o.threads);
+  const GgufFile file = GgufFile::open(path);
+  std::unique_ptr<Engine> e(new Engine());
+  const LlamaConfig config = llama_config_from_gguf(file);
+  e->tokenizer_ = load_gguf_tokenizer(file);
+  if (e->tokenizer_->vocab_size() > config.vocab_size)
+    throw ModelFormatError(path + ": the tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
+                           " tokens but token_embd.weight only " + std::to_string(config.vocab_size) +
+                           " rows");
+  {
+    c10::InferenceMode guard;
+    try {
+      e->model_ = std::make_unique<LlamaModel>(config, load_llama_gguf(file, config, device, dtype));
+    } catch (const c10::OutOfMemoryError&) {
+      throw OutOfMemoryError("out of memory loading " + path + " onto " + device.str());
+    }
+  }
+  e->format_ = "gguf";
+  e->file_tensor_types_ = gguf_tensor_type_counts(file);
+  // No kernel of ours reads ggml's blocks yet: every quantized tensor is dequantized at load.
+  e->file_tensors_run_as_ = "dequantized once to " + dtype_label(dtype) + " at load";
+  // The file's own name says what it is ("SmolLM2-135M-Instruct.Q4_1"); general.name is often a
+  // training-run label.
+  e->name_ = fs::path(path).stem().string();
   e->parameters_ = e->model_->parameter_count();
   e->apply_options(o);
   return e;
@@ -195,11 +255,15 @@ nlohmann::json Engine::info() const {
   // for them (packed GEMM layouts can keep a second copy of the tied embedding).
   j["weight_bytes"] = quant_.is_quantized() ? model_->resident_bytes() : parameters_ * dtype_bytes();
   j["resident_weight_bytes"] = model_->resident_bytes();
-  j["gemm"] = model_->kernels() ? model_->kernels()->description() : "aten addmm";
+  j["gemm"] = model_->kernels() ? model_->kernels()->description() : gpt2() ? "aten addmm" : "aten linear";
   if (quant_.is_quantized())
     j["quantization"] = {
         {"mode", quant_.mode_name()}, {"exec", quant_exec_name(quant_.exec)}, {"kernel", quant_kernel_}};
   j["lm_head_tied"] = model_->lm_head_tied();
+  if (!file_tensor_types_.empty()) {
+    j["file_tensor_types"] = file_tensor_types_;
+    j["file_tensors_run_as"] = file_tensors_run_as_;
+  }
   j["dtype"] = dtype_label(model_->dtype());
   j["device"] = device_label(model_->device());
   j["threads"] = at::get_num_threads();

@@ -1,6 +1,7 @@
 #pragma once
 // The engine a face talks to: one model, its tokenizer, a device and a dtype. Torch-free header:
 // the GUI includes it (the model itself stays behind a forward declaration).
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -32,8 +33,16 @@ struct EngineOptions {
 
 class Engine {
  public:
+  // The built-in model: SmolLM2-135M-Instruct, the Q4_1 GGUF that scripts/bootstrap installs
+  // (default_model_path()).
+  static std::unique_ptr<Engine> load_builtin(const EngineOptions& options);
+  // A Hugging Face folder or a .gguf file.
+  static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
+  // A GGUF file (architecture llama): config, weights and tokenizer from the file.
+  static std::unique_ptr<Engine> load_gguf(const std::string& path, const EngineOptions& options);
   // GPT-2 small shape with seeded random weights and the real GPT-2 tokenizer (from
-  // tokenizer_dir, or default_tokenizer_dir() when empty).
+  // tokenizer_dir, or default_tokenizer_dir() when empty): the course's exact tensors and GPT-2
+  // timings; its text is noise.
   static std::unique_ptr<Engine> load_demo(const EngineOptions& options,
                                            const std::string& tokenizer_dir = "");
   // A Hugging Face folder: config.json (model_type gpt2, or llama / mistral / qwen2), the
@@ -78,12 +87,18 @@ class Engine {
   // dequantize-once ones included, run it. Value-initialised: Aten.
   GemmBackend gemm_{};
   std::string quant_kernel_;
+  // What the file holds, per ggml type ("Q4_1" -> 210), for a GGUF; and how those run here.
+  std::map<std::string, int64_t> file_tensor_types_;
+  std::string file_tensors_run_as_;
   int64_t parameters_ = 0;
 };
 
 // Where the built-in model's GPT-2 tokenizer is: $SERVELAB_TOKENIZER_DIR, else the folder
 // scripts/bootstrap filled (compiled in). Throws TokenizerError when neither has the files.
 std::string default_tokenizer_dir();
+// Where the built-in model's GGUF is: $SERVELAB_MODEL, else the file scripts/bootstrap linked
+// (compiled in). Throws ModelFormatError saying how to get it when neither exists.
+std::string default_model_path();
 
 // Applies the thread count (0 = keep) to libtorch's intra-op pool.
 void set_engine_threads(int threads);

@@ -13,6 +13,9 @@ struct RopeScaling {
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   int64_t original_context = 8192;                       // llama3: original_max_position_embeddings
+  // Per-frequency divisors llama.cpp stores as rope_freqs.weight (its form of llama3 scaling);
+  // empty when none.
+  std::vector<double> freq_factors;
 };
 
 struct LlamaConfig {

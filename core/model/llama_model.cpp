@@ -42,6 +42,7 @@ at::Tensor llama_inv_freq(const LlamaConfig& c) {
       at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(c.head_dim);
   at::Tensor inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
   const RopeScaling& s = c.rope_scaling;
+  if (!s.freq_factors.empty()) inv_freq = inv_freq / at::tensor(s.freq_factors, at::kDouble).to(at::kFloat);
   if (s.type == "linear") return inv_freq / s.factor;
   if (s.type == "llama3") {
     // transformers' _compute_llama3_parameters: long wavelengths slowed by `factor`, short ones

@@ -1,0 +1,128 @@
+#include "model/llama_gguf.h"
+
+#include "model/tensor_from_file.h"
+#include "util/errors.h"
+
+namespace servelab {
+
+LlamaConfig llama_config_from_gguf(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  if (arch != "llama")
+    throw ModelFormatError(f.path() + ": general.architecture is \"" + arch + "\", not llama");
+  auto key = [](const char* k) { return std::string("llama.") + k; };
+  auto positive = [&](const std::string& k, std::optional<int64_t> fallback = std::nullopt) {
+    std::optional<int64_t> v = f.find_int(k);
+    if (!v) {
+      if (!fallback) throw ModelFormatError(f.path() + ": missing key " + k);
+      return *fallback;
+    }
+    if (*v <= 0 || *v > (int64_t{1} << 40))
+      throw ModelFormatError(f.path() + ": " + k + " must be positive, got " + std::to_string(*v));
+    return *v;
+  };
+  LlamaConfig c;
+  c.model_type = "llama";
+  c.n_layer = positive(key("block_count"));
+  c.hidden_size = positive(key("embedding_length"));
+  c.intermediate_size = positive(key("feed_forward_length"));
+  c.n_head = positive(key("attention.head_count"));
+  c.n_kv_head = positive(key("attention.head_count_kv"), c.n_head);
+  if (c.n_head % c.n_kv_head != 0)
+    throw ModelFormatError(f.path() + ": " + std::to_string(c.n_head) + " heads are not a multiple of " +
+                           std::to_string(c.n_kv_head) + " KV heads");
+  c.head_dim = positive(key("attention.key_length"), c.hidden_size / c.n_head);
+  if (const auto rot = f.find_int(key("rope.dimension_count")); rot && *rot != c.head_dim)
+    throw ModelFormatError(f.path() + ": rope over " + std::to_string(*rot) + " of " +
+                           std::to_string(c.head_dim) +
+                           " head dimensions (partial rotary embeddings) is not supported");
+  c.context = positive(key("context_length"), 2048);
+  c.rms_norm_eps = f.find_float(key("attention.layer_norm_rms_epsilon")).value_or(1e-5);
+  c.rope_theta = f.find_float(key("rope.freq_base")).value_or(10000.0);
+  if (const auto type = f.find_string(key("rope.scaling.type")); type && *type != "none") {
+    if (*type != "linear")
+      throw ModelFormatError(f.path() + ": " + key("rope.scaling.type") + " \"" + *type +
+                             "\" is not supported (supported: none, linear)");
+    c.rope_scaling.type = "linear";
+    c.rope_scaling.factor = f.find_float(key("rope.scaling.factor")).value_or(1.0);
+  }
+  if (const GgufTensor* freqs = f.find("rope_freqs.weight")) {
+    const std::vector<float> v = gguf_dequantize(*freqs);
+    if (static_cast<int64_t>(v.size()) != c.head_dim / 2)
+      throw ModelFormatError(f.path() + ": rope_freqs.weight has " + std::to_string(v.size()) +
+                             " values, expected " + std::to_string(c.head_dim / 2));
+    c.rope_scaling.freq_factors.assign(v.begin(), v.end());
+  }
+  const GgufTensor& embd = f.at("token_embd.weight");
+  c.vocab_size = embd.shape().front();
+  if (const auto v = f.find_int(key("vocab_size")); v && *v != c.vocab_size)
+    throw ModelFormatError(f.path() + ": " + key("vocab_size") + " is " + std::to_string(*v) +
+                           " but token_embd.weight has " + std::to_string(c.vocab_size) + " rows");
+  c.tie_word_embeddings = f.find("output.weight") == nullptr;
+  c.attention_bias = f.find("blk.0.attn_q.bias") != nullptr;
+  c.o_bias = f.find("blk.0.attn_output.bias") != nullptr;
+  c.mlp_bias = f.find("blk.0.ffn_up.bias") != nullptr;
+  if (const auto b = f.find_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = *b;
+  if (const auto e = f.find_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {*e};
+  return c;
+}
+
+at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t heads) {
+  const int64_t rows = w.size(0), half = rows / heads / 2;
+  std::vector<int64_t> shape = {heads, half, 2};
+  for (int64_t d = 1; d < w.dim(); ++d) shape.push_back(w.size(d));
+  return w.reshape(shape).transpose(1, 2).reshape(w.sizes()).contiguous();
+}
+
+std::map<std::string, int64_t> gguf_tensor_type_counts(const GgufFile& f) {
+  std::map<std::string, int64_t> counts;
+  for (const GgufTensor& t : f.tensors()) ++counts[ggml_type_name(t.type)];
+  return counts;
+}
+
+namespace {
+
+// llama.cpp's name of a tensor the weights ask for by Hugging Face's name.
+std::string gguf_name_of(const std::string& hf, const std::vector<Projection>& table) {
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  const std::string layers = "model.layers.";
+  if (hf.rfind(layers, 0) == 0) {
+    const size_t dot = hf.find('.', layers.size());
+    const std::string block = "blk." + hf.substr(layers.size(), dot - layers.size()) + ".";
+    const std::string rest = hf.substr(dot + 1);
+    if (rest == "input_layernorm.weight") return block + "attn_norm.weight";
+    if (rest == "post_attention_layernorm.weight") return block + "ffn_norm.weight";
+    for (const Projection& p : table)
+      if (rest.rfind(p.hf_name + ".", 0) == 0) return block + p.gguf_name + rest.substr(p.hf_name.size());
+  }
+  throw ModelFormatError("no GGUF name for tensor \"" + hf + "\"");
+}
+
+}  // namespace
+
+LlamaWeights load_llama_gguf(const GgufFile& f, const LlamaConfig& c, at::Device device,
+                             at::ScalarType dtype) {
+  const std::vector<Projection> table = llama_projections(c);
+  return assemble_llama_weights(
+      c, [&](const std::string& hf, const std::vector<int64_t>& shape, bool optional) -> at::Tensor {
+        const std::string name = gguf_name_of(hf, table);
+        const GgufTensor* t = f.find(name);
+        if (!t) {
+          if (optional) return {};
+          throw ModelFormatError(f.path() + ": missing tensor \"" + name + "\"");
+        }
+        if (t->shape() != shape)
+          throw ModelFormatError(f.path() + ": tensor \"" + name + "\" has shape " +
+                                 shape_string(t->shape()) + ", expected " + shape_string(shape) +
+                                 " from the llama.* metadata");
+        std::vector<float> values = gguf_dequantize(*t);
+        at::Tensor w = at::from_blob(values.data(), shape, at::kFloat);
+        const bool q = name.find(".attn_q.") != std::string::npos,
+                   k = name.find(".attn_k.") != std::string::npos;
+        if (q || k) w = unpermute_rope_rows(w, q ? c.n_head : c.n_kv_head);
+        return w.to(at::TensorOptions().dtype(dtype).device(device), false, /*copy=*/true);
+      });
+}
+
+}  // namespace servelab

@@ -1,0 +1,29 @@
+#pragma once
+// A Llama-family model out of a GGUF file (llama.cpp's "llama" architecture): the config from the
+// llama.* metadata, the weights dequantized from any block type the reader knows, with llama.cpp's
+// Q/K row permutation undone so that Hugging Face's rotate-half RoPE applies.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+
+#include "model/gguf_file.h"
+#include "model/llama_config.h"
+#include "model/llama_model.h"
+
+namespace servelab {
+
+// ModelFormatError naming the file and key for a missing or inconsistent value.
+LlamaConfig llama_config_from_gguf(const GgufFile& file);
+
+LlamaWeights load_llama_gguf(const GgufFile& file, const LlamaConfig& config, at::Device device,
+                             at::ScalarType dtype);
+
+// How many tensors of each ggml type the file holds ("Q4_1" -> 210).
+std::map<std::string, int64_t> gguf_tensor_type_counts(const GgufFile& file);
+
+// llama.cpp's converter stores Q and K with the two halves of every head interleaved (rows 2i and
+// 2i+1 hold Hugging Face's rows i and i + head_dim / 2); this puts them back. w: [heads * head_dim, ...].
+at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t heads);
+
+}  // namespace servelab
