@@ -34,7 +34,7 @@ class TestCli : public QObject {
 
  private Q_SLOTS:
   void info_reports_gpt2_small() {
-    Run r = cli({"info"});
+    Run r = cli({"info", "--demo"});
     QCOMPARE(r.code, 0);
     QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
     QCOMPARE(j["parameters"].toInteger(), 124439808);
@@ -45,7 +45,8 @@ class TestCli : public QObject {
   }
 
   void tokenize_json() {
-    Run r = cli({"tokenize", "--json", "The quick brown fox jumped over the", "What comes up must"});
+    Run r =
+        cli({"tokenize", "--demo", "--json", "The quick brown fox jumped over the", "What comes up must"});
     QCOMPARE(r.code, 0);
     auto lines = json_lines(r.out);
     QCOMPARE(lines.size(), 2);
@@ -55,10 +56,15 @@ class TestCli : public QObject {
   }
 
   void generate_json_batch_equals_one_by_one() {
-    const QStringList base = {"generate",         "--json",
-                              "--max-new-tokens", "3",
-                              "--prompt",         "The rain in Spain falls",
-                              "--prompt",         "What comes up must"};
+    const QStringList base = {"generate",
+                              "--demo",
+                              "--json",
+                              "--max-new-tokens",
+                              "3",
+                              "--prompt",
+                              "The rain in Spain falls",
+                              "--prompt",
+                              "What comes up must"};
     Run single = cli(base);
     Run batch = cli(base + QStringList{"--batch"});
     Run nocache = cli(base + QStringList{"--no-kv-cache"});
@@ -82,13 +88,13 @@ class TestCli : public QObject {
   }
 
   void bench_commands_emit_json() {
-    Run kv = cli({"bench", "kv-cache", "--new-tokens", "3", "--repeats", "1", "--json"});
+    Run kv = cli({"bench", "kv-cache", "--demo", "--new-tokens", "3", "--repeats", "1", "--json"});
     QCOMPARE(kv.code, 0);
     QJsonObject k = QJsonDocument::fromJson(kv.out.toUtf8()).object();
     QCOMPARE(k["cache_ms"].toArray().size(), 3);
     QCOMPARE(k["no_cache_ms"].toArray().size(), 3);
-    Run sw = cli(
-        {"bench", "batch-sweep", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats", "1", "--json"});
+    Run sw = cli({"bench", "batch-sweep", "--demo", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats",
+                  "1", "--json"});
     QCOMPARE(sw.code, 0);
     QJsonObject s = QJsonDocument::fromJson(sw.out.toUtf8()).object();
     QCOMPARE(s["points"].toArray().size(), 2);
@@ -96,8 +102,8 @@ class TestCli : public QObject {
   }
 
   void serving_benches_emit_json() {
-    Run svc = cli({"bench", "sync-vs-continuous", "--requests", "4", "--max-batch", "2", "--long-every", "2",
-                   "--long-tokens", "4", "--short-tokens", "2", "--json"});
+    Run svc = cli({"bench", "sync-vs-continuous", "--demo", "--requests", "4", "--max-batch", "2",
+                   "--long-every", "2", "--long-tokens", "4", "--short-tokens", "2", "--json"});
     QCOMPARE(svc.code, 0);
     QJsonObject v = QJsonDocument::fromJson(svc.out.toUtf8()).object();
     QCOMPARE(v["experiment"].toString(), QString("sync-vs-continuous"));
@@ -107,8 +113,8 @@ class TestCli : public QObject {
       QCOMPARE(m.toObject()["generated_tokens"].toInt(), 12);
       QVERIFY(m.toObject()["ttft_ms"].toObject().contains("p99"));
     }
-    Run sb =
-        cli({"bench", "seed-benchmark", "--queries", "3", "--new-tokens", "3", "--max-batch", "2", "--json"});
+    Run sb = cli({"bench", "seed-benchmark", "--demo", "--queries", "3", "--new-tokens", "3", "--max-batch",
+                  "2", "--json"});
     QCOMPARE(sb.code, 0);
     QJsonObject b = QJsonDocument::fromJson(sb.out.toUtf8()).object();
     QCOMPARE(b["rows"].toArray().size(), 2);
@@ -119,8 +125,8 @@ class TestCli : public QObject {
       QVERIFY2(batched.contains(k), k);
     QVERIFY(b["same_tokens"].toBool());
     // The batched run alone (for side-by-side runs against other engines): same tokens.
-    Run alone = cli({"bench", "seed-benchmark", "--queries", "3", "--new-tokens", "3", "--max-batch", "2",
-                     "--no-baseline", "--json"});
+    Run alone = cli({"bench", "seed-benchmark", "--demo", "--queries", "3", "--new-tokens", "3",
+                     "--max-batch", "2", "--no-baseline", "--json"});
     QCOMPARE(alone.code, 0);
     QJsonObject a = QJsonDocument::fromJson(alone.out.toUtf8()).object();
     QCOMPARE(a["rows"].toArray().size(), 1);
@@ -129,21 +135,23 @@ class TestCli : public QObject {
   }
 
   void serving_benches_print_the_seed_tables() {
-    Run sw = cli({"bench", "batch-sweep", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats", "1"});
+    Run sw = cli(
+        {"bench", "batch-sweep", "--demo", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats", "1"});
     QCOMPARE(sw.code, 0);
     QVERIFY2(
         sw.out.contains("batch size") && sw.out.contains("tokens/ms") && sw.out.contains("latency ms/step"),
         qPrintable(sw.out));
     QCOMPARE(sw.out.split('\n', Qt::SkipEmptyParts).size(), 4);  // header, two sizes, caveat
-    Run sb = cli({"bench", "seed-benchmark", "--queries", "2", "--new-tokens", "2", "--max-batch", "2"});
+    Run sb =
+        cli({"bench", "seed-benchmark", "--demo", "--queries", "2", "--new-tokens", "2", "--max-batch", "2"});
     QCOMPARE(sb.code, 0);
     for (const char* col :
          {"queries", "time s", "throughput", "max batch", "avg batch", "tokens", "inference calls"})
       QVERIFY2(sb.out.contains(col), col);
     QVERIFY(sb.out.contains("baseline (one query at a time, KV cache)"));
     QVERIFY(sb.out.contains("batched (continuous, slot KV)"));
-    Run svc = cli({"bench", "sync-vs-continuous", "--requests", "3", "--max-batch", "2", "--long-every", "2",
-                   "--long-tokens", "3", "--short-tokens", "1"});
+    Run svc = cli({"bench", "sync-vs-continuous", "--demo", "--requests", "3", "--max-batch", "2",
+                   "--long-every", "2", "--long-tokens", "3", "--short-tokens", "1"});
     QCOMPARE(svc.code, 0);
     QVERIFY2(svc.out.contains("faster than synchronous; greedy tokens identical"), qPrintable(svc.out));
     QVERIFY(svc.out.contains("KV copied MB"));
@@ -157,7 +165,8 @@ class TestCli : public QObject {
         << QStringList{"generate", "--model", "/nonexistent/gpt2", "--prompt", "hi"} << 1
         << "model folder /nonexistent/gpt2 not found";
     QTest::newRow("empty prompt") << QStringList{"generate", "--prompt", ""} << 1 << "prompt 1 is empty";
-    QTest::newRow("prompt too long") << QStringList{"generate", "--prompt", "hi", "--max-new-tokens", "5000"}
+    QTest::newRow("prompt too long") << QStringList{"generate", "--demo",           "--prompt",
+                                                    "hi",       "--max-new-tokens", "5000"}
                                      << 1 << "exceeds the context of 1024";
     QTest::newRow("bad temperature") << QStringList{"generate", "--prompt", "hi", "--temperature", "0"} << 1
                                      << "temperature must be > 0";
@@ -168,12 +177,12 @@ class TestCli : public QObject {
     QTest::newRow("not a number") << QStringList{"bench", "batch-sweep", "--batch-sizes", "1,x"} << 1
                                   << "not an integer";
     QTest::newRow("impossible batch")
-        << QStringList{"bench", "batch-sweep", "--batch-sizes", "500000", "--repeats", "1"} << 1
+        << QStringList{"bench", "batch-sweep", "--demo", "--batch-sizes", "500000", "--repeats", "1"} << 1
         << "GiB of memory is available";
     QTest::newRow("bad max batch") << QStringList{"bench", "sync-vs-continuous", "--max-batch", "0"} << 1
                                    << "max batch must be at least 1, got 0";
     QTest::newRow("request too long")
-        << QStringList{"bench", "seed-benchmark", "--queries", "1", "--new-tokens", "2000"} << 1
+        << QStringList{"bench", "seed-benchmark", "--demo", "--queries", "1", "--new-tokens", "2000"} << 1
         << "exceeds the context of 1024";
     QTest::newRow("unknown option") << QStringList{"generate", "--prompt", "hi", "--frobnicate"} << 2
                                     << "frobnicate";
@@ -191,6 +200,72 @@ class TestCli : public QObject {
     QVERIFY2(err.contains(expected), qPrintable(err));
     QVERIFY2(!err.contains('\n'), qPrintable("more than one line: " + err));
     QVERIFY2(err.startsWith("servelab-cli: "), qPrintable(err));
+  }
+
+  void info_reports_the_builtin_smollm2() {
+    // Without --model every command runs the built-in real model: SmolLM2-135M-Instruct from its GGUF.
+    Run r = cli({"info"});
+    QCOMPARE(r.code, 0);
+    QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(j["architecture"].toString(), QString("llama"));
+    QCOMPARE(j["format"].toString(), QString("gguf"));
+    QCOMPARE(j["random_weights"].toBool(), false);
+    QCOMPARE(j["parameters"].toInteger(), 134515008);
+    QCOMPARE(j["file_tensor_types"].toObject()["Q4_1"].toInt(), 210);
+    QVERIFY(!j.contains("caveat"));
+    Run demo = cli({"info", "--demo"});
+    QJsonObject d = QJsonDocument::fromJson(demo.out.toUtf8()).object();
+    QCOMPARE(d["architecture"].toString(), QString("gpt2"));
+    QCOMPARE(d["random_weights"].toBool(), true);
+  }
+
+  void tokenize_defaults_to_the_builtin_model() {
+    // SmolLM2's pre-tokenizer isolates every digit (MODELS.md's examples).
+    Run r = cli({"tokenize", "--json", "a  1", "1 2  3   4"});
+    QCOMPARE(r.code, 0);
+    auto lines = json_lines(r.out);
+    QCOMPARE(lines.size(), 2);
+    QCOMPARE(ints(lines[0]["ids"]), (std::vector<int>{81, 256, 33}));
+    QCOMPARE(ints(lines[1]["ids"]), (std::vector<int>{33, 216, 34, 256, 35, 333, 36}));
+  }
+
+  void builtin_model_writes_real_text() {
+    // The chat-formatted course question gets a real English answer (HF's greedy text starts so).
+    Run r = cli({"generate", "--max-new-tokens", "6", "--prompt",
+                 "<|im_start|>user\nWhat is deep learning?<|im_end|>\n<|im_start|>assistant\n", "--json"});
+    QCOMPARE(r.code, 0);
+    const QJsonObject j = json_lines(r.out).at(0);
+    QVERIFY2(j["text"].toString().startsWith("Deep learning is a"), qPrintable(j["text"].toString()));
+  }
+
+  void model_choice_errors_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("model and demo") << QStringList{"info", "--demo", "--model", "x"} << "not both";
+    QTest::newRow("not a gguf") << QStringList{"info", "--model", SERVELAB_SOURCE_DIR "/README.md"}
+                                << "not a .gguf";
+    QTest::newRow("context") << QStringList{"generate", "--prompt", "hi", "--max-new-tokens", "9000"}
+                             << "exceeds the context of 8192";
+  }
+  void model_choice_errors() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, expected);
+    Run r = cli(args);
+    QCOMPARE(r.code, 1);
+    const QString err = r.err.trimmed();
+    QVERIFY2(err.contains(expected) && !err.contains('\n'), qPrintable(err));
+  }
+
+  void corrupt_gguf_is_one_line() {
+    QTemporaryDir tmp;
+    const QString path = tmp.path() + "/broken.gguf";
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("GGUF\x03\x00\x00\x00", 8);  // v3, then nothing: truncated header
+    f.close();
+    Run r = cli({"info", "--model", path});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("broken.gguf") && !r.err.trimmed().contains('\n'), qPrintable(r.err));
   }
 
   void truncated_model_file() {
