@@ -315,6 +315,8 @@ struct Gpt2BpeTokenizer::Impl {
     space_char = compile(R"(\p{White_Space})");
   }
 
+  static constexpr size_t kUnknown = std::string_view::npos - 1;
+
   // Splits `text` at added tokens (leftmost-longest, as HF's Aho-Corasick) into `out`. Only plain
   // text segments of `in` are split further.
   void split_added(std::string_view text, const std::vector<AddedToken>& tokens,
@@ -327,13 +329,21 @@ struct Gpt2BpeTokenizer::Impl {
       const std::string_view part = text.substr(0, seg.end);
       size_t pos = seg.begin;  // everything before pos is handled
       size_t search = seg.begin;
+      // Each token's next occurrence at or after `search`, found once and kept until passed: the
+      // text is scanned about once per token, not once per token and match (a long chat prompt
+      // against Llama 3's 256 control tokens).
+      std::vector<size_t> next(tokens.size(), kUnknown);
       while (search < seg.end) {
         // Leftmost match; among those starting at the same place, the longest.
         size_t best_start = std::string_view::npos;
         const AddedToken* best = nullptr;
-        for (const AddedToken& tok : tokens) {
+        for (size_t k = 0; k < tokens.size(); ++k) {
+          const AddedToken& tok = tokens[k];
           if (tok.content.empty()) continue;
-          const size_t at = part.find(tok.content, search);
+          if (next[k] == kUnknown || (next[k] != std::string_view::npos && next[k] < search)) {
+            next[k] = part.find(tok.content, search);
+          }
+          const size_t at = next[k];
           if (at == std::string_view::npos) continue;
           if (at < best_start || (at == best_start && tok.content.size() > best->content.size())) {
             best_start = at;

@@ -63,7 +63,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // From a Hugging Face tokenizer.json with a BPE model: model.vocab, model.merges (either
   // "a b" strings or [a, b] pairs), added_tokens and the pre_tokenizer (ByteLevel; Digits +
   // ByteLevel; Split(regex) + ByteLevel(use_regex=false); anything else is refused by name).
-  // A TemplateProcessing post_processor that starts with a special token makes add_bos() true.
+  // An added "<|endoftext|>" is bos, eos and a stop token, as for GPT-2; a TemplateProcessing
+  // post_processor that starts with a special token makes that token bos and add_bos() true; the
+  // config (tokenizer_config.json and friends, see load_tokenizer) overrides both.
   static std::unique_ptr<Gpt2BpeTokenizer> from_tokenizer_json(const std::string& tokenizer_json_path,
                                                                const TokenizerConfig& config = {});
   // From plain parts (a GGUF's metadata). TokenizerError naming parts.source and the culprit for

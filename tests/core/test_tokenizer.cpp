@@ -590,6 +590,61 @@ class TestTokenizer : public QObject {
     QVERIFY2(contains(e, "missing.model") && contains(e, "not found"), e.c_str());
   }
 
+  // --- bos, stop ids, add_bos and the chat template (Tokenizer interface) ---
+
+  void gpt2_specials_are_endoftext() {
+    REQUIRE_GPT2();
+    for (const Gpt2BpeTokenizer* tok : {from_vocab_.get(), from_json_.get()}) {
+      if (!tok) continue;
+      QCOMPARE(tok->bos_id(), std::optional<int32_t>(50256));
+      QCOMPARE(tok->stop_ids(), std::vector<int32_t>{50256});
+      QCOMPARE(tok->add_bos(), false);
+      QCOMPARE(tok->chat_template(), std::string());
+      QCOMPARE(tok->pre_tokenizer(), PreTokenizerKind::Gpt2);
+      QCOMPARE(tok->unencodable_bytes(), std::vector<uint8_t>{});
+      QCOMPARE(tok->token_id("<|endoftext|>"), std::optional<int32_t>(50256));
+    }
+    // A folder's tokenizer_config.json (the shared copy has one) names the same tokens.
+    const auto folder = load_tokenizer(files_->dir);
+    QCOMPARE(folder->bos_id(), std::optional<int32_t>(50256));
+    QCOMPARE(folder->stop_ids(), std::vector<int32_t>{50256});
+    QCOMPARE(folder->add_bos(), false);
+  }
+
+  void sentencepiece_specials_and_config() {
+    QTemporaryDir tmp;
+    const std::string dir = tmp.path().toStdString();
+    std::string corpus;
+    for (int r = 0; r < 20; ++r)
+      corpus += "the quick brown fox jumps over the lazy dog\nhello world, hello there\n";
+    write_file(dir + "/corpus.txt", corpus);
+    const auto status = sentencepiece::SentencePieceTrainer::Train(
+        "--input=" + dir + "/corpus.txt --model_prefix=" + dir +
+        "/tokenizer --vocab_size=60 --model_type=bpe --minloglevel=2");
+    QVERIFY2(status.ok(), status.ToString().c_str());
+    // SentencePiece's defaults: unk 0, bos 1, eos 2; a model with a bos piece wants it first, as
+    // transformers' LlamaTokenizer does.
+    const SentencePieceTokenizer plain(dir + "/tokenizer.model");
+    QCOMPARE(plain.bos_id(), std::optional<int32_t>(1));
+    QCOMPARE(plain.eos_id(), std::optional<int32_t>(2));
+    QCOMPARE(plain.stop_ids(), std::vector<int32_t>{2});
+    QCOMPARE(plain.add_bos(), true);
+    QCOMPARE(plain.chat_template(), std::string());
+
+    write_file(dir + "/tokenizer_config.json",
+               json{{"add_bos_token", false}, {"eos_token", "<s>"}, {"chat_template", "{{ x }}"}}.dump());
+    write_file(dir + "/generation_config.json", json{{"eos_token_id", json::array({2, 1})}}.dump());
+    const auto tok = load_tokenizer(dir);
+    QCOMPARE(tok->kind(), std::string("sentencepiece"));
+    QCOMPARE(tok->add_bos(), false);
+    QCOMPARE(tok->eos_id(), std::optional<int32_t>(1));
+    QCOMPARE(tok->stop_ids(), (std::vector<int32_t>{1, 2}));
+    QCOMPARE(tok->chat_template(), std::string("{{ x }}"));
+    write_file(dir + "/tokenizer_config.json", json{{"bos_token", "<nope>"}}.dump());
+    const std::string e = tokenizer_error([&] { load_tokenizer(dir); });
+    QVERIFY2(contains(e, "tokenizer_config.json") && contains(e, "<nope>"), e.c_str());
+  }
+
  private:
   void check_fixture(const Tokenizer& tok, const char* route) {
     int failures = 0;
