@@ -25,6 +25,7 @@
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
 #include "tokenizer/gguf_tokenizer.h"
+#include "tokenizer/prompt.h"
 #include "tokenizer/tokenizer.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -173,6 +174,8 @@ struct GenerateArgs {
   std::uint64_t seed = 0;
   bool no_kv_cache = false;
   bool batch = false;
+  bool chat = false;
+  std::string system;
   bool json_out = false;
   std::vector<std::string> stop;
   std::vector<std::string> adapters;  // PEFT folders: one for every prompt, or one per prompt ("none": base)
@@ -193,7 +196,12 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
     o.sampling.seed = a.seed;
   }
   std::vector<std::vector<int32_t>> ids;
-  for (const auto& p : a.prompts) ids.push_back(engine->tokenizer().encode(p));
+  // --chat: each prompt is one user turn in the model's own chat template.
+  std::vector<std::string> texts = a.prompts;
+  if (!a.system.empty() && !a.chat) throw InputError("--system needs --chat");
+  if (a.chat)
+    for (auto& t : texts) t = chat_prompt(engine->tokenizer(), t, a.system);
+  for (const auto& p : texts) ids.push_back(encode_prompt(engine->tokenizer(), p));
   // Adapters per prompt: --adapter once applies to every prompt, or once per prompt in order.
   std::vector<std::shared_ptr<const LoraAdapter>> per_prompt;
   if (!a.adapters.empty()) {
@@ -240,6 +248,7 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
   for (size_t i = 0; i < out.size(); ++i) {
     if (a.json_out) {
       json j = sequence_json(a.prompts[i], out[i], totals[i]);
+      if (a.chat) j["chat_prompt"] = texts[i];
       if (!per_prompt.empty()) j["adapter"] = per_prompt[i] ? per_prompt[i]->name() : "";
       print_json(j);
     } else {
@@ -396,7 +405,7 @@ int cmd_demo(const ModelArgs& m) {
   GenerateOptions o;
   o.max_new_tokens = 10;
   std::vector<std::vector<int32_t>> ids;
-  for (const auto& p : kSeedPrompts) ids.push_back(engine->tokenizer().encode(p));
+  for (const auto& p : kSeedPrompts) ids.push_back(encode_prompt(engine->tokenizer(), p));
   GenerateResult g = generate(engine->model(), engine->tokenizer(), ids, o);
   std::cout << "\nGreedy, 10 new tokens, the three seed prompts as one left-padded batch:\n";
   for (size_t i = 0; i < ids.size(); ++i)
@@ -501,7 +510,7 @@ int cmd_lora_serve(const ModelArgs& m, const LoraServeArgs& a) {
   o.lora_strategy = parse_multi_lora_strategy(a.strategy);
   if (a.requests < 1) throw InputError("--requests must be at least 1");
   std::vector<BatchRequest> requests;
-  const std::vector<int32_t> ids = engine->tokenizer().encode(a.prompt);
+  const std::vector<int32_t> ids = encode_prompt(engine->tokenizer(), a.prompt);
   int64_t next = 0;
   for (int64_t i = 0; i < a.requests; ++i) {
     BatchRequest r;
@@ -597,6 +606,10 @@ int main(int argc, char** argv) {
   gen->add_option("--stop", gargs.stop, "stop string (repeatable)");
   gen->add_flag("--no-kv-cache", gargs.no_kv_cache, "re-run the whole sequence every step");
   gen->add_flag("--batch", gargs.batch, "run all prompts as one left-padded batch");
+  gen->add_flag("--chat", gargs.chat,
+                "format each prompt as a user turn in the model's chat template (ChatML, Llama 2/3, Zephyr, "
+                "Gemma, Mistral)");
+  gen->add_option("--system", gargs.system, "with --chat: a system message before the user turn");
   gen->add_flag("--json", gargs.json_out, "one JSON line per prompt");
   gen->add_option("--adapter", gargs.adapters,
                   "PEFT LoRA folder: once for every prompt, or once per prompt in order (\"none\": the base "

@@ -41,9 +41,15 @@ int main(int argc, char** argv) {
   const QCommandLineOption report(QStringLiteral("report"),
                                   QStringLiteral("Write the run's result as JSON when done."),
                                   QStringLiteral("json"));
-  const QCommandLineOption model(QStringLiteral("model"),
-                                 QStringLiteral("Hugging Face GPT-2 folder to load."), QStringLiteral("dir"));
-  const QCommandLineOption demo(QStringLiteral("demo"), QStringLiteral("Start on the built-in model."));
+  const QCommandLineOption model(
+      QStringLiteral("model"),
+      QStringLiteral("Hugging Face model folder or .gguf file to load (default: the "
+                     "built-in SmolLM2-135M-Instruct)."),
+      QStringLiteral("path"));
+  const QCommandLineOption demo(
+      QStringLiteral("demo"),
+      QStringLiteral("Start on the GPT-2 small shape with random weights (the course's exact "
+                     "tensors; its text is noise)."));
   const QCommandLineOption settings(QStringLiteral("settings"),
                                     QStringLiteral("Read and write settings in this INI file instead of the "
                                                    "user's (for scripts and reproducible screenshots)."),
@@ -56,7 +62,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<QSettings> store =
       cli.isSet(settings) ? std::make_unique<QSettings>(cli.value(settings), QSettings::IniFormat)
                           : std::make_unique<QSettings>();
-  if (cli.isSet(demo)) store->remove(QStringLiteral("model/folder"));
+  if (cli.isSet(demo)) {
+    store->remove(QStringLiteral("model/folder"));
+    store->setValue(QStringLiteral("model/demo"), true);
+  } else if (cli.isSet(model)) {
+    store->setValue(QStringLiteral("model/demo"), false);
+  }
   if (cli.isSet(theme)) {
     const QString t = cli.value(theme);
     if (t != QLatin1String("light") && t != QLatin1String("dark")) {

@@ -16,9 +16,11 @@
 
 namespace servelab::ui {
 
-// What to load: a Hugging Face GPT-2 folder, or the built-in demo model when folder is empty.
+// What to load: a Hugging Face folder or a .gguf file; with neither, the built-in SmolLM2, or the
+// GPT-2 small shape with random weights when demo is set.
 struct ModelRequest {
-  QString folder;
+  QString folder;  // a folder or a .gguf file
+  bool demo = false;
   QString device = QStringLiteral("cpu");
   QString dtype = QStringLiteral("fp32");
   int threads = 0;  // 0: libtorch's default
@@ -26,9 +28,11 @@ struct ModelRequest {
 
 struct ModelSummary {
   QString name;
-  QString folder;  // empty for the built-in model
-  bool demo = false;
-  QString caveat;  // shown beside any generated text ("random weights: ...")
+  QString folder;                // the folder or .gguf file; empty for the built-in models
+  bool demo = false;             // the GPT-2 small shape with random weights
+  QString architecture, format;  // "gpt2" / "llama"; "random", "safetensors" or "gguf"
+  QString chatFamily;            // the chat template's family ("chatml", ...); empty: none or unrecognised
+  QString caveat;                // shown beside any generated text ("random weights: ...")
   QString device, dtype, tokenizer;
   int threads = 0;
   qint64 parameters = 0, weightBytes = 0;
@@ -40,6 +44,7 @@ struct ModelSummary {
 
 struct GenerateRequest {
   QString prompt;
+  bool chat = false;                  // the prompt is one user turn, formatted with the model's chat template
   servelab::GenerateOptions options;  // options.cancel is set by the worker
 };
 

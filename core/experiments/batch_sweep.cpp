@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "generate/generator.h"
+#include "tokenizer/prompt.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -37,7 +38,7 @@ BatchSweepResult run_batch_sweep(const Engine& engine, const BatchSweepParams& p
   for (int64_t b : p.batch_sizes)
     if (b < 1) throw InputError("batch size must be at least 1, got " + std::to_string(b));
   std::vector<std::vector<int32_t>> encoded;
-  for (const auto& s : p.prompts) encoded.push_back(engine.tokenizer().encode(s));
+  for (const auto& s : p.prompts) encoded.push_back(encode_prompt(engine.tokenizer(), s));
   GenerateOptions o;
   o.max_new_tokens = p.new_tokens;
   o.stop_at_eos = false;

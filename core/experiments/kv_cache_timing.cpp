@@ -4,6 +4,7 @@
 
 #include "experiments/batch_sweep.h"
 #include "generate/generator.h"
+#include "tokenizer/prompt.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -29,7 +30,7 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
                                         const ExperimentControl& control) {
   if (p.repeats < 1) throw InputError("repeats must be at least 1");
   KvCacheTimingResult r;
-  r.prompt_ids = engine.tokenizer().encode(p.prompt);
+  r.prompt_ids = encode_prompt(engine.tokenizer(), p.prompt);
   if (p.prompt_tokens < 0)
     throw InputError("prompt length must be positive, got " + std::to_string(p.prompt_tokens));
   if (p.prompt_tokens > 0) {

@@ -14,6 +14,7 @@
 #include "lora/lora_adapter.h"
 #include "lora/multi_lora.h"
 #include "model/model.h"
+#include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -326,7 +327,7 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
 
   // The prompt through the base model and the first adapters, one batched run per strategy.
   progress(control, 0.9, "generating per adapter");
-  const std::vector<int32_t> prompt_ids = engine.tokenizer().encode(p.prompt);
+  const std::vector<int32_t> prompt_ids = encode_prompt(engine.tokenizer(), p.prompt);
   if (prompt_ids.empty()) throw InputError("the prompt is empty");
   std::vector<std::shared_ptr<const LoraAdapter>> out_rows = {nullptr};
   for (size_t i = 0; i < owned.size() && static_cast<int64_t>(i) < p.outputs_max; ++i)

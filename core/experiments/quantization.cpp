@@ -13,6 +13,7 @@
 #include "model/gpt2_model.h"
 #include "model/packed_linear.h"
 #include "quant/quantized_model.h"
+#include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -155,7 +156,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
   }
 
   std::vector<std::vector<int32_t>> prompts;
-  for (const auto& s : p.prompts) prompts.push_back(tok.encode(s));
+  for (const auto& s : p.prompts) prompts.push_back(encode_prompt(tok, s));
   GenerateOptions greedy;
   greedy.max_new_tokens = p.new_tokens;
   greedy.stop_at_eos = false;
@@ -183,7 +184,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
   if (engine.is_demo()) {
     result.perplexity_note = "perplexity needs a real checkpoint: the built-in model's weights are random";
   } else {
-    ppl_ids = tok.encode(kPerplexityText);
+    ppl_ids = encode_prompt(tok, kPerplexityText);
     if (static_cast<int64_t>(ppl_ids.size()) > cfg.n_positions)
       ppl_ids.resize(static_cast<size_t>(cfg.n_positions));
     result.fp32_perplexity = perplexity(ref, ppl_ids);

@@ -2,6 +2,7 @@
 
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
+#include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -31,7 +32,7 @@ SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmark
   std::vector<BatchRequest> requests;
   for (int64_t i = 0; i < p.queries; ++i) {
     BatchRequest r;
-    r.prompt_ids = engine.tokenizer().encode(p.prompts[static_cast<size_t>(i) % p.prompts.size()]);
+    r.prompt_ids = encode_prompt(engine.tokenizer(), p.prompts[static_cast<size_t>(i) % p.prompts.size()]);
     r.max_new_tokens = p.new_tokens;
     r.stop_at_eos = false;  // every query yields exactly new_tokens tokens, as in the seed's count
     requests.push_back(std::move(r));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "tokenizer/prompt.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -154,7 +155,7 @@ std::vector<BatchRequest> make_sync_vs_continuous_requests(const Engine& engine,
                      std::to_string(p.prompt_tokens_max) + "] is not a range of lengths");
   if (!(p.arrival_rate >= 0))
     throw InputError("arrival rate must be >= 0 requests/s, got " + std::to_string(p.arrival_rate));
-  const std::vector<int32_t> base = engine.tokenizer().encode(p.prompt);
+  const std::vector<int32_t> base = encode_prompt(engine.tokenizer(), p.prompt);
   if (base.empty()) throw InputError("the prompt is empty");
   std::mt19937_64 rng(p.seed);
   std::vector<BatchRequest> out;

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "lora/multi_lora.h"
+#include "tokenizer/prompt.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -38,7 +39,7 @@ PaddedPrompts pad_prompts(const Model& model, const Tokenizer& tokenizer,
   if (prompts.empty()) throw InputError("no prompts given");
   std::vector<std::vector<int32_t>> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    ids.push_back(tokenizer.encode(prompts[i]));
+    ids.push_back(encode_prompt(tokenizer, prompts[i]));
     if (ids.back().empty())
       throw InputError("prompt " + std::to_string(i + 1) + " is empty: it needs at least one token");
   }

@@ -12,6 +12,7 @@
 #include "model/llama_model.h"
 #include "model/packed_linear.h"
 #include "quant/quantized_model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -268,6 +269,13 @@ nlohmann::json Engine::info() const {
   j["device"] = device_label(model_->device());
   j["threads"] = at::get_num_threads();
   j["tokenizer"] = tokenizer_->kind();
+  // The chat template's family, "unrecognised", or null when the model has none.
+  if (tokenizer_->chat_template().empty()) {
+    j["chat_template"] = nullptr;
+  } else {
+    const auto family = detect_chat_family(tokenizer_->chat_template());
+    j["chat_template"] = family ? chat_family_name(*family) : "unrecognised";
+  }
   j["cuda_available"] = cuda_available();
   return j;
 }

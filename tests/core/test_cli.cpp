@@ -238,12 +238,30 @@ class TestCli : public QObject {
     QVERIFY2(j["text"].toString().startsWith("Deep learning is a"), qPrintable(j["text"].toString()));
   }
 
+  void chat_uses_the_models_template() {
+    Run r =
+        cli({"generate", "--chat", "--max-new-tokens", "4", "--prompt", "What is deep learning?", "--json"});
+    QCOMPARE(r.code, 0);
+    const QJsonObject j = json_lines(r.out).at(0);
+    QCOMPARE(j["prompt"].toString(), QString("What is deep learning?"));
+    QCOMPARE(
+        j["chat_prompt"].toString(),
+        QString(
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nWhat is deep learning?<|im_end|>\n<|im_start|>assistant\n"));
+    QVERIFY2(j["text"].toString().startsWith("Deep learning"), qPrintable(j["text"].toString()));
+  }
+
   void model_choice_errors_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("expected");
     QTest::newRow("model and demo") << QStringList{"info", "--demo", "--model", "x"} << "not both";
     QTest::newRow("not a gguf") << QStringList{"info", "--model", SERVELAB_SOURCE_DIR "/README.md"}
                                 << "not a .gguf";
+    QTest::newRow("no chat template")
+        << QStringList{"generate", "--demo", "--chat", "--prompt", "hi"} << "no chat template";
+    QTest::newRow("system without chat")
+        << QStringList{"generate", "--system", "be brief", "--prompt", "hi"} << "--system needs --chat";
     QTest::newRow("context") << QStringList{"generate", "--prompt", "hi", "--max-new-tokens", "9000"}
                              << "exceeds the context of 8192";
   }

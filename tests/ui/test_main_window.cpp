@@ -82,8 +82,29 @@ class TestMainWindow : public QObject {
   }
 
   void opensOnBuiltInModel() {
+    // The built-in model is real: SmolLM2-135M-Instruct from its GGUF, no caveat, chat available.
     auto w = makeWindow(QStringLiteral("builtin"));
     w->loadInitialModel();
+    QVERIFY(waitLoaded(*w));
+    const ModelSummary& m = w->engine()->model();
+    QVERIFY(!m.demo);
+    QCOMPARE(m.architecture, QStringLiteral("llama"));
+    QCOMPARE(m.format, QStringLiteral("gguf"));
+    QCOMPARE(m.parameters, 134515008);
+    QVERIFY(m.caveat.isEmpty());
+    auto* label = w->findChild<QLabel*>(QStringLiteral("modelLabel"));
+    QVERIFY(label && label->text().contains(QStringLiteral("SmolLM2-135M-Instruct")));
+    QVERIFY(!label->text().contains(QStringLiteral("random weights")));
+    QVERIFY(w->findChild<QLabel*>(QStringLiteral("stateStatus"))->text().contains(QStringLiteral("ready")));
+    auto* caveat = w->findChild<QLabel*>(QStringLiteral("generateCaveat"));
+    QVERIFY(caveat && caveat->isHidden());
+    auto* chat = w->findChild<QCheckBox*>(QStringLiteral("generateChat"));
+    QVERIFY(chat && chat->isEnabled());
+  }
+
+  void gpt2RandomShapeIsOneClickAway() {
+    auto w = makeWindow(QStringLiteral("demo"));
+    w->findChild<QAction*>(QStringLiteral("demoModelAction"))->trigger();
     QVERIFY(waitLoaded(*w));
     const ModelSummary& m = w->engine()->model();
     QVERIFY(m.demo);
@@ -94,9 +115,16 @@ class TestMainWindow : public QObject {
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("deviceStatus"))->text().contains(QStringLiteral("cpu")));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("memoryStatus"))->text().contains(QStringLiteral("MiB")));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("stateStatus"))->text().contains(QStringLiteral("ready")));
-    // The Generate tab labels the demo model's text as noise.
+    // The Generate tab labels the demo model's text as noise; GPT-2 has no chat template.
     auto* caveat = w->findChild<QLabel*>(QStringLiteral("generateCaveat"));
     QVERIFY(caveat && caveat->text().contains(QStringLiteral("text is noise")));
+    QVERIFY(!w->findChild<QCheckBox*>(QStringLiteral("generateChat"))->isEnabled());
+    // The choice is remembered: the next start opens on it again.
+    w->close();  // saves the settings
+    auto again = makeWindow(QStringLiteral("demo"));
+    again->loadInitialModel();
+    QVERIFY(waitLoaded(*again));
+    QVERIFY(again->engine()->model().demo);
   }
 
   void switchesTabs() {

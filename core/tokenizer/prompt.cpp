@@ -1,0 +1,30 @@
+#include "tokenizer/prompt.h"
+
+#include "tokenizer/chat_template.h"
+#include "util/errors.h"
+
+namespace servelab {
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text) {
+  std::vector<int32_t> ids = tokenizer.encode(text);
+  if (tokenizer.add_bos() && tokenizer.bos_id() && (ids.empty() || ids.front() != *tokenizer.bos_id()))
+    ids.insert(ids.begin(), *tokenizer.bos_id());
+  return ids;
+}
+
+std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_message,
+                        const std::string& system_message) {
+  if (tokenizer.chat_template().empty())
+    throw TokenizerError(
+        "the model has no chat template (tokenizer_config.json chat_template or GGUF "
+        "tokenizer.chat_template): give the prompt as plain text instead");
+  auto spelling = [&](std::optional<int32_t> id) { return id ? tokenizer.token_bytes(*id) : std::string(); };
+  const ChatTemplate chat = ChatTemplate::from_jinja(tokenizer.chat_template(), spelling(tokenizer.bos_id()),
+                                                     spelling(tokenizer.eos_id()));
+  std::vector<ChatMessage> messages;
+  if (!system_message.empty()) messages.push_back({"system", system_message});
+  messages.push_back({"user", user_message});
+  return chat.format(messages, true);
+}
+
+}  // namespace servelab

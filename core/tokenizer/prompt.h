@@ -1,0 +1,22 @@
+#pragma once
+// Prompts as a model expects them: token ids with the beginning-of-sequence token where the
+// tokenizer asks for one, and chat messages in the model's own template.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace servelab {
+
+// encode(text), with bos_id() in front when add_bos() says the model was trained so (Llama 2,
+// TinyLlama); GPT-2 and SmolLM2 add none.
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text);
+
+// One user turn (after an optional system message) in the tokenizer's chat template, ending
+// where the assistant's answer begins. TokenizerError when the model has no chat template or one
+// that is not recognised (never a silent ChatML).
+std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_message,
+                        const std::string& system_message = "");
+
+}  // namespace servelab
