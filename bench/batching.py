@@ -35,7 +35,8 @@ PROMPTS = ["The quick brown fox jumped over the", "The rain in Spain falls", "Wh
 
 
 def ours(args, threads):
-    out = subprocess.run([CLI, "bench", *args, "--threads", str(threads), "--json"], check=True,
+    # --demo: the GPT-2 random shape, which HF loads from the export below.
+    out = subprocess.run([CLI, "bench", *args, "--demo", "--threads", str(threads), "--json"], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)
 

@@ -4,6 +4,13 @@
   .venv/bin/python bench/compare_hf.py [--threads 2] [--tokens 10] [--repeats 5]
                                        [--batch-sizes 1,2,4,8,16,32,64]
                                        [--device cpu|cuda] [--dtype fp32|fp16|bf16]
+                                       [--model demo|builtin|PATH]
+
+--model picks the weights both engines run: "demo" (default) the GPT-2 small shape with random
+weights, exported once with `servelab-cli export-demo`; "builtin" the SmolLM2-135M-Instruct GGUF
+that scripts/bootstrap installs; or a Hugging Face folder or .gguf file. HF loads a GGUF
+dequantized to the dtype (from_pretrained(gguf_file=...)), as our engine does today, and its GGUF
+tokenizer gets the digit-splitting pre-tokenizer SmolLM2 declares (../shared/MODELS.md).
 
 What it measures (all medians over --repeats, our engine and HF interleaved so that both see the
 same machine state):
@@ -34,7 +41,50 @@ CLI = os.environ.get("SERVELAB_CLI", os.path.join(ROOT, "build", "release", "app
 PROMPTS = ["The quick brown fox jumped over the", "The rain in Spain falls", "What comes up must"]
 
 
-TARGET = {"device": "cpu", "dtype": "fp32"}  # set from the command line in main()
+TARGET = {"device": "cpu", "dtype": "fp32", "model_args": ["--demo"]}  # set from the command line in main()
+BUILTIN = os.path.join(ROOT, ".venv", "share", "servelab", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def machine_info():
+    """The CPU model and the vector ISA our kernels can use on it (every benchmark names both)."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "baseline"
+    return {"cpu": model, "isa": isa}
+
+
+def load_hf(a, dtype):
+    """The model and tokenizer HF runs for --model, and the arguments that make our CLI load the same."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = BUILTIN if a.model == "builtin" else a.model
+    if a.model == "demo":
+        if not os.path.exists(os.path.join(a.model_dir, "model.safetensors")):
+            subprocess.run([CLI, "export-demo", "--out", a.model_dir], check=True, capture_output=True)
+        TARGET["model_args"] = ["--demo"]
+        folder, gguf = a.model_dir, None
+    elif path.endswith(".gguf"):
+        TARGET["model_args"] = ["--model", path]
+        folder, gguf = os.path.dirname(os.path.realpath(path)), os.path.basename(os.path.realpath(path))
+    else:
+        TARGET["model_args"] = ["--model", path]
+        folder, gguf = path, None
+    extra = {"gguf_file": gguf} if gguf else {}
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **extra).to(TARGET["device"]).eval()
+    tok = AutoTokenizer.from_pretrained(folder, **extra)
+    if gguf:
+        from tokenizers import pre_tokenizers
+        tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    return model, tok, path if a.model != "demo" else a.model_dir
 
 
 def sync(torch):
@@ -43,7 +93,7 @@ def sync(torch):
 
 
 def ours(args, threads):
-    out = subprocess.run([CLI, "bench", *args, "--threads", str(threads), "--device", TARGET["device"],
+    out = subprocess.run([CLI, "bench", *args, *TARGET["model_args"], "--threads", str(threads), "--device", TARGET["device"],
                           "--dtype", TARGET["dtype"], "--json"], check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -67,7 +117,7 @@ def greedy_parity(torch, model, tok, tokens):
     """Our greedy tokens (servelab-cli generate) against HF's generate() for each seed prompt."""
     rows = []
     for prompt in PROMPTS:
-        out = subprocess.run([CLI, "generate", "--prompt", prompt, "--max-new-tokens", str(tokens), "--greedy",
+        out = subprocess.run([CLI, "generate", *TARGET["model_args"], "--prompt", prompt, "--max-new-tokens", str(tokens), "--greedy",
                               "--device", TARGET["device"], "--dtype", TARGET["dtype"], "--json"],
                              check=True, capture_output=True, text=True).stdout
         mine = json.loads(out.splitlines()[0])["generated_ids"]
@@ -141,19 +191,15 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on it)")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     ap.add_argument("--parity-tokens", type=int, default=16, help="greedy tokens per seed prompt (0: skip)")
+    ap.add_argument("--model", default="demo", help="demo (GPT-2 shape, random weights), builtin (SmolLM2) or a path")
     a = ap.parse_args()
     sizes = [int(s) for s in a.batch_sizes.split(",")]
     TARGET.update(device=a.device, dtype=a.dtype)
 
     import torch
-    from transformers import GPT2LMHeadModel, GPT2TokenizerFast
     torch.set_num_threads(a.threads)
-    if not os.path.exists(os.path.join(a.model_dir, "model.safetensors")):
-        subprocess.run([CLI, "export-demo", "--out", a.model_dir], check=True, capture_output=True)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
-    model = GPT2LMHeadModel.from_pretrained(a.model_dir, dtype=dtype).to(a.device).eval()
-    tok = GPT2TokenizerFast.from_pretrained(a.model_dir)
-    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    model, tok, model_path = load_hf(a, dtype)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
     bw = copy_bandwidth(torch, a.threads, a.repeats)
@@ -190,10 +236,11 @@ def main():
 
     gpu = torch.cuda.get_device_name() if a.device.startswith("cuda") else None
     print(json.dumps({
-        "machine": {"threads": a.threads, "torch": torch.__version__, "cpu_count": os.cpu_count(), "gpu": gpu},
+        "machine": {"threads": a.threads, "torch": torch.__version__, "cpu_count": os.cpu_count(), "gpu": gpu,
+                    **machine_info()},
         "device": a.device, "dtype": a.dtype,
         "greedy_parity": parity,
-        "model": {"dir": a.model_dir, "weight_bytes": weight_bytes},
+        "model": {"name": a.model, "path": model_path, "weight_bytes": weight_bytes},
         "memory_floor": {"copy_bandwidth_gb_s": bw / 1e9, "decode_floor_ms": floor_ms},
         "decode_bs1": decode,
         "batch_sweep": sweep,

@@ -31,7 +31,7 @@ def rates(step_ms, total_ms):
 
 def run_cli(cli, args):
     cmd = [cli, "generate", "--prompt", args.prompt, "--max-new-tokens", str(args.tokens), "--greedy",
-           "--threads", str(args.threads), "--json"] + (["--model", args.model] if args.model else [])
+           "--threads", str(args.threads), "--json"] + (["--model", args.model] if args.model else ["--demo"])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     line = json.loads(out.strip().splitlines()[-1])
     return rates(line["step_ms"], line["total_ms"]), line["generated_ids"]
@@ -41,7 +41,7 @@ def run_gui(gui, args, work):
     ini = work / "settings.ini"
     ini.write_text(
         "[generate]\n"
-        f"prompt={args.prompt}\nmaxNewTokens={args.tokens}\nsampling=false\nstopAtEos=true\n"
+        f"prompt={args.prompt}\nmaxNewTokens={args.tokens}\nsampling=false\nstopAtEos=true\nchat=false\n"
         "[model]\n"
         f"threads={args.threads}\n")
     report = work / "report.json"
@@ -58,7 +58,8 @@ def run_gui(gui, args, work):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=str(root / "build" / "release"))
-    p.add_argument("--model", default="", help="Hugging Face GPT-2 folder (default: the built-in model)")
+    p.add_argument("--model", default="",
+                   help="model folder or .gguf (default: the GPT-2 shape with random weights, --demo)")
     p.add_argument("--prompt", default="The quick brown fox jumped over the")
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=0, help="0: libtorch's default")

@@ -31,7 +31,8 @@ STRATEGIES = ["loop", "gathered", "segmented"]
 
 
 def cli(args):
-    done = subprocess.run([CLI] + args, capture_output=True, text=True)
+    # The figures are GPT-2's (the random shape, --demo), whatever model the CLI opens on by default.
+    done = subprocess.run([CLI] + args[:2] + ["--demo"] + args[2:], capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"bench/lora.py: servelab-cli {' '.join(args[:2])} failed: {done.stderr.strip()}")
     return json.loads(done.stdout)

@@ -28,7 +28,7 @@ MODES = {
 
 
 def run(execution, modes, a):
-    args = [CLI, "quantize", "--threads", str(a.threads), "--mode", modes, "--exec", execution,
+    args = [CLI, "quantize", "--demo", "--threads", str(a.threads), "--mode", modes, "--exec", execution,
             "--repeats", str(a.repeats), "--json"]
     if a.quick:
         args += ["--new-tokens", "4", "--batch", "8"]

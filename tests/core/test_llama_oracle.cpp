@@ -15,6 +15,7 @@
 #include "model/llama_model.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
+#include "util/device.h"
 
 using namespace servelab;
 using servelab::test::max_abs_diff;
@@ -209,6 +210,31 @@ class TestLlamaOracle : public QObject {
       expected.resize(static_cast<size_t>(reqs[i].max_new_tokens));
       QCOMPARE(r.requests[i].generated_ids, expected);
     }
+  }
+
+  void cuda_matches_hf_data() { cases_by_backend(); }
+  void cuda_matches_hf() {
+    // On a GPU in fp32: full logits within 1e-3 of HF's (CPU fp32) and HF's greedy tokens, alone and
+    // as a padded batch, through the GQA KV cache.
+    if (!cuda_available()) QSKIP("no CUDA device here: the Llama CUDA parity rows run on a GPU machine");
+    QFETCH(QString, name);
+    QFETCH(int, backend);
+    Case c = load(name, static_cast<AttentionBackend>(backend), at::Device(at::kCUDA));
+    const auto ps = c.prompts();
+    {
+      c10::InferenceMode guard;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        at::Tensor ids = at::tensor(std::vector<int64_t>(ps[i].begin(), ps[i].end())).unsqueeze(0);
+        at::Tensor logits = c.model->forward({ids, at::arange(ids.size(1)).unsqueeze(0), at::Tensor(), true})
+                                .squeeze(0)
+                                .cpu();
+        const double d = max_abs_diff(logits, c.tensors.at("logits_" + std::to_string(i)));
+        QVERIFY2(d < 1e-3, qPrintable(QString("prompt %1: max |logit diff| = %2").arg(i).arg(d)));
+      }
+    }
+    const test::IdTokenizer tok = id_tokenizer(c);
+    GenerateResult b = generate(*c.model, tok, ps, greedy(c, true));
+    for (size_t i = 0; i < ps.size(); ++i) QCOMPARE(b.sequences[i].generated_ids, c.single(i));
   }
 
   void engine_loads_llama_folders() {
