@@ -94,7 +94,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   // block per KV head, so the keys are read once per group and never repeated in memory. The mask
   // ([B or 1, 1, 1, S]) broadcasts over them unchanged.
   if (T == 1 && H != H_kv && !m.causal)
-    return attend_heads(q.view({B, H_kv, H / H_kv, D}), k, v, m, p).view({B, H, 1, D});
+    // reshape, not view: the rotated q and CUDA's SDPA output need not be contiguous.
+    return attend_heads(q.reshape({B, H_kv, H / H_kv, D}), k, v, m, p).reshape({B, H, 1, D});
   return attend_heads(q, k, v, m, p);
 }
 

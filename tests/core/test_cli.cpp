@@ -168,23 +168,25 @@ class TestCli : public QObject {
     QTest::newRow("missing model folder")
         << QStringList{"generate", "--model", "/nonexistent/gpt2", "--prompt", "hi"} << 1
         << "model folder /nonexistent/gpt2 not found";
-    QTest::newRow("empty prompt") << QStringList{"generate", "--prompt", ""} << 1 << "prompt 1 is empty";
+    QTest::newRow("empty prompt") << QStringList{"generate", "--demo", "--prompt", ""} << 1
+                                  << "prompt 1 is empty";
     QTest::newRow("prompt too long") << QStringList{"generate", "--demo",           "--prompt",
                                                     "hi",       "--max-new-tokens", "5000"}
                                      << 1 << "exceeds the context of 1024";
-    QTest::newRow("bad temperature") << QStringList{"generate", "--prompt", "hi", "--temperature", "0"} << 1
-                                     << "temperature must be > 0";
-    QTest::newRow("bad dtype") << QStringList{"generate", "--prompt", "hi", "--dtype", "int3"} << 1
+    QTest::newRow("bad temperature") << QStringList{"generate", "--demo",        "--prompt",
+                                                    "hi",       "--temperature", "0"}
+                                     << 1 << "temperature must be > 0";
+    QTest::newRow("bad dtype") << QStringList{"generate", "--demo", "--prompt", "hi", "--dtype", "int3"} << 1
                                << "unknown dtype";
-    QTest::newRow("bad batch size") << QStringList{"bench", "batch-sweep", "--batch-sizes", "1,0"} << 1
-                                    << "batch size must be at least 1";
+    QTest::newRow("bad batch size") << QStringList{"bench", "batch-sweep", "--demo", "--batch-sizes", "1,0"}
+                                    << 1 << "batch size must be at least 1";
     QTest::newRow("not a number") << QStringList{"bench", "batch-sweep", "--batch-sizes", "1,x"} << 1
                                   << "not an integer";
     QTest::newRow("impossible batch")
         << QStringList{"bench", "batch-sweep", "--demo", "--batch-sizes", "500000", "--repeats", "1"} << 1
         << "GiB of memory is available";
-    QTest::newRow("bad max batch") << QStringList{"bench", "sync-vs-continuous", "--max-batch", "0"} << 1
-                                   << "max batch must be at least 1, got 0";
+    QTest::newRow("bad max batch") << QStringList{"bench", "sync-vs-continuous", "--demo", "--max-batch", "0"}
+                                   << 1 << "max batch must be at least 1, got 0";
     QTest::newRow("request too long")
         << QStringList{"bench", "seed-benchmark", "--demo", "--queries", "1", "--new-tokens", "2000"} << 1
         << "exceeds the context of 1024";

@@ -42,12 +42,12 @@ class TestLlamaOracle : public QObject {
 
   std::string dir_;
 
-  Case load(const QString& name, AttentionBackend backend = AttentionBackend::Sdpa) {
+  Case load(const QString& name, AttentionBackend backend = AttentionBackend::Sdpa,
+            at::Device device = at::Device(at::kCPU)) {
     const fs::path d = fs::path(dir_) / name.toStdString();
     Case c;
     LlamaConfig cfg = parse_llama_config(d.string());
-    c.model =
-        std::make_unique<LlamaModel>(cfg, load_llama_safetensors(d.string(), cfg, at::kCPU, at::kFloat));
+    c.model = std::make_unique<LlamaModel>(cfg, load_llama_safetensors(d.string(), cfg, device, at::kFloat));
     c.model->set_attention_backend(backend);
     std::ifstream(d / "reference.json") >> c.ref;
     SafetensorsFile ref = SafetensorsFile::open((d / "reference.safetensors").string());
@@ -221,7 +221,7 @@ class TestLlamaOracle : public QObject {
     QFETCH(int, backend);
     Case c = load(name, static_cast<AttentionBackend>(backend), at::Device(at::kCUDA));
     const auto ps = c.prompts();
-    {
+    try {
       c10::InferenceMode guard;
       for (size_t i = 0; i < ps.size(); ++i) {
         at::Tensor ids = at::tensor(std::vector<int64_t>(ps[i].begin(), ps[i].end())).unsqueeze(0);
@@ -231,9 +231,16 @@ class TestLlamaOracle : public QObject {
         const double d = max_abs_diff(logits, c.tensors.at("logits_" + std::to_string(i)));
         QVERIFY2(d < 1e-3, qPrintable(QString("prompt %1: max |logit diff| = %2").arg(i).arg(d)));
       }
+    } catch (const std::exception& e) {
+      QFAIL(e.what());  // QtTest would only say "unhandled exception"
     }
     const test::IdTokenizer tok = id_tokenizer(c);
-    GenerateResult b = generate(*c.model, tok, ps, greedy(c, true));
+    GenerateResult b;
+    try {
+      b = generate(*c.model, tok, ps, greedy(c, true));
+    } catch (const std::exception& e) {
+      QFAIL(e.what());
+    }
     for (size_t i = 0; i < ps.size(); ++i) QCOMPARE(b.sequences[i].generated_ids, c.single(i));
   }
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Two builds of servelab-cli side by side: per-token decode latency of `bench kv-cache`, the two
+binaries alternating run by run on the same machine, medians over --rounds. Prints JSON. For
+checking that a change to the model, a kernel, the KV cache or the scheduler did not slow decode.
+
+  .venv/bin/python bench/ab_kv_cache.py --a OLD_CLI --b NEW_CLI [--a-args ""] [--b-args "--demo"]
+                                        [--device cpu|cuda] [--dtype fp32] [--threads 2]
+                                        [--new-tokens 32] [--rounds 7]
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+
+
+def machine():
+    cpu, flags = "unknown", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and cpu == "unknown":
+                cpu = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    return {"cpu": cpu, "isa": "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "baseline"}
+
+
+def step_ms(cli, extra, a):
+    out = subprocess.run([cli, "bench", "kv-cache", *extra, "--device", a.device, "--dtype", a.dtype, "--threads",
+                          str(a.threads), "--new-tokens", str(a.new_tokens), "--repeats", "1", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    return statistics.median(r["cache_ms"][1:])  # decode steps (the first is the prefill)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--a", required=True)
+    ap.add_argument("--b", required=True)
+    ap.add_argument("--a-args", default="")
+    ap.add_argument("--b-args", default="")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args()
+    runs = {"a": [], "b": []}
+    step_ms(a.a, shlex.split(a.a_args), a)  # warm both (file cache, CUDA context)
+    step_ms(a.b, shlex.split(a.b_args), a)
+    for _ in range(a.rounds):
+        runs["a"].append(step_ms(a.a, shlex.split(a.a_args), a))
+        runs["b"].append(step_ms(a.b, shlex.split(a.b_args), a))
+    ma, mb = statistics.median(runs["a"]), statistics.median(runs["b"])
+    print(json.dumps({"machine": {**machine(), "threads": a.threads, "cpu_count": os.cpu_count()},
+                      "device": a.device, "dtype": a.dtype, "new_tokens": a.new_tokens, "rounds": a.rounds,
+                      "a": {"cli": a.a, "args": a.a_args, "decode_ms_median": ma, "runs": runs["a"]},
+                      "b": {"cli": a.b, "args": a.b_args, "decode_ms_median": mb, "runs": runs["b"]},
+                      "b_over_a": mb / ma, "statistic": "median of per-run median decode step"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
