@@ -29,7 +29,7 @@
 #include <utility>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
 #include "form_widgets.h"
 
 namespace servelab::ui {
@@ -132,11 +132,7 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   QHBoxLayout* buttons =
       makeRunButtons(QStringLiteral("continuous"),
                      tr("Serve the queue synchronously, then with continuous batching (Ctrl+Return)"));
-  progress_ = new QProgressBar(this);
-  progress_->setObjectName(QStringLiteral("continuousProgress"));
-  progress_->setRange(0, 1000);
-  progress_->setValue(0);
-  progress_->setFormat(tr("idle"));
+  progress_ = new RunProgressBar(this, QStringLiteral("continuousProgress"));
   summary_ = new QLabel(tr("Run to serve the queue both ways."), this);
   summary_->setObjectName(QStringLiteral("continuousSummary"));
   summary_->setWordWrap(true);
@@ -285,39 +281,6 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   flushTimer_->setInterval(kFlushMs);
   connect(flushTimer_, &QTimer::timeout, this, &ContinuousTab::flush);
 
-  connect(engine_, &EngineController::batchRunStarted, this, [this](const QString& m, qint64 n, qint64 s) {
-    if (running_) onRunStarted(m, n, s);
-  });
-  connect(engine_, &EngineController::batchAdmitted, this,
-          [this](qint64 r, qint64 slot, qint64 step, double) {
-            if (running_) onAdmitted(r, slot, step);
-          });
-  connect(engine_, &EngineController::batchToken, this,
-          [this](qint64 r, int, const QString& piece, qint64 step, double) {
-            if (running_) onToken(r, piece, step);
-          });
-  connect(engine_, &EngineController::batchRetired, this, [this](const servelab::RequestResult& r) {
-    if (running_) onRetired(r);
-  });
-  connect(engine_, &EngineController::batchStep, this, [this](const servelab::BatchStep& s) {
-    if (running_) onStep(s);
-  });
-  connect(engine_, &EngineController::progress, this, [this](double f, const QString& stage) {
-    if (!running_) return;
-    progress_->setValue(static_cast<int>(f * 1000));
-    progress_->setFormat(tr("%1 · %p%").arg(stage));
-  });
-  connect(engine_, &EngineController::syncVsContinuousFinished, this,
-          [this](const servelab::SyncVsContinuousResult& r) {
-            if (running_ && job_ == Job::Compare) onCompareFinished(r);
-          });
-  connect(engine_, &EngineController::seedBenchmarkFinished, this,
-          [this](const servelab::SeedBenchmarkResult& r) {
-            if (running_ && job_ == Job::Seed) onSeedFinished(r);
-          });
-  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
-    if (running_) onFailed(kind, m);
-  });
   updatePromptLengthEnabled();
 }
 
@@ -386,16 +349,33 @@ void ContinuousTab::setModel(const ModelSummary& model) {
 // --- Runs ------------------------------------------------------------------------------------
 
 bool ContinuousTab::run() {
-  if (!engine_->runSyncVsContinuous(params())) return false;
-  return startJob(Job::Compare);
+  EngineJob* job = engine_->submit(tr("synchronous vs continuous batching"), [p = params()](JobContext& c) {
+    return servelab::run_sync_vs_continuous(c.engine(), p, c.control());
+  });
+  if (!job) return false;
+  job->onResult<servelab::SyncVsContinuousResult>(this, [this](const auto& r) { onCompareFinished(r); });
+  return startJob(Job::Compare, job);
 }
 
 bool ContinuousTab::runSeedBenchmark() {
-  if (!engine_->runSeedBenchmark(seedParams())) return false;
-  return startJob(Job::Seed);
+  EngineJob* job = engine_->submit(tr("the seed benchmark"), [p = seedParams()](JobContext& c) {
+    return servelab::run_seed_benchmark(c.engine(), p, c.control());
+  });
+  if (!job) return false;
+  job->onResult<servelab::SeedBenchmarkResult>(this, [this](const auto& r) { onSeedFinished(r); });
+  return startJob(Job::Seed, job);
 }
 
-bool ContinuousTab::startJob(Job job) {
+bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
+  connect(engineJob, &EngineJob::batchRunStarted, this, &ContinuousTab::onRunStarted);
+  connect(engineJob, &EngineJob::batchAdmitted, this,
+          [this](qint64 r, qint64 slot, qint64 step, double) { onAdmitted(r, slot, step); });
+  connect(engineJob, &EngineJob::batchToken, this,
+          [this](qint64 r, int, const QString& piece, qint64 step, double) { onToken(r, piece, step); });
+  connect(engineJob, &EngineJob::batchRetired, this, &ContinuousTab::onRetired);
+  connect(engineJob, &EngineJob::batchStep, this, &ContinuousTab::onStep);
+  connect(engineJob, &EngineJob::failed, this, &ContinuousTab::onFailed);
+  progress_->follow(engineJob);
   runStarted();
   job_ = job;
   seedRun_->setEnabled(false);
@@ -415,8 +395,7 @@ bool ContinuousTab::startJob(Job job) {
   selector_->addItem(tr("the run in progress"));
   selector_->blockSignals(false);
   selector_->setEnabled(false);
-  progress_->setValue(0);
-  progress_->setFormat(tr("starting · %p%"));
+  progress_->start();
   if (job == Job::Compare) {
     const servelab::SyncVsContinuousParams p = params();
     summary_->setText(tr("Serving %1 requests (every %2th long: %3 tokens, the others %4) in batches of %5…")
@@ -651,8 +630,7 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
   text += r.same_tokens ? tr("<p>Every method generated the same tokens ✓</p>")
                         : tr("<p><b>The methods generated different tokens.</b></p>");
   summary_->setText(text);
-  progress_->setValue(1000);
-  progress_->setFormat(tr("done"));
+  progress_->finish();
   finishJob(true, QString());
 }
 
@@ -723,8 +701,7 @@ void ContinuousTab::onSeedFinished(const servelab::SeedBenchmarkResult& r) {
                           .arg(r.same_tokens ? tr("Batched tokens equal the baseline's ✓")
                                              : tr("<b>Batched tokens differ from the baseline's.</b>")));
   }
-  progress_->setValue(1000);
-  progress_->setFormat(tr("done"));
+  progress_->finish();
   finishJob(true, QString());
 }
 

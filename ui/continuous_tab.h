@@ -14,7 +14,6 @@ class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
-class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QTabWidget;
@@ -23,6 +22,9 @@ class QTextEdit;
 class QTimer;
 
 namespace servelab::ui {
+
+class EngineJob;
+class RunProgressBar;
 
 class ContinuousTab : public ExperimentTab {
   Q_OBJECT
@@ -82,7 +84,7 @@ class ContinuousTab : public ExperimentTab {
     QStringList texts;  // generated text per request
   };
 
-  bool startJob(Job job);
+  bool startJob(Job job, EngineJob* engineJob);
   void onRunStarted(const QString& method, qint64 requests, qint64 slots);
   void onAdmitted(qint64 request, qint64 slot, qint64 step);
   void onToken(qint64 request, const QString& piece, qint64 step);
@@ -117,7 +119,7 @@ class ContinuousTab : public ExperimentTab {
   QDoubleSpinBox* arrivalRate_;
   QSpinBox* seed_;
   QCheckBox* naive_;
-  QProgressBar* progress_;
+  RunProgressBar* progress_;
   QLabel* summary_;
   // Seed benchmark.
   QSpinBox* seedQueries_;

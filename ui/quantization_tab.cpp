@@ -24,7 +24,9 @@
 #include <limits>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
+#include "engine_session.h"
+#include "form_widgets.h"
 #include "quant/quant_spec.h"
 
 namespace servelab::ui {
@@ -212,11 +214,7 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
 
   QHBoxLayout* buttons = makeRunButtons(
       QStringLiteral("quant"), tr("Quantize the model in every chosen mode and measure it (Ctrl+Return)"));
-  progress_ = new QProgressBar(this);
-  progress_->setObjectName(QStringLiteral("quantProgress"));
-  progress_->setRange(0, 1000);
-  progress_->setValue(0);
-  progress_->setFormat(tr("idle"));
+  progress_ = new RunProgressBar(this, QStringLiteral("quantProgress"));
   summary_ = new QLabel(tr("Run to quantize the loaded model in each mode and compare it with fp32."), this);
   summary_->setObjectName(QStringLiteral("quantSummary"));
   summary_->setWordWrap(true);
@@ -378,24 +376,6 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
   connect(table_, &QTableWidget::currentCellChanged, this, [this](int, int column) {
     if (column > 0) showDetailMode(column);
   });
-  connect(engine_, &EngineController::point, this, [this](const QString& s, double x, double y) {
-    if (running_) onPoint(s, x, y);
-  });
-  connect(engine_, &EngineController::progress, this, [this](double f, const QString& stage) {
-    if (!running_) return;
-    progress_->setValue(static_cast<int>(f * 1000));
-    progress_->setFormat(tr("%1 · %p%").arg(stage));
-  });
-  connect(engine_, &EngineController::quantizationMode, this, [this](const servelab::QuantModeResult& m) {
-    if (running_) onMode(m);
-  });
-  connect(engine_, &EngineController::quantizationFinished, this,
-          [this](const servelab::QuantizationResult& r) {
-            if (running_) onFinished(r);
-          });
-  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
-    if (running_) onFailed(kind, m);
-  });
 }
 
 QList<ChartView*> QuantizationTab::charts() const {
@@ -480,15 +460,24 @@ bool QuantizationTab::run() {
     summary_->setText(tr("<b>Cannot run:</b> choose at least one mode to compare with fp32."));
     return false;
   }
-  if (!engine_->runQuantization(p)) return false;
+  EngineJob* job = engine_->submit(tr("quantization"), [p](JobContext& c) {
+    servelab::QuantizationResult r = servelab::run_quantization(c.engine(), p, c.control());
+    for (servelab::QuantModeResult& m : r.modes) makeReadable(c.engine(), m);
+    return r;
+  });
+  if (!job) return false;
+  connect(job, &EngineJob::point, this, &QuantizationTab::onPoint);
+  progress_->follow(job);
+  connect(job, &EngineJob::quantizationMode, this, &QuantizationTab::onMode);
+  job->onResult<servelab::QuantizationResult>(this, [this](const auto& r) { onFinished(r); });
+  connect(job, &EngineJob::failed, this, &QuantizationTab::onFailed);
   runStarted();
   hasResult_ = false;
   lastError_.clear();
   labels_ = QStringList{QStringLiteral("fp32")};
   for (const std::string& m : p.modes) labels_ << QString::fromStdString(m);
   resetView();
-  progress_->setValue(0);
-  progress_->setFormat(tr("starting · %p%"));
+  progress_->start();
   summary_->setText(
       tr("Running: fp32 and %n mode(s), execution %1%2…", nullptr, static_cast<int>(p.modes.size()))
           .arg(exec(), p.measure_speed ? tr(", with speed") : tr(", no speed")));
@@ -593,8 +582,7 @@ void QuantizationTab::onFinished(const servelab::QuantizationResult& r) {
                                .arg(p.batch_tokens)
                                .arg(r.copy_bandwidth_gbs, 0, 'f', 1) +
                            QStringLiteral(" · ") + chartFootnote(model_));
-  progress_->setValue(1000);
-  progress_->setFormat(tr("done"));
+  progress_->finish();
   runEnded(true, QString());
 }
 
