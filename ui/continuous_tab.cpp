@@ -31,6 +31,7 @@
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "form_widgets.h"
+#include "text_format.h"
 
 namespace servelab::ui {
 
@@ -54,8 +55,6 @@ void setRow(QTableWidget* table, int row, const QStringList& cells) {
     table->setItem(row, c, item);
   }
 }
-
-QString ms(double v) { return QString::number(v, 'f', v < 100 ? 1 : 0); }
 
 // The stream shows one line per request: line breaks inside a text are drawn as a symbol.
 QString streamable(const QString& piece) {
@@ -615,17 +614,18 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
     text = tr("<p><b>Continuous batching: %1 ms, synchronous: %2 ms, speed-up %3×.</b> %4 instead of %5 "
               "average rows per forward pass.</p>"
               "<p>Median latency %6 → %7 ms · median time to first token %8 → %9 ms.</p>")
-               .arg(ms(cont->total_ms), ms(sync->total_ms))
+               .arg(formatMsCoarse(cont->total_ms), formatMsCoarse(sync->total_ms))
                .arg(r.speedup, 0, 'f', 2)
                .arg(cont->average_batch, 0, 'f', 1)
                .arg(sync->average_batch, 0, 'f', 1)
-               .arg(ms(sync->latency_p50), ms(cont->latency_p50), ms(sync->ttft_p50), ms(cont->ttft_p50));
+               .arg(formatMsCoarse(sync->latency_p50), formatMsCoarse(cont->latency_p50),
+                    formatMsCoarse(sync->ttft_p50), formatMsCoarse(cont->ttft_p50));
   }
   if (naive && cont) {
     text += tr("<p>The seed's merge/filter copied %1 MiB of KV cache (slot KV: %2 MiB) and took %3 ms.</p>")
                 .arg(static_cast<double>(naive->kv_copy_bytes) / kMiB, 0, 'f', 1)
                 .arg(static_cast<double>(cont->kv_copy_bytes) / kMiB, 0, 'f', 1)
-                .arg(ms(naive->total_ms));
+                .arg(formatMsCoarse(naive->total_ms));
   }
   text += r.same_tokens ? tr("<p>Every method generated the same tokens ✓</p>")
                         : tr("<p><b>The methods generated different tokens.</b></p>");
@@ -655,15 +655,15 @@ void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
   for (int c = 0; c < static_cast<int>(r.methods.size()); ++c) {
     const servelab::ServeSummary& m = r.methods[static_cast<size_t>(c)];
     const QStringList values = {
-        ms(m.total_ms),
+        formatMsCoarse(m.total_ms),
         QString::number(m.tokens_per_s, 'f', 0),
         m.total_ms > 0 && syncMs > 0 ? QStringLiteral("%1×").arg(syncMs / m.total_ms, 0, 'f', 2) : QString(),
-        ms(m.ttft_p50),
-        ms(m.ttft_p90),
-        ms(m.ttft_p99),
-        ms(m.latency_p50),
-        ms(m.latency_p90),
-        ms(m.latency_p99),
+        formatMsCoarse(m.ttft_p50),
+        formatMsCoarse(m.ttft_p90),
+        formatMsCoarse(m.ttft_p99),
+        formatMsCoarse(m.latency_p50),
+        formatMsCoarse(m.latency_p90),
+        formatMsCoarse(m.latency_p99),
         QString::number(m.inference_calls),
         QString::number(m.average_batch, 'f', 2),
         QString::number(m.max_batch),

@@ -28,6 +28,7 @@
 #include "engine_session.h"
 #include "form_widgets.h"
 #include "quant/quant_spec.h"
+#include "text_format.h"
 
 namespace servelab::ui {
 
@@ -66,18 +67,6 @@ QString modeLabel(const std::string& mode) {
 QString percent(double fraction) {
   const double p = fraction * 100;
   return QString::number(p, 'f', p < 10 ? 1 : 0) + QLatin1Char('%');
-}
-
-QString megabytes(int64_t bytes) {
-  const double mb = static_cast<double>(bytes) / kMB;
-  return QString::number(mb, 'f', mb < 10 ? 2 : 1);
-}
-
-// A readable token as running text: its leading open box back to a space.
-QString tokenText(const std::string& piece) {
-  QString s = QString::fromStdString(piece);
-  if (s.startsWith(QChar(0x2423))) s[0] = QLatin1Char(' ');
-  return s;
 }
 
 // Token boundaries show as a faint shade on every other token; differing tokens stand out.
@@ -546,7 +535,7 @@ void QuantizationTab::onFinished(const servelab::QuantizationResult& r) {
   // The headline: smallest, closest to fp32, fastest.
   QStringList lines;
   if (!modes_.isEmpty())
-    lines << tr("fp32 weights: <b>%1 MB</b>.").arg(megabytes(modes_.front().memory.total_bytes));
+    lines << tr("fp32 weights: <b>%1 MB</b>.").arg(formatMegabytes(modes_.front().memory.total_bytes));
   const servelab::QuantModeResult* smallest = nullptr;
   const servelab::QuantModeResult* closest = nullptr;
   const servelab::QuantModeResult* fastest = nullptr;
@@ -561,7 +550,7 @@ void QuantizationTab::onFinished(const servelab::QuantizationResult& r) {
   if (smallest)
     lines << tr("Smallest: <b>%1</b>, %2 of fp32 (%3 MB).")
                  .arg(modeLabel(smallest->mode), percent(smallest->memory.fraction_of_fp32),
-                      megabytes(smallest->memory.total_bytes));
+                      formatMegabytes(smallest->memory.total_bytes));
   if (closest)
     lines << tr("Closest to fp32: <b>%1</b> (KL %2, top-1 %3).")
                  .arg(modeLabel(closest->mode), QString::number(closest->kl_mean, 'g', 2),
@@ -661,12 +650,12 @@ void QuantizationTab::fillTable() {
     const servelab::QuantModeResult& m = modes_[c];
     set(RowExec, c, QString::fromStdString(m.exec));
     set(RowKernel, c, QString::fromStdString(m.kernel), QString::fromStdString(m.kernel));
-    set(RowWeights, c, megabytes(m.memory.total_bytes),
+    set(RowWeights, c, formatMegabytes(m.memory.total_bytes),
         tr("%1 values + %2 states + %3 kept in fp32 (MB)")
-            .arg(megabytes(m.memory.quantized_bytes), megabytes(m.memory.state_bytes),
-                 megabytes(m.memory.other_bytes)));
+            .arg(formatMegabytes(m.memory.quantized_bytes), formatMegabytes(m.memory.state_bytes),
+                 formatMegabytes(m.memory.other_bytes)));
     set(RowFraction, c, percent(m.memory.fraction_of_fp32));
-    set(RowResident, c, megabytes(m.memory.resident_bytes));
+    set(RowResident, c, formatMegabytes(m.memory.resident_bytes));
     set(RowMaxError, c, QString::number(m.max_abs_error, 'g', 3));
     set(RowMeanError, c, QString::number(m.mean_abs_error, 'g', 3));
     set(RowKl, c, QString::number(m.kl_mean, 'g', 3),
