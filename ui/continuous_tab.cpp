@@ -153,14 +153,9 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
       tr("The seed's table: every query alone with the KV cache, then all of them through "
          "continuous batching (Stop ends it)"));
   connect(seedRun_, &QPushButton::clicked, this, [this] { runSeedBenchmark(); });
-  auto* seedForm = new QHBoxLayout;
-  for (auto [label, box] :
-       {std::pair{tr("Queries"), seedQueries_}, std::pair{tr("New tokens"), seedNewTokens_},
-        std::pair{tr("Max batch"), seedMaxBatch_}}) {
-    seedForm->addWidget(new QLabel(label, this));
-    seedForm->addWidget(box);
-    seedForm->addSpacing(6);
-  }
+  QHBoxLayout* seedForm = makeControlRow(
+      this,
+      {{tr("Queries"), seedQueries_}, {tr("New tokens"), seedNewTokens_}, {tr("Max batch"), seedMaxBatch_}});
   seedForm->addWidget(seedRun_);
   seedForm->addStretch(1);
   auto* left = new QWidget(this);

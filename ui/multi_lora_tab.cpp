@@ -18,7 +18,6 @@
 
 #include "chart_view.h"
 #include "engine_controller.h"
-#include "engine_session.h"
 #include "form_widgets.h"
 #include "multi_lora/adapter_list.h"
 #include "multi_lora/adapter_serving_page.h"
