@@ -1,16 +1,12 @@
 #include "continuous_tab.h"
 
-#include <QCheckBox>
 #include <QComboBox>
-#include <QDoubleSpinBox>
 #include <QEvent>
-#include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QJsonDocument>
 #include <QLabel>
-#include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScrollArea>
@@ -25,10 +21,10 @@
 #include <QTimer>
 #include <QVBoxLayout>
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "chart_view.h"
+#include "continuous/request_queue_form.h"
 #include "engine_controller.h"
 #include "form_widgets.h"
 #include "text_format.h"
@@ -70,64 +66,7 @@ QString streamable(const QString& piece) {
 
 ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
   // --- Request queue ---
-  prompt_ = new QLineEdit(QStringLiteral("The quick brown fox jumped over the"), this);
-  prompt_->setObjectName(QStringLiteral("continuousPrompt"));
-  prompt_->setCursorPosition(0);
-  requests_ = makeSpin(this, QStringLiteral("continuousRequests"), 1, 1024, 32);
-  maxBatch_ = makeSpin(this, QStringLiteral("continuousMaxBatch"), 1, 256, 8);
-  maxBatch_->setToolTip(tr("Requests that run at once: the batch places (slots)"));
-  longEvery_ = makeSpin(this, QStringLiteral("continuousLongEvery"), 1, 1000, 8);
-  longEvery_->setToolTip(tr("Request 0 and every n-th after it is a long one"));
-  longTokens_ = makeSpin(this, QStringLiteral("continuousLongTokens"), 1, 1000, 100, tr(" tokens"));
-  shortTokens_ = makeSpin(this, QStringLiteral("continuousShortTokens"), 1, 1000, 10, tr(" tokens"));
-  randomPrompt_ = new QCheckBox(tr("Random prompt length"), this);
-  randomPrompt_->setObjectName(QStringLiteral("continuousRandomPrompt"));
-  randomPrompt_->setToolTip(
-      tr("Each request's prompt is the prompt's tokens repeated to a random length "
-         "(seeded)"));
-  promptMin_ = makeSpin(this, QStringLiteral("continuousPromptMin"), 1, 1000, 4);
-  promptMax_ = makeSpin(this, QStringLiteral("continuousPromptMax"), 1, 1000, 32, tr(" tokens"));
-  connect(randomPrompt_, &QCheckBox::toggled, this, &ContinuousTab::updatePromptLengthEnabled);
-  connect(promptMin_, &QSpinBox::valueChanged, this, [this](int v) {
-    if (promptMax_->value() < v) promptMax_->setValue(v);
-  });
-  connect(promptMax_, &QSpinBox::valueChanged, this, [this](int v) {
-    if (promptMin_->value() > v) promptMin_->setValue(v);
-  });
-  arrivalRate_ = new QDoubleSpinBox(this);
-  arrivalRate_->setObjectName(QStringLiteral("continuousArrivalRate"));
-  arrivalRate_->setRange(0, 10000);
-  arrivalRate_->setDecimals(1);
-  arrivalRate_->setSingleStep(5);
-  arrivalRate_->setSuffix(tr(" requests/s"));
-  arrivalRate_->setSpecialValueText(tr("all at once"));
-  arrivalRate_->setToolTip(
-      tr("Poisson arrivals at this rate (seeded); 0: every request is waiting at the "
-         "start"));
-  seed_ = makeSpin(this, QStringLiteral("continuousSeed"), 0, std::numeric_limits<int>::max(), 42);
-  naive_ = new QCheckBox(tr("Also the seed's merge/filter"), this);
-  naive_->setObjectName(QStringLiteral("continuousNaive"));
-  naive_->setToolTip(
-      tr("Also serve the queue with the seed's continuous batching, which re-pads and copies "
-         "the whole KV cache whenever a request joins or leaves"));
-
-  auto* lengthRow = new QHBoxLayout;
-  lengthRow->addWidget(promptMin_);
-  lengthRow->addWidget(new QLabel(QStringLiteral("–"), this));
-  lengthRow->addWidget(promptMax_);
-  auto* form = new QFormLayout;
-  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
-  form->addRow(tr("Prompt"), prompt_);
-  form->addRow(tr("Requests"), requests_);
-  form->addRow(tr("Max batch"), maxBatch_);
-  form->addRow(tr("Every n-th is long"), longEvery_);
-  form->addRow(tr("Long requests"), longTokens_);
-  form->addRow(tr("Short requests"), shortTokens_);
-  form->addRow(randomPrompt_);
-  form->addRow(tr("Prompt length"), lengthRow);
-  form->addRow(tr("Arrivals"), arrivalRate_);
-  form->addRow(tr("Seed"), seed_);
-  form->addRow(naive_);
+  queue_ = new RequestQueueForm(this);
   QHBoxLayout* buttons =
       makeRunButtons(QStringLiteral("continuous"),
                      tr("Serve the queue synchronously, then with continuous batching (Ctrl+Return)"));
@@ -138,7 +77,7 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   auto* queueBox = new QGroupBox(tr("Request queue"), this);
   auto* qv = new QVBoxLayout(queueBox);
-  qv->addLayout(form);
+  qv->addWidget(queue_);
   qv->addLayout(buttons);
   qv->addWidget(progress_);
   qv->addWidget(summary_);
@@ -274,54 +213,27 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   flushTimer_->setSingleShot(true);
   flushTimer_->setInterval(kFlushMs);
   connect(flushTimer_, &QTimer::timeout, this, &ContinuousTab::flush);
-
-  updatePromptLengthEnabled();
-}
-
-void ContinuousTab::updatePromptLengthEnabled() {
-  promptMin_->setEnabled(randomPrompt_->isChecked());
-  promptMax_->setEnabled(randomPrompt_->isChecked());
 }
 
 // --- Parameters ------------------------------------------------------------------------------
 
-void ContinuousTab::setPrompt(const QString& prompt) { prompt_->setText(prompt); }
-void ContinuousTab::setRequests(int n) { requests_->setValue(n); }
-void ContinuousTab::setMaxBatch(int n) { maxBatch_->setValue(n); }
-void ContinuousTab::setLongEvery(int n) { longEvery_->setValue(n); }
-void ContinuousTab::setLongTokens(int n) { longTokens_->setValue(n); }
-void ContinuousTab::setShortTokens(int n) { shortTokens_->setValue(n); }
-void ContinuousTab::setPromptTokens(int min, int max) {
-  randomPrompt_->setChecked(max > 0);
-  if (max > 0) {
-    promptMax_->setValue(max);
-    promptMin_->setValue(std::max(1, min));
-  }
-}
-void ContinuousTab::setArrivalRate(double perSecond) { arrivalRate_->setValue(perSecond); }
-void ContinuousTab::setSeed(int seed) { seed_->setValue(seed); }
-void ContinuousTab::setNaive(bool on) { naive_->setChecked(on); }
+void ContinuousTab::setPrompt(const QString& prompt) { queue_->setPrompt(prompt); }
+void ContinuousTab::setRequests(int n) { queue_->setRequests(n); }
+void ContinuousTab::setMaxBatch(int n) { queue_->setMaxBatch(n); }
+void ContinuousTab::setLongEvery(int n) { queue_->setLongEvery(n); }
+void ContinuousTab::setLongTokens(int n) { queue_->setLongTokens(n); }
+void ContinuousTab::setShortTokens(int n) { queue_->setShortTokens(n); }
+void ContinuousTab::setPromptTokens(int min, int max) { queue_->setPromptTokens(min, max); }
+void ContinuousTab::setArrivalRate(double perSecond) { queue_->setArrivalRate(perSecond); }
+void ContinuousTab::setSeed(int seed) { queue_->setSeed(seed); }
+void ContinuousTab::setNaive(bool on) { queue_->setNaive(on); }
 void ContinuousTab::setSeedQueries(int n) { seedQueries_->setValue(n); }
 void ContinuousTab::setSeedNewTokens(int n) { seedNewTokens_->setValue(n); }
 void ContinuousTab::setSeedMaxBatch(int n) { seedMaxBatch_->setValue(n); }
 QString ContinuousTab::summaryText() const { return summary_->text(); }
 QString ContinuousTab::streamText() const { return stream_->toPlainText(); }
 
-servelab::SyncVsContinuousParams ContinuousTab::params() const {
-  servelab::SyncVsContinuousParams p;
-  p.prompt = prompt_->text().toStdString();
-  p.requests = requests_->value();
-  p.max_batch = maxBatch_->value();
-  p.long_every = longEvery_->value();
-  p.long_tokens = longTokens_->value();
-  p.short_tokens = shortTokens_->value();
-  p.prompt_tokens_min = randomPrompt_->isChecked() ? promptMin_->value() : 0;
-  p.prompt_tokens_max = randomPrompt_->isChecked() ? promptMax_->value() : 0;
-  p.arrival_rate = arrivalRate_->value();
-  p.seed = static_cast<std::uint64_t>(seed_->value());
-  p.naive = naive_->isChecked();
-  return p;
-}
+servelab::SyncVsContinuousParams ContinuousTab::params() const { return queue_->params(); }
 
 servelab::SeedBenchmarkParams ContinuousTab::seedParams() const {
   servelab::SeedBenchmarkParams p;
@@ -334,10 +246,8 @@ servelab::SeedBenchmarkParams ContinuousTab::seedParams() const {
 void ContinuousTab::setModel(const ModelSummary& model) {
   model_ = model;
   for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
-  if (model.positions > 1) {
-    for (QSpinBox* s : {longTokens_, shortTokens_, seedNewTokens_, promptMin_, promptMax_})
-      s->setMaximum(model.positions - 1);
-  }
+  queue_->setModel(model);
+  if (model.positions > 1) seedNewTokens_->setMaximum(model.positions - 1);
 }
 
 // --- Runs ------------------------------------------------------------------------------------
@@ -781,42 +691,19 @@ QJsonObject ContinuousTab::lastResult() const {
 
 void ContinuousTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
-  prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
-  prompt_->setCursorPosition(0);
+  queue_->loadSettings(s);
   const auto spin = [&s](QSpinBox* box, const char* key) {
     box->setValue(s.value(QLatin1String(key), box->value()).toInt());
   };
-  spin(requests_, "requests");
-  spin(maxBatch_, "maxBatch");
-  spin(longEvery_, "longEvery");
-  spin(longTokens_, "longTokens");
-  spin(shortTokens_, "shortTokens");
-  spin(promptMin_, "promptTokensMin");
-  spin(promptMax_, "promptTokensMax");
-  spin(seed_, "seed");
   spin(seedQueries_, "seedQueries");
   spin(seedNewTokens_, "seedNewTokens");
   spin(seedMaxBatch_, "seedMaxBatch");
-  randomPrompt_->setChecked(s.value(QStringLiteral("randomPromptLength"), false).toBool());
-  arrivalRate_->setValue(s.value(QStringLiteral("arrivalRate"), arrivalRate_->value()).toDouble());
-  naive_->setChecked(s.value(QStringLiteral("naive"), naive_->isChecked()).toBool());
   s.endGroup();
 }
 
 void ContinuousTab::saveSettings(QSettings& s) const {
   s.beginGroup(tabId());
-  s.setValue(QStringLiteral("prompt"), prompt_->text());
-  s.setValue(QStringLiteral("requests"), requests_->value());
-  s.setValue(QStringLiteral("maxBatch"), maxBatch_->value());
-  s.setValue(QStringLiteral("longEvery"), longEvery_->value());
-  s.setValue(QStringLiteral("longTokens"), longTokens_->value());
-  s.setValue(QStringLiteral("shortTokens"), shortTokens_->value());
-  s.setValue(QStringLiteral("randomPromptLength"), randomPrompt_->isChecked());
-  s.setValue(QStringLiteral("promptTokensMin"), promptMin_->value());
-  s.setValue(QStringLiteral("promptTokensMax"), promptMax_->value());
-  s.setValue(QStringLiteral("arrivalRate"), arrivalRate_->value());
-  s.setValue(QStringLiteral("seed"), seed_->value());
-  s.setValue(QStringLiteral("naive"), naive_->isChecked());
+  queue_->saveSettings(s);
   s.setValue(QStringLiteral("seedQueries"), seedQueries_->value());
   s.setValue(QStringLiteral("seedNewTokens"), seedNewTokens_->value());
   s.setValue(QStringLiteral("seedMaxBatch"), seedMaxBatch_->value());

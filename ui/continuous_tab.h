@@ -9,11 +9,8 @@
 #include "batch_timeline.h"
 #include "experiment_tab.h"
 
-class QCheckBox;
 class QComboBox;
-class QDoubleSpinBox;
 class QLabel;
-class QLineEdit;
 class QPushButton;
 class QSpinBox;
 class QTabWidget;
@@ -24,6 +21,7 @@ class QTimer;
 namespace servelab::ui {
 
 class EngineJob;
+class RequestQueueForm;
 class RunProgressBar;
 
 class ContinuousTab : public ExperimentTab {
@@ -104,21 +102,9 @@ class ContinuousTab : public ExperimentTab {
   void fillComparison(const servelab::SyncVsContinuousResult& r);
   void fillSeedTable(const servelab::SeedBenchmarkResult& r);
   void rebuildSelector(int select);
-  void updatePromptLengthEnabled();
 
   // Request queue.
-  QLineEdit* prompt_;
-  QSpinBox* requests_;
-  QSpinBox* maxBatch_;
-  QSpinBox* longEvery_;
-  QSpinBox* longTokens_;
-  QSpinBox* shortTokens_;
-  QCheckBox* randomPrompt_;
-  QSpinBox* promptMin_;
-  QSpinBox* promptMax_;
-  QDoubleSpinBox* arrivalRate_;
-  QSpinBox* seed_;
-  QCheckBox* naive_;
+  RequestQueueForm* queue_;
   RunProgressBar* progress_;
   QLabel* summary_;
   // Seed benchmark.
