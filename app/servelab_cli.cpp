@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"
@@ -503,50 +504,17 @@ struct LoraServeArgs {
 
 int cmd_lora_serve(const ModelArgs& m, const LoraServeArgs& a) {
   auto engine = m.load();
-  BatchOptions o;
-  o.max_batch = a.max_batch;
-  o.adapters = adapter_sources(a.dirs, a.adapters, a.rank);
-  o.adapter_cache_capacity = a.cache_capacity;
-  o.lora_strategy = parse_multi_lora_strategy(a.strategy);
+  AdapterServingParams p;
+  p.prompt = a.prompt;
+  p.requests = a.requests;
+  p.new_tokens = a.new_tokens;
+  p.max_batch = a.max_batch;
+  p.adapters = adapter_sources(a.dirs, a.adapters, a.rank);
+  p.base_every = a.base_every;
+  p.cache_capacity = a.cache_capacity;
+  p.strategy = parse_multi_lora_strategy(a.strategy);
   if (a.requests < 1) throw InputError("--requests must be at least 1");
-  std::vector<BatchRequest> requests;
-  const std::vector<int32_t> ids = encode_prompt(engine->tokenizer(), a.prompt);
-  int64_t next = 0;
-  for (int64_t i = 0; i < a.requests; ++i) {
-    BatchRequest r;
-    r.prompt_ids = ids;
-    r.max_new_tokens = a.new_tokens;
-    r.stop_at_eos = false;
-    if (!(a.base_every > 0 && (i + 1) % a.base_every == 0))
-      r.adapter = o.adapters[static_cast<size_t>(next++) % o.adapters.size()].name;
-    requests.push_back(r);
-  }
-  BatchRunResult r = run_continuous_batching(engine->model(), engine->tokenizer(), requests, o);
-  json reqs = json::array();
-  for (const RequestResult& q : r.requests)
-    reqs.push_back({{"id", q.id},
-                    {"adapter", q.adapter},
-                    {"generated_ids", q.generated_ids},
-                    {"text", q.text},
-                    {"latency_ms", q.latency_ms}});
-  std::vector<int64_t> per_step;
-  for (const BatchStep& s : r.steps) per_step.push_back(s.adapters_in_step);
-  const AdapterCacheStats& c = r.adapter_cache;
-  json j = {{"method", r.method},
-            {"strategy", a.strategy},
-            {"total_ms", r.total_ms},
-            {"generated_tokens", r.generated_tokens},
-            {"inference_calls", r.inference_calls},
-            {"average_batch", r.average_batch},
-            {"adapters_per_step", per_step},
-            {"adapter_cache",
-             {{"capacity", c.capacity},
-              {"loads", c.loads},
-              {"hits", c.hits},
-              {"evictions", c.evictions},
-              {"resident", c.resident},
-              {"resident_bytes", c.resident_bytes}}},
-            {"requests", reqs}};
+  json j = run_adapter_serving(*engine, p).to_json();
   if (engine->is_demo()) j["caveat"] = engine->text_caveat();
   std::cout << (a.json_out ? j.dump() : j.dump(2)) << "\n";
   return 0;

@@ -5,18 +5,13 @@
 #include <cmath>
 #include <vector>
 
+#include "text_format.h"
+
 namespace servelab::ui {
 
 namespace {
 
 QString tr(const char* text) { return QCoreApplication::translate("BatchTimeline", text); }
-
-QString humanBytes(qint64 bytes) {
-  if (bytes < 1024) return QStringLiteral("%1 B").arg(bytes);
-  const double kib = static_cast<double>(bytes) / 1024.0;
-  if (kib < 1024) return QStringLiteral("%1 KiB").arg(kib, 0, 'f', kib < 10 ? 1 : 0);
-  return QStringLiteral("%1 MiB").arg(kib / 1024.0, 0, 'f', 2);
-}
 
 }  // namespace
 
@@ -184,7 +179,7 @@ QVector<ChartView::Cell> BatchTimeline::cells() const {
                                      : tr("\nthe step took %1 ms").arg(s.ms, 0, 'f', 2);
       if (s.kvCopyBytes > 0)
         prefillInfo +=
-            tr("; %1 of KV cache copied (%2 ms)").arg(humanBytes(s.kvCopyBytes)).arg(s.kvCopyMs, 0, 'f', 2);
+            tr("; %1 of KV cache copied (%2 ms)").arg(formatBytes(s.kvCopyBytes)).arg(s.kvCopyMs, 0, 'f', 2);
     }
     out.push_back({r.admitted - 0.5, r.admitted + 0.5, row, color, ChartView::CellStyle::Solid,
                    decode.empty() ? QStringLiteral("#%1").arg(id) : QString(), prefillInfo});

@@ -25,7 +25,9 @@
 #include <utility>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
+#include "engine_session.h"
+#include "form_widgets.h"
 
 namespace servelab::ui {
 
@@ -158,10 +160,7 @@ BatchingTab::BatchingTab(EngineController* engine, QWidget* parent) : Experiment
   form->addRow(tr("Repeats"), repeats_);
   QHBoxLayout* buttons = makeRunButtons(QStringLiteral("batching"),
                                         tr("Generate with every batch size and time it (Ctrl+Return)"));
-  progress_ = new QProgressBar(this);
-  progress_->setRange(0, 1000);
-  progress_->setValue(0);
-  progress_->setFormat(tr("idle"));
+  progress_ = new RunProgressBar(this);
   summary_ = new QLabel(tr("Run to measure throughput and latency for each batch size."), this);
   summary_->setObjectName(QStringLiteral("batchingSummary"));
   summary_->setWordWrap(true);
@@ -220,22 +219,6 @@ BatchingTab::BatchingTab(EngineController* engine, QWidget* parent) : Experiment
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addWidget(top);
   layout->addWidget(bottom, 1);
-
-  connect(engine_, &EngineController::promptsPadded, this, &BatchingTab::onPadded);
-  connect(engine_, &EngineController::point, this, [this](const QString& s, double x, double y) {
-    if (running_) onPoint(s, x, y);
-  });
-  connect(engine_, &EngineController::progress, this, [this](double f, const QString& stage) {
-    if (!running_) return;
-    progress_->setValue(static_cast<int>(f * 1000));
-    progress_->setFormat(tr("%1 · %p%").arg(stage));
-  });
-  connect(engine_, &EngineController::batchSweepFinished, this, [this](const servelab::BatchSweepResult& r) {
-    if (running_) onFinished(r);
-  });
-  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
-    if (running_) onFailed(kind, m);
-  });
 }
 
 // --- Prompts and the padded tensors -----------------------------------------------------------
@@ -257,11 +240,18 @@ void BatchingTab::refreshPadding() {
     onPadded(0, {}, tr("type at least one prompt"));
     return;
   }
-  padTicket_ = engine_->padPrompts(p);
+  // Only the latest answer counts: prompts typed since make an earlier one stale.
+  const quint64 ticket = ++padTicket_;
+  const bool asked = engine_->ask(
+      this, [p](const servelab::Engine& engine) { return padPrompts(engine, p); },
+      [this, ticket](const servelab::PaddedPrompts& padded, const QString& error) {
+        onPadded(ticket, padded, error);
+      });
+  if (!asked) padTicket_ = 0;  // no model yet: padded once one is loaded
 }
 
 void BatchingTab::onPadded(quint64 ticket, const servelab::PaddedPrompts& padded, const QString& error) {
-  if (ticket != padTicket_) return;  // an older request, or another tab's
+  if (ticket != padTicket_) return;  // an older request
   padError_ = error;
   hasPadded_ = error.isEmpty();
   padded_ = hasPadded_ ? padded : servelab::PaddedPrompts{};
@@ -410,15 +400,21 @@ bool BatchingTab::run() {
   p.batch_sizes.assign(sizes.begin(), sizes.end());
   p.new_tokens = newTokens_->value();
   p.repeats = repeats_->value();
-  if (!engine_->runBatchSweep(p)) return false;
+  EngineJob* job = engine_->submit(tr("the batch sweep"), [p](JobContext& c) {
+    return servelab::run_batch_sweep(c.engine(), p, c.control());
+  });
+  if (!job) return false;
+  connect(job, &EngineJob::point, this, &BatchingTab::onPoint);
+  progress_->follow(job);
+  job->onResult<servelab::BatchSweepResult>(this, [this](const auto& r) { onFinished(r); });
+  connect(job, &EngineJob::failed, this, &BatchingTab::onFailed);
   runStarted();
   hasResult_ = false;
   lastError_.clear();
   for (int i = 0; i < chart_->seriesCount(); ++i) chart_->clearSeries(i);
   chart_->rescale();
   points_->setRowCount(0);
-  progress_->setValue(0);
-  progress_->setFormat(tr("starting · %p%"));
+  progress_->start();
   summary_->setText(tr("Running: %1 batch sizes, %2 new tokens, %3 repeats each…")
                         .arg(sizes.size())
                         .arg(p.new_tokens)
@@ -483,8 +479,7 @@ void BatchingTab::onFinished(const servelab::BatchSweepResult& r) {
                           .arg(lo->step_ms, 0, 'f', 2)
                           .arg(hi->step_ms, 0, 'f', 2));
   }
-  progress_->setValue(1000);
-  progress_->setFormat(tr("done"));
+  progress_->finish();
   runEnded(true, QString());
 }
 

@@ -10,12 +10,13 @@ class QLineEdit;
 class QPlainTextEdit;
 class QSpinBox;
 class QLabel;
-class QProgressBar;
 class QScrollArea;
 class QTableWidget;
 class QTimer;
 
 namespace servelab::ui {
+
+class RunProgressBar;
 
 class BatchingTab : public ExperimentTab {
   Q_OBJECT
@@ -75,7 +76,7 @@ class BatchingTab : public ExperimentTab {
   QLineEdit* sizes_;
   QSpinBox* newTokens_;
   QSpinBox* repeats_;
-  QProgressBar* progress_;
+  RunProgressBar* progress_;
   QLabel* summary_;
   ChartView* chart_;
   QTableWidget* points_;

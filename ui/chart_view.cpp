@@ -245,13 +245,76 @@ QColor blend(const QColor& c, const QColor& background, double amount) {
 
 }  // namespace
 
+// The nearest data under the pointer so far, for the hover readout: squared pixel distances and
+// texts. Level marks (ticks) are hit along their whole width and win over everything else.
+struct Pick {
+  QPointF at;              // the pointer, in plot pixels
+  QRectF area;             // the plot area (a little larger): data outside it is not hit
+  QStringList categories;  // the bar chart's categories (x = 1, 2, ...), empty without bars
+  double best = kReadoutRadius * kReadoutRadius;
+  QString text;
+  double tickBest = 6.0 * 6.0;
+  QString tickText;
+  // A hit on a rectangle (zero inside it) at squared distance d replaces the best one when it is
+  // nearer, or when it contains the pointer and the best one does not.
+  void offerArea(double d, const QString& hitText) {
+    if (d < best || (d == 0 && best > 0)) {
+      best = d;
+      text = hitText;
+    }
+  }
+};
+
+// Squared pixel distance from p to the rectangle spanned by (x0, y0) and (x1, y1); zero inside.
+double squaredDistanceToRect(const QPointF& p, double x0, double x1, double y0, double y1) {
+  const double dx = std::max({std::min(x0, x1) - p.x(), 0.0, p.x() - std::max(x0, x1)});
+  const double dy = std::max({std::min(y0, y1) - p.y(), 0.0, p.y() - std::max(y0, y1)});
+  return dx * dx + dy * dy;
+}
+
+// What every kind of data on a chart answers for itself, so that ChartView iterates its data
+// instead of switching on what it shows: the extent a fit must show, what is under the pointer,
+// and how much of it a legend box would hide.
+class ChartData {
+ public:
+  virtual ~ChartData() = default;
+  // Adds the data's keys to keys and its values to values (those of the axis it is drawn on).
+  // positiveKeys / positiveValues: the axis is logarithmic, values <= 0 stay out.
+  virtual void addExtent(Range& keys, Range& values, bool positiveKeys, bool positiveValues) const = 0;
+  virtual bool onRightAxis() const { return false; }
+  virtual void pick(Pick& pick) const = 0;
+  // Points under the box count most, lines through it less.
+  virtual double legendCost(const QRectF& box) const = 0;
+};
+
 // The cells of a timeline, drawn as one plottable (hundreds of cells stay cheap to replot); a
 // legend-only instance holds no cells and draws its key's style as its legend icon.
-class CellPlottable : public QCPAbstractPlottable {
+class CellPlottable : public QCPAbstractPlottable, public ChartData {
  public:
   CellPlottable(QCPAxis* keyAxis, QCPAxis* valueAxis) : QCPAbstractPlottable(keyAxis, valueAxis) {
     setSelectable(QCP::stNone);
   }
+
+  // The keys only: a timeline's rows are its value axis, fitted from the row labels.
+  void addExtent(Range& keys, Range&, bool positiveKeys, bool) const override {
+    bool found = false;
+    const QCPRange r = getKeyRange(found, positiveKeys ? QCP::sdPositive : QCP::sdBoth);
+    if (!found) return;
+    keys.add(r.lower);
+    keys.add(r.upper);
+  }
+  // A cell under the pointer, unless a series point is nearer.
+  void pick(Pick& pick) const override {
+    if (!pick.text.isEmpty()) return;
+    for (const ChartView::Cell& c : cells) {
+      if (pixelRect(c).adjusted(-1, -1, 1, 1).contains(pick.at)) {
+        pick.text = c.info.isEmpty() ? c.label : c.info;
+        pick.best = 0;
+      }
+    }
+  }
+  // A timeline's legend sits below the plot, never on the cells.
+  double legendCost(const QRectF&) const override { return 0; }
 
   QVector<ChartView::Cell> cells;
   ChartView::CellKey key;  // legend-only instances
@@ -348,12 +411,76 @@ class CellPlottable : public QCPAbstractPlottable {
 
 // A series: QCPGraph, except that a Ticks series draws a level mark across each point's category
 // (no line between points) and shows that mark as its legend icon.
-class SeriesGraph : public QCPGraph {
+class SeriesGraph : public QCPGraph, public ChartData {
  public:
-  SeriesGraph(QCPAxis* keyAxis, QCPAxis* valueAxis) : QCPGraph(keyAxis, valueAxis) {}
+  SeriesGraph(QCPAxis* keyAxis, QCPAxis* valueAxis, const QString& seriesName, bool right)
+      : QCPGraph(keyAxis, valueAxis), seriesName(seriesName), right(right) {}
 
   static constexpr double kTickHalfWidth = 0.42;  // in categories (bars are 0.7 wide)
+  QString seriesName;                             // without the "(right axis)" of the legend
+  bool right = false;
   bool ticks = false;
+
+  bool onRightAxis() const override { return right; }
+  // QCustomPlot's own extents: the keys (positive ones on a log axis), and the values of the points
+  // among those keys.
+  void addExtent(Range& keys, Range& values, bool positiveKeys, bool positiveValues) const override {
+    bool found = false;
+    const QCPRange k = getKeyRange(found, positiveKeys ? QCP::sdPositive : QCP::sdBoth);
+    if (!found) return;
+    keys.add(k.lower);
+    keys.add(k.upper);
+    const QCPRange v =
+        getValueRange(found, positiveValues ? QCP::sdPositive : QCP::sdBoth, positiveKeys ? k : QCPRange());
+    if (!found) return;
+    values.add(v.lower);
+    values.add(v.upper);
+  }
+  void pick(Pick& pick) const override {
+    const QCPAxis* k = keyAxis();
+    const QCPAxis* v = valueAxis();
+    // A point on a bar chart is named by its category.
+    const auto pointText = [&](double key, double value) {
+      const long category = std::lround(key) - 1;
+      if (!pick.categories.isEmpty() && key == std::round(key) && category >= 0 &&
+          category < pick.categories.size())
+        return QStringLiteral("%1: %2 = %3")
+            .arg(displayLabel(pick.categories[category]), seriesName, formatNumber(value));
+      return QStringLiteral("%1: x = %2, y = %3").arg(seriesName, formatNumber(key), formatNumber(value));
+    };
+    for (auto it = data()->constBegin(); it != data()->constEnd(); ++it) {
+      const QPointF q(k->coordToPixel(it->key), v->coordToPixel(it->value));
+      if (!pick.area.contains(q)) continue;
+      if (ticks) {
+        const double x0 = k->coordToPixel(it->key - kTickHalfWidth);
+        const double x1 = k->coordToPixel(it->key + kTickHalfWidth);
+        const double d = squaredDistanceToRect(pick.at, x0, x1, q.y(), q.y());
+        if (d < pick.tickBest) {
+          pick.tickBest = d;
+          pick.tickText = pointText(it->key, it->value);
+        }
+        continue;
+      }
+      const double d = squaredDistance(pick.at, q);
+      if (d < pick.best) {
+        pick.best = d;
+        pick.text = pointText(it->key, it->value);
+      }
+    }
+  }
+  double legendCost(const QRectF& box) const override {
+    double total = 0;
+    QPointF previous;
+    bool first = true;
+    for (auto it = data()->constBegin(); it != data()->constEnd(); ++it) {
+      const QPointF q(keyAxis()->coordToPixel(it->key), valueAxis()->coordToPixel(it->value));
+      if (box.contains(q)) total += 10;
+      if (!first && segmentHits(previous, q, box)) total += 1;
+      previous = q;
+      first = false;
+    }
+    return total;
+  }
 
  protected:
   void draw(QCPPainter* painter) override {
@@ -381,6 +508,115 @@ class SeriesGraph : public QCPGraph {
     painter->setPen(pen());
     painter->drawLine(QLineF(rect.left(), rect.center().y(), rect.right(), rect.center().y()));
   }
+};
+
+// Categorical bars (setBars): one bar per category at x = 1, 2, ..., and their value labels.
+class CategoryBars : public QCPBars, public ChartData {
+ public:
+  CategoryBars(QCPAxis* keyAxis, QCPAxis* valueAxis, const QStringList& labels, const QString& valueName)
+      : QCPBars(keyAxis, valueAxis), labels(labels), valueName(valueName) {}
+
+  QStringList labels;
+  QString valueName;
+
+  void addExtent(Range& keys, Range& values, bool, bool) const override {
+    for (auto it = data()->constBegin(); it != data()->constEnd(); ++it) {
+      keys.add(it->key);
+      values.add(it->value);
+    }
+  }
+  // The bar under the pointer (or the nearest one), named by its category.
+  void pick(Pick& pick) const override {
+    const QString name = valueName.isEmpty() ? QStringLiteral("value") : valueName;
+    for (auto it = data()->constBegin(); it != data()->constEnd(); ++it) {
+      if (!std::isfinite(it->value)) continue;
+      const QRectF r = barRect(it->key, it->value);
+      const double d = squaredDistanceToRect(pick.at, r.left(), r.right(), r.top(), r.bottom());
+      const int index = static_cast<int>(std::lround(it->key)) - 1;
+      const QString label = index < labels.size() ? displayLabel(labels[index]) : QString();
+      pick.offerArea(d, QStringLiteral("%1: %2 = %3").arg(label, name, formatNumber(it->value)));
+    }
+  }
+  double legendCost(const QRectF& box) const override {
+    double total = 0;
+    for (auto it = data()->constBegin(); it != data()->constEnd(); ++it)
+      if (barRect(it->key, it->value).adjusted(0, -24, 0, 0).intersects(box)) total += 10;  // 24: the label
+    return total;
+  }
+
+ private:
+  QRectF barRect(double key, double value) const {
+    return QRectF(QPointF(keyAxis()->coordToPixel(key - width() / 2), valueAxis()->coordToPixel(0)),
+                  QPointF(keyAxis()->coordToPixel(key + width() / 2), valueAxis()->coordToPixel(value)))
+        .normalized();
+  }
+};
+
+// Stacked bars (setStackedBars): one QCPBars per set, stacked bottom first, and the parts' values
+// per category (NaN where a part is empty).
+class StackedBars : public ChartData {
+ public:
+  StackedBars(QCPAxis* keyAxis, QCPAxis* valueAxis) : keyAxis_(keyAxis), valueAxis_(valueAxis) {}
+
+  QStringList labels;
+  QString valueName;
+  QVector<ChartView::BarSet> sets;
+  QVector<QCPBars*> parts;  // owned by the plot
+
+  void addExtent(Range& keys, Range& values, bool, bool) const override {
+    for (qsizetype i = 0; i < labels.size() && !sets.isEmpty(); ++i) {
+      double up = 0, down = 0;
+      for (const ChartView::BarSet& set : sets) {
+        const double v = set.values[i];
+        if (!std::isfinite(v)) continue;
+        (v > 0 ? up : down) += v;
+      }
+      keys.add(static_cast<double>(i + 1));
+      values.add(up);
+      values.add(down);
+    }
+  }
+  // The part under the pointer: its set and value.
+  void pick(Pick& pick) const override {
+    for (qsizetype i = 0; i < labels.size() && !sets.isEmpty(); ++i) {
+      double up = 0, down = 0;
+      const double x0 = keyAxis_->coordToPixel(i + 1 - 0.35);
+      const double x1 = keyAxis_->coordToPixel(i + 1 + 0.35);
+      for (const ChartView::BarSet& set : sets) {
+        const double v = set.values[i];
+        if (!std::isfinite(v)) continue;
+        double& base = v > 0 ? up : down;
+        const double y0 = valueAxis_->coordToPixel(base);
+        const double y1 = valueAxis_->coordToPixel(base + v);
+        base += v;
+        pick.offerArea(squaredDistanceToRect(pick.at, x0, x1, y0, y1),
+                       QStringLiteral("%1: %2 = %3%4")
+                           .arg(displayLabel(labels[i]), set.name, formatNumber(v),
+                                valueName.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(valueName)));
+      }
+    }
+  }
+  double legendCost(const QRectF& box) const override {
+    double total = 0;
+    for (qsizetype i = 0; i < labels.size() && !sets.isEmpty(); ++i) {
+      const QRectF bar(
+          QPointF(keyAxis_->coordToPixel(i + 1 - 0.35), valueAxis_->coordToPixel(0)),
+          QPointF(keyAxis_->coordToPixel(i + 1 + 0.35), valueAxis_->coordToPixel(positiveTotal(i))));
+      if (bar.normalized().adjusted(0, -24, 0, 0).intersects(box)) total += 10;
+    }
+    return total;
+  }
+  // The height of category i's stack above zero (where its annotation sits).
+  double positiveTotal(qsizetype i) const {
+    double top = 0;
+    for (const ChartView::BarSet& set : sets)
+      if (std::isfinite(set.values[i]) && set.values[i] > 0) top += set.values[i];
+    return top;
+  }
+
+ private:
+  QCPAxis* keyAxis_;
+  QCPAxis* valueAxis_;
 };
 
 ChartView::ChartView(QWidget* parent) : QWidget(parent) {
@@ -415,6 +651,7 @@ ChartView::ChartView(QWidget* parent) : QWidget(parent) {
 
   plot_ = new QCustomPlot(this);
   plot_->setObjectName(QStringLiteral("chartPlot"));
+  stack_ = std::make_unique<StackedBars>(plot_->xAxis, plot_->yAxis);
   plot_->setMinimumSize(240, 160);
   layout->addWidget(plot_, 1);
 
@@ -583,7 +820,7 @@ int ChartView::addSeries(const QString& name, Axis axis) {
     plot_->yAxis2->setVisible(true);
     plot_->yAxis2->setTickLabels(true);
   }
-  QCPGraph* graph = new SeriesGraph(plot_->xAxis, valueAxis);
+  QCPGraph* graph = new SeriesGraph(plot_->xAxis, valueAxis, name, axis == Axis::Right);
   graph->setName(axis == Axis::Right ? tr("%1 (right axis)").arg(name) : name);
   graph->setLineStyle(QCPGraph::lsLine);
   graphs_.append(graph);
@@ -679,7 +916,7 @@ void ChartView::setBars(const QStringList& labels, const QVector<double>& values
   barLabels_ = labels.mid(0, n);
   barValueName_ = valueName;
   if (n > 0) {
-    bars_ = new QCPBars(plot_->xAxis, plot_->yAxis);
+    bars_ = new CategoryBars(plot_->xAxis, plot_->yAxis, barLabels_, valueName);
     bars_->setWidth(0.7);
     bars_->setName(valueName.isEmpty() ? QStringLiteral("value") : valueName);
     bars_->removeFromLegend();  // the y axis says what the bars are
@@ -727,9 +964,10 @@ void ChartView::removeBars() {
     plot_->removePlottable(bars_);
     bars_ = nullptr;
   }
-  for (QCPBars* stack : stacks_) plot_->removePlottable(stack);
-  stacks_.clear();
-  stackSets_.clear();
+  for (QCPBars* stack : stack_->parts) plot_->removePlottable(stack);
+  stack_->parts.clear();
+  stack_->sets.clear();
+  stack_->labels.clear();
   stackAnnotations_.clear();
   for (QCPItemText* text : barTexts_) plot_->removeItem(text);
   barTexts_.clear();
@@ -742,6 +980,8 @@ void ChartView::setStackedBars(const QStringList& labels, const QVector<BarSet>&
   removeBars();
   barLabels_ = labels;
   barValueName_ = valueName;
+  stack_->labels = labels;
+  stack_->valueName = valueName;
   stackAnnotations_ = annotations.mid(0, labels.size());
   const qsizetype n = labels.size();
   QCPBars* below = nullptr;
@@ -764,11 +1004,11 @@ void ChartView::setStackedBars(const QStringList& labels, const QVector<BarSet>&
     bars->setData(keys, values, true);
     if (below) bars->moveAbove(below);
     below = bars;
-    stacks_.append(bars);
-    stackSets_.append(kept);
+    stack_->parts.append(bars);
+    stack_->sets.append(kept);
   }
   // Annotations above the stacks (hidden by adaptToSize when the bars are too narrow for them).
-  for (qsizetype i = 0; i < stackAnnotations_.size() && !stacks_.isEmpty(); ++i) {
+  for (qsizetype i = 0; i < stackAnnotations_.size() && !stack_->parts.isEmpty(); ++i) {
     auto* text = new QCPItemText(plot_);
     text->setLayer(QStringLiteral("main"));
     text->position->setAxes(plot_->xAxis, plot_->yAxis);
@@ -793,24 +1033,21 @@ void ChartView::setStackedBars(const QStringList& labels, const QVector<BarSet>&
 }
 
 void ChartView::placeStackAnnotations() {
-  if (stacks_.isEmpty()) return;
+  if (stack_->parts.isEmpty()) return;
   for (qsizetype i = 0; i < barTexts_.size(); ++i) {
-    double total = 0;
-    for (const BarSet& set : stackSets_)
-      if (std::isfinite(set.values[i]) && set.values[i] > 0) total += set.values[i];
-    barTexts_[i]->position->setCoords(static_cast<double>(i + 1), total);
+    barTexts_[i]->position->setCoords(static_cast<double>(i + 1), stack_->positiveTotal(i));
     barTexts_[i]->setVisible(!barTexts_[i]->text().isEmpty());
   }
 }
 
-int ChartView::barSetCount() const { return static_cast<int>(stackSets_.size()); }
+int ChartView::barSetCount() const { return static_cast<int>(stack_->sets.size()); }
 
 QString ChartView::barSetName(int set) const {
-  return set >= 0 && set < barSetCount() ? stackSets_[set].name : QString();
+  return set >= 0 && set < barSetCount() ? stack_->sets[set].name : QString();
 }
 
 QVector<double> ChartView::barSetValues(int set) const {
-  return set >= 0 && set < barSetCount() ? stackSets_[set].values : QVector<double>();
+  return set >= 0 && set < barSetCount() ? stack_->sets[set].values : QVector<double>();
 }
 
 QStringList ChartView::barAnnotations() const { return stackAnnotations_; }
@@ -1056,45 +1293,30 @@ void ChartView::rescale() {
   replotSoon();
 }
 
+bool ChartView::categorical() const { return bars_ || !stack_->parts.isEmpty(); }
+
+QVector<const ChartData*> ChartView::dataItems() const {
+  QVector<const ChartData*> items;
+  for (const QCPGraph* graph : graphs_) items << static_cast<const SeriesGraph*>(graph);
+  if (cells_) items << cells_;
+  if (bars_) items << bars_;
+  items << stack_.get();
+  return items;
+}
+
 void ChartView::fitToData() {
   const bool logX = logX_ && !categorical();
+  // Each item adds its own extent; the axes' kinds decide the padding below.
   Range keys, left, right;
-  for (int i = 0; i < graphs_.size(); ++i) {
-    const bool onRight = seriesAxis_[i] == static_cast<int>(Axis::Right);
-    Range& values = onRight ? right : left;
-    const auto data = graphs_[i]->data();
-    for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
-      if (logX && it->key <= 0) continue;
-      keys.add(it->key);
-      if (!onRight && logY_ && it->value <= 0) continue;
-      values.add(it->value);
-    }
+  for (const ChartData* item : dataItems()) {
+    const bool onRight = item->onRightAxis();
+    item->addExtent(keys, onRight ? right : left, logX, !onRight && logY_);
   }
   if (categorical() && !barLabels_.isEmpty()) {
     keys.add(1);
     keys.add(static_cast<double>(barLabels_.size()));
   }
-  if (bars_) {
-    const auto data = bars_->data();
-    for (auto it = data->constBegin(); it != data->constEnd(); ++it) left.add(it->value);
-  }
-  for (qsizetype i = 0; i < barLabels_.size() && !stackSets_.isEmpty(); ++i) {
-    double up = 0, down = 0;
-    for (const BarSet& set : stackSets_) {
-      const double v = set.values[i];
-      if (!std::isfinite(v)) continue;
-      (v > 0 ? up : down) += v;
-    }
-    left.add(up);
-    left.add(down);
-  }
   const bool timeline = !cellRows_.isEmpty();
-  if (timeline) {
-    for (const Cell& c : cells_->cells) {
-      keys.add(c.x0);
-      keys.add(c.x1);
-    }
-  }
   fitLeft_ = FitRange{};
   fitRight_ = FitRange{};
   if (timeline) {  // every row, the first on top (the axis is reversed)
@@ -1244,41 +1466,11 @@ void ChartView::placeLegend() {
                                                       {Qt::AlignTop | Qt::AlignLeft, topLeft},
                                                       {Qt::AlignBottom | Qt::AlignRight, bottomRight},
                                                       {Qt::AlignBottom | Qt::AlignLeft, bottomLeft}};
-  // Points under the box count most, lines through it less; top right wins ties.
+  // What each item's data would lose under the box, and the vertical markers; top right wins ties.
+  const QVector<const ChartData*> items = dataItems();
   const auto cost = [&](const QRectF& box) {
     double total = 0;
-    for (const QCPGraph* graph : graphs_) {
-      const QCPAxis* keyAxis = graph->keyAxis();
-      const QCPAxis* valueAxis = graph->valueAxis();
-      const auto data = graph->data();
-      QPointF previous;
-      bool first = true;
-      for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
-        const QPointF q(keyAxis->coordToPixel(it->key), valueAxis->coordToPixel(it->value));
-        if (box.contains(q)) total += 10;
-        if (!first && segmentHits(previous, q, box)) total += 1;
-        previous = q;
-        first = false;
-      }
-    }
-    if (bars_) {
-      const auto data = bars_->data();
-      for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
-        const QRectF bar(
-            QPointF(plot_->xAxis->coordToPixel(it->key - bars_->width() / 2), plot_->yAxis->coordToPixel(0)),
-            QPointF(plot_->xAxis->coordToPixel(it->key + bars_->width() / 2),
-                    plot_->yAxis->coordToPixel(it->value)));
-        if (bar.normalized().adjusted(0, -24, 0, 0).intersects(box)) total += 10;  // 24: the value label
-      }
-    }
-    for (qsizetype i = 0; i < barLabels_.size() && !stackSets_.isEmpty(); ++i) {
-      double top = 0;
-      for (const BarSet& set : stackSets_)
-        if (std::isfinite(set.values[i]) && set.values[i] > 0) top += set.values[i];
-      const QRectF bar(QPointF(plot_->xAxis->coordToPixel(i + 1 - 0.35), plot_->yAxis->coordToPixel(0)),
-                       QPointF(plot_->xAxis->coordToPixel(i + 1 + 0.35), plot_->yAxis->coordToPixel(top)));
-      if (bar.normalized().adjusted(0, -24, 0, 0).intersects(box)) total += 10;
-    }
+    for (const ChartData* item : items) total += item->legendCost(box);
     for (int i = 0; i < markerLines_.size(); ++i) {
       const double x = plot_->xAxis->coordToPixel(markers_[i].x);
       if (x >= box.left() && x <= box.right()) total += 2;
@@ -1492,10 +1684,10 @@ void ChartView::applyTheme() {
     bars_->setPen(QPen(theme_ == ChartTheme::Dark ? color.lighter(120) : color.darker(130), 1));
     bars_->setBrush(QBrush(withAlpha(color, theme_ == ChartTheme::Dark ? 200 : 215)));
   }
-  for (int k = 0; k < stacks_.size(); ++k) {
-    const QColor color = stackSets_[k].color.isValid() ? stackSets_[k].color : seriesColor(k, theme_);
-    stacks_[k]->setPen(QPen(theme_ == ChartTheme::Dark ? color.lighter(120) : color.darker(130), 1));
-    stacks_[k]->setBrush(QBrush(withAlpha(color, theme_ == ChartTheme::Dark ? 200 : 215)));
+  for (int k = 0; k < stack_->parts.size(); ++k) {
+    const QColor color = stack_->sets[k].color.isValid() ? stack_->sets[k].color : seriesColor(k, theme_);
+    stack_->parts[k]->setPen(QPen(theme_ == ChartTheme::Dark ? color.lighter(120) : color.darker(130), 1));
+    stack_->parts[k]->setBrush(QBrush(withAlpha(color, theme_ == ChartTheme::Dark ? 200 : 215)));
   }
 }
 
@@ -1503,105 +1695,13 @@ void ChartView::applyTheme() {
 // Hover readout
 
 QString ChartView::readoutAt(const QPoint& pos) const {
-  const QPointF p = plot_->mapFrom(this, pos);
-  const QRectF area = QRectF(plot_->axisRect()->rect()).adjusted(-4, -4, 4, 4);
-  if (!area.contains(p)) return QString();
-  const double limit = kReadoutRadius * kReadoutRadius;
-  double best = limit;
-  QString text;
-  // A point on a bar chart is named by its category.
-  const auto pointText = [this](int series, double key, double value) {
-    const long category = std::lround(key) - 1;
-    if (categorical() && key == std::round(key) && category >= 0 && category < barLabels_.size())
-      return QStringLiteral("%1: %2 = %3")
-          .arg(displayLabel(barLabels_[category]), seriesNames_[series], formatNumber(value));
-    return QStringLiteral("%1: x = %2, y = %3")
-        .arg(seriesNames_[series], formatNumber(key), formatNumber(value));
-  };
-  // Level marks are hit along their whole width, and on a bar they win over the bar.
-  constexpr double kTickReach = 6.0 * 6.0;
-  double tickBest = kTickReach;
-  QString tickText;
-  for (int i = 0; i < graphs_.size(); ++i) {
-    const QCPGraph* graph = graphs_[i];
-    const QCPAxis* keyAxis = graph->keyAxis();
-    const QCPAxis* valueAxis = graph->valueAxis();
-    const auto data = graph->data();
-    const bool ticks = seriesStyles_[i] == SeriesStyle::Ticks;
-    for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
-      const QPointF q(keyAxis->coordToPixel(it->key), valueAxis->coordToPixel(it->value));
-      if (!area.contains(q)) continue;
-      if (ticks) {
-        const double x0 = keyAxis->coordToPixel(it->key - SeriesGraph::kTickHalfWidth);
-        const double x1 = keyAxis->coordToPixel(it->key + SeriesGraph::kTickHalfWidth);
-        const double dx = std::max({std::min(x0, x1) - p.x(), 0.0, p.x() - std::max(x0, x1)});
-        const double d = dx * dx + (p.y() - q.y()) * (p.y() - q.y());
-        if (d < tickBest) {
-          tickBest = d;
-          tickText = pointText(i, it->key, it->value);
-        }
-        continue;
-      }
-      const double d = squaredDistance(p, q);
-      if (d < best) {
-        best = d;
-        text = pointText(i, it->key, it->value);
-      }
-    }
-  }
-  if (cells_ && text.isEmpty()) {
-    for (const Cell& c : cells_->cells) {
-      if (cells_->pixelRect(c).adjusted(-1, -1, 1, 1).contains(p)) {
-        text = c.info.isEmpty() ? c.label : c.info;
-        best = 0;
-      }
-    }
-  }
-  if (bars_) {
-    const QString valueName = barValueName_.isEmpty() ? QStringLiteral("value") : barValueName_;
-    const auto data = bars_->data();
-    for (auto it = data->constBegin(); it != data->constEnd(); ++it) {
-      if (!std::isfinite(it->value)) continue;
-      const int index = static_cast<int>(std::lround(it->key)) - 1;
-      // Distance to the bar's rectangle (zero inside it).
-      const double x0 = plot_->xAxis->coordToPixel(it->key - bars_->width() / 2);
-      const double x1 = plot_->xAxis->coordToPixel(it->key + bars_->width() / 2);
-      const double y0 = plot_->yAxis->coordToPixel(0);
-      const double y1 = plot_->yAxis->coordToPixel(it->value);
-      const double dx = std::max({std::min(x0, x1) - p.x(), 0.0, p.x() - std::max(x0, x1)});
-      const double dy = std::max({std::min(y0, y1) - p.y(), 0.0, p.y() - std::max(y0, y1)});
-      const double d = dx * dx + dy * dy;
-      if (d < best || (d == 0 && best > 0)) {
-        best = d;
-        const QString label = index < barLabels_.size() ? displayLabel(barLabels_[index]) : QString();
-        text = QStringLiteral("%1: %2 = %3").arg(label, valueName, formatNumber(it->value));
-      }
-    }
-  }
-  // Stacked parts: the set and its value, from the part's rectangle on its stack.
-  for (qsizetype i = 0; i < barLabels_.size() && !stackSets_.isEmpty(); ++i) {
-    double up = 0, down = 0;
-    const double x0 = plot_->xAxis->coordToPixel(i + 1 - 0.35);
-    const double x1 = plot_->xAxis->coordToPixel(i + 1 + 0.35);
-    for (const BarSet& set : stackSets_) {
-      const double v = set.values[i];
-      if (!std::isfinite(v)) continue;
-      double& base = v > 0 ? up : down;
-      const double y0 = plot_->yAxis->coordToPixel(base);
-      const double y1 = plot_->yAxis->coordToPixel(base + v);
-      base += v;
-      const double dx = std::max({std::min(x0, x1) - p.x(), 0.0, p.x() - std::max(x0, x1)});
-      const double dy = std::max({std::min(y0, y1) - p.y(), 0.0, p.y() - std::max(y0, y1)});
-      const double d = dx * dx + dy * dy;
-      if (d < best || (d == 0 && best > 0)) {
-        best = d;
-        text = QStringLiteral("%1: %2 = %3%4")
-                   .arg(displayLabel(barLabels_[i]), set.name, formatNumber(v),
-                        barValueName_.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(barValueName_));
-      }
-    }
-  }
-  return tickText.isEmpty() ? text : tickText;
+  Pick pick;
+  pick.at = plot_->mapFrom(this, pos);
+  pick.area = QRectF(plot_->axisRect()->rect()).adjusted(-4, -4, 4, 4);
+  if (!pick.area.contains(pick.at)) return QString();
+  if (categorical()) pick.categories = barLabels_;
+  for (const ChartData* item : dataItems()) item->pick(pick);
+  return pick.tickText.isEmpty() ? pick.text : pick.tickText;
 }
 
 QPoint ChartView::pixelFor(int series, int index) const {
@@ -1875,15 +1975,15 @@ QString ChartView::toCsv() const {
       out += csvField(barLabels_[i]) + QLatin1Char(',') + csvNumber(values[i]) + QLatin1Char('\n');
     }
   }
-  if (!stackSets_.isEmpty()) {
+  if (!stack_->sets.isEmpty()) {
     if (!out.isEmpty()) out += QLatin1Char('\n');
     out += QStringLiteral("label");
-    for (const BarSet& set : stackSets_) out += QLatin1Char(',') + csvField(set.name);
+    for (const BarSet& set : stack_->sets) out += QLatin1Char(',') + csvField(set.name);
     if (!stackAnnotations_.isEmpty()) out += QStringLiteral(",note");
     out += QLatin1Char('\n');
     for (qsizetype i = 0; i < barLabels_.size(); ++i) {
       out += csvField(barLabels_[i]);
-      for (const BarSet& set : stackSets_)
+      for (const BarSet& set : stack_->sets)
         out += QLatin1Char(',') + (std::isfinite(set.values[i]) ? csvNumber(set.values[i]) : QString());
       if (!stackAnnotations_.isEmpty())
         out += QLatin1Char(',') + csvField(stackAnnotations_.value(static_cast<int>(i)));

@@ -9,6 +9,7 @@
 #include <QStringList>
 #include <QVector>
 #include <QWidget>
+#include <memory>
 
 class QCustomPlot;
 class QCPGraph;
@@ -24,7 +25,12 @@ namespace servelab::ui {
 
 enum class ChartTheme { Light, Dark };
 
-class CellPlottable;  // chart_view.cpp
+// chart_view.cpp: each kind of data a chart shows, answering for its own extent, hover readout and
+// legend cost.
+class ChartData;
+class CellPlottable;
+class CategoryBars;
+class StackedBars;
 
 class ChartView : public QWidget {
   Q_OBJECT
@@ -177,7 +183,9 @@ class ChartView : public QWidget {
   void labelCellRows();               // row labels, thinned out when rows are too close for them
   void updateLegendVisibility();
   void styleGraph(int series);
-  bool categorical() const { return bars_ || !stacks_.isEmpty(); }
+  bool categorical() const;
+  // The data in the order the hover readout considers it: series, cells, bars, stacked bars.
+  QVector<const ChartData*> dataItems() const;
   void removeBars();
   void raiseSeries();  // series drawn over bars made after them
   // The annotation above each stack, at the stack's total.
@@ -202,9 +210,8 @@ class ChartView : public QWidget {
   QCustomPlot* plot_ = nullptr;
   QCPTextElement* titleElement_ = nullptr;
   QCPTextElement* footnoteElement_ = nullptr;
-  QCPBars* bars_ = nullptr;
-  QVector<QCPBars*> stacks_;  // setStackedBars, bottom first
-  QVector<BarSet> stackSets_;
+  CategoryBars* bars_ = nullptr;
+  std::unique_ptr<StackedBars> stack_;  // setStackedBars
   QStringList stackAnnotations_;
   QStringList barLabels_;
   QString barValueName_;

@@ -1,16 +1,12 @@
 #include "continuous_tab.h"
 
-#include <QCheckBox>
 #include <QComboBox>
-#include <QDoubleSpinBox>
 #include <QEvent>
-#include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QJsonDocument>
 #include <QLabel>
-#include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScrollArea>
@@ -25,12 +21,13 @@
 #include <QTimer>
 #include <QVBoxLayout>
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "continuous/request_queue_form.h"
+#include "engine_controller.h"
 #include "form_widgets.h"
+#include "text_format.h"
 
 namespace servelab::ui {
 
@@ -55,8 +52,6 @@ void setRow(QTableWidget* table, int row, const QStringList& cells) {
   }
 }
 
-QString ms(double v) { return QString::number(v, 'f', v < 100 ? 1 : 0); }
-
 // The stream shows one line per request: line breaks inside a text are drawn as a symbol.
 QString streamable(const QString& piece) {
   QString s = piece;
@@ -71,79 +66,18 @@ QString streamable(const QString& piece) {
 
 ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
   // --- Request queue ---
-  prompt_ = new QLineEdit(QStringLiteral("The quick brown fox jumped over the"), this);
-  prompt_->setObjectName(QStringLiteral("continuousPrompt"));
-  prompt_->setCursorPosition(0);
-  requests_ = makeSpin(this, QStringLiteral("continuousRequests"), 1, 1024, 32);
-  maxBatch_ = makeSpin(this, QStringLiteral("continuousMaxBatch"), 1, 256, 8);
-  maxBatch_->setToolTip(tr("Requests that run at once: the batch places (slots)"));
-  longEvery_ = makeSpin(this, QStringLiteral("continuousLongEvery"), 1, 1000, 8);
-  longEvery_->setToolTip(tr("Request 0 and every n-th after it is a long one"));
-  longTokens_ = makeSpin(this, QStringLiteral("continuousLongTokens"), 1, 1000, 100, tr(" tokens"));
-  shortTokens_ = makeSpin(this, QStringLiteral("continuousShortTokens"), 1, 1000, 10, tr(" tokens"));
-  randomPrompt_ = new QCheckBox(tr("Random prompt length"), this);
-  randomPrompt_->setObjectName(QStringLiteral("continuousRandomPrompt"));
-  randomPrompt_->setToolTip(
-      tr("Each request's prompt is the prompt's tokens repeated to a random length "
-         "(seeded)"));
-  promptMin_ = makeSpin(this, QStringLiteral("continuousPromptMin"), 1, 1000, 4);
-  promptMax_ = makeSpin(this, QStringLiteral("continuousPromptMax"), 1, 1000, 32, tr(" tokens"));
-  connect(randomPrompt_, &QCheckBox::toggled, this, &ContinuousTab::updatePromptLengthEnabled);
-  connect(promptMin_, &QSpinBox::valueChanged, this, [this](int v) {
-    if (promptMax_->value() < v) promptMax_->setValue(v);
-  });
-  connect(promptMax_, &QSpinBox::valueChanged, this, [this](int v) {
-    if (promptMin_->value() > v) promptMin_->setValue(v);
-  });
-  arrivalRate_ = new QDoubleSpinBox(this);
-  arrivalRate_->setObjectName(QStringLiteral("continuousArrivalRate"));
-  arrivalRate_->setRange(0, 10000);
-  arrivalRate_->setDecimals(1);
-  arrivalRate_->setSingleStep(5);
-  arrivalRate_->setSuffix(tr(" requests/s"));
-  arrivalRate_->setSpecialValueText(tr("all at once"));
-  arrivalRate_->setToolTip(
-      tr("Poisson arrivals at this rate (seeded); 0: every request is waiting at the "
-         "start"));
-  seed_ = makeSpin(this, QStringLiteral("continuousSeed"), 0, std::numeric_limits<int>::max(), 42);
-  naive_ = new QCheckBox(tr("Also the seed's merge/filter"), this);
-  naive_->setObjectName(QStringLiteral("continuousNaive"));
-  naive_->setToolTip(
-      tr("Also serve the queue with the seed's continuous batching, which re-pads and copies "
-         "the whole KV cache whenever a request joins or leaves"));
-
-  auto* lengthRow = new QHBoxLayout;
-  lengthRow->addWidget(promptMin_);
-  lengthRow->addWidget(new QLabel(QStringLiteral("–"), this));
-  lengthRow->addWidget(promptMax_);
-  auto* form = new QFormLayout;
-  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
-  form->addRow(tr("Prompt"), prompt_);
-  form->addRow(tr("Requests"), requests_);
-  form->addRow(tr("Max batch"), maxBatch_);
-  form->addRow(tr("Every n-th is long"), longEvery_);
-  form->addRow(tr("Long requests"), longTokens_);
-  form->addRow(tr("Short requests"), shortTokens_);
-  form->addRow(randomPrompt_);
-  form->addRow(tr("Prompt length"), lengthRow);
-  form->addRow(tr("Arrivals"), arrivalRate_);
-  form->addRow(tr("Seed"), seed_);
-  form->addRow(naive_);
+  queue_ = new RequestQueueForm(this);
   QHBoxLayout* buttons =
       makeRunButtons(QStringLiteral("continuous"),
                      tr("Serve the queue synchronously, then with continuous batching (Ctrl+Return)"));
-  progress_ = new QProgressBar(this);
-  progress_->setObjectName(QStringLiteral("continuousProgress"));
-  progress_->setRange(0, 1000);
-  progress_->setValue(0);
-  progress_->setFormat(tr("idle"));
+  progress_ = new RunProgressBar(this, QStringLiteral("continuousProgress"));
   summary_ = new QLabel(tr("Run to serve the queue both ways."), this);
   summary_->setObjectName(QStringLiteral("continuousSummary"));
   summary_->setWordWrap(true);
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   auto* queueBox = new QGroupBox(tr("Request queue"), this);
   auto* qv = new QVBoxLayout(queueBox);
-  qv->addLayout(form);
+  qv->addWidget(queue_);
   qv->addLayout(buttons);
   qv->addWidget(progress_);
   qv->addWidget(summary_);
@@ -158,14 +92,9 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
       tr("The seed's table: every query alone with the KV cache, then all of them through "
          "continuous batching (Stop ends it)"));
   connect(seedRun_, &QPushButton::clicked, this, [this] { runSeedBenchmark(); });
-  auto* seedForm = new QHBoxLayout;
-  for (auto [label, box] :
-       {std::pair{tr("Queries"), seedQueries_}, std::pair{tr("New tokens"), seedNewTokens_},
-        std::pair{tr("Max batch"), seedMaxBatch_}}) {
-    seedForm->addWidget(new QLabel(label, this));
-    seedForm->addWidget(box);
-    seedForm->addSpacing(6);
-  }
+  QHBoxLayout* seedForm = makeControlRow(
+      this,
+      {{tr("Queries"), seedQueries_}, {tr("New tokens"), seedNewTokens_}, {tr("Max batch"), seedMaxBatch_}});
   seedForm->addWidget(seedRun_);
   seedForm->addStretch(1);
   auto* left = new QWidget(this);
@@ -284,87 +213,27 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   flushTimer_->setSingleShot(true);
   flushTimer_->setInterval(kFlushMs);
   connect(flushTimer_, &QTimer::timeout, this, &ContinuousTab::flush);
-
-  connect(engine_, &EngineController::batchRunStarted, this, [this](const QString& m, qint64 n, qint64 s) {
-    if (running_) onRunStarted(m, n, s);
-  });
-  connect(engine_, &EngineController::batchAdmitted, this,
-          [this](qint64 r, qint64 slot, qint64 step, double) {
-            if (running_) onAdmitted(r, slot, step);
-          });
-  connect(engine_, &EngineController::batchToken, this,
-          [this](qint64 r, int, const QString& piece, qint64 step, double) {
-            if (running_) onToken(r, piece, step);
-          });
-  connect(engine_, &EngineController::batchRetired, this, [this](const servelab::RequestResult& r) {
-    if (running_) onRetired(r);
-  });
-  connect(engine_, &EngineController::batchStep, this, [this](const servelab::BatchStep& s) {
-    if (running_) onStep(s);
-  });
-  connect(engine_, &EngineController::progress, this, [this](double f, const QString& stage) {
-    if (!running_) return;
-    progress_->setValue(static_cast<int>(f * 1000));
-    progress_->setFormat(tr("%1 · %p%").arg(stage));
-  });
-  connect(engine_, &EngineController::syncVsContinuousFinished, this,
-          [this](const servelab::SyncVsContinuousResult& r) {
-            if (running_ && job_ == Job::Compare) onCompareFinished(r);
-          });
-  connect(engine_, &EngineController::seedBenchmarkFinished, this,
-          [this](const servelab::SeedBenchmarkResult& r) {
-            if (running_ && job_ == Job::Seed) onSeedFinished(r);
-          });
-  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
-    if (running_) onFailed(kind, m);
-  });
-  updatePromptLengthEnabled();
-}
-
-void ContinuousTab::updatePromptLengthEnabled() {
-  promptMin_->setEnabled(randomPrompt_->isChecked());
-  promptMax_->setEnabled(randomPrompt_->isChecked());
 }
 
 // --- Parameters ------------------------------------------------------------------------------
 
-void ContinuousTab::setPrompt(const QString& prompt) { prompt_->setText(prompt); }
-void ContinuousTab::setRequests(int n) { requests_->setValue(n); }
-void ContinuousTab::setMaxBatch(int n) { maxBatch_->setValue(n); }
-void ContinuousTab::setLongEvery(int n) { longEvery_->setValue(n); }
-void ContinuousTab::setLongTokens(int n) { longTokens_->setValue(n); }
-void ContinuousTab::setShortTokens(int n) { shortTokens_->setValue(n); }
-void ContinuousTab::setPromptTokens(int min, int max) {
-  randomPrompt_->setChecked(max > 0);
-  if (max > 0) {
-    promptMax_->setValue(max);
-    promptMin_->setValue(std::max(1, min));
-  }
-}
-void ContinuousTab::setArrivalRate(double perSecond) { arrivalRate_->setValue(perSecond); }
-void ContinuousTab::setSeed(int seed) { seed_->setValue(seed); }
-void ContinuousTab::setNaive(bool on) { naive_->setChecked(on); }
+void ContinuousTab::setPrompt(const QString& prompt) { queue_->setPrompt(prompt); }
+void ContinuousTab::setRequests(int n) { queue_->setRequests(n); }
+void ContinuousTab::setMaxBatch(int n) { queue_->setMaxBatch(n); }
+void ContinuousTab::setLongEvery(int n) { queue_->setLongEvery(n); }
+void ContinuousTab::setLongTokens(int n) { queue_->setLongTokens(n); }
+void ContinuousTab::setShortTokens(int n) { queue_->setShortTokens(n); }
+void ContinuousTab::setPromptTokens(int min, int max) { queue_->setPromptTokens(min, max); }
+void ContinuousTab::setArrivalRate(double perSecond) { queue_->setArrivalRate(perSecond); }
+void ContinuousTab::setSeed(int seed) { queue_->setSeed(seed); }
+void ContinuousTab::setNaive(bool on) { queue_->setNaive(on); }
 void ContinuousTab::setSeedQueries(int n) { seedQueries_->setValue(n); }
 void ContinuousTab::setSeedNewTokens(int n) { seedNewTokens_->setValue(n); }
 void ContinuousTab::setSeedMaxBatch(int n) { seedMaxBatch_->setValue(n); }
 QString ContinuousTab::summaryText() const { return summary_->text(); }
 QString ContinuousTab::streamText() const { return stream_->toPlainText(); }
 
-servelab::SyncVsContinuousParams ContinuousTab::params() const {
-  servelab::SyncVsContinuousParams p;
-  p.prompt = prompt_->text().toStdString();
-  p.requests = requests_->value();
-  p.max_batch = maxBatch_->value();
-  p.long_every = longEvery_->value();
-  p.long_tokens = longTokens_->value();
-  p.short_tokens = shortTokens_->value();
-  p.prompt_tokens_min = randomPrompt_->isChecked() ? promptMin_->value() : 0;
-  p.prompt_tokens_max = randomPrompt_->isChecked() ? promptMax_->value() : 0;
-  p.arrival_rate = arrivalRate_->value();
-  p.seed = static_cast<std::uint64_t>(seed_->value());
-  p.naive = naive_->isChecked();
-  return p;
-}
+servelab::SyncVsContinuousParams ContinuousTab::params() const { return queue_->params(); }
 
 servelab::SeedBenchmarkParams ContinuousTab::seedParams() const {
   servelab::SeedBenchmarkParams p;
@@ -377,25 +246,40 @@ servelab::SeedBenchmarkParams ContinuousTab::seedParams() const {
 void ContinuousTab::setModel(const ModelSummary& model) {
   model_ = model;
   for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
-  if (model.positions > 1) {
-    for (QSpinBox* s : {longTokens_, shortTokens_, seedNewTokens_, promptMin_, promptMax_})
-      s->setMaximum(model.positions - 1);
-  }
+  queue_->setModel(model);
+  if (model.positions > 1) seedNewTokens_->setMaximum(model.positions - 1);
 }
 
 // --- Runs ------------------------------------------------------------------------------------
 
 bool ContinuousTab::run() {
-  if (!engine_->runSyncVsContinuous(params())) return false;
-  return startJob(Job::Compare);
+  EngineJob* job = engine_->submit(tr("synchronous vs continuous batching"), [p = params()](JobContext& c) {
+    return servelab::run_sync_vs_continuous(c.engine(), p, c.control());
+  });
+  if (!job) return false;
+  job->onResult<servelab::SyncVsContinuousResult>(this, [this](const auto& r) { onCompareFinished(r); });
+  return startJob(Job::Compare, job);
 }
 
 bool ContinuousTab::runSeedBenchmark() {
-  if (!engine_->runSeedBenchmark(seedParams())) return false;
-  return startJob(Job::Seed);
+  EngineJob* job = engine_->submit(tr("the seed benchmark"), [p = seedParams()](JobContext& c) {
+    return servelab::run_seed_benchmark(c.engine(), p, c.control());
+  });
+  if (!job) return false;
+  job->onResult<servelab::SeedBenchmarkResult>(this, [this](const auto& r) { onSeedFinished(r); });
+  return startJob(Job::Seed, job);
 }
 
-bool ContinuousTab::startJob(Job job) {
+bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
+  connect(engineJob, &EngineJob::batchRunStarted, this, &ContinuousTab::onRunStarted);
+  connect(engineJob, &EngineJob::batchAdmitted, this,
+          [this](qint64 r, qint64 slot, qint64 step, double) { onAdmitted(r, slot, step); });
+  connect(engineJob, &EngineJob::batchToken, this,
+          [this](qint64 r, int, const QString& piece, qint64 step, double) { onToken(r, piece, step); });
+  connect(engineJob, &EngineJob::batchRetired, this, &ContinuousTab::onRetired);
+  connect(engineJob, &EngineJob::batchStep, this, &ContinuousTab::onStep);
+  connect(engineJob, &EngineJob::failed, this, &ContinuousTab::onFailed);
+  progress_->follow(engineJob);
   runStarted();
   job_ = job;
   seedRun_->setEnabled(false);
@@ -415,8 +299,7 @@ bool ContinuousTab::startJob(Job job) {
   selector_->addItem(tr("the run in progress"));
   selector_->blockSignals(false);
   selector_->setEnabled(false);
-  progress_->setValue(0);
-  progress_->setFormat(tr("starting · %p%"));
+  progress_->start();
   if (job == Job::Compare) {
     const servelab::SyncVsContinuousParams p = params();
     summary_->setText(tr("Serving %1 requests (every %2th long: %3 tokens, the others %4) in batches of %5…")
@@ -636,23 +519,23 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
     text = tr("<p><b>Continuous batching: %1 ms, synchronous: %2 ms, speed-up %3×.</b> %4 instead of %5 "
               "average rows per forward pass.</p>"
               "<p>Median latency %6 → %7 ms · median time to first token %8 → %9 ms.</p>")
-               .arg(ms(cont->total_ms), ms(sync->total_ms))
+               .arg(formatMsCoarse(cont->total_ms), formatMsCoarse(sync->total_ms))
                .arg(r.speedup, 0, 'f', 2)
                .arg(cont->average_batch, 0, 'f', 1)
                .arg(sync->average_batch, 0, 'f', 1)
-               .arg(ms(sync->latency_p50), ms(cont->latency_p50), ms(sync->ttft_p50), ms(cont->ttft_p50));
+               .arg(formatMsCoarse(sync->latency_p50), formatMsCoarse(cont->latency_p50),
+                    formatMsCoarse(sync->ttft_p50), formatMsCoarse(cont->ttft_p50));
   }
   if (naive && cont) {
     text += tr("<p>The seed's merge/filter copied %1 MiB of KV cache (slot KV: %2 MiB) and took %3 ms.</p>")
                 .arg(static_cast<double>(naive->kv_copy_bytes) / kMiB, 0, 'f', 1)
                 .arg(static_cast<double>(cont->kv_copy_bytes) / kMiB, 0, 'f', 1)
-                .arg(ms(naive->total_ms));
+                .arg(formatMsCoarse(naive->total_ms));
   }
   text += r.same_tokens ? tr("<p>Every method generated the same tokens ✓</p>")
                         : tr("<p><b>The methods generated different tokens.</b></p>");
   summary_->setText(text);
-  progress_->setValue(1000);
-  progress_->setFormat(tr("done"));
+  progress_->finish();
   finishJob(true, QString());
 }
 
@@ -677,15 +560,15 @@ void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
   for (int c = 0; c < static_cast<int>(r.methods.size()); ++c) {
     const servelab::ServeSummary& m = r.methods[static_cast<size_t>(c)];
     const QStringList values = {
-        ms(m.total_ms),
+        formatMsCoarse(m.total_ms),
         QString::number(m.tokens_per_s, 'f', 0),
         m.total_ms > 0 && syncMs > 0 ? QStringLiteral("%1×").arg(syncMs / m.total_ms, 0, 'f', 2) : QString(),
-        ms(m.ttft_p50),
-        ms(m.ttft_p90),
-        ms(m.ttft_p99),
-        ms(m.latency_p50),
-        ms(m.latency_p90),
-        ms(m.latency_p99),
+        formatMsCoarse(m.ttft_p50),
+        formatMsCoarse(m.ttft_p90),
+        formatMsCoarse(m.ttft_p99),
+        formatMsCoarse(m.latency_p50),
+        formatMsCoarse(m.latency_p90),
+        formatMsCoarse(m.latency_p99),
         QString::number(m.inference_calls),
         QString::number(m.average_batch, 'f', 2),
         QString::number(m.max_batch),
@@ -723,8 +606,7 @@ void ContinuousTab::onSeedFinished(const servelab::SeedBenchmarkResult& r) {
                           .arg(r.same_tokens ? tr("Batched tokens equal the baseline's ✓")
                                              : tr("<b>Batched tokens differ from the baseline's.</b>")));
   }
-  progress_->setValue(1000);
-  progress_->setFormat(tr("done"));
+  progress_->finish();
   finishJob(true, QString());
 }
 
@@ -809,42 +691,19 @@ QJsonObject ContinuousTab::lastResult() const {
 
 void ContinuousTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
-  prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
-  prompt_->setCursorPosition(0);
+  queue_->loadSettings(s);
   const auto spin = [&s](QSpinBox* box, const char* key) {
     box->setValue(s.value(QLatin1String(key), box->value()).toInt());
   };
-  spin(requests_, "requests");
-  spin(maxBatch_, "maxBatch");
-  spin(longEvery_, "longEvery");
-  spin(longTokens_, "longTokens");
-  spin(shortTokens_, "shortTokens");
-  spin(promptMin_, "promptTokensMin");
-  spin(promptMax_, "promptTokensMax");
-  spin(seed_, "seed");
   spin(seedQueries_, "seedQueries");
   spin(seedNewTokens_, "seedNewTokens");
   spin(seedMaxBatch_, "seedMaxBatch");
-  randomPrompt_->setChecked(s.value(QStringLiteral("randomPromptLength"), false).toBool());
-  arrivalRate_->setValue(s.value(QStringLiteral("arrivalRate"), arrivalRate_->value()).toDouble());
-  naive_->setChecked(s.value(QStringLiteral("naive"), naive_->isChecked()).toBool());
   s.endGroup();
 }
 
 void ContinuousTab::saveSettings(QSettings& s) const {
   s.beginGroup(tabId());
-  s.setValue(QStringLiteral("prompt"), prompt_->text());
-  s.setValue(QStringLiteral("requests"), requests_->value());
-  s.setValue(QStringLiteral("maxBatch"), maxBatch_->value());
-  s.setValue(QStringLiteral("longEvery"), longEvery_->value());
-  s.setValue(QStringLiteral("longTokens"), longTokens_->value());
-  s.setValue(QStringLiteral("shortTokens"), shortTokens_->value());
-  s.setValue(QStringLiteral("randomPromptLength"), randomPrompt_->isChecked());
-  s.setValue(QStringLiteral("promptTokensMin"), promptMin_->value());
-  s.setValue(QStringLiteral("promptTokensMax"), promptMax_->value());
-  s.setValue(QStringLiteral("arrivalRate"), arrivalRate_->value());
-  s.setValue(QStringLiteral("seed"), seed_->value());
-  s.setValue(QStringLiteral("naive"), naive_->isChecked());
+  queue_->saveSettings(s);
   s.setValue(QStringLiteral("seedQueries"), seedQueries_->value());
   s.setValue(QStringLiteral("seedNewTokens"), seedNewTokens_->value());
   s.setValue(QStringLiteral("seedMaxBatch"), seedMaxBatch_->value());

@@ -9,12 +9,8 @@
 #include "batch_timeline.h"
 #include "experiment_tab.h"
 
-class QCheckBox;
 class QComboBox;
-class QDoubleSpinBox;
 class QLabel;
-class QLineEdit;
-class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QTabWidget;
@@ -23,6 +19,10 @@ class QTextEdit;
 class QTimer;
 
 namespace servelab::ui {
+
+class EngineJob;
+class RequestQueueForm;
+class RunProgressBar;
 
 class ContinuousTab : public ExperimentTab {
   Q_OBJECT
@@ -82,7 +82,7 @@ class ContinuousTab : public ExperimentTab {
     QStringList texts;  // generated text per request
   };
 
-  bool startJob(Job job);
+  bool startJob(Job job, EngineJob* engineJob);
   void onRunStarted(const QString& method, qint64 requests, qint64 slots);
   void onAdmitted(qint64 request, qint64 slot, qint64 step);
   void onToken(qint64 request, const QString& piece, qint64 step);
@@ -102,22 +102,10 @@ class ContinuousTab : public ExperimentTab {
   void fillComparison(const servelab::SyncVsContinuousResult& r);
   void fillSeedTable(const servelab::SeedBenchmarkResult& r);
   void rebuildSelector(int select);
-  void updatePromptLengthEnabled();
 
   // Request queue.
-  QLineEdit* prompt_;
-  QSpinBox* requests_;
-  QSpinBox* maxBatch_;
-  QSpinBox* longEvery_;
-  QSpinBox* longTokens_;
-  QSpinBox* shortTokens_;
-  QCheckBox* randomPrompt_;
-  QSpinBox* promptMin_;
-  QSpinBox* promptMax_;
-  QDoubleSpinBox* arrivalRate_;
-  QSpinBox* seed_;
-  QCheckBox* naive_;
-  QProgressBar* progress_;
+  RequestQueueForm* queue_;
+  RunProgressBar* progress_;
   QLabel* summary_;
   // Seed benchmark.
   QSpinBox* seedQueries_;

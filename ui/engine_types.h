@@ -1,10 +1,10 @@
 #pragma once
-// Plain structs that travel between the GUI thread and the engine thread through queued signals.
-// They hold Qt value types or core's torch-free structs only.
-#include <QMetaType>
+// Plain structs that travel between the GUI thread and the engine thread (captured in posted calls,
+// carried by EngineJob's signals). They hold Qt value types or core's torch-free structs only.
 #include <QString>
 #include <QVector>
 
+#include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"
@@ -75,45 +75,7 @@ struct GenerateSummary {
   bool cancelled = false;
 };
 
-// A queue of requests served by continuous batching, each request with the adapter it names
-// (multi-LoRA serving: the adapters share decode steps and live in a bounded cache).
-struct AdapterServeParams {
-  QString prompt;
-  int maxNewTokens = 8;
-  int maxBatch = 8;
-  std::vector<servelab::AdapterSource> adapters;  // what the requests may name
-  std::vector<std::string> requestAdapters;       // one per request; "" runs the base model
-  qint64 cacheCapacity = 0;                       // adapters loaded at once (0: all of them)
-  servelab::MultiLoraStrategy strategy = servelab::MultiLoraStrategy::Segmented;
-};
-
 // Tokens per second over the decode steps (every step after the first); 0 when there are none.
 double decodeTokensPerSecond(const QVector<double>& stepMs);
 
 }  // namespace servelab::ui
-
-Q_DECLARE_METATYPE(servelab::ui::ModelRequest)
-Q_DECLARE_METATYPE(servelab::ui::ModelSummary)
-Q_DECLARE_METATYPE(servelab::ui::GenerateRequest)
-Q_DECLARE_METATYPE(servelab::ui::TokenInfo)
-Q_DECLARE_METATYPE(servelab::ui::GenerateSummary)
-Q_DECLARE_METATYPE(servelab::KvCacheTimingParams)
-Q_DECLARE_METATYPE(servelab::KvCacheTimingResult)
-Q_DECLARE_METATYPE(servelab::PaddedPrompts)
-Q_DECLARE_METATYPE(servelab::BatchSweepParams)
-Q_DECLARE_METATYPE(servelab::BatchSweepResult)
-Q_DECLARE_METATYPE(servelab::SyncVsContinuousParams)
-Q_DECLARE_METATYPE(servelab::SyncVsContinuousResult)
-Q_DECLARE_METATYPE(servelab::SeedBenchmarkParams)
-Q_DECLARE_METATYPE(servelab::SeedBenchmarkResult)
-Q_DECLARE_METATYPE(servelab::RequestResult)
-Q_DECLARE_METATYPE(servelab::BatchStep)
-Q_DECLARE_METATYPE(servelab::QuantizationParams)
-Q_DECLARE_METATYPE(servelab::QuantizationResult)
-Q_DECLARE_METATYPE(servelab::QuantModeResult)
-Q_DECLARE_METATYPE(servelab::MultiLoraParams)
-Q_DECLARE_METATYPE(servelab::MultiLoraResult)
-Q_DECLARE_METATYPE(servelab::AdapterSource)
-Q_DECLARE_METATYPE(servelab::AdapterInfo)
-Q_DECLARE_METATYPE(servelab::BatchRunResult)
-Q_DECLARE_METATYPE(servelab::ui::AdapterServeParams)

@@ -2,11 +2,9 @@
 
 #include <QHBoxLayout>
 #include <QJsonDocument>
-#include <QLabel>
-#include <QProgressBar>
 #include <QPushButton>
 
-#include "engine_worker.h"
+#include "engine_controller.h"
 
 namespace servelab::ui {
 
@@ -19,13 +17,6 @@ QString chartFootnote(const ModelSummary& m) {
 
 QJsonObject toQJsonObject(const nlohmann::json& json) {
   return QJsonDocument::fromJson(QByteArray::fromStdString(json.dump())).object();
-}
-
-void ExperimentTab::showRunFailure(QProgressBar* progress, QLabel* summary, const QString& kind,
-                                   const QString& message, const QString& stoppedText) {
-  const bool stopped = kind == QLatin1String("cancelled");
-  progress->setFormat(stopped ? tr("stopped") : tr("failed"));
-  summary->setText(stopped ? stoppedText : tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
 }
 
 QHBoxLayout* ExperimentTab::makeRunButtons(const QString& prefix, const QString& runToolTip) {

@@ -9,8 +9,6 @@
 #include "engine_types.h"
 
 class QHBoxLayout;
-class QLabel;
-class QProgressBar;
 class QPushButton;
 
 namespace servelab::ui {
@@ -49,10 +47,6 @@ class ExperimentTab : public QWidget {
   // Bookkeeping shared by every tab when its run starts and ends.
   void runStarted();
   void runEnded(bool ok, const QString& message);
-  // A run that ended early, on the tab's progress bar and summary: "stopped" with stoppedText
-  // when it was cancelled, else "failed" with the kind and message.
-  static void showRunFailure(QProgressBar* progress, QLabel* summary, const QString& kind,
-                             const QString& message, const QString& stoppedText);
 
   EngineController* engine_;
   bool running_ = false;

@@ -1,6 +1,10 @@
 #include "form_widgets.h"
 
+#include <QHBoxLayout>
 #include <QHeaderView>
+#include <QLabel>
+
+#include "engine_job.h"
 
 namespace servelab::ui {
 
@@ -24,6 +28,64 @@ QTableWidget* makeTable(QWidget* parent, const QString& name, const QStringList&
   t->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   t->horizontalHeader()->setStretchLastSection(true);
   return t;
+}
+
+QTableWidget* makeCompactTable(QWidget* parent, const QString& name, const QStringList& headers) {
+  QTableWidget* t = makeTable(parent, name, headers);
+  t->verticalHeader()->setDefaultSectionSize(t->fontMetrics().height() + 6);
+  return t;
+}
+
+QTableWidgetItem* tableCell(const QString& text, bool right) {
+  auto* item = new QTableWidgetItem(text);
+  item->setTextAlignment(right ? (Qt::AlignRight | Qt::AlignVCenter) : (Qt::AlignLeft | Qt::AlignVCenter));
+  return item;
+}
+
+QHBoxLayout* makeControlRow(QWidget* parent, std::initializer_list<std::pair<QString, QWidget*>> pairs) {
+  auto* row = new QHBoxLayout;
+  for (const auto& [label, widget] : pairs) {
+    row->addWidget(new QLabel(label, parent));
+    row->addWidget(widget);
+    row->addSpacing(6);
+  }
+  return row;
+}
+
+void showRunFailure(QProgressBar* progress, QLabel* summary, const QString& kind, const QString& message,
+                    const QString& stoppedText) {
+  const bool stopped = kind == QLatin1String("cancelled");
+  progress->setFormat(stopped ? QObject::tr("stopped") : QObject::tr("failed"));
+  summary->setText(stopped ? stoppedText
+                           : QObject::tr("<b>Failed</b> (%1): %2").arg(kind, message.toHtmlEscaped()));
+}
+
+RunProgressBar::RunProgressBar(QWidget* parent, const QString& name) : QProgressBar(parent) {
+  if (!name.isEmpty()) setObjectName(name);
+  setRange(0, 1000);
+  setValue(0);
+  setFormat(tr("idle"));
+}
+
+void RunProgressBar::start() {
+  setValue(0);
+  setFormat(tr("starting · %p%"));
+}
+
+void RunProgressBar::follow(EngineJob* job) {
+  connect(job, &EngineJob::progress, this, [this](double fraction, const QString& stage) {
+    showFraction(fraction, tr("%1 · %p%").arg(stage));
+  });
+}
+
+void RunProgressBar::showFraction(double fraction, const QString& format) {
+  setValue(static_cast<int>(fraction * 1000));
+  setFormat(format);
+}
+
+void RunProgressBar::finish() {
+  setValue(1000);
+  setFormat(tr("done"));
 }
 
 }  // namespace servelab::ui

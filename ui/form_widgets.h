@@ -1,11 +1,20 @@
 #pragma once
-// Small widget factories the tabs share.
+// Small widgets and factories the tabs share: spin boxes, result tables and their cells, the run's
+// progress bar, and rows of labelled controls.
+#include <QProgressBar>
 #include <QSpinBox>
 #include <QString>
 #include <QStringList>
 #include <QTableWidget>
+#include <initializer_list>
+#include <utility>
+
+class QHBoxLayout;
+class QLabel;
 
 namespace servelab::ui {
+
+class EngineJob;
 
 // A spin box with an object name (tests and settings find it by name), range, value and suffix.
 QSpinBox* makeSpin(QWidget* parent, const QString& name, int lo, int hi, int value,
@@ -14,5 +23,32 @@ QSpinBox* makeSpin(QWidget* parent, const QString& name, int lo, int hi, int val
 // A read-only table of whole rows: no row numbers, no wrapping, columns sized to their contents
 // with the last one stretched.
 QTableWidget* makeTable(QWidget* parent, const QString& name, const QStringList& headers);
+// The same with rows one line of text high.
+QTableWidget* makeCompactTable(QWidget* parent, const QString& name, const QStringList& headers);
+// A table cell, numbers right-aligned.
+QTableWidgetItem* tableCell(const QString& text, bool right = true);
+
+// Label, control, label, control, ... in one row with a little space between the pairs.
+QHBoxLayout* makeControlRow(QWidget* parent, std::initializer_list<std::pair<QString, QWidget*>> pairs);
+
+// A run that ended early, on its progress bar and summary: "stopped" with stoppedText when it was
+// cancelled, else "failed" with the kind and message.
+void showRunFailure(QProgressBar* progress, QLabel* summary, const QString& kind, const QString& message,
+                    const QString& stoppedText);
+
+// The progress bar of a tab's run: "idle", "starting", the job's stage and percentage while it
+// runs, "done", or "stopped"/"failed". Runs from 0 to 1000.
+class RunProgressBar : public QProgressBar {
+  Q_OBJECT
+ public:
+  explicit RunProgressBar(QWidget* parent, const QString& name = QString());
+  // A run starts: 0, "starting".
+  void start();
+  // Shows job's progress as it reports it.
+  void follow(EngineJob* job);
+  // A fraction of the run with a caption ("%p%" is the percentage).
+  void showFraction(double fraction, const QString& format);
+  void finish();
+};
 
 }  // namespace servelab::ui

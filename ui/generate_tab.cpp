@@ -20,7 +20,8 @@
 #include <QVBoxLayout>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
+#include "engine_session.h"
 
 namespace servelab::ui {
 
@@ -166,15 +167,6 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   auto* layout = new QVBoxLayout(this);
   layout->addWidget(split);
 
-  connect(engine_, &EngineController::token, this, [this](const TokenInfo& t) {
-    if (running_) onToken(t);
-  });
-  connect(engine_, &EngineController::generateFinished, this, [this](const GenerateSummary& s) {
-    if (running_) onFinished(s);
-  });
-  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
-    if (running_) onFailed(kind, m);
-  });
   flushTimer_ = new QTimer(this);
   flushTimer_->setSingleShot(true);
   flushTimer_->setInterval(100);
@@ -219,7 +211,12 @@ bool GenerateTab::run() {
   r.options.sampling.seed = static_cast<std::uint64_t>(seed_->value());
   r.options.stop_at_eos = stopAtEos_->isChecked();
   r.options.report_top = 10;
-  if (!engine_->generate(r)) return false;
+  EngineJob* job = engine_->submit(
+      tr("generation"), [r](JobContext& c) { return generateText(c.engine(), r, c.tokens(), c.cancel()); });
+  if (!job) return false;
+  connect(job, &EngineJob::token, this, &GenerateTab::onToken);
+  job->onResult<GenerateSummary>(this, [this](const GenerateSummary& s) { onFinished(s); });
+  connect(job, &EngineJob::failed, this, &GenerateTab::onFailed);
   runStarted();
   lastPrompt_ = r.prompt;
   lastError_.clear();

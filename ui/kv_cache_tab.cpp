@@ -16,7 +16,8 @@
 #include <QVBoxLayout>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
+#include "form_widgets.h"
 
 namespace servelab::ui {
 
@@ -56,10 +57,7 @@ KvCacheTab::KvCacheTab(EngineController* engine, QWidget* parent) : ExperimentTa
       tr("Runs without and with the cache alternate this many times; the chart ends on the "
          "median of each token."));
 
-  progress_ = new QProgressBar(this);
-  progress_->setRange(0, 1000);
-  progress_->setValue(0);
-  progress_->setFormat(tr("idle"));
+  progress_ = new RunProgressBar(this);
 
   auto* lengthRow = new QHBoxLayout;
   lengthRow->addWidget(promptTokens_, 1);
@@ -126,24 +124,6 @@ KvCacheTab::KvCacheTab(EngineController* engine, QWidget* parent) : ExperimentTa
   layout->addWidget(controls);
   layout->addLayout(right, 1);
 
-  connect(engine_, &EngineController::point, this, [this](const QString& s, double x, double y) {
-    if (running_) onPoint(s, x, y);
-  });
-  connect(engine_, &EngineController::seriesReset, this, [this](const QString& s) {
-    if (running_) onReset(s);
-  });
-  connect(engine_, &EngineController::progress, this, [this](double f, const QString& stage) {
-    if (!running_) return;
-    progress_->setValue(static_cast<int>(f * 1000));
-    progress_->setFormat(tr("%1 · %p%").arg(stage));
-  });
-  connect(engine_, &EngineController::kvCacheTimingFinished, this,
-          [this](const servelab::KvCacheTimingResult& r) {
-            if (running_) onFinished(r);
-          });
-  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
-    if (running_) onFailed(kind, m);
-  });
   updatePromptLengthEnabled();
 }
 
@@ -177,7 +157,15 @@ bool KvCacheTab::run() {
   p.prompt_tokens = repeatPrompt_->isChecked() ? promptTokensSpin_->value() : 0;
   p.new_tokens = newTokens_->value();
   p.repeats = repeats_->value();
-  if (!engine_->runKvCacheTiming(p)) return false;
+  EngineJob* job = engine_->submit(tr("KV-cache timing"), [p](JobContext& c) {
+    return servelab::run_kv_cache_timing(c.engine(), p, c.control());
+  });
+  if (!job) return false;
+  connect(job, &EngineJob::point, this, &KvCacheTab::onPoint);
+  connect(job, &EngineJob::seriesReset, this, &KvCacheTab::onReset);
+  progress_->follow(job);
+  job->onResult<servelab::KvCacheTimingResult>(this, [this](const auto& r) { onFinished(r); });
+  connect(job, &EngineJob::failed, this, &KvCacheTab::onFailed);
   runStarted();
   hasResult_ = false;
   lastError_.clear();
@@ -185,8 +173,7 @@ bool KvCacheTab::run() {
   for (ChartView* c : charts())
     for (int i = 0; i < c->seriesCount(); ++i) c->clearSeries(i);
   for (ChartView* c : charts()) c->rescale();
-  progress_->setValue(0);
-  progress_->setFormat(tr("starting · %p%"));
+  progress_->start();
   summary_->setText(tr("Running: %1 new tokens, %2 repeats each way…").arg(p.new_tokens).arg(p.repeats));
   return true;
 }
@@ -248,8 +235,7 @@ void KvCacheTab::onFinished(const servelab::KvCacheTimingResult& r) {
                         .arg(r.prompt_ids.size())
                         .arg(r.tokens.size())
                         .arg(static_cast<double>(r.kv_cache_bytes) / kMiB, 0, 'f', 2));
-  progress_->setValue(1000);
-  progress_->setFormat(tr("done"));
+  progress_->finish();
   runEnded(true, QString());
 }
 

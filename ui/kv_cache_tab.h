@@ -9,9 +9,10 @@ class QSpinBox;
 class QSlider;
 class QCheckBox;
 class QLabel;
-class QProgressBar;
 
 namespace servelab::ui {
+
+class RunProgressBar;
 
 class KvCacheTab : public ExperimentTab {
   Q_OBJECT
@@ -50,7 +51,7 @@ class KvCacheTab : public ExperimentTab {
   QSpinBox* promptTokensSpin_;
   QSpinBox* newTokens_;
   QSpinBox* repeats_;
-  QProgressBar* progress_;
+  RunProgressBar* progress_;
   QLabel* summary_;
   ChartView* latencyChart_;
   ChartView* memoryChart_;

@@ -31,24 +31,19 @@
 
 #include "batching_tab.h"
 #include "continuous_tab.h"
+#include "engine_session.h"
 #include "experiment_tab.h"
 #include "generate_tab.h"
 #include "kv_cache_tab.h"
-#include "model/engine.h"
 #include "multi_lora_tab.h"
 #include "quantization_tab.h"
+#include "text_format.h"
 
 namespace servelab::ui {
 
 namespace {
 
 constexpr int kMaxRecent = 8;
-
-QString humanBytes(qint64 bytes) {
-  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
-  return mib >= 1024 ? QStringLiteral("%1 GiB").arg(mib / 1024.0, 0, 'f', 2)
-                     : QStringLiteral("%1 MiB").arg(mib, 0, 'f', mib < 10 ? 2 : 0);
-}
 
 QPalette darkPalette() {
   QPalette p;
@@ -125,16 +120,14 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
     statusBar()->showMessage(m, 6000);
     appendLog(m);
   });
-  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
-    if (kind == QLatin1String("cancelled")) {
-      statusBar()->showMessage(tr("Stopped."), 4000);
-    } else {
-      showError(tr("The run failed (%1): %2").arg(kind, m));
-    }
-  });
-  connect(engine_, &EngineController::progress, this, [this](double f, const QString&) {
-    if (engine_->state() == EngineController::State::Loading)
-      loadProgress_->setValue(static_cast<int>(f * 100));
+  connect(engine_, &EngineController::jobStarted, this, [this](EngineJob* job) {
+    connect(job, &EngineJob::failed, this, [this](const QString& kind, const QString& m) {
+      if (kind == QLatin1String("cancelled")) {
+        statusBar()->showMessage(tr("Stopped."), 4000);
+      } else {
+        showError(tr("The run failed (%1): %2").arg(kind, m));
+      }
+    });
   });
 
   // Settings: window geometry, theme, tab parameters, recent models.
@@ -210,7 +203,7 @@ void MainWindow::buildModelBar() {
   bar->addWidget(new QLabel(tr(" Device "), this));
   device_ = new QComboBox(this);
   device_->setObjectName(QStringLiteral("deviceCombo"));
-  for (const std::string& d : servelab::available_devices()) device_->addItem(QString::fromStdString(d));
+  device_->addItems(availableDevices());
   device_->setToolTip(device_->count() > 1 ? tr("Where the engine runs")
                                            : tr("CUDA is not available on this machine: CPU only"));
   bar->addWidget(device_);
@@ -395,7 +388,7 @@ void MainWindow::onModelLoaded(const ModelSummary& m) {
   deviceStatus_->setText(tr("device: %1").arg(m.device));
   dtypeStatus_->setText(tr("dtype: %1").arg(m.dtype));
   threadsStatus_->setText(tr("threads: %1").arg(m.threads));
-  memoryStatus_->setText(tr("weights: %1").arg(humanBytes(m.weightBytes)));
+  memoryStatus_->setText(tr("weights: %1").arg(formatMemory(m.weightBytes)));
   for (ExperimentTab* t : tabs_) t->setModel(m);
   Q_EMIT modelReady(m);
 }

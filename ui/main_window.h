@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
 
 class QTabWidget;
 class QComboBox;

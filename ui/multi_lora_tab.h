@@ -4,40 +4,29 @@
 // with the seed's loop, the seed's gathered matmul and segmented (SGMV) products against the base
 // model, the same prompt's text through every adapter, and a queue served by continuous batching
 // with an adapter per request and a bounded adapter cache.
+//
+// The tab is made of small widgets (ui/multi_lora/): AdapterList, LoraMathPanel, BatchComposer and
+// AdapterServingPage; it owns the strategy sweep and its result views, and forwards the pieces'
+// setters so that scripts and tests drive the tab as one.
 #include <QMap>
 #include <QStringList>
 #include <QVector>
 #include <optional>
 
 #include "experiment_tab.h"
+#include "multi_lora/lora_math_panel.h"
 
-class QCheckBox;
-class QComboBox;
-class QDoubleSpinBox;
-class QGroupBox;
 class QLabel;
-class QLineEdit;
-class QProgressBar;
-class QPushButton;
-class QSpinBox;
 class QTabWidget;
 class QTableWidget;
 class QTextBrowser;
 
 namespace servelab::ui {
 
-// The LoRA arithmetic of one in x out matrix at rank r: |W| = in * out, |A| + |B| = r * (in + out).
-struct LoraMath {
-  qint64 in = 0, out = 0, rank = 0;
-  qint64 wParameters() const { return in * out; }
-  qint64 abParameters() const { return rank * (in + out); }
-  double ratio() const {
-    return wParameters() > 0 ? static_cast<double>(abParameters()) / static_cast<double>(wParameters()) : 0;
-  }
-};
-
-// A parameter ratio as a percentage: "0.39%", "1.39%", "0.049%".
-QString loraPercent(double ratio);
+class AdapterList;
+class AdapterServingPage;
+class BatchComposer;
+class RunProgressBar;
 
 class MultiLoraTab : public ExperimentTab {
   Q_OBJECT
@@ -63,38 +52,35 @@ class MultiLoraTab : public ExperimentTab {
   void showView(const QString& view);
   QString currentView() const;
 
-  // The math panel. module: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, or "seed-1024" (the
-  // seed's example, a 1024 x 1024 matrix).
+  // The math panel (LoraMathPanel).
   void setMathModule(const QString& module);
   void setMathRank(int rank);
   void setMathAlpha(double alpha);
   LoraMath math() const;
-  QString mathText() const;  // the panel as plain text
+  QString mathText() const;
 
-  // The adapter list. Adapters join once the engine has described them (a PEFT folder that cannot
-  // be read is refused with the engine's message and the list stays as it was).
+  // The adapter list (AdapterList).
   void loadPeftFolder(const QString& dir);
   void addRandomAdapters(int rank, double alpha, int count);
   void removeAdapter(int row);
   void clearAdapters();
-  int adapterCount() const { return static_cast<int>(entries_.size()); }
+  int adapterCount() const;
   QVector<servelab::AdapterSource> adapterSources() const;
-  // The description of row's adapter (empty while it is being described or when it failed).
   std::optional<servelab::AdapterInfo> adapterInfo(int row) const;
-  int pendingAdapters() const { return static_cast<int>(pending_.size()); }
-  QString adapterError() const;  // the adapter list's error area (empty when hidden)
+  int pendingAdapters() const;
+  QString adapterError() const;
 
-  // The batch composer and the sweep.
-  void setWorkload(const QString& workload);      // gpt2, toy
-  void setAssignment(const QString& assignment);  // distinct, shared, mixed, rows
+  // The batch composer (BatchComposer) and the sweep.
+  void setWorkload(const QString& workload);
+  void setAssignment(const QString& assignment);
   void setSharedAdapters(int n);
-  void setRowAdapters(const QStringList& names);  // for "rows": an adapter name or "" per row
+  void setRowAdapters(const QStringList& names);
   QStringList rowAdapters() const;
-  void setBatchSizes(const QString& sizes);  // "1,2,4"
+  void setBatchSizes(const QString& sizes);
   QVector<qint64> batchSizes(QString* error = nullptr) const;
   void setStrategies(const QStringList& strategies);
   QStringList strategies() const;
-  void setRandomAdapters(int count, int rank);  // what the experiment makes when the list is empty
+  void setRandomAdapters(int count, int rank);
   void setContext(int tokens);
   void setDecodeSteps(int steps);
   void setRepeats(int repeats);
@@ -103,20 +89,19 @@ class MultiLoraTab : public ExperimentTab {
   void setNewTokens(int n);
   servelab::MultiLoraParams params() const;
 
-  // Serving with adapters.
+  // Serving with adapters (AdapterServingPage).
   void setServeRequests(int n);
   void setServeMaxBatch(int n);
   void setServeNewTokens(int n);
-  void setCacheCapacity(int n);  // 0: every adapter stays loaded
+  void setCacheCapacity(int n);
   void setServeStrategy(const QString& strategy);
-  AdapterServeParams serveParams() const;
+  servelab::AdapterServingParams serveParams() const;
 
   bool hasResult() const { return hasResult_; }
   const servelab::MultiLoraResult& result() const { return result_; }
-  bool hasServeResult() const { return hasServeResult_; }
-  const servelab::BatchRunResult& serveResult() const { return serveResult_; }
-  // The adapter-cache counters as last reported (live during a serve run).
-  const servelab::AdapterCacheStats& liveCache() const { return liveCache_; }
+  bool hasServeResult() const;
+  const servelab::BatchRunResult& serveResult() const;
+  const servelab::AdapterCacheStats& liveCache() const;
   QString summaryText() const;
   QString agreementText() const;
   QString outputsHtml() const;
@@ -130,102 +115,28 @@ class MultiLoraTab : public ExperimentTab {
   void changeEvent(QEvent* event) override;
 
  private:
-  enum class Job { None, Sweep, Serve };
-  struct Entry {
-    int id = 0;
-    servelab::AdapterSource source;
-    std::optional<servelab::AdapterInfo> info;
-    QString error;  // it no longer fits the loaded model
-  };
-  struct Pending {
-    bool refresh = false;  // an entry described again for a new model (id), else a new adapter
-    int id = 0;
-    servelab::AdapterSource source;
-  };
-
-  QWidget* buildAdapterBox();
-  QWidget* buildMathBox();
-  QWidget* buildComposer();
+  QWidget* buildSweepBox();
   QWidget* buildStrategiesPage();
-  QWidget* buildServePage();
 
-  bool startJob(Job job);
-  void finishJob(bool ok, const QString& message);
+  void startRun();
+  void endRun(bool ok, const QString& message);
   void onPoint(const QString& series, double x, double y);
   void onReset(const QString& series);
   void onFinished(const servelab::MultiLoraResult& result);
   void onFailed(const QString& kind, const QString& message);
-  void onDescribed(quint64 ticket, const servelab::AdapterInfo& info, const QString& error);
-  void resetCacheChart();
-  void onServeStarted(qint64 requests, qint64 slots);
-  void onServeAdmitted(qint64 request, qint64 slot, qint64 step);
-  void onServeRetired(const servelab::RequestResult& request);
-  void onServeStep(const servelab::BatchStep& step);
-  void onServeFinished(const servelab::BatchRunResult& result);
-
-  void requestDescription(const servelab::AdapterSource& source, bool refresh, int id);
-  void describeAll();
-  void fillAdapterTable();
-  void showAdapterError(const QString& message);
-  QStringList adapterNames() const;  // listed and joining, in order
-  // Adapters asked for and not yet described (a run waits for them; described again for a new
-  // model, listed ones do not hold a run up: the run needs their sources only).
-  int joining() const;
-  QString uniqueName(const QString& base) const;
-  quint64 nextSeed() const;
-  // The adapters a serve run uses: the list, or random ones when it is empty.
-  std::vector<servelab::AdapterSource> serveAdapters() const;
-
-  void updateMath();
-  void updateComposer();  // which controls the workload and assignment use
-  void rebuildRowCombos();
-  void addRow(const QString& adapter);
   void drawLive();
   void fillPointsTable(const servelab::MultiLoraResult& r);
   void fillShapes(const servelab::MultiLoraResult& r);
   void drawOutputs();
   void setAgreement(const servelab::MultiLoraResult& r);
-  void showCache(const servelab::AdapterCacheStats& cache, qint64 step, qint64 adaptersInStep);
-  void setRequestRow(int row, const QStringList& cells);
 
-  // Adapters.
-  QTableWidget* adapterTable_;
-  QLabel* adapterHint_;
-  QLabel* adapterError_;
-  QPushButton* loadPeft_;
-  QPushButton* makeRandom_;
-  QPushButton* remove_;
-  // Math.
-  QComboBox* mathModule_;
-  QSpinBox* mathRank_;
-  QDoubleSpinBox* mathAlpha_;
-  QLabel* mathLabel_;
-  // Composer.
-  QComboBox* workload_;
-  QComboBox* assignment_;
-  QSpinBox* shared_;
-  QWidget* sharedRow_;
-  QWidget* rowsPanel_;
-  QTableWidget* rowsTable_;
-  QWidget* randomRow_;
-  QSpinBox* randomCount_;
-  QSpinBox* randomRank_;
-  QLineEdit* sizes_;
-  QCheckBox* loop_;
-  QCheckBox* gathered_;
-  QCheckBox* segmented_;
-  QSpinBox* context_;
-  QSpinBox* decodeSteps_;
-  QSpinBox* repeats_;
-  QSpinBox* toySamples_;
-  QWidget* toyRow_;
-  QWidget* gpt2Rows_;
-  QLineEdit* prompt_;
-  QSpinBox* newTokens_;
-  QProgressBar* progress_;
+  AdapterList* adapters_;
+  LoraMathPanel* math_;
+  BatchComposer* composer_;
+  AdapterServingPage* serving_;
+  RunProgressBar* progress_;
   QLabel* summary_;
   QLabel* agreement_;
-  // Views.
   QTabWidget* views_;
   ChartView* latencyChart_;
   ChartView* ratioChart_;
@@ -234,30 +145,8 @@ class MultiLoraTab : public ExperimentTab {
   QTextBrowser* outputs_;
   QTableWidget* pointsTable_;
   QTableWidget* shapesTable_;
-  // Serve.
-  QSpinBox* serveRequests_;
-  QSpinBox* serveMaxBatch_;
-  QSpinBox* serveNewTokens_;
-  QSpinBox* cacheCapacity_;
-  QComboBox* serveStrategy_;
-  QPushButton* serveRun_;
-  QPushButton* serveStop_;
-  QProgressBar* serveProgress_;
-  QLabel* serveSummary_;
-  QLabel* serveAdapters_;
-  QLabel* loadsLabel_;
-  QLabel* hitsLabel_;
-  QLabel* evictionsLabel_;
-  QLabel* residentLabel_;
-  QLabel* inStepLabel_;
-  ChartView* cacheChart_;
-  QTableWidget* requestTable_;
 
   ModelSummary model_;
-  QVector<Entry> entries_;
-  QMap<quint64, Pending> pending_;
-  int nextEntryId_ = 1;
-  Job job_ = Job::None;
   // Live medians per series ("base", "loop", ...) and batch size.
   QMap<QString, QMap<qint64, double>> live_;
   servelab::MultiLoraParams runParams_;  // what the sweep in progress (or the last one) asked for
@@ -265,11 +154,6 @@ class MultiLoraTab : public ExperimentTab {
   QString resultPrompt_;  // the prompt of the run whose outputs are shown
   servelab::MultiLoraResult result_;
   bool hasResult_ = false;
-  AdapterServeParams serving_;  // what the serve run in progress (or the last one) asked for
-  servelab::BatchRunResult serveResult_;
-  bool hasServeResult_ = false;
-  servelab::AdapterCacheStats liveCache_;
-  qint64 serveRequestsTotal_ = 0, serveRetired_ = 0;
   QString lastError_;
 };
 

@@ -24,8 +24,11 @@
 #include <limits>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
+#include "engine_session.h"
+#include "form_widgets.h"
 #include "quant/quant_spec.h"
+#include "text_format.h"
 
 namespace servelab::ui {
 
@@ -64,18 +67,6 @@ QString modeLabel(const std::string& mode) {
 QString percent(double fraction) {
   const double p = fraction * 100;
   return QString::number(p, 'f', p < 10 ? 1 : 0) + QLatin1Char('%');
-}
-
-QString megabytes(int64_t bytes) {
-  const double mb = static_cast<double>(bytes) / kMB;
-  return QString::number(mb, 'f', mb < 10 ? 2 : 1);
-}
-
-// A readable token as running text: its leading open box back to a space.
-QString tokenText(const std::string& piece) {
-  QString s = QString::fromStdString(piece);
-  if (s.startsWith(QChar(0x2423))) s[0] = QLatin1Char(' ');
-  return s;
 }
 
 // Token boundaries show as a faint shade on every other token; differing tokens stand out.
@@ -212,11 +203,7 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
 
   QHBoxLayout* buttons = makeRunButtons(
       QStringLiteral("quant"), tr("Quantize the model in every chosen mode and measure it (Ctrl+Return)"));
-  progress_ = new QProgressBar(this);
-  progress_->setObjectName(QStringLiteral("quantProgress"));
-  progress_->setRange(0, 1000);
-  progress_->setValue(0);
-  progress_->setFormat(tr("idle"));
+  progress_ = new RunProgressBar(this, QStringLiteral("quantProgress"));
   summary_ = new QLabel(tr("Run to quantize the loaded model in each mode and compare it with fp32."), this);
   summary_->setObjectName(QStringLiteral("quantSummary"));
   summary_->setWordWrap(true);
@@ -378,24 +365,6 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
   connect(table_, &QTableWidget::currentCellChanged, this, [this](int, int column) {
     if (column > 0) showDetailMode(column);
   });
-  connect(engine_, &EngineController::point, this, [this](const QString& s, double x, double y) {
-    if (running_) onPoint(s, x, y);
-  });
-  connect(engine_, &EngineController::progress, this, [this](double f, const QString& stage) {
-    if (!running_) return;
-    progress_->setValue(static_cast<int>(f * 1000));
-    progress_->setFormat(tr("%1 · %p%").arg(stage));
-  });
-  connect(engine_, &EngineController::quantizationMode, this, [this](const servelab::QuantModeResult& m) {
-    if (running_) onMode(m);
-  });
-  connect(engine_, &EngineController::quantizationFinished, this,
-          [this](const servelab::QuantizationResult& r) {
-            if (running_) onFinished(r);
-          });
-  connect(engine_, &EngineController::failed, this, [this](const QString& kind, const QString& m) {
-    if (running_) onFailed(kind, m);
-  });
 }
 
 QList<ChartView*> QuantizationTab::charts() const {
@@ -480,15 +449,24 @@ bool QuantizationTab::run() {
     summary_->setText(tr("<b>Cannot run:</b> choose at least one mode to compare with fp32."));
     return false;
   }
-  if (!engine_->runQuantization(p)) return false;
+  EngineJob* job = engine_->submit(tr("quantization"), [p](JobContext& c) {
+    servelab::QuantizationResult r = servelab::run_quantization(c.engine(), p, c.control());
+    for (servelab::QuantModeResult& m : r.modes) makeReadable(c.engine(), m);
+    return r;
+  });
+  if (!job) return false;
+  connect(job, &EngineJob::point, this, &QuantizationTab::onPoint);
+  progress_->follow(job);
+  connect(job, &EngineJob::quantizationMode, this, &QuantizationTab::onMode);
+  job->onResult<servelab::QuantizationResult>(this, [this](const auto& r) { onFinished(r); });
+  connect(job, &EngineJob::failed, this, &QuantizationTab::onFailed);
   runStarted();
   hasResult_ = false;
   lastError_.clear();
   labels_ = QStringList{QStringLiteral("fp32")};
   for (const std::string& m : p.modes) labels_ << QString::fromStdString(m);
   resetView();
-  progress_->setValue(0);
-  progress_->setFormat(tr("starting · %p%"));
+  progress_->start();
   summary_->setText(
       tr("Running: fp32 and %n mode(s), execution %1%2…", nullptr, static_cast<int>(p.modes.size()))
           .arg(exec(), p.measure_speed ? tr(", with speed") : tr(", no speed")));
@@ -557,7 +535,7 @@ void QuantizationTab::onFinished(const servelab::QuantizationResult& r) {
   // The headline: smallest, closest to fp32, fastest.
   QStringList lines;
   if (!modes_.isEmpty())
-    lines << tr("fp32 weights: <b>%1 MB</b>.").arg(megabytes(modes_.front().memory.total_bytes));
+    lines << tr("fp32 weights: <b>%1 MB</b>.").arg(formatMegabytes(modes_.front().memory.total_bytes));
   const servelab::QuantModeResult* smallest = nullptr;
   const servelab::QuantModeResult* closest = nullptr;
   const servelab::QuantModeResult* fastest = nullptr;
@@ -572,7 +550,7 @@ void QuantizationTab::onFinished(const servelab::QuantizationResult& r) {
   if (smallest)
     lines << tr("Smallest: <b>%1</b>, %2 of fp32 (%3 MB).")
                  .arg(modeLabel(smallest->mode), percent(smallest->memory.fraction_of_fp32),
-                      megabytes(smallest->memory.total_bytes));
+                      formatMegabytes(smallest->memory.total_bytes));
   if (closest)
     lines << tr("Closest to fp32: <b>%1</b> (KL %2, top-1 %3).")
                  .arg(modeLabel(closest->mode), QString::number(closest->kl_mean, 'g', 2),
@@ -593,8 +571,7 @@ void QuantizationTab::onFinished(const servelab::QuantizationResult& r) {
                                .arg(p.batch_tokens)
                                .arg(r.copy_bandwidth_gbs, 0, 'f', 1) +
                            QStringLiteral(" · ") + chartFootnote(model_));
-  progress_->setValue(1000);
-  progress_->setFormat(tr("done"));
+  progress_->finish();
   runEnded(true, QString());
 }
 
@@ -673,12 +650,12 @@ void QuantizationTab::fillTable() {
     const servelab::QuantModeResult& m = modes_[c];
     set(RowExec, c, QString::fromStdString(m.exec));
     set(RowKernel, c, QString::fromStdString(m.kernel), QString::fromStdString(m.kernel));
-    set(RowWeights, c, megabytes(m.memory.total_bytes),
+    set(RowWeights, c, formatMegabytes(m.memory.total_bytes),
         tr("%1 values + %2 states + %3 kept in fp32 (MB)")
-            .arg(megabytes(m.memory.quantized_bytes), megabytes(m.memory.state_bytes),
-                 megabytes(m.memory.other_bytes)));
+            .arg(formatMegabytes(m.memory.quantized_bytes), formatMegabytes(m.memory.state_bytes),
+                 formatMegabytes(m.memory.other_bytes)));
     set(RowFraction, c, percent(m.memory.fraction_of_fp32));
-    set(RowResident, c, megabytes(m.memory.resident_bytes));
+    set(RowResident, c, formatMegabytes(m.memory.resident_bytes));
     set(RowMaxError, c, QString::number(m.max_abs_error, 'g', 3));
     set(RowMeanError, c, QString::number(m.mean_abs_error, 'g', 3));
     set(RowKl, c, QString::number(m.kl_mean, 'g', 3),

@@ -12,13 +12,14 @@
 class QCheckBox;
 class QComboBox;
 class QLabel;
-class QProgressBar;
 class QSpinBox;
 class QTabWidget;
 class QTableWidget;
 class QTextBrowser;
 
 namespace servelab::ui {
+
+class RunProgressBar;
 
 // The positions where a mode's greedy token differs from fp32's (a token only one side has counts
 // as differing).
@@ -96,7 +97,7 @@ class QuantizationTab : public ExperimentTab {
   QSpinBox* newTokens_;
   QSpinBox* repeats_;
   QCheckBox* speed_;
-  QProgressBar* progress_;
+  RunProgressBar* progress_;
   QLabel* summary_;
   QLabel* caveat_;
   ChartView* memoryChart_;

@@ -20,7 +20,8 @@
 #include "batching_tab.h"
 #include "chart_view.h"
 #include "continuous_tab.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
+#include "job_spy.h"
 #include "main_window.h"
 #include "model/model_export.h"
 
@@ -227,7 +228,7 @@ class TestBatchingTabs : public QObject {
     tab->setBatchSizes(QStringLiteral("1, 2,4"));
     tab->setNewTokens(3);
     tab->setRepeats(1);
-    QSignalSpy points(w->engine(), &EngineController::point);
+    JobSpy points(w->engine(), &EngineJob::point);
     QSignalSpy done(tab, &ExperimentTab::runFinished);
     QVERIFY(tab->run());
     QVERIFY(done.wait(kRunTimeoutMs));
@@ -278,18 +279,17 @@ class TestBatchingTabs : public QObject {
     // A timeline of our own from the live events, one per run, to compare with the results.
     QVector<BatchTimeline> live;
     EngineController* e = w->engine();
-    connect(e, &EngineController::batchRunStarted, this, [&](const QString& m, qint64 n, qint64 s) {
+    onEveryJob(e, &EngineJob::batchRunStarted, this, [&](const QString& m, qint64 n, qint64 s) {
       live.push_back({});
       live.back().start(m, n, s);
     });
-    connect(e, &EngineController::batchAdmitted, this,
-            [&](qint64 r, qint64 slot, qint64 step, double) { live.back().admit(r, slot, step); });
-    connect(e, &EngineController::batchToken, this,
-            [&](qint64 r, int, const QString&, qint64 step, double) { live.back().token(r, step); });
-    connect(e, &EngineController::batchRetired, this,
-            [&](const servelab::RequestResult& r) { live.back().retire(r); });
-    connect(e, &EngineController::batchStep, this,
-            [&](const servelab::BatchStep& s) { live.back().step(s); });
+    onEveryJob(e, &EngineJob::batchAdmitted, this,
+               [&](qint64 r, qint64 slot, qint64 step, double) { live.back().admit(r, slot, step); });
+    onEveryJob(e, &EngineJob::batchToken, this,
+               [&](qint64 r, int, const QString&, qint64 step, double) { live.back().token(r, step); });
+    onEveryJob(e, &EngineJob::batchRetired, this,
+               [&](const servelab::RequestResult& r) { live.back().retire(r); });
+    onEveryJob(e, &EngineJob::batchStep, this, [&](const servelab::BatchStep& s) { live.back().step(s); });
     QSignalSpy done(tab, &ExperimentTab::runFinished);
     QVERIFY(tab->run());
     QVERIFY(!tab->run());  // one run at a time
@@ -387,7 +387,7 @@ class TestBatchingTabs : public QObject {
     tab->setShortTokens(60);
     tab->setNaive(false);
     int tokens = 0;
-    connect(w->engine(), &EngineController::batchToken, w.get(), [&] {
+    onEveryJob(w->engine(), &EngineJob::batchToken, w.get(), [&] {
       if (++tokens == 5) w->stopCurrent();
     });
     QSignalSpy done(tab, &ExperimentTab::runFinished);

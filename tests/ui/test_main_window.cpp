@@ -17,8 +17,9 @@
 #include <memory>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
 #include "generate_tab.h"
+#include "job_spy.h"
 #include "kv_cache_tab.h"
 #include "main_window.h"
 #include "model/engine.h"
@@ -152,7 +153,7 @@ class TestMainWindow : public QObject {
     tab->setNewTokens(12);
     tab->setRepeats(2);
     QSignalSpy done(tab, &ExperimentTab::runFinished);
-    QSignalSpy points(w->engine(), &EngineController::point);
+    JobSpy points(w->engine(), &EngineJob::point);
     QVERIFY(tab->run());
     QVERIFY(w->engine()->isBusy());
     QVERIFY(done.wait(kRunTimeoutMs));
@@ -194,7 +195,7 @@ class TestMainWindow : public QObject {
     tab->setMaxNewTokens(24);
     tab->setGreedy(greedy);
     // The tab's sampling defaults: temperature 0.8, top-k 50, top-p 0.95, seed 42.
-    QSignalSpy streamed(w->engine(), &EngineController::token);
+    JobSpy streamed(w->engine(), &EngineJob::token);
     QSignalSpy done(tab, &ExperimentTab::runFinished);
     QVERIFY(tab->run());
     QVERIFY(done.wait(kRunTimeoutMs));
@@ -256,7 +257,7 @@ class TestMainWindow : public QObject {
     tab->setGreedy(true);
     // Stop as soon as the third token reaches the GUI.
     int seen = 0;
-    connect(w->engine(), &EngineController::token, w.get(), [&] {
+    onEveryJob(w->engine(), &EngineJob::token, w.get(), [&] {
       if (++seen == 3) w->stopCurrent();
     });
     QSignalSpy done(tab, &ExperimentTab::runFinished);

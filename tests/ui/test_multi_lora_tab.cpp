@@ -19,7 +19,8 @@
 #include <set>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
+#include "job_spy.h"
 #include "main_window.h"
 #include "multi_lora_tab.h"
 
@@ -163,7 +164,7 @@ class TestMultiLoraTab : public QObject {
     tab->setRepeats(1);
     tab->setStrategies({QStringLiteral("loop"), QStringLiteral("gathered"), QStringLiteral("segmented")});
     QCOMPARE(tab->params().workload, std::string("toy"));
-    QSignalSpy points(w->engine(), &EngineController::point);
+    JobSpy points(w->engine(), &EngineJob::point);
     QString message;
     QVERIFY2(runToEnd(tab, false, &message), qPrintable(message));
     QVERIFY(tab->hasResult());
@@ -219,7 +220,7 @@ class TestMultiLoraTab : public QObject {
     const servelab::MultiLoraParams p = tab->params();
     QCOMPARE(p.adapters.size(), size_t(2));
     QCOMPARE(p.batch_sizes, (std::vector<int64_t>{1, 2}));
-    QSignalSpy points(w->engine(), &EngineController::point);
+    JobSpy points(w->engine(), &EngineJob::point);
     QString message;
     QVERIFY2(runToEnd(tab, false, &message), qPrintable(message));
     const servelab::MultiLoraResult& r = tab->result();
@@ -408,7 +409,7 @@ class TestMultiLoraTab : public QObject {
     tab->setRepeats(5);
     tab->setDecodeSteps(4);
     int seen = 0;
-    const QMetaObject::Connection stopper = connect(w->engine(), &EngineController::point, w.get(), [&] {
+    const QMetaObject::Connection stopper = onEveryJob(w->engine(), &EngineJob::point, w.get(), [&] {
       if (++seen == 1) w->stopCurrent();
     });
     QSignalSpy done(tab, &ExperimentTab::runFinished);
@@ -453,12 +454,13 @@ class TestMultiLoraTab : public QObject {
     tab->setServeNewTokens(3);
     tab->setCacheCapacity(1);
     tab->setServeStrategy(QStringLiteral("segmented"));
-    const AdapterServeParams p = tab->serveParams();
-    QCOMPARE(p.adapters.size(), size_t(2));
-    QCOMPARE(p.requestAdapters, (std::vector<std::string>{"rand-r4-1", "rand-r4-2", "rand-r4-1", "rand-r4-2",
-                                                          "rand-r4-1", "rand-r4-2"}));
-    QCOMPARE(p.cacheCapacity, qint64(1));
-    QSignalSpy steps(w->engine(), &EngineController::batchStep);
+    const servelab::AdapterServingParams p = tab->serveParams();
+    const std::vector<std::string> requestAdapters = servelab::adapter_serving_assignment(p);
+    QCOMPARE(servelab::adapter_serving_adapters(p).size(), size_t(2));
+    QCOMPARE(requestAdapters, (std::vector<std::string>{"rand-r4-1", "rand-r4-2", "rand-r4-1", "rand-r4-2",
+                                                        "rand-r4-1", "rand-r4-2"}));
+    QCOMPARE(p.cache_capacity, qint64(1));
+    JobSpy steps(w->engine(), &EngineJob::batchStep);
     // Ctrl+Return runs what the view in front shows.
     tab->showView(QStringLiteral("serve"));
     QCOMPARE(tab->primaryChart()->objectName(), QStringLiteral("loraCacheChart"));  // what Ctrl+E exports
@@ -489,7 +491,7 @@ class TestMultiLoraTab : public QObject {
     auto* requests = w->findChild<QTableWidget*>(QStringLiteral("loraRequests"));
     QCOMPARE(requests->rowCount(), 6);
     for (const servelab::RequestResult& rr : r.requests) {
-      QCOMPARE(rr.adapter, p.requestAdapters[size_t(rr.id)]);
+      QCOMPARE(rr.adapter, requestAdapters[size_t(rr.id)]);
       QCOMPARE(requests->item(static_cast<int>(rr.id), 1)->text(), QString::fromStdString(rr.adapter));
       QCOMPARE(requests->item(static_cast<int>(rr.id), 6)->text(), QString::number(rr.generated_ids.size()));
     }
@@ -509,12 +511,13 @@ class TestMultiLoraTab : public QObject {
     // An empty list serves random adapters with distinct seeds.
     tab->clearAdapters();
     tab->setRandomAdapters(3, 2);
-    const AdapterServeParams random = tab->serveParams();
-    QCOMPARE(random.adapters.size(), size_t(3));
+    const servelab::AdapterServingParams random = tab->serveParams();
+    const std::vector<servelab::AdapterSource> randomAdapters = servelab::adapter_serving_adapters(random);
+    QCOMPARE(randomAdapters.size(), size_t(3));
     std::set<uint64_t> seeds;
-    for (const servelab::AdapterSource& s : random.adapters) seeds.insert(s.seed);
+    for (const servelab::AdapterSource& s : randomAdapters) seeds.insert(s.seed);
     QCOMPARE(seeds.size(), size_t(3));
-    QCOMPARE(random.requestAdapters[3], random.adapters[0].name);
+    QCOMPARE(servelab::adapter_serving_assignment(random)[3], randomAdapters[0].name);
   }
 
   void stopWhileServing() {
@@ -527,7 +530,7 @@ class TestMultiLoraTab : public QObject {
     tab->setServeNewTokens(20);
     tab->setCacheCapacity(1);
     int steps = 0;
-    const QMetaObject::Connection stopper = connect(w->engine(), &EngineController::batchStep, w.get(), [&] {
+    const QMetaObject::Connection stopper = onEveryJob(w->engine(), &EngineJob::batchStep, w.get(), [&] {
       if (++steps == 2) w->stopCurrent();
     });
     QSignalSpy done(tab, &ExperimentTab::runFinished);
@@ -590,7 +593,7 @@ class TestMultiLoraTab : public QObject {
     QCOMPARE(p.row_adapters, (std::vector<std::string>{"", "rand-r16-2", "rand-r16-1"}));
     QCOMPARE(p.batch_sizes, (std::vector<int64_t>{1, 4}));
     QCOMPARE(p.strategies, (std::vector<std::string>{"gathered", "segmented"}));
-    QCOMPARE(tab->serveParams().cacheCapacity, qint64(3));
+    QCOMPARE(tab->serveParams().cache_capacity, qint64(3));
     QCOMPARE(tab->math().rank, qint64(5));
     QCOMPARE(tab->currentView(), QStringLiteral("serve"));
   }

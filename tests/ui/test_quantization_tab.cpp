@@ -17,7 +17,8 @@
 #include <memory>
 
 #include "chart_view.h"
-#include "engine_worker.h"
+#include "engine_controller.h"
+#include "job_spy.h"
 #include "main_window.h"
 #include "model/model_export.h"
 #include "quantization_tab.h"
@@ -154,8 +155,8 @@ class TestQuantizationTab : public QObject {
     QCOMPARE(tab->exec(), QStringLiteral("jit"));  // the default
     tab->setMeasureSpeed(true);
     quick(tab);
-    QSignalSpy modes(w->engine(), &EngineController::quantizationMode);
-    QSignalSpy points(w->engine(), &EngineController::point);
+    JobSpy modes(w->engine(), &EngineJob::quantizationMode);
+    JobSpy points(w->engine(), &EngineJob::point);
     QSignalSpy done(tab, &ExperimentTab::runFinished);
     QVERIFY(tab->run());
     QVERIFY(tab->isRunning());
@@ -335,7 +336,7 @@ class TestQuantizationTab : public QObject {
     tab->setRepeats(8);
     tab->setSpeedWorkload(64, 16, 32);
     int arrived = 0;
-    connect(w->engine(), &EngineController::quantizationMode, w.get(), [&] {
+    onEveryJob(w->engine(), &EngineJob::quantizationMode, w.get(), [&] {
       if (++arrived == 1) w->stopCurrent();
     });
     QSignalSpy done(tab, &ExperimentTab::runFinished);

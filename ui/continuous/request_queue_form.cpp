@@ -1,0 +1,158 @@
+#include "continuous/request_queue_form.h"
+
+#include <QCheckBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QSpinBox>
+#include <algorithm>
+#include <limits>
+
+#include "form_widgets.h"
+
+namespace servelab::ui {
+
+RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
+  prompt_ = new QLineEdit(QStringLiteral("The quick brown fox jumped over the"), this);
+  prompt_->setObjectName(QStringLiteral("continuousPrompt"));
+  prompt_->setCursorPosition(0);
+  requests_ = makeSpin(this, QStringLiteral("continuousRequests"), 1, 1024, 32);
+  maxBatch_ = makeSpin(this, QStringLiteral("continuousMaxBatch"), 1, 256, 8);
+  maxBatch_->setToolTip(tr("Requests that run at once: the batch places (slots)"));
+  longEvery_ = makeSpin(this, QStringLiteral("continuousLongEvery"), 1, 1000, 8);
+  longEvery_->setToolTip(tr("Request 0 and every n-th after it is a long one"));
+  longTokens_ = makeSpin(this, QStringLiteral("continuousLongTokens"), 1, 1000, 100, tr(" tokens"));
+  shortTokens_ = makeSpin(this, QStringLiteral("continuousShortTokens"), 1, 1000, 10, tr(" tokens"));
+  randomPrompt_ = new QCheckBox(tr("Random prompt length"), this);
+  randomPrompt_->setObjectName(QStringLiteral("continuousRandomPrompt"));
+  randomPrompt_->setToolTip(
+      tr("Each request's prompt is the prompt's tokens repeated to a random length "
+         "(seeded)"));
+  promptMin_ = makeSpin(this, QStringLiteral("continuousPromptMin"), 1, 1000, 4);
+  promptMax_ = makeSpin(this, QStringLiteral("continuousPromptMax"), 1, 1000, 32, tr(" tokens"));
+  connect(randomPrompt_, &QCheckBox::toggled, this, &RequestQueueForm::updatePromptLengthEnabled);
+  connect(promptMin_, &QSpinBox::valueChanged, this, [this](int v) {
+    if (promptMax_->value() < v) promptMax_->setValue(v);
+  });
+  connect(promptMax_, &QSpinBox::valueChanged, this, [this](int v) {
+    if (promptMin_->value() > v) promptMin_->setValue(v);
+  });
+  arrivalRate_ = new QDoubleSpinBox(this);
+  arrivalRate_->setObjectName(QStringLiteral("continuousArrivalRate"));
+  arrivalRate_->setRange(0, 10000);
+  arrivalRate_->setDecimals(1);
+  arrivalRate_->setSingleStep(5);
+  arrivalRate_->setSuffix(tr(" requests/s"));
+  arrivalRate_->setSpecialValueText(tr("all at once"));
+  arrivalRate_->setToolTip(
+      tr("Poisson arrivals at this rate (seeded); 0: every request is waiting at the "
+         "start"));
+  seed_ = makeSpin(this, QStringLiteral("continuousSeed"), 0, std::numeric_limits<int>::max(), 42);
+  naive_ = new QCheckBox(tr("Also the seed's merge/filter"), this);
+  naive_->setObjectName(QStringLiteral("continuousNaive"));
+  naive_->setToolTip(
+      tr("Also serve the queue with the seed's continuous batching, which re-pads and copies "
+         "the whole KV cache whenever a request joins or leaves"));
+
+  auto* lengthRow = new QHBoxLayout;
+  lengthRow->addWidget(promptMin_);
+  lengthRow->addWidget(new QLabel(QStringLiteral("–"), this));
+  lengthRow->addWidget(promptMax_);
+  auto* form = new QFormLayout(this);
+  form->setContentsMargins(0, 0, 0, 0);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  form->addRow(tr("Prompt"), prompt_);
+  form->addRow(tr("Requests"), requests_);
+  form->addRow(tr("Max batch"), maxBatch_);
+  form->addRow(tr("Every n-th is long"), longEvery_);
+  form->addRow(tr("Long requests"), longTokens_);
+  form->addRow(tr("Short requests"), shortTokens_);
+  form->addRow(randomPrompt_);
+  form->addRow(tr("Prompt length"), lengthRow);
+  form->addRow(tr("Arrivals"), arrivalRate_);
+  form->addRow(tr("Seed"), seed_);
+  form->addRow(naive_);
+  updatePromptLengthEnabled();
+}
+
+void RequestQueueForm::updatePromptLengthEnabled() {
+  promptMin_->setEnabled(randomPrompt_->isChecked());
+  promptMax_->setEnabled(randomPrompt_->isChecked());
+}
+
+void RequestQueueForm::setPrompt(const QString& prompt) { prompt_->setText(prompt); }
+void RequestQueueForm::setRequests(int n) { requests_->setValue(n); }
+void RequestQueueForm::setMaxBatch(int n) { maxBatch_->setValue(n); }
+void RequestQueueForm::setLongEvery(int n) { longEvery_->setValue(n); }
+void RequestQueueForm::setLongTokens(int n) { longTokens_->setValue(n); }
+void RequestQueueForm::setShortTokens(int n) { shortTokens_->setValue(n); }
+void RequestQueueForm::setPromptTokens(int min, int max) {
+  randomPrompt_->setChecked(max > 0);
+  if (max > 0) {
+    promptMax_->setValue(max);
+    promptMin_->setValue(std::max(1, min));
+  }
+}
+void RequestQueueForm::setArrivalRate(double perSecond) { arrivalRate_->setValue(perSecond); }
+void RequestQueueForm::setSeed(int seed) { seed_->setValue(seed); }
+void RequestQueueForm::setNaive(bool on) { naive_->setChecked(on); }
+
+servelab::SyncVsContinuousParams RequestQueueForm::params() const {
+  servelab::SyncVsContinuousParams p;
+  p.prompt = prompt_->text().toStdString();
+  p.requests = requests_->value();
+  p.max_batch = maxBatch_->value();
+  p.long_every = longEvery_->value();
+  p.long_tokens = longTokens_->value();
+  p.short_tokens = shortTokens_->value();
+  p.prompt_tokens_min = randomPrompt_->isChecked() ? promptMin_->value() : 0;
+  p.prompt_tokens_max = randomPrompt_->isChecked() ? promptMax_->value() : 0;
+  p.arrival_rate = arrivalRate_->value();
+  p.seed = static_cast<std::uint64_t>(seed_->value());
+  p.naive = naive_->isChecked();
+  return p;
+}
+
+void RequestQueueForm::setModel(const ModelSummary& model) {
+  if (model.positions > 1)
+    for (QSpinBox* s : {longTokens_, shortTokens_, promptMin_, promptMax_})
+      s->setMaximum(model.positions - 1);
+}
+
+void RequestQueueForm::loadSettings(QSettings& s) {
+  prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
+  prompt_->setCursorPosition(0);
+  const auto spin = [&s](QSpinBox* box, const char* key) {
+    box->setValue(s.value(QLatin1String(key), box->value()).toInt());
+  };
+  spin(requests_, "requests");
+  spin(maxBatch_, "maxBatch");
+  spin(longEvery_, "longEvery");
+  spin(longTokens_, "longTokens");
+  spin(shortTokens_, "shortTokens");
+  spin(promptMin_, "promptTokensMin");
+  spin(promptMax_, "promptTokensMax");
+  spin(seed_, "seed");
+  randomPrompt_->setChecked(s.value(QStringLiteral("randomPromptLength"), false).toBool());
+  arrivalRate_->setValue(s.value(QStringLiteral("arrivalRate"), arrivalRate_->value()).toDouble());
+  naive_->setChecked(s.value(QStringLiteral("naive"), naive_->isChecked()).toBool());
+}
+
+void RequestQueueForm::saveSettings(QSettings& s) const {
+  s.setValue(QStringLiteral("prompt"), prompt_->text());
+  s.setValue(QStringLiteral("requests"), requests_->value());
+  s.setValue(QStringLiteral("maxBatch"), maxBatch_->value());
+  s.setValue(QStringLiteral("longEvery"), longEvery_->value());
+  s.setValue(QStringLiteral("longTokens"), longTokens_->value());
+  s.setValue(QStringLiteral("shortTokens"), shortTokens_->value());
+  s.setValue(QStringLiteral("randomPromptLength"), randomPrompt_->isChecked());
+  s.setValue(QStringLiteral("promptTokensMin"), promptMin_->value());
+  s.setValue(QStringLiteral("promptTokensMax"), promptMax_->value());
+  s.setValue(QStringLiteral("arrivalRate"), arrivalRate_->value());
+  s.setValue(QStringLiteral("seed"), seed_->value());
+  s.setValue(QStringLiteral("naive"), naive_->isChecked());
+}
+
+}  // namespace servelab::ui

@@ -1,0 +1,57 @@
+#pragma once
+// The request queue of the Continuous batching tab: the prompt, how many requests, which are long,
+// prompt lengths, arrivals and the seed, and whether the seed's merge/filter runs too. Its params()
+// are the experiment's.
+#include <QSettings>
+#include <QWidget>
+
+#include "engine_types.h"
+
+class QCheckBox;
+class QDoubleSpinBox;
+class QLineEdit;
+class QSpinBox;
+
+namespace servelab::ui {
+
+class RequestQueueForm : public QWidget {
+  Q_OBJECT
+ public:
+  explicit RequestQueueForm(QWidget* parent = nullptr);
+
+  void setPrompt(const QString& prompt);
+  void setRequests(int n);
+  void setMaxBatch(int n);
+  void setLongEvery(int n);
+  void setLongTokens(int n);
+  void setShortTokens(int n);
+  void setPromptTokens(int min, int max);  // 0, 0: the prompt as typed
+  void setArrivalRate(double perSecond);   // 0: all requests at the start
+  void setSeed(int seed);
+  void setNaive(bool on);
+  servelab::SyncVsContinuousParams params() const;
+
+  // Token counts up to the model's context.
+  void setModel(const ModelSummary& model);
+  // Keys of the tab's settings group.
+  void loadSettings(QSettings& settings);
+  void saveSettings(QSettings& settings) const;
+
+ private:
+  void updatePromptLengthEnabled();
+
+  QLineEdit* prompt_;
+  QSpinBox* requests_;
+  QSpinBox* maxBatch_;
+  QSpinBox* longEvery_;
+  QSpinBox* longTokens_;
+  QSpinBox* shortTokens_;
+  QCheckBox* randomPrompt_;
+  QSpinBox* promptMin_;
+  QSpinBox* promptMax_;
+  QDoubleSpinBox* arrivalRate_;
+  QSpinBox* seed_;
+  QCheckBox* naive_;
+};
+
+}  // namespace servelab::ui

@@ -1,0 +1,124 @@
+#include "engine_session.h"
+
+#include <QByteArray>
+#include <QDir>
+
+#include "model/engine.h"
+#include "tokenizer/prompt.h"
+#include "util/errors.h"
+
+namespace servelab::ui {
+
+double decodeTokensPerSecond(const QVector<double>& stepMs) {
+  double ms = 0;
+  for (qsizetype i = 1; i < stepMs.size(); ++i) ms += stepMs[i];
+  return ms > 0 ? 1000.0 * static_cast<double>(stepMs.size() - 1) / ms : 0.0;
+}
+
+QStringList availableDevices() {
+  QStringList out;
+  for (const std::string& d : servelab::available_devices()) out << QString::fromStdString(d);
+  return out;
+}
+
+std::unique_ptr<servelab::Engine> loadEngine(const ModelRequest& r) {
+  const servelab::EngineOptions o{r.device.toStdString(), r.dtype.toStdString(), r.threads};
+  if (r.demo) return servelab::Engine::load_demo(o);
+  return r.folder.isEmpty() ? servelab::Engine::load_builtin(o)
+                            : servelab::Engine::load(QDir::cleanPath(r.folder).toStdString(), o);
+}
+
+ModelSummary summarize(const servelab::Engine& engine, const QString& folder) {
+  const nlohmann::json j = engine.info();
+  const servelab::ModelShape& c = engine.shape();
+  ModelSummary s;
+  s.name = QString::fromStdString(engine.name());
+  s.folder = folder;
+  s.demo = engine.is_demo();
+  s.architecture = QString::fromStdString(j["architecture"].get<std::string>());
+  s.format = QString::fromStdString(j["format"].get<std::string>());
+  if (j.contains("chat_template") && j["chat_template"].is_string() && j["chat_template"] != "unrecognised")
+    s.chatFamily = QString::fromStdString(j["chat_template"].get<std::string>());
+  s.caveat = QString::fromStdString(engine.text_caveat());
+  s.device = QString::fromStdString(j["device"].get<std::string>());
+  s.dtype = QString::fromStdString(j["dtype"].get<std::string>());
+  s.tokenizer = QString::fromStdString(j["tokenizer"].get<std::string>());
+  s.threads = j["threads"].get<int>();
+  s.parameters = j["parameters"].get<qint64>();
+  s.weightBytes = j["weight_bytes"].get<qint64>();
+  s.layers = static_cast<int>(c.n_layer);
+  s.heads = static_cast<int>(c.n_head);
+  s.width = static_cast<int>(c.n_embd);
+  s.positions = static_cast<int>(c.context);
+  s.vocab = static_cast<int>(c.vocab_size);
+  s.inner = static_cast<int>(c.n_inner);
+  s.dtypeBytes = static_cast<int>(engine.dtype_bytes());
+  return s;
+}
+
+QString readableToken(const servelab::Engine& engine, int id) {
+  const servelab::Tokenizer& tokenizer = engine.tokenizer();
+  if (id < 0 || id >= tokenizer.vocab_size()) return QStringLiteral("<id %1>").arg(id);
+  const std::string bytes = tokenizer.token_bytes(id);
+  const QByteArray raw = QByteArray::fromStdString(bytes);
+  QString text = QString::fromUtf8(raw);
+  if (text.contains(QChar::ReplacementCharacter) || text.toUtf8() != raw) {
+    text.clear();
+    for (unsigned char c : bytes)
+      text +=
+          (c >= 0x20 && c < 0x7f) ? QString(QChar(c)) : QStringLiteral("<0x%1>").arg(c, 2, 16, QChar('0'));
+    return text;
+  }
+  if (text.startsWith(QLatin1Char(' '))) text.replace(0, 1, QStringLiteral("\u2423"));
+  text.replace(QLatin1Char('\n'), QStringLiteral("\\n"));
+  text.replace(QLatin1Char('\t'), QStringLiteral("\\t"));
+  text.replace(QLatin1Char('\r'), QStringLiteral("\\r"));
+  return text;
+}
+
+GenerateSummary generateText(const servelab::Engine& engine, const GenerateRequest& request,
+                             servelab::GenerationSink* sink, const std::atomic<bool>* cancel) {
+  servelab::GenerateOptions o = request.options;
+  o.cancel = cancel;
+  const std::string text = request.chat
+                               ? servelab::chat_prompt(engine.tokenizer(), request.prompt.toStdString())
+                               : request.prompt.toStdString();
+  const std::vector<int32_t> ids = servelab::encode_prompt(engine.tokenizer(), text);
+  if (ids.empty()) throw servelab::InputError("the prompt is empty: type at least one character");
+  const servelab::GenerateResult g = servelab::generate(engine.model(), engine.tokenizer(), {ids}, o, sink);
+  const servelab::GeneratedSequence& seq = g.sequences.front();
+  GenerateSummary s;
+  for (int32_t id : seq.prompt_ids) s.promptIds.push_back(id);
+  for (int32_t id : seq.generated_ids) s.generatedIds.push_back(id);
+  s.promptText = QString::fromStdString(text);
+  s.text = QString::fromStdString(seq.text);
+  for (double ms : g.step_ms) s.stepMs.push_back(ms);
+  s.totalMs = g.total_ms;
+  s.ttftMs = s.stepMs.isEmpty() ? 0 : s.stepMs.front();
+  s.decodeTokensPerSecond = decodeTokensPerSecond(s.stepMs);
+  s.finishReason = QString::fromStdString(seq.finish_reason);
+  return s;
+}
+
+servelab::PaddedPrompts padPrompts(const servelab::Engine& engine, const QStringList& prompts) {
+  std::vector<std::string> texts;
+  for (const QString& p : prompts) texts.push_back(p.toStdString());
+  servelab::PaddedPrompts padded = servelab::pad_prompts(engine.model(), engine.tokenizer(), texts);
+  for (size_t r = 0; r < padded.input_ids.size(); ++r)
+    for (size_t c = 0; c < padded.input_ids[r].size(); ++c)
+      if (padded.attention_mask[r][c] != 0 && r < padded.pieces.size() && c < padded.pieces[r].size())
+        padded.pieces[r][c] = readableToken(engine, static_cast<int>(padded.input_ids[r][c])).toStdString();
+  return padded;
+}
+
+void makeReadable(const servelab::Engine& engine, servelab::QuantModeResult& mode) {
+  for (servelab::GreedyComparison& g : mode.greedy) {
+    g.reference_pieces.clear();
+    g.pieces.clear();
+    for (int32_t id : g.reference_tokens)
+      g.reference_pieces.push_back(readableToken(engine, id).toStdString());
+    for (int32_t id : g.tokens) g.pieces.push_back(readableToken(engine, id).toStdString());
+  }
+}
+
+}  // namespace servelab::ui

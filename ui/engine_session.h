@@ -1,0 +1,36 @@
+#pragma once
+// What the UI asks of servelab::Engine itself: loading, the model's summary, readable tokens,
+// generation and padded prompts. This is the one UI file that calls Engine's members (engine
+// interface changes land here); the tabs only pass the engine on to core experiment functions.
+// Everything here runs on the engine thread.
+#include <QString>
+#include <QStringList>
+#include <atomic>
+#include <memory>
+
+#include "engine_types.h"
+
+namespace servelab {
+class Engine;
+class GenerationSink;
+}  // namespace servelab
+
+namespace servelab::ui {
+
+// "cpu", plus "cuda" when libtorch sees a CUDA device.
+QStringList availableDevices();
+// Throws servelab::Error (and std::bad_alloc) when the model cannot be loaded.
+std::unique_ptr<servelab::Engine> loadEngine(const ModelRequest& request);
+ModelSummary summarize(const servelab::Engine& engine, const QString& folder);
+// The token's own bytes as readable text: a leading space as "␣", newlines and tabs as escapes,
+// bytes that are not complete UTF-8 as <0xNN>.
+QString readableToken(const servelab::Engine& engine, int id);
+// Generates request.prompt's continuation, each token through sink.
+GenerateSummary generateText(const servelab::Engine& engine, const GenerateRequest& request,
+                             servelab::GenerationSink* sink, const std::atomic<bool>* cancel);
+// The padded tensors of a static batch, each real token as readable text.
+servelab::PaddedPrompts padPrompts(const servelab::Engine& engine, const QStringList& prompts);
+// Results' token pieces as readable tokens (the Generate tab's way), not vocabulary spellings.
+void makeReadable(const servelab::Engine& engine, servelab::QuantModeResult& mode);
+
+}  // namespace servelab::ui

@@ -1,0 +1,177 @@
+#include "multi_lora/lora_math_panel.h"
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QEvent>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSpinBox>
+#include <QTextDocumentFragment>
+#include <QVBoxLayout>
+
+#include "form_widgets.h"
+#include "text_format.h"
+
+namespace servelab::ui {
+
+namespace {
+const QString kSeedModule = QStringLiteral("seed-1024");
+}
+
+QString loraPercent(double ratio) {
+  const double p = ratio * 100;
+  return QString::number(p, 'f', p >= 10 ? 1 : (p >= 0.1 ? 2 : 3)) + QLatin1Char('%');
+}
+
+LoraMathPanel::LoraMathPanel(QWidget* parent) : QGroupBox(tr("LoRA in one matrix"), parent) {
+  module_ = new QComboBox(this);
+  module_->setObjectName(QStringLiteral("loraMathModule"));
+  module_->addItem(tr("attn.c_attn (query, key, value)"), QStringLiteral("attn.c_attn"));
+  module_->addItem(tr("attn.c_proj (attention output)"), QStringLiteral("attn.c_proj"));
+  module_->addItem(tr("mlp.c_fc (MLP up)"), QStringLiteral("mlp.c_fc"));
+  module_->addItem(tr("mlp.c_proj (MLP down)"), QStringLiteral("mlp.c_proj"));
+  module_->addItem(tr("the seed's example (hidden 1024)"), kSeedModule);
+  rank_ = makeSpin(this, QStringLiteral("loraMathRank"), 1, 1024, 8);
+  rank_->setToolTip(tr("The rank r of A and B"));
+  alpha_ = new QDoubleSpinBox(this);
+  alpha_->setObjectName(QStringLiteral("loraMathAlpha"));
+  alpha_->setRange(0.01, 4096);
+  alpha_->setValue(16);
+  alpha_->setToolTip(tr("α: the update is scaled by α / r"));
+  label_ = new QLabel(this);
+  label_->setObjectName(QStringLiteral("loraMath"));
+  label_->setTextFormat(Qt::RichText);
+  label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  label_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+  label_->setWordWrap(true);
+  label_->setToolTip(
+      tr("W is in × out; A is in × r and B is r × out, so (|A| + |B|) / |W| = r(in + out) / (in·out). x is a "
+         "row "
+         "of the batch, 1 × in."));
+  connect(module_, &QComboBox::currentIndexChanged, this, [this] { refresh(); });
+  connect(rank_, &QSpinBox::valueChanged, this, [this] { refresh(); });
+  connect(alpha_, &QDoubleSpinBox::valueChanged, this, [this] { refresh(); });
+  auto* pick = new QHBoxLayout;
+  pick->addWidget(module_, 1);
+  pick->addWidget(new QLabel(tr("r"), this));
+  pick->addWidget(rank_);
+  pick->addWidget(new QLabel(tr("α"), this));
+  pick->addWidget(alpha_);
+  auto* v = new QVBoxLayout(this);
+  v->setContentsMargins(6, 4, 6, 4);
+  v->setSpacing(4);
+  v->addLayout(pick);
+  v->addWidget(label_, 1);
+  setMinimumWidth(470);
+  setMaximumWidth(500);
+  refresh();
+}
+
+void LoraMathPanel::setModule(const QString& module) {
+  const int i = module_->findData(module);
+  if (i >= 0) module_->setCurrentIndex(i);
+}
+void LoraMathPanel::setRank(int rank) { rank_->setValue(rank); }
+void LoraMathPanel::setAlpha(double alpha) { alpha_->setValue(alpha); }
+
+void LoraMathPanel::setModel(const ModelSummary& model) {
+  model_ = model;
+  refresh();
+}
+
+LoraMath LoraMathPanel::math() const {
+  const qint64 width = model_.width > 0 ? model_.width : 768;
+  const qint64 inner = model_.inner > 0 ? model_.inner : 4 * width;
+  const QString module = module_->currentData().toString();
+  LoraMath m;
+  m.rank = rank_->value();
+  if (module == QLatin1String("attn.c_attn")) {
+    m.in = width;
+    m.out = 3 * width;
+  } else if (module == QLatin1String("attn.c_proj")) {
+    m.in = width;
+    m.out = width;
+  } else if (module == QLatin1String("mlp.c_fc")) {
+    m.in = width;
+    m.out = inner;
+  } else if (module == QLatin1String("mlp.c_proj")) {
+    m.in = inner;
+    m.out = width;
+  } else {
+    m.in = 1024;
+    m.out = 1024;
+  }
+  return m;
+}
+
+QString LoraMathPanel::text() const { return QTextDocumentFragment::fromHtml(label_->text()).toPlainText(); }
+
+void LoraMathPanel::refresh() {
+  const LoraMath m = math();
+  const double alpha = alpha_->value();
+  const bool seed = module_->currentData().toString() == kSeedModule;
+  const QString muted = palette().color(QPalette::Base).lightness() < 128 ? QStringLiteral("#a0a0a0")
+                                                                          : QStringLiteral("#666666");
+  const auto row = [&](const QString& name, const QString& shape, qint64 params, const QString& note) {
+    return QStringLiteral(
+               "<tr><td><b>%1</b></td><td style='padding-left:6px'>[%2]</td>"
+               "<td align='right' style='padding-left:10px'>%3</td>"
+               "<td style='padding-left:8px; color:%4'>%5</td></tr>")
+        .arg(name, shape, formatCount(params), muted, note);
+  };
+  QString html = QStringLiteral("<table cellspacing='0' cellpadding='1'>");
+  html +=
+      row(QStringLiteral("W"), QStringLiteral("%1 × %2").arg(m.in).arg(m.out), m.wParameters(), tr("frozen"));
+  html +=
+      row(QStringLiteral("A"), QStringLiteral("%1 × %2").arg(m.in).arg(m.rank), m.in * m.rank, tr("trained"));
+  html += row(QStringLiteral("B"), QStringLiteral("%1 × %2").arg(m.rank).arg(m.out), m.rank * m.out,
+              tr("trained"));
+  html += QStringLiteral("</table>");
+  html += tr("<p style='margin-top:4px; margin-bottom:2px'>y = x·W + (α/r)·x·A·B &nbsp; with α/r = %1/%2 = "
+             "<b>%3</b></p>")
+              .arg(alpha, 0, 'g', 4)
+              .arg(m.rank)
+              .arg(alpha / static_cast<double>(m.rank), 0, 'g', 4);
+  html += tr("<p style='margin-top:2px; margin-bottom:2px'>(|A| + |B|) / |W| = %1 / %2 = <b>%3</b></p>")
+              .arg(formatCount(m.abParameters()), formatCount(m.wParameters()), loraPercent(m.ratio()));
+  if (!seed) {
+    // Every module of every layer at this rank: what one adapter adds to the whole model.
+    const qint64 width = model_.width > 0 ? model_.width : 768;
+    const qint64 inner = model_.inner > 0 ? model_.inner : 4 * width;
+    const qint64 layers = model_.layers > 0 ? model_.layers : 12;
+    const qint64 perLayer =
+        m.rank * ((width + 3 * width) + (width + width) + (width + inner) + (inner + width));
+    const qint64 all = perLayer * layers;
+    const qint64 total = model_.parameters > 0 ? model_.parameters : 124439808;
+    html += tr("<p style='margin-top:2px; color:%1'>All %2 matrices at r = %3: %4 parameters, %5 of the "
+               "model</p>")
+                .arg(muted)
+                .arg(4 * layers)
+                .arg(m.rank)
+                .arg(formatMillions(all), loraPercent(static_cast<double>(all) / static_cast<double>(total)));
+  } else {
+    html += tr("<p style='margin-top:2px; color:%1'>The seed's example: a 1024 × 1024 layer at rank 2 trains "
+               "0.39% of its weights.</p>")
+                .arg(muted);
+  }
+  label_->setText(html);
+}
+
+void LoraMathPanel::changeEvent(QEvent* event) {
+  QGroupBox::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) refresh();  // text colours follow the theme
+}
+
+void LoraMathPanel::loadSettings(QSettings& s) {
+  setModule(s.value(QStringLiteral("mathModule"), module_->currentData()).toString());
+  rank_->setValue(s.value(QStringLiteral("mathRank"), rank_->value()).toInt());
+  alpha_->setValue(s.value(QStringLiteral("mathAlpha"), alpha_->value()).toDouble());
+}
+
+void LoraMathPanel::saveSettings(QSettings& s) const {
+  s.setValue(QStringLiteral("mathModule"), module_->currentData().toString());
+  s.setValue(QStringLiteral("mathRank"), rank_->value());
+  s.setValue(QStringLiteral("mathAlpha"), alpha_->value());
+}
+
+}  // namespace servelab::ui
