@@ -663,8 +663,9 @@ int main(int argc, char** argv) {
   auto* lora_bench = lora->add_subcommand(
       "bench", "Decode step time per batch size: base model vs loop, gathered and segmented multi-LoRA");
   margs.add_to(lora_bench);
-  lora_bench->add_option("--workload", lb.p.workload,
-                         "gpt2 (the engine's model) or toy (the seed's 10x10 model)");
+  lora_bench->add_option(
+      "--workload", lb.p.workload,
+      "gpt2 (the engine's model, whatever its architecture) or toy (the seed's 10x10 model)");
   lora_bench->add_option("--strategies", lb.strategies, "comma-separated: loop, gathered, segmented");
   lora_bench->add_option("--batch-sizes", lb.sizes, "comma-separated, e.g. 1,2,4,8,16,32");
   lora_bench->add_option("--adapter", lb.dirs, "PEFT LoRA folder (repeatable; default: random adapters)");

@@ -69,6 +69,7 @@ void check_params(const MultiLoraParams& p) {
 MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& control) {
   MultiLoraResult result;
   result.workload = "toy";
+  result.architecture = "toy";
   result.model = "the seed's toy model: embedding 10, linear 10x10 with LoRA, lm_head 10x10";
   result.threads = engine_threads();
   result.device = "cpu";
@@ -147,7 +148,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
   return result;
 }
 
-// ---- GPT-2 ----
+// ---- the engine's model ("gpt2": the workload's name from before Llama; any architecture) ----
 
 std::vector<const LoraAdapter*> assign_rows(const MultiLoraParams& p, int64_t batch,
                                             const std::vector<const LoraAdapter*>& adapters) {
@@ -202,6 +203,7 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
   const at::Device dev = model.device();
   MultiLoraResult result;
   result.workload = "gpt2";
+  result.architecture = c.architecture;
   result.model = engine.name();
   result.caveat = engine.text_caveat();
   result.threads = engine_threads();
@@ -232,10 +234,9 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
     result.adapters.push_back(owned.back()->info());
   }
   const int64_t rank = adapters.front()->max_rank();
-  for (const std::string& module : lora_module_names()) {
-    const Projection& proj = model.projection(lora_slot(module));
+  for (const Projection& proj : model.projections()) {
     const int64_t in = proj.in, out = proj.out;
-    LoraShapes s{module, in, out, rank, in * out, rank * (in + out), 0};
+    LoraShapes s{proj.hf_name, in, out, rank, in * out, rank * (in + out), 0};
     s.ratio = static_cast<double>(s.ab_parameters) / static_cast<double>(s.w_parameters);
     result.shapes.push_back(s);
   }
@@ -365,6 +366,7 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
 nlohmann::json MultiLoraResult::to_json() const {
   nlohmann::json j;
   j["workload"] = workload;
+  j["architecture"] = architecture;
   j["model"] = model;
   if (!caveat.empty()) j["caveat"] = caveat;
   j["threads"] = threads;

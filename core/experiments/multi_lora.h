@@ -61,7 +61,7 @@ struct MultiLoraPoint {
 
 // The LoRA arithmetic of one wrapped matrix, for the tab's explanation.
 struct LoraShapes {
-  std::string module;  // "attn.c_attn"
+  std::string module;  // "attn.c_attn", "self_attn.q_proj": from the model's projection table
   int64_t in = 0, out = 0, rank = 0;
   int64_t w_parameters = 0, ab_parameters = 0;
   double ratio = 0;  // (|A| + |B|) / |W|
@@ -75,7 +75,8 @@ struct AdapterOutput {
 };
 
 struct MultiLoraResult {
-  std::string workload;
+  std::string workload;      // "toy", or "gpt2": the engine's own model, whatever its architecture
+  std::string architecture;  // of the model the run used ("gpt2", "llama"; "toy" for the toy)
   std::string model;
   std::string caveat;
   int threads = 0;

@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "model/gpt2_model.h"
+#include "model/llama_model.h"
 #include "model/safetensors_file.h"
 #include "util/errors.h"
 #include "util/regex.h"
@@ -20,8 +22,39 @@ namespace servelab {
 
 namespace {
 
-constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
-                                              LinearSlot::MlpProj};
+constexpr LinearSlot slot_at(int i) { return static_cast<LinearSlot>(i); }
+
+bool is_gpt2_slot(LinearSlot s) {
+  return s == LinearSlot::Attn || s == LinearSlot::AttnProj || s == LinearSlot::Fc ||
+         s == LinearSlot::MlpProj;
+}
+
+// Whether a module name picks a projection the way PEFT's target_modules entries do: equal to its
+// full name, or to its last dot-separated parts.
+bool name_matches(const std::string& full, const std::string& key) {
+  return full == key ||
+         (full.size() > key.size() && full.compare(full.size() - key.size(), key.size(), key) == 0 &&
+          full[full.size() - key.size() - 1] == '.');
+}
+
+std::string regex_escape(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    if (std::string_view(".^$|()[]{}*+?\\").find(ch) != std::string_view::npos) out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+// "attn.c_attn, attn.c_proj, ..." of a target's table.
+std::string module_list(const LoraTarget& t) {
+  std::string out;
+  for (const Projection& p : t.projections) {
+    if (!out.empty()) out += ", ";
+    out += p.hf_name;
+  }
+  return out;
+}
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::ostringstream s;
@@ -54,13 +87,62 @@ at::Tensor st_to_tensor(const StTensor& t, const std::string& file) {
 
 }  // namespace
 
-const char* lora_module_name(LinearSlot slot) { return gpt2_slot_name(slot); }
+const Projection& LoraTarget::projection(LinearSlot slot) const {
+  for (const Projection& p : projections)
+    if (p.slot == slot) return p;
+  throw InputError("a " + display + " block has no projection number " +
+                   std::to_string(static_cast<int>(slot)));
+}
+
+std::string LoraTarget::module_path(int64_t layer, LinearSlot slot) const {
+  return blocks + std::to_string(layer) + "." + projection(slot).hf_name;
+}
+
+LoraTarget lora_target(const Gpt2Config& c) {
+  return {"gpt2", "GPT-2", c.n_layer, gpt2_projections(c), "transformer.", "h."};
+}
+
+LoraTarget lora_target(const LlamaConfig& c) {
+  return {"llama", "Llama", c.n_layer, llama_projections(c), "model.", "layers."};
+}
+
+LoraTarget lora_target(const Model& model) {
+  const ModelShape& s = model.shape();
+  // Hugging Face nests GPT-2's blocks as transformer.h.N and every Llama-family model's as
+  // model.layers.N; PEFT's keys and target_modules regexes spell those paths.
+  if (s.architecture == "gpt2")
+    return {"gpt2", "GPT-2", s.n_layer, model.projections(), "transformer.", "h."};
+  if (s.architecture == "llama")
+    return {"llama", "Llama", s.n_layer, model.projections(), "model.", "layers."};
+  throw InputError("LoRA adapters know GPT-2 and Llama module names; this is a " + s.architecture + " model");
+}
+
+const char* lora_module_name(LinearSlot slot) {
+  if (is_gpt2_slot(slot)) return gpt2_slot_name(slot);
+  // Llama's names do not depend on the config's sizes.
+  static const std::vector<Projection> llama = llama_projections(LlamaConfig{});
+  for (const Projection& p : llama)
+    if (p.slot == slot) return p.hf_name.c_str();
+  throw InputError("no LoRA module for projection number " + std::to_string(static_cast<int>(slot)));
+}
 
 LinearSlot lora_slot(const std::string& module) {
-  for (LinearSlot s : kSlots)
-    if (module == lora_module_name(s)) return s;
+  for (int i = 0; i < kLinearSlotCount; ++i)
+    if (module == lora_module_name(slot_at(i))) return slot_at(i);
   throw InputError("unknown LoRA module '" + module +
-                   "' (GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj)");
+                   "' (GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj; Llama has "
+                   "self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, "
+                   "mlp.gate_proj, mlp.up_proj and mlp.down_proj)");
+}
+
+std::vector<LinearSlot> lora_slots(const LoraTarget& t, const std::string& module) {
+  std::vector<LinearSlot> out;
+  for (const Projection& p : t.projections)
+    if (name_matches(p.hf_name, module)) out.push_back(p.slot);
+  if (out.empty())
+    throw InputError("unknown LoRA module '" + module + "' (a " + t.display + " block has " + module_list(t) +
+                     ")");
+  return out;
 }
 
 std::pair<int64_t, int64_t> lora_slot_shape(const Gpt2Config& c, LinearSlot slot) {
@@ -69,8 +151,8 @@ std::pair<int64_t, int64_t> lora_slot_shape(const Gpt2Config& c, LinearSlot slot
   throw InputError("a GPT-2 block has no projection number " + std::to_string(static_cast<int>(slot)));
 }
 
-LoraAdapter::LoraAdapter(std::string name, int64_t n_layer)
-    : name_(std::move(name)), layers_(static_cast<size_t>(n_layer)) {}
+LoraAdapter::LoraAdapter(std::string name, int64_t n_layer, std::string blocks)
+    : name_(std::move(name)), blocks_(std::move(blocks)), layers_(static_cast<size_t>(n_layer)) {}
 
 void LoraAdapter::set(int64_t layer, LinearSlot slot, at::Tensor a, at::Tensor b, double scale) {
   LoraWeights& w = layers_.at(static_cast<size_t>(layer))[static_cast<size_t>(slot)];
@@ -105,9 +187,9 @@ int64_t LoraAdapter::bytes() const {
 std::vector<std::string> LoraAdapter::modules() const {
   std::vector<std::string> out;
   for (size_t i = 0; i < layers_.size(); ++i)
-    for (LinearSlot s : kSlots)
+    for (int s = 0; s < kLinearSlotCount; ++s)
       if (layers_[i][static_cast<size_t>(s)].defined())
-        out.push_back("h." + std::to_string(i) + "." + lora_module_name(s));
+        out.push_back(blocks_ + std::to_string(i) + "." + lora_module_name(slot_at(s)));
   return out;
 }
 
@@ -131,18 +213,25 @@ AdapterInfo LoraAdapter::info() const {
 
 std::shared_ptr<const LoraAdapter> make_random_lora(const Gpt2Config& c, const AdapterSource& s,
                                                     at::Device device, at::ScalarType dtype) {
+  return make_random_lora(lora_target(c), s, device, dtype);
+}
+
+std::shared_ptr<const LoraAdapter> make_random_lora(const LoraTarget& c, const AdapterSource& s,
+                                                    at::Device device, at::ScalarType dtype) {
   if (s.rank < 1)
     throw InputError("adapter '" + s.name + "': rank must be at least 1, got " + std::to_string(s.rank));
-  if (s.modules.empty()) throw InputError("adapter '" + s.name + "': no modules to wrap");
   std::vector<LinearSlot> slots;
-  for (const auto& m : s.modules) slots.push_back(lora_slot(m));
+  for (const auto& m : s.modules)
+    for (LinearSlot slot : lora_slots(c, m)) slots.push_back(slot);
+  if (s.modules.empty())
+    for (const Projection& p : c.projections) slots.push_back(p.slot);
   for (LinearSlot slot : slots) {
-    const int64_t in = lora_slot_shape(c, slot).first;
+    const int64_t in = c.projection(slot).in;
     if (s.rank > in)
       throw InputError("adapter '" + s.name + "': rank " + std::to_string(s.rank) + " exceeds " +
                        lora_module_name(slot) + "'s input width " + std::to_string(in));
   }
-  auto adapter = std::make_shared<LoraAdapter>(s.name, c.n_layer);
+  auto adapter = std::make_shared<LoraAdapter>(s.name, c.n_layer, c.blocks);
   adapter->source = "random (seed " + std::to_string(s.seed) + ")";
   adapter->alpha = s.alpha;
   const double scale = s.alpha / static_cast<double>(s.rank);
@@ -151,10 +240,12 @@ std::shared_ptr<const LoraAdapter> make_random_lora(const Gpt2Config& c, const A
   const double b_std = 0.1 / (scale * std::sqrt(static_cast<double>(s.rank)));
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(s.seed);
   const auto opts = at::TensorOptions().dtype(at::kFloat);
+  // Layer by layer in table order: GPT-2's adapters are the same for a seed as before the table.
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    for (LinearSlot slot : kSlots) {
+    for (const Projection& p : c.projections) {
+      const LinearSlot slot = p.slot;
       if (std::find(slots.begin(), slots.end(), slot) == slots.end()) continue;
-      const auto [in, out] = lora_slot_shape(c, slot);
+      const int64_t in = p.in, out = p.out;
       at::Tensor a = at::randn({in, s.rank}, gen, opts) / std::sqrt(static_cast<double>(in));
       at::Tensor b = at::randn({s.rank, out}, gen, opts) * b_std;
       adapter->set(l, slot, a.to(device, dtype), b.to(device, dtype), scale);
@@ -165,14 +256,9 @@ std::shared_ptr<const LoraAdapter> make_random_lora(const Gpt2Config& c, const A
 
 namespace {
 
-struct PeftModuleKey {
-  int64_t layer;
-  LinearSlot slot;
-};
-
-// "....h.3.attn.c_attn" -> layer 3, slot Attn; the full HF name for regex targets.
-std::string hf_module_name(int64_t layer, LinearSlot slot) {
-  return "transformer.h." + std::to_string(layer) + "." + lora_module_name(slot);
+// "transformer.h.3.attn.c_attn", "model.layers.3.self_attn.q_proj": the names PEFT matches.
+std::string hf_module_name(const LoraTarget& t, int64_t layer, LinearSlot slot) {
+  return t.hf_root + t.module_path(layer, slot);
 }
 
 nlohmann::json read_adapter_config(const std::filesystem::path& path) {
@@ -197,6 +283,12 @@ bool truthy(const nlohmann::json& j) {
 }  // namespace
 
 std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const Gpt2Config& c,
+                                                  at::Device device, at::ScalarType dtype,
+                                                  const std::string& name) {
+  return load_peft_lora(dir, lora_target(c), device, dtype, name);
+}
+
+std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const LoraTarget& c,
                                                   at::Device device, at::ScalarType dtype,
                                                   const std::string& name) {
   namespace fs = std::filesystem;
@@ -269,26 +361,22 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
   std::set<std::pair<int64_t, int>> targeted;
   const auto& tm = cfg["target_modules"];
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    for (LinearSlot s : kSlots) {
-      const std::string full = hf_module_name(l, s);
+    for (const Projection& p : c.projections) {
+      const LinearSlot s = p.slot;
+      const std::string full = hf_module_name(c, l, s);
       bool hit = false;
       if (tm.is_string()) {
         try {
           // peft matches re.fullmatch against the module's name in the base model.
           const std::string re = tm.get<std::string>();
-          hit = regex_full_match(re, full) ||
-                regex_full_match(re, full.substr(std::string("transformer.").size()));
+          hit = regex_full_match(re, full) || regex_full_match(re, full.substr(c.hf_root.size()));
         } catch (const InputError& e) {
           throw ModelFormatError(cfg_file + ": \"target_modules\" is not a valid regex (" + e.what() + ")");
         }
       } else if (tm.is_array()) {
         for (const auto& t : tm) {
           if (!t.is_string()) throw ModelFormatError(cfg_file + ": \"target_modules\" must hold strings");
-          const std::string key = t.get<std::string>();
-          if (full == key ||
-              (full.size() > key.size() && full.compare(full.size() - key.size(), key.size(), key) == 0 &&
-               full[full.size() - key.size() - 1] == '.'))
-            hit = true;
+          if (name_matches(full, t.get<std::string>())) hit = true;
         }
       } else {
         throw ModelFormatError(cfg_file + ": \"target_modules\" must be a list or a regex string");
@@ -301,19 +389,24 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
       const std::string key = t.get<std::string>();
       bool any = false;
       for (int64_t l = 0; l < c.n_layer && !any; ++l)
-        for (LinearSlot s : kSlots) {
-          const std::string full = hf_module_name(l, s);
-          if (full == key ||
-              (full.size() > key.size() && full.compare(full.size() - key.size(), key.size(), key) == 0 &&
-               full[full.size() - key.size() - 1] == '.'))
-            any = true;
+        for (const Projection& p : c.projections)
+          if (name_matches(hf_module_name(c, l, p.slot), key)) any = true;
+      if (!any) {
+        // The last parts of the table's names, as target_modules usually lists them.
+        std::string names;
+        for (const Projection& p : c.projections) {
+          const std::string last = p.hf_name.substr(p.hf_name.rfind('.') + 1);
+          if (names.find(last) != std::string::npos) continue;
+          if (!names.empty()) names += ", ";
+          names += last;
         }
-      if (!any)
-        throw ModelFormatError(cfg_file + ": target module \"" + key +
-                               "\" is not a GPT-2 projection (c_attn, c_proj, c_fc)");
+        throw ModelFormatError(cfg_file + ": target module \"" + key + "\" is not a " + c.display +
+                               " projection (" + names + ")");
+      }
     }
   }
-  if (targeted.empty()) throw ModelFormatError(cfg_file + ": \"target_modules\" matches no GPT-2 projection");
+  if (targeted.empty())
+    throw ModelFormatError(cfg_file + ": \"target_modules\" matches no " + c.display + " projection");
 
   const fs::path st_path = root / "adapter_model.safetensors";
   if (!fs::exists(st_path)) {
@@ -326,40 +419,45 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
   SafetensorsFile file = SafetensorsFile::open(st_path.string());
   const std::string st_file = st_path.string();
 
-  // Keys as peft writes them: base_model.model.transformer.h.<i>.<attn|mlp>.<module>.lora_<A|B>.weight
-  // (an adapter name may sit before ".weight" in files saved by hand).
-  static const std::string key_re =
-      R"((?:^|\.)h\.(\d+)\.(attn|mlp)\.(c_attn|c_proj|c_fc)\.lora_([AB])(?:\.[A-Za-z0-9_]+)?\.weight$)";
+  // Keys as peft writes them: base_model.model.<hf_root><blocks><i>.<module>.lora_<A|B>.weight
+  // (an adapter name may sit before ".weight" in files saved by hand); modules from the table.
+  std::string modules_re;
+  for (const Projection& p : c.projections) {
+    if (!modules_re.empty()) modules_re += '|';
+    modules_re += regex_escape(p.hf_name);
+  }
+  const std::string key_re = "(?:^|\\.)" + regex_escape(c.blocks) + "(\\d+)\\.(" + modules_re +
+                             ")\\.lora_([AB])(?:\\.[A-Za-z0-9_]+)?\\.weight$";
   std::map<std::pair<int64_t, int>, std::pair<const StTensor*, const StTensor*>> found;
   for (const StTensor& t : file.tensors()) {
     const std::optional<std::vector<std::string>> m = regex_search(key_re, t.name);
     if (!m)
       throw ModelFormatError(st_file + ": unexpected tensor \"" + t.name +
-                             "\" (only lora_A / lora_B weights of GPT-2 projections are supported)");
+                             "\" (only lora_A / lora_B weights of " + c.display +
+                             " projections are supported)");
     const int64_t layer = std::stoll((*m)[1]);
-    const std::string module = (*m)[2] + "." + (*m)[3];
-    if (module == "attn.c_fc" || module == "mlp.c_attn")
-      throw ModelFormatError(st_file + ": tensor \"" + t.name + "\" names no GPT-2 module");
+    const std::string& module = (*m)[2];
     if (layer >= c.n_layer)
       throw ModelFormatError(st_file + ": tensor \"" + t.name + "\" is for layer " + std::to_string(layer) +
                              " but the model has " + std::to_string(c.n_layer));
-    const LinearSlot slot = lora_slot(module);
+    const LinearSlot slot = lora_slots(c, module).front();  // the regex took a whole table name
     if (!targeted.count({layer, static_cast<int>(slot)}))
       throw ModelFormatError(st_file + ": tensor \"" + t.name +
                              "\" is for a module adapter_config.json does not target");
     auto& p = found[{layer, static_cast<int>(slot)}];
-    ((*m)[4] == "A" ? p.first : p.second) = &t;
+    ((*m)[3] == "A" ? p.first : p.second) = &t;
   }
   if (found.empty()) throw ModelFormatError(st_file + ": no lora_A / lora_B tensors");
 
-  auto adapter = std::make_shared<LoraAdapter>(name.empty() ? root.filename().string() : name, c.n_layer);
+  auto adapter =
+      std::make_shared<LoraAdapter>(name.empty() ? root.filename().string() : name, c.n_layer, c.blocks);
   adapter->source = "peft " + dir;
   adapter->alpha = alpha;
   adapter->rslora = rslora;
   for (const auto& [key, ab] : found) {
     const auto [layer, slot_i] = key;
     const LinearSlot slot = static_cast<LinearSlot>(slot_i);
-    const std::string where = "h." + std::to_string(layer) + "." + lora_module_name(slot);
+    const std::string where = c.module_path(layer, slot);
     const StTensor* ta = ab.first;
     const StTensor* tb = ab.second;
     if (!ta) throw ModelFormatError(st_file + ": " + where + " has lora_B but no lora_A weight");
@@ -368,7 +466,7 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
       b_name.replace(b_name.rfind("lora_A"), 6, "lora_B");
       throw ModelFormatError(st_file + ": tensor \"" + ta->name + "\" has no matching \"" + b_name + "\"");
     }
-    const auto [in, out] = lora_slot_shape(c, slot);
+    const int64_t in = c.projection(slot).in, out = c.projection(slot).out;
     if (ta->shape.size() != 2 || ta->shape[1] != in)
       throw ModelFormatError(st_file + ": tensor \"" + ta->name + "\" has shape " + shape_str(ta->shape) +
                              ", expected [r, " + std::to_string(in) + "] (" + where + " takes " +
@@ -391,13 +489,10 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
 
 std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, const Model& base) {
   if (source.name.empty()) throw InputError("an adapter needs a name");
-  const auto* model = dynamic_cast<const Gpt2Model*>(&base);
-  if (!model)
-    throw InputError("LoRA adapters are built for GPT-2 models so far; this is a " +
-                     base.shape().architecture + " model");
+  const LoraTarget target = lora_target(base);
   if (!source.peft_dir.empty())
-    return load_peft_lora(source.peft_dir, model->config(), model->device(), model->dtype(), source.name);
-  return make_random_lora(model->config(), source, model->device(), model->dtype());
+    return load_peft_lora(source.peft_dir, target, base.device(), base.dtype(), source.name);
+  return make_random_lora(target, source, base.device(), base.dtype());
 }
 
 void merge_lora(Gpt2Weights& w, const LoraAdapter& adapter, double sign) {
@@ -407,7 +502,11 @@ void merge_lora(Gpt2Weights& w, const LoraAdapter& adapter, double sign) {
   c10::InferenceMode guard;
   for (int64_t l = 0; l < adapter.n_layer(); ++l) {
     Gpt2LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    for (LinearSlot s : kSlots) {
+    for (int s = 0; s < kLinearSlotCount; ++s)
+      if (!is_gpt2_slot(slot_at(s)) && adapter.weights(l, slot_at(s)).defined())
+        throw InputError("adapter '" + adapter.name() + "' wraps " + lora_module_name(slot_at(s)) +
+                         ", which a GPT-2 block does not have");
+    for (LinearSlot s : {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc, LinearSlot::MlpProj}) {
       const LoraWeights& lo = adapter.weights(l, s);
       if (!lo.defined()) continue;
       at::Tensor& W = s == LinearSlot::Attn       ? lw.c_attn_weight
@@ -418,6 +517,32 @@ void merge_lora(Gpt2Weights& w, const LoraAdapter& adapter, double sign) {
         throw InputError("cannot merge adapter '" + adapter.name() + "': the base weights are quantized");
       // In fp32 whatever the model's dtype, then rounded once.
       at::Tensor delta = at::mm(lo.a.to(at::kFloat), lo.b.to(at::kFloat)) * (sign * lo.scale);
+      W = (W.to(at::kFloat) + delta.to(W.device())).to(W.scalar_type());
+    }
+  }
+}
+
+void merge_lora(LlamaWeights& w, const LoraAdapter& adapter, double sign) {
+  if (adapter.n_layer() != static_cast<int64_t>(w.layers.size()))
+    throw InputError("adapter '" + adapter.name() + "' has " + std::to_string(adapter.n_layer()) +
+                     " layers, the model " + std::to_string(w.layers.size()));
+  c10::InferenceMode guard;
+  static const std::vector<Projection> table = llama_projections(LlamaConfig{});
+  for (int64_t l = 0; l < adapter.n_layer(); ++l) {
+    LlamaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    for (int s = 0; s < kLinearSlotCount; ++s) {
+      const LoraWeights& lo = adapter.weights(l, slot_at(s));
+      if (!lo.defined()) continue;
+      size_t k = 0;
+      while (k < table.size() && table[k].slot != slot_at(s)) ++k;
+      if (k == table.size())
+        throw InputError("adapter '" + adapter.name() + "' wraps " + lora_module_name(slot_at(s)) +
+                         ", which a Llama block does not have");
+      at::Tensor& W = lw.w[k];
+      if (!W.defined())
+        throw InputError("cannot merge adapter '" + adapter.name() + "': the base weights are quantized");
+      // W is [out, in] (nn.Linear), A B is [in, out]; in fp32 whatever the model's dtype.
+      at::Tensor delta = at::mm(lo.a.to(at::kFloat), lo.b.to(at::kFloat)).t() * (sign * lo.scale);
       W = (W.to(at::kFloat) + delta.to(W.device())).to(W.scalar_type());
     }
   }

@@ -1,7 +1,8 @@
 #pragma once
-// A LoRA adapter for GPT-2 (lesson 5): for each wrapped matrix W [in, out] (Conv1D layout) two
-// small matrices A [in, r] and B [r, out], and y = x W + scale * x A B with scale = alpha / r
-// (alpha / sqrt(r) with rsLoRA). Loaded from PEFT folders or made from a seed.
+// A LoRA adapter (lesson 5): for each wrapped matrix W of a block two small matrices A [in, r] and
+// B [r, out], and y = x W + scale * x A B with scale = alpha / r (alpha / sqrt(r) with rsLoRA).
+// Loaded from PEFT folders or made from a seed, for any architecture: the matrices an adapter may
+// wrap, their names and shapes come from the model's projection table (Model::projections()).
 #include <ATen/ATen.h>
 
 #include <array>
@@ -13,10 +14,12 @@
 #include "model/gpt2_config.h"
 #include "model/gpt2_weights.h"
 #include "model/linear_kernels.h"
+#include "model/llama_config.h"
+#include "model/model.h"
 
 namespace servelab {
 
-class Model;  // model/model.h
+struct LlamaWeights;  // model/llama_model.h
 
 struct LoraWeights {
   at::Tensor a;  // [in, r]
@@ -26,15 +29,40 @@ struct LoraWeights {
   int64_t rank() const { return a.defined() ? a.size(1) : 0; }
 };
 
-// "attn.c_attn" ... for a slot, and back (InputError for other names).
+// What an adapter is built for: an architecture's projection table, its depth and where its
+// blocks sit among Hugging Face's module names (PEFT's keys and target_modules use those).
+struct LoraTarget {
+  std::string architecture;  // ModelShape::architecture: "gpt2", "llama"
+  std::string display;       // for messages: "GPT-2", "Llama"
+  int64_t n_layer = 0;
+  std::vector<Projection> projections;
+  std::string hf_root;  // "transformer." / "model.": the blocks' parent
+  std::string blocks;   // "h." / "layers.": block N is hf_root + blocks + "N."
+
+  // InputError naming the architecture for a slot its blocks do not have.
+  const Projection& projection(LinearSlot slot) const;
+  // "h.3.attn.c_attn" / "layers.3.self_attn.q_proj"
+  std::string module_path(int64_t layer, LinearSlot slot) const;
+};
+LoraTarget lora_target(const Model& model);
+LoraTarget lora_target(const Gpt2Config& c);
+LoraTarget lora_target(const LlamaConfig& c);
+
+// A slot's module name inside a block ("attn.c_attn", "self_attn.q_proj": slots are distinct
+// across architectures), and back (InputError for other names).
 const char* lora_module_name(LinearSlot slot);
 LinearSlot lora_slot(const std::string& module);
+// The slots of `target` a module name picks, the way PEFT's target_modules entries match: the
+// whole name ("mlp.c_proj") or its last parts ("c_proj": both of GPT-2's). InputError naming the
+// architecture and its modules when none matches.
+std::vector<LinearSlot> lora_slots(const LoraTarget& target, const std::string& module);
 // [in, out] of a slot's matrix in a GPT-2 of this config.
 std::pair<int64_t, int64_t> lora_slot_shape(const Gpt2Config& c, LinearSlot slot);
 
 class LoraAdapter {
  public:
-  LoraAdapter(std::string name, int64_t n_layer);
+  // `blocks` names the layers in modules(): "h." (GPT-2's) or "layers." (Llama's).
+  LoraAdapter(std::string name, int64_t n_layer, std::string blocks = "h.");
 
   const std::string& name() const { return name_; }
   int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
@@ -47,7 +75,7 @@ class LoraAdapter {
   int64_t max_rank() const;
   int64_t parameters() const;  // |A| + |B| over every wrapped matrix
   int64_t bytes() const;
-  std::vector<std::string> modules() const;  // "h.0.attn.c_attn", ...
+  std::vector<std::string> modules() const;  // "h.0.attn.c_attn", "layers.0.self_attn.q_proj", ...
 
   std::string source;  // "peft <dir>" or "random (seed N)"
   double alpha = 0;
@@ -57,22 +85,30 @@ class LoraAdapter {
 
  private:
   std::string name_;
-  std::vector<std::array<LoraWeights, 4>> layers_;
+  std::string blocks_;
+  std::vector<std::array<LoraWeights, kLinearSlotCount>> layers_;
 };
 
-// Seeded random adapter of source.rank on source.modules in every layer (A ~ N(0, 1/in), B small
-// enough that the model still speaks but different adapters give different text). Deterministic
-// for a seed on every device.
+// Seeded random adapter of source.rank on source.modules (empty: every projection of the target)
+// in every layer (A ~ N(0, 1/in), B small enough that the model still speaks but different adapters
+// give different text). Deterministic for a seed on every device.
+std::shared_ptr<const LoraAdapter> make_random_lora(const LoraTarget& target, const AdapterSource& source,
+                                                    at::Device device, at::ScalarType dtype);
 std::shared_ptr<const LoraAdapter> make_random_lora(const Gpt2Config& c, const AdapterSource& source,
                                                     at::Device device, at::ScalarType dtype);
 
 // A PEFT LoRA folder: adapter_config.json + adapter_model.safetensors as peft's save_pretrained
-// writes them for a GPT-2 (lora_A [r, in], lora_B [out, r], whatever fan_in_fan_out says, since
-// PEFT keeps its own A and B in nn.Linear layout for Conv1D too). Supported: target_modules as a
+// writes them (lora_A [r, in], lora_B [out, r], whatever fan_in_fan_out says, since PEFT keeps its
+// own A and B in nn.Linear layout for GPT-2's Conv1D too); keys name the target's modules:
+// base_model.model.transformer.h.N.attn.c_attn.lora_A.weight (GPT-2),
+// base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight (Llama). Supported: target_modules as a
 // list of (suffixes of) module names or as a regex over full names, layers_to_transform, r,
 // lora_alpha, use_rslora. ModelFormatError naming the file, key or option for anything else:
 // missing or unreadable files, DoRA, biases, modules_to_save, rank/alpha patterns, targets that
-// are not GPT-2 projections, wrong shapes, ranks that disagree with r, A without B.
+// are not the target's projections, wrong shapes, ranks that disagree with r, A without B.
+std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const LoraTarget& target,
+                                                  at::Device device, at::ScalarType dtype,
+                                                  const std::string& name = "");
 std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const Gpt2Config& c,
                                                   at::Device device, at::ScalarType dtype,
                                                   const std::string& name = "");
@@ -83,5 +119,7 @@ std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, con
 // W += sign * scale * A B on every wrapped matrix of dense (Conv1D) weights: sign +1 merges the
 // adapter into the base model, -1 takes it back out.
 void merge_lora(Gpt2Weights& weights, const LoraAdapter& adapter, double sign = 1.0);
+// The same for a Llama's [out, in] matrices: W += sign * scale * (A B)^T.
+void merge_lora(LlamaWeights& weights, const LoraAdapter& adapter, double sign = 1.0);
 
 }  // namespace servelab

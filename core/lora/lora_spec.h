@@ -19,7 +19,8 @@ MultiLoraStrategy parse_multi_lora_strategy(const std::string& name);
 std::vector<std::string> multi_lora_strategy_names();
 
 // GPT-2 modules a LoRA may wrap, by the names PEFT targets: "attn.c_attn", "attn.c_proj",
-// "mlp.c_fc", "mlp.c_proj".
+// "mlp.c_fc", "mlp.c_proj". Other architectures' come from their projection tables
+// (Model::projections(), lora_adapter.h).
 std::vector<std::string> lora_module_names();
 
 // Where an adapter comes from: a PEFT folder, or seeded random weights for experiments.
@@ -29,7 +30,9 @@ struct AdapterSource {
   // Random adapters only.
   int64_t rank = 8;
   double alpha = 16;
-  std::vector<std::string> modules = lora_module_names();
+  // Module names inside a block, as PEFT's target_modules entries ("self_attn.q_proj" or "q_proj");
+  // empty: every projection the model has, whatever its architecture.
+  std::vector<std::string> modules;
   uint64_t seed = 0;
 };
 
@@ -40,7 +43,7 @@ struct AdapterInfo {
   int64_t rank = 0;    // the largest rank over its matrices
   double alpha = 0;
   double scale = 0;                  // alpha / r (alpha / sqrt(r) with rsLoRA)
-  std::vector<std::string> modules;  // wrapped modules, "h.0.attn.c_attn", ...
+  std::vector<std::string> modules;  // wrapped modules, "h.0.attn.c_attn", "layers.0.self_attn.q_proj", ...
   int64_t parameters = 0;            // |A| + |B| over every wrapped matrix
   int64_t bytes = 0;
   int64_t base_parameters = 0;  // |W| over the same matrices

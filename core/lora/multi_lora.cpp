@@ -11,8 +11,12 @@ namespace servelab {
 
 namespace {
 
-constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
-                                              LinearSlot::MlpProj};
+// Every slot of every architecture: an adapter holds the ones its model's table has.
+constexpr std::array<LinearSlot, kLinearSlotCount> kSlots = {
+    LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,  LinearSlot::MlpProj,
+    LinearSlot::Q,    LinearSlot::K,        LinearSlot::V,   LinearSlot::O,
+    LinearSlot::Gate, LinearSlot::Up,       LinearSlot::Down};
+static_assert(static_cast<int>(LinearSlot::Down) + 1 == kLinearSlotCount, "kSlots lists every LinearSlot");
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SERVELAB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -102,7 +106,7 @@ void lora_segment_rows(const float* x, int64_t in, float* y, int64_t out, const 
 LoraStack::LoraStack(const std::vector<const LoraAdapter*>& adapters) : adapters_(adapters) {
   if (adapters.empty()) return;
   const int64_t n_layer = adapters.front()->n_layer();
-  a_.resize(static_cast<size_t>(n_layer) * 4);
+  a_.resize(static_cast<size_t>(n_layer) * kLinearSlotCount);
   b_.resize(a_.size());
   const int64_t n = static_cast<int64_t>(adapters.size());
   for (int64_t l = 0; l < n_layer; ++l) {

@@ -30,7 +30,7 @@ class LoraStack {
 
  private:
   static size_t key(int64_t layer, LinearSlot slot) {
-    return static_cast<size_t>(layer) * 4 + static_cast<size_t>(slot);
+    return static_cast<size_t>(layer) * kLinearSlotCount + static_cast<size_t>(slot);
   }
   std::vector<const LoraAdapter*> adapters_;
   std::vector<at::Tensor> a_, b_;

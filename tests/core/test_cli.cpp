@@ -247,6 +247,30 @@ class TestCli : public QObject {
     QVERIFY2(j["text"].toString().startsWith("Deep learning is a"), qPrintable(j["text"].toString()));
   }
 
+  void lora_runs_on_the_builtin_model() {
+    // LoRA follows the model's projection table: random adapters on SmolLM2's seven projections,
+    // in the bench (workload "gpt2" is the engine's model, whatever its architecture) and serving.
+    Run b =
+        cli({"lora",           "bench", "--strategies", "segmented",  "--batch-sizes", "1", "--repeats", "1",
+             "--decode-steps", "1",     "--context",    "4",          "--adapters",    "1", "--rank",    "2",
+             "--new-tokens",   "2",     "--prompt",     "The sky is", "--json"});
+    QVERIFY2(b.code == 0, qPrintable(b.err));
+    const QJsonObject j = QJsonDocument::fromJson(b.out.toUtf8()).object();
+    QCOMPARE(j["architecture"].toString(), QString("llama"));
+    QCOMPARE(j["shapes"].toArray().size(), 7);
+    QCOMPARE(j["shapes"].toArray()[6].toObject()["module"].toString(), QString("mlp.down_proj"));
+    QCOMPARE(j["adapters"].toArray()[0].toObject()["modules"].toInt(), 30 * 7);
+    QCOMPARE(j["outputs"].toArray().size(), 2);  // base and the adapter
+    QVERIFY(j["strategies_agree"].toBool());
+    Run s = cli({"lora", "serve", "--prompt", "The sky is", "--requests", "3", "--adapters", "2", "--rank",
+                 "2", "--max-batch", "2", "--new-tokens", "2", "--base-every", "3", "--json"});
+    QVERIFY2(s.code == 0, qPrintable(s.err));
+    const QJsonArray reqs = QJsonDocument::fromJson(s.out.toUtf8()).object()["requests"].toArray();
+    QCOMPARE(reqs.size(), 3);
+    QCOMPARE(reqs[1].toObject()["adapter"].toString(), QString("rand-r2-2"));
+    QCOMPARE(reqs[2].toObject()["adapter"].toString(), QString());
+  }
+
   void chat_uses_the_models_template() {
     if (!have_builtin()) QSKIP("the built-in model is not installed here (scripts/bootstrap installs it)");
     Run r =

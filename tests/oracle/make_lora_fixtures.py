@@ -57,6 +57,24 @@ adapter_model.safetensors (metadata {"format": "pt"}): per wrapped module M, fp3
   y = base(x) + scale * (x @ A^T) @ B^T, scale = lora_alpha / r (lora_alpha / sqrt(r) if
   use_rslora). c_attn 32 -> 96, attn.c_proj 32 -> 32, mlp.c_fc 32 -> 128, mlp.c_proj 128 -> 32.
 
+The same for a tiny Llama (LlamaForCausalLM: hidden 72, 9 heads of 8, 3 KV heads, intermediate 120,
+2 layers, vocab 503, tied embeddings, norms moved away from 1), under OUT/llama/:
+
+  OUT/llama/base/config.json, model.safetensors  the base (save_pretrained), plus the GPT-2 base's
+                                                 byte-level vocab.json (padded to 503 ids with
+                                                 "<xN>") / merges.txt for the CLI
+  OUT/llama/adapters/<name>/                     as peft writes them
+  OUT/llama/reference.safetensors, reference.json  as above ("base.<i>.logits", "<name>.<i>.logits",
+                                                 "<name>.<i>.merged_logits"; prompts LLAMA_PROMPTS)
+
+  adapters (lora_dropout=0, bias "none", nn.Linear: no fan_in_fan_out):
+    all      the seven projections (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)
+             r=8 alpha=16: 14 modules
+    subset   ["q_proj", "v_proj", "down_proj"] r=4 alpha=8
+    rslora   ["o_proj", "gate_proj", "up_proj"] r=8 alpha=8 use_rslora
+
+  keys: base_model.model.model.layers.<N>.<self_attn|mlp>.<proj>.lora_A.weight [r, in], lora_B [out, r].
+
 adapter_config.json stores target_modules as a list built from a Python set, so its order follows
 string hashing: this script re-executes itself with PYTHONHASHSEED=0 (unless already set so) so
 that every run writes the same bytes whatever OUT is. The C++ side must not depend on that order.
@@ -81,7 +99,7 @@ try:
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
     from safetensors.torch import load_file, save_file
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     import peft
     import transformers
 except ImportError as e:  # the C++ test skips with a message when the fixtures are absent
@@ -103,6 +121,21 @@ ADAPTERS = {  # name: (seed, LoraConfig arguments, the modules peft must wrap)
                ["transformer.h.0.attn.c_attn"]),
 }
 KEY_RE = re.compile(r"base_model\.model\.(transformer\.h\.\d+\.(?:attn|mlp)\.c_\w+)\.lora_([AB])\.weight")
+
+
+LLAMA_PROMPTS = [[1, 72, 101, 108, 108, 111], [1, 7, 200, 33], [1, 0, 502, 128, 64, 32, 16, 8]]
+LLAMA_PROJ = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+LLAMA_ALL = [f"model.layers.{i}.{m}" for i in (0, 1) for m in LLAMA_PROJ]
+LLAMA_ADAPTERS = {  # name: (seed, LoraConfig arguments, the modules peft must wrap)
+    "all": (41, dict(target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                     "down_proj"], r=8, lora_alpha=16), LLAMA_ALL),
+    "subset": (42, dict(target_modules=["q_proj", "v_proj", "down_proj"], r=4, lora_alpha=8),
+               [m for m in LLAMA_ALL if m.rsplit(".", 1)[1] in ("q_proj", "v_proj", "down_proj")]),
+    "rslora": (43, dict(target_modules=["o_proj", "gate_proj", "up_proj"], r=8, lora_alpha=8, use_rslora=True),
+               [m for m in LLAMA_ALL if m.rsplit(".", 1)[1] in ("o_proj", "gate_proj", "up_proj")]),
+}
+LLAMA_KEY_RE = re.compile(r"base_model\.model\.(model\.layers\.\d+\.(?:self_attn|mlp)\.\w+_proj)\.lora_([AB])\.weight")
 
 
 def byte_level_vocab():
@@ -215,6 +248,99 @@ def write_adapter(out, name, tensors, info):
         "max_abs_delta": delta, "merged_max_abs_diff": diff}
 
 
+def write_llama_base(d):
+    cfg = LlamaConfig(vocab_size=503, hidden_size=72, intermediate_size=120, num_hidden_layers=2,
+                      num_attention_heads=9, num_key_value_heads=3, head_dim=8, max_position_embeddings=64,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=2,
+                      tie_word_embeddings=True, hidden_act="silu", initializer_range=0.3)
+    torch.manual_seed(22)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # norms away from 1, so that every tensor matters
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    model.save_pretrained(d, safe_serialization=True)
+    # The GPT-2 base's byte-level vocabulary, padded with "<xN>" tokens to the model's 503 ids:
+    # Engine::load_folder and the CLI need a tokenizer that can show every id the model may pick;
+    # the oracle itself feeds ids.
+    vocab = byte_level_vocab()
+    vocab.update({f"<x{i}>": i for i in range(len(vocab), cfg.vocab_size)})
+    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+
+
+def load_llama_base(d):
+    model = LlamaForCausalLM.from_pretrained(d).eval()
+    model.name_or_path, model.config._name_or_path = None, ""  # as load_base: no OUT in the files
+    return model
+
+
+def run_llama(model):
+    with torch.no_grad():
+        logits = [model(input_ids=torch.tensor([p])).logits[0].float().contiguous() for p in LLAMA_PROMPTS]
+        return logits, [greedy(model, p) for p in LLAMA_PROMPTS]
+
+
+def write_llama_adapter(out, name, tensors, info):
+    seed, kwargs, targets = LLAMA_ADAPTERS[name]
+    d = os.path.join(out, "adapters", name)
+    shutil.rmtree(d, ignore_errors=True)
+    base_dir = os.path.join(out, "base")
+    torch.manual_seed(seed)
+    config = LoraConfig(lora_dropout=0.0, init_lora_weights=False, **kwargs)
+    model = get_peft_model(load_llama_base(base_dir), config).eval()
+    wrapped = sorted(n[len(PREFIX):] for n, mod in model.named_modules() if hasattr(mod, "lora_A"))
+    assert wrapped == sorted(targets), f"llama {name}: peft wrapped {wrapped}"
+    model.save_pretrained(d)
+    base = load_llama_base(base_dir)
+    saved = load_file(os.path.join(d, "adapter_model.safetensors"))
+    seen = set()
+    for key, t in saved.items():
+        m = LLAMA_KEY_RE.fullmatch(key)
+        assert m, f"llama {name}: unexpected key {key}"
+        w = base.get_submodule(m.group(1)).weight  # nn.Linear: [out, in]
+        want = (config.r, w.shape[1]) if m.group(2) == "A" else (w.shape[0], config.r)
+        assert tuple(t.shape) == want, f"{key}: {tuple(t.shape)}, want {want}"
+        seen.add(m.group(1))
+    assert sorted(seen) == sorted(targets) and len(saved) == 2 * len(targets), sorted(seen)
+    print(f"  llama {name}: {len(saved)} tensors, e.g. {sorted(saved)[0]}")
+
+    loaded = PeftModel.from_pretrained(load_llama_base(base_dir), d).eval()
+    logits, tokens = run_llama(loaded)
+    merged, _ = run_llama(PeftModel.from_pretrained(load_llama_base(base_dir), d).merge_and_unload().eval())
+    base_logits = [tensors[f"base.{i}.logits"] for i in range(len(LLAMA_PROMPTS))]
+    delta = max((a - b).abs().max().item() for a, b in zip(logits, base_logits))
+    diff = max((a - b).abs().max().item() for a, b in zip(logits, merged))
+    assert delta > 1e-2, f"llama {name}: the adapter moves the logits by {delta} only"
+    assert diff < 1e-4, f"llama {name}: merged logits differ by {diff}"
+    for i in range(len(LLAMA_PROMPTS)):
+        tensors[f"{name}.{i}.logits"] = logits[i]
+        tensors[f"{name}.{i}.merged_logits"] = merged[i]
+    scale = config.lora_alpha / (math.sqrt(config.r) if config.use_rslora else config.r)
+    info["adapters"][name] = {
+        "greedy": tokens, "r": config.r, "lora_alpha": config.lora_alpha, "use_rslora": config.use_rslora,
+        "scale": scale, "targets": wrapped, "target_modules": kwargs["target_modules"],
+        "max_abs_delta": delta, "merged_max_abs_diff": diff}
+
+
+def write_llama(out):
+    base_dir = os.path.join(out, "base")
+    shutil.rmtree(base_dir, ignore_errors=True)
+    os.makedirs(base_dir)
+    write_llama_base(base_dir)
+    logits, tokens = run_llama(load_llama_base(base_dir))
+    tensors = {f"base.{i}.logits": t for i, t in enumerate(logits)}
+    info = {"prompts": LLAMA_PROMPTS, "new_tokens": NEW_TOKENS, "base": {"greedy": tokens}, "adapters": {}}
+    for name in LLAMA_ADAPTERS:
+        write_llama_adapter(out, name, tensors, info)
+    save_file(tensors, os.path.join(out, "reference.safetensors"))
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    return info
+
+
 BAD = {  # case: substring the C++ error must contain
     "missing_config": "adapter_config.json",
     "missing_weights": "adapter_model.safetensors",
@@ -291,9 +417,11 @@ def main():
     with open(os.path.join(a.out, "reference.json"), "w") as f:
         json.dump(info, f, indent=2)
     write_bad(a.out)
+    llama = write_llama(os.path.join(a.out, "llama"))
     print(f"make_lora_fixtures: wrote {a.out}/{{base,adapters,bad}} and reference.* (peft {peft.__version__}, "
           f"transformers {transformers.__version__}); max |adapter - base| logits: " +
-          ", ".join(f"{n} {v['max_abs_delta']:.3g}" for n, v in info["adapters"].items()))
+          ", ".join(f"{n} {v['max_abs_delta']:.3g}" for n, v in info["adapters"].items()) + "; llama: " +
+          ", ".join(f"{n} {v['max_abs_delta']:.3g}" for n, v in llama["adapters"].items()))
 
 
 if __name__ == "__main__":

@@ -358,8 +358,6 @@ void AdapterList::loadSettings(QSettings& s) {
       a.alpha = 0;
     }
     if (a.name.empty()) a.name = QStringLiteral("adapter-%1").arg(i + 1).toStdString();
-    if (!s.contains(QStringLiteral("modules")) && a.peft_dir.empty())
-      a.modules = servelab::lora_module_names();
     entries_.append(Entry{nextEntryId_++, a, std::nullopt, QString()});
   }
   s.endArray();
