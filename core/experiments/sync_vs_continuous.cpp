@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "generate/static_batching.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
 

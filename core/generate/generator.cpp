@@ -13,7 +13,7 @@
 
 namespace servelab {
 
-PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int32_t pad_id) {
+PaddedBatch left_padded_batch(const std::vector<std::vector<int32_t>>& prompts, int32_t pad_id) {
   const int64_t batch = static_cast<int64_t>(prompts.size());
   int64_t len = 0;
   for (const auto& p : prompts) len = std::max<int64_t>(len, static_cast<int64_t>(p.size()));
@@ -45,7 +45,7 @@ PaddedPrompts pad_prompts(const Model& model, const Tokenizer& tokenizer,
   }
   PaddedPrompts out;
   out.pad_id = padding_id(model, tokenizer);
-  const PaddedBatch pb = left_pad(ids, out.pad_id);
+  const PaddedBatch pb = left_padded_batch(ids, out.pad_id);
   auto rows_of = [](const at::Tensor& t) {
     std::vector<std::vector<int64_t>> rows(static_cast<size_t>(t.size(0)));
     const auto a = t.accessor<int64_t, 2>();
@@ -147,7 +147,7 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
   }
 
   try {
-    PaddedBatch pb = left_pad(prompts, pad);
+    PaddedBatch pb = left_padded_batch(prompts, pad);
     const bool padded = !pb.attention_mask.all().item<bool>();
     at::Tensor ids = pb.input_ids.to(dev);
     at::Tensor positions = pb.position_ids.to(dev);

@@ -20,6 +20,6 @@ struct PaddedBatch {
   at::Tensor attention_mask;  // [batch, len] int64
   at::Tensor position_ids;    // [batch, len] int64
 };
-PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int32_t pad_id);
+PaddedBatch left_padded_batch(const std::vector<std::vector<int32_t>>& prompts, int32_t pad_id);
 
 }  // namespace servelab

@@ -32,7 +32,7 @@ at::Tensor MergeFilterKvMemory::prefill(const std::vector<PrefillRequest>& admit
   // init_batch + the prefill forward: the new requests as a left-padded batch of their own.
   std::vector<std::vector<int32_t>> prompts;
   for (const PrefillRequest& r : admitted) prompts.push_back(*r.prompt_ids);
-  PaddedBatch pb = left_pad(prompts, pad_);
+  PaddedBatch pb = left_padded_batch(prompts, pad_);
   const int64_t width = pb.input_ids.size(1), n = static_cast<int64_t>(admitted.size());
   KvCache fresh = model_.make_cache(n, width);
   at::Tensor fresh_mask = pb.attention_mask.to(dev);

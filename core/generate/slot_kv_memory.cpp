@@ -44,7 +44,7 @@ at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
   }
   // Several: one left-padded forward into a scratch cache, then each request's real positions
   // move to the front of its own slot (positions ids are real, so the keys equal a solo prefill).
-  PaddedBatch pb = left_pad(prompts, pad_);
+  PaddedBatch pb = left_padded_batch(prompts, pad_);
   const int64_t width = pb.input_ids.size(1);
   KvCache scratch = model_.make_cache(static_cast<int64_t>(admitted.size()), width);
   const bool padded = !pb.attention_mask.all().item<bool>();

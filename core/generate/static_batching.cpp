@@ -1,9 +1,10 @@
 // The synchronous baseline of lesson 3: fixed batches, each run to its longest request.
+#include "generate/static_batching.h"
+
 #include <algorithm>
 #include <numeric>
 #include <thread>
 
-#include "generate/continuous_batching.h"
 #include "generate/generator.h"
 #include "generate/request_tracker.h"
 #include "lora/adapter_cache.h"

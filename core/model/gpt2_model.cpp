@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "lora/multi_lora.h"
 #include "model/layers.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -130,15 +129,11 @@ at::Tensor Gpt2Model::mlp(int64_t layer, const Gpt2LayerWeights& w, const at::Te
 }
 
 at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
-  const at::Tensor& ids = in.input_ids;
-  if (ids.dim() != 2) throw InputError("input_ids must be [batch, tokens]");
-  const int64_t T = ids.size(1);
-  if (T == 0) throw InputError("forward called with zero tokens");
-  if (in.lora && in.lora->rows() != ids.size(0))
-    throw InputError("LoRA rows (" + std::to_string(in.lora->rows()) + ") do not match the batch (" +
-                     std::to_string(ids.size(0)) + ")");
   const at::Device dev = device();
+  // Checks the input against the cache and the context before anything runs.
   const AttentionMask mask = make_attention_mask(in, cache, config_.n_positions, dev);
+  const at::Tensor& ids = in.input_ids;
+  const int64_t T = ids.size(1);
 
   const Gpt2Weights& w = weights_;
   at::Tensor x = kernels_ && kernels_->handles_embeddings()

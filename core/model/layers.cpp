@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "lora/multi_lora.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -9,7 +10,12 @@ namespace servelab {
 AttentionMask make_attention_mask(const ForwardInput& in, const KvCache* cache, int64_t context,
                                   at::Device device) {
   const at::Tensor& ids = in.input_ids;
+  if (ids.dim() != 2) throw InputError("input_ids must be [batch, tokens]");
   const int64_t B = ids.size(0), T = ids.size(1);
+  if (T == 0) throw InputError("forward called with zero tokens");
+  if (in.lora && in.lora->rows() != B)
+    throw InputError("LoRA rows (" + std::to_string(in.lora->rows()) + ") do not match the batch (" +
+                     std::to_string(B) + ")");
   AttentionMask m;
   m.per_row = in.cache_positions.defined();
   if (m.per_row && (!cache || T != 1 || !in.cache_rows.defined() || in.cache_rows.numel() != B ||

@@ -18,7 +18,8 @@ struct AttentionMask {
   int64_t keys = 0;      // S: keys each query sees (past + T, or the per-row width)
   bool per_row = false;  // continuous batching: every row writes at its own position
 };
-// Throws InputError for an input that does not fit the cache or the context.
+// Throws InputError for an input that is not [batch, tokens] with tokens > 0, whose LoRA rows do
+// not match the batch, or that does not fit the cache or the context.
 AttentionMask make_attention_mask(const ForwardInput& in, const KvCache* cache, int64_t context,
                                   at::Device device);
 

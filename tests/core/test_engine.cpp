@@ -158,7 +158,7 @@ class TestEngine : public QObject {
       prompts.push_back(a->tokenizer().encode(p));
     // Every position's logits, one prompt alone and the three left-padded into one batch.
     for (const auto& batch : {std::vector<std::vector<int32_t>>{prompts[1]}, prompts}) {
-      const PaddedBatch b = left_pad(batch, 50256);
+      const PaddedBatch b = left_padded_batch(batch, 50256);
       ForwardInput in{b.input_ids, b.position_ids, b.attention_mask, true};
       const at::Tensor la = a->model().forward(in), ld = d->model().forward(in);
       const double diff = test::max_abs_diff(la, ld);  // 4e-6 (oneDNN), 6e-6 (blocked) of logits up to 2.5
@@ -211,7 +211,7 @@ class TestEngine : public QObject {
       QSKIP("SERVELAB_SHARED unset: the seed check reads the real tokenizer from ../shared");
     auto ids = seed_ids();
     QCOMPARE(ids[0], (std::vector<int32_t>{464, 2068, 7586, 21831, 11687, 625, 262}));
-    PaddedBatch b = left_pad(ids, 50256);
+    PaddedBatch b = left_padded_batch(ids, 50256);
     QCOMPARE(rows(b.input_ids),
              (std::vector<std::vector<int64_t>>{{464, 2068, 7586, 21831, 11687, 625, 262},
                                                 {50256, 50256, 464, 6290, 287, 8602, 8953},

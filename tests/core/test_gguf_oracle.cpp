@@ -204,7 +204,7 @@ class TestGgufOracle : public QObject {
     QFETCH(QString, name);
     c10::InferenceMode guard;
     Case c = load(name);
-    PaddedBatch pb = left_pad(c.prompts(), c.ref["eos"].get<int32_t>());
+    PaddedBatch pb = left_padded_batch(c.prompts(), c.ref["eos"].get<int32_t>());
     QCOMPARE(pb.input_ids.size(1), int64_t{7});
     at::Tensor logits = c.model->forward({pb.input_ids, pb.position_ids, pb.attention_mask, false});
     const double d = max_abs_diff(logits, c.tensors.at("batch_last_logits"));

@@ -232,7 +232,7 @@ class TestGpt2Oracle : public QObject {
     c10::InferenceMode guard;
     Case c = load(layout, static_cast<AttentionBackend>(backend));
     const auto ps = prompts(c);
-    PaddedBatch pb = left_pad(ps, static_cast<int32_t>(c.model->config().eos_token_id));
+    PaddedBatch pb = left_padded_batch(ps, static_cast<int32_t>(c.model->config().eos_token_id));
     auto as_rows = [](const at::Tensor& t) {
       std::vector<std::vector<int64_t>> rows;
       for (int64_t r = 0; r < t.size(0); ++r) {
@@ -277,7 +277,7 @@ class TestGpt2Oracle : public QObject {
       const double d = max_abs_diff(logits.squeeze(0), c.tensors.at("logits_" + std::to_string(i)));
       QVERIFY2(d < 1e-4, qPrintable(QString("prompt %1: max |logit diff| = %2").arg(i).arg(d)));
     }
-    PaddedBatch pb = left_pad(ps, static_cast<int32_t>(c.model->config().eos_token_id));
+    PaddedBatch pb = left_padded_batch(ps, static_cast<int32_t>(c.model->config().eos_token_id));
     at::Tensor last = c.model->forward({pb.input_ids, pb.position_ids, pb.attention_mask, false});
     QVERIFY(max_abs_diff(last, c.tensors.at("batch_last_logits")) < 1e-4);
     // Greedy decoding through the cache, alone and as one left-padded batch.
@@ -325,7 +325,7 @@ class TestGpt2Oracle : public QObject {
       const double d = max_abs_diff(l.squeeze(0).cpu(), ref[t]);
       QVERIFY2(d < 1e-3, qPrintable(QString("cached position %1: max |logit diff| = %2").arg(t).arg(d)));
     }
-    PaddedBatch pb = left_pad(ps, static_cast<int32_t>(c.model->config().eos_token_id));
+    PaddedBatch pb = left_padded_batch(ps, static_cast<int32_t>(c.model->config().eos_token_id));
     at::Tensor batch =
         c.model->forward({pb.input_ids.to(gpu), pb.position_ids.to(gpu), pb.attention_mask.to(gpu), false});
     const double d = max_abs_diff(batch.cpu(), c.tensors.at("batch_last_logits"));

@@ -150,7 +150,7 @@ class TestLlamaOracle : public QObject {
     QFETCH(int, backend);
     c10::InferenceMode guard;
     Case c = load(name, static_cast<AttentionBackend>(backend));
-    PaddedBatch pb = left_pad(c.prompts(), c.ref["eos"].get<int32_t>());
+    PaddedBatch pb = left_padded_batch(c.prompts(), c.ref["eos"].get<int32_t>());
     at::Tensor logits = c.model->forward({pb.input_ids, pb.position_ids, pb.attention_mask, false});
     const double d = max_abs_diff(logits, c.tensors.at("batch_last_logits"));
     QVERIFY2(d < 1e-4, qPrintable(QString("max |logit diff| = %1").arg(d)));

@@ -213,7 +213,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 // Logits of every real (unpadded) position of the prompts run as one left-padded batch: [N, vocab].
 at::Tensor batch_logits(const Model& m, const std::vector<std::vector<int32_t>>& prompts) {
-  PaddedBatch b = left_pad(prompts, static_cast<int32_t>(m.shape().eos_token_id));
+  PaddedBatch b = left_padded_batch(prompts, static_cast<int32_t>(m.shape().eos_token_id));
   ForwardInput in;
   in.input_ids = b.input_ids;
   in.position_ids = b.position_ids;

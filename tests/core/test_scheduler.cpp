@@ -12,6 +12,7 @@
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
 #include "generate/kv_memory_manager.h"
+#include "generate/static_batching.h"
 #include "model/engine.h"
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
