@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "batching_oracle.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
 #include "model/engine.h"
@@ -255,23 +256,14 @@ class TestGgufOracle : public QObject {
     QFETCH(int, kv);
     Case c = load(name);
     const test::IdTokenizer tok = id_tokenizer(c);
-    std::vector<BatchRequest> reqs;
     const auto ps = c.prompts();
-    for (size_t i = 0; i < ps.size(); ++i) {
-      BatchRequest r;
-      r.prompt_ids = ps[i];
-      r.max_new_tokens = c.ref["new_tokens"].get<int64_t>() - static_cast<int64_t>(i % 2) * 3;
-      r.stop_at_eos = false;
-      reqs.push_back(r);
-    }
-    BatchOptions o;
-    o.max_batch = 2;
-    o.kv = static_cast<KvStrategy>(kv);
-    BatchRunResult r = run_continuous_batching(*c.model, tok, reqs, o);
+    std::vector<int64_t> budgets;
+    BatchRunResult r = test::run_staggered_queue(*c.model, tok, ps, c.ref["new_tokens"].get<int64_t>(),
+                                                 static_cast<KvStrategy>(kv), &budgets);
     QCOMPARE(r.requests.size(), ps.size());
     for (size_t i = 0; i < ps.size(); ++i) {
       std::vector<int32_t> expected = c.single(i);
-      expected.resize(static_cast<size_t>(reqs[i].max_new_tokens));
+      expected.resize(static_cast<size_t>(budgets[i]));
       QCOMPARE(r.requests[i].generated_ids, expected);
     }
   }
