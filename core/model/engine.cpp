@@ -9,6 +9,7 @@
 #include "model/gguf_file.h"
 #include "model/gpt2_model.h"
 #include "model/llama_gguf.h"
+#include "quant/quantized_llama.h"
 #include "model/llama_model.h"
 #include "model/packed_linear.h"
 #include "quant/quantized_model.h"
@@ -140,18 +141,34 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
     throw ModelFormatError(path + ": the tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
                            " tokens but token_embd.weight only " + std::to_string(config.vocab_size) +
                            " rows");
+  // The file's quantized blocks run as stored (our JIT kernels read Q4_0, Q4_1 and Q8_0 as they
+  // are) unless a quantization of our own is asked for (it starts from dense weights) or the
+  // execution says dequant-once; on the CPU in fp32, where those kernels are built.
+  const QuantExec exec = parse_quant_exec(o.quant_exec);
+  const bool requantize = parse_quant_mode(o.quant).is_quantized();
+  if (!requantize && exec == QuantExec::Native)
+    throw InputError("--quant-exec native needs --quant: a GGUF file's own blocks run with jit (as stored) or "
+                     "dequant-once");
+  const bool cpu_fp32 = device.is_cpu() && dtype == at::kFloat;
+  if (!requantize && exec == QuantExec::Jit && !cpu_fp32)
+    throw InputError("a GGUF file's blocks run as stored (--quant-exec jit) on the CPU in fp32 only; give "
+                     "--quant-exec dequant-once for " + device.str() + " " + dtype_label(dtype));
+  const bool as_stored = !requantize && cpu_fp32 && exec != QuantExec::DequantOnce;
   {
     c10::InferenceMode guard;
     try {
-      e->model_ = std::make_unique<LlamaModel>(config, load_llama_gguf(file, config, device, dtype));
+      if (as_stored) {
+        e->model_ = load_llama_gguf_as_stored(file, config, &e->file_tensors_run_as_);
+      } else {
+        e->model_ = std::make_unique<LlamaModel>(config, load_llama_gguf(file, config, device, dtype));
+        e->file_tensors_run_as_ = "dequantized once to " + dtype_label(dtype) + " at load";
+      }
     } catch (const c10::OutOfMemoryError&) {
       throw OutOfMemoryError("out of memory loading " + path + " onto " + device.str());
     }
   }
   e->format_ = "gguf";
   e->file_tensor_types_ = gguf_tensor_type_counts(file);
-  // No kernel of ours reads ggml's blocks yet: every quantized tensor is dequantized at load.
-  e->file_tensors_run_as_ = "dequantized once to " + dtype_label(dtype) + " at load";
   // The file's own name says what it is ("SmolLM2-135M-Instruct.Q4_1"); general.name is often a
   // training-run label.
   e->name_ = fs::path(path).stem().string();
@@ -167,14 +184,12 @@ void Engine::apply_options(const EngineOptions& o) {
   spec.exec = parse_quant_exec(o.quant_exec);
   const GemmBackend requested = parse_gemm_backend(o.gemm);
   if (!gpt2()) {
-    // The packed and blocked GEMMs and the quantizers are built over GPT-2's weights so far.
+    // The packed and blocked fp32 GEMMs are built over GPT-2's weights so far.
     if (requested != GemmBackend::Auto && requested != GemmBackend::Aten)
       throw InputError(std::string("--gemm ") + gemm_backend_name(requested) + " is built for GPT-2 only; " +
                        model_->shape().architecture + " models run aten");
     gemm_ = GemmBackend::Aten;
-    if (spec.is_quantized())
-      throw InputError("quantizing a " + model_->shape().architecture + " model (" + spec.mode_name() +
-                       ") is not built yet: only GPT-2 models quantize so far");
+    if (spec.is_quantized()) quantize(spec);
     return;
   }
   gemm_ = resolve_gemm_backend(requested, model_->device(), model_->dtype());
@@ -197,21 +212,29 @@ void Engine::quantize(const QuantSpec& spec) {
   if (!spec.is_quantized()) return;
   if (quant_.is_quantized())
     throw InputError("the model is already quantized (" + quant_.mode_name() + "); load it again to change");
-  const Gpt2Model* base = gpt2();
-  if (!base)
-    throw InputError("quantizing a " + model_->shape().architecture +
-                     " model is not built yet: only GPT-2 models quantize so far");
   c10::InferenceMode guard;
   QuantSpec resolved = spec;
   resolved.exec = resolve_quant_exec(spec, model_->device());
   try {
-    std::unique_ptr<Gpt2Model> m;
-    {
-      QuantizedGpt2 q = quantize_gpt2(base->config(), base->dense_weights(), resolved);
-      m = build_quantized_model(q, model_->dtype(), resolved.exec);
+    std::unique_ptr<Model> m;
+    if (const Gpt2Model* base = gpt2()) {
+      std::unique_ptr<Gpt2Model> g;
+      {
+        QuantizedGpt2 q = quantize_gpt2(base->config(), base->dense_weights(), resolved);
+        g = build_quantized_model(q, model_->dtype(), resolved.exec);
+      }
+      if (resolved.exec == QuantExec::DequantOnce && gemm_ != GemmBackend::Aten)
+        g = apply_gemm_backend(*g, gemm_);
+      m = std::move(g);
+    } else if (const auto* llama = dynamic_cast<const LlamaModel*>(model_.get())) {
+      if (llama->kernels())
+        throw InputError("this model runs its file's quantized blocks as stored; load it with --quant-exec "
+                         "dequant-once to quantize it to " + spec.mode_name());
+      const QuantizedMatrices q = quantize_llama(llama->config(), llama->weights(), resolved);
+      m = build_quantized_llama(llama->config(), llama->weights(), q, model_->dtype(), resolved.exec);
+    } else {
+      throw InputError("quantizing a " + model_->shape().architecture + " model is not built");
     }
-    if (resolved.exec == QuantExec::DequantOnce && gemm_ != GemmBackend::Aten)
-      m = apply_gemm_backend(*m, gemm_);
     m->set_attention_backend(model_->attention_backend());
     model_ = std::move(m);
   } catch (const c10::OutOfMemoryError&) {
@@ -254,7 +277,9 @@ nlohmann::json Engine::info() const {
   j["parameters"] = parameters_;
   // The weights in their own format (quantized size when quantized), and what the process holds
   // for them (packed GEMM layouts can keep a second copy of the tied embedding).
-  j["weight_bytes"] = quant_.is_quantized() ? model_->resident_bytes() : parameters_ * dtype_bytes();
+  const bool stored_blocks = format_ == "gguf" && model_->kernels();  // a GGUF run as stored
+  j["weight_bytes"] =
+      quant_.is_quantized() || stored_blocks ? model_->resident_bytes() : parameters_ * dtype_bytes();
   j["resident_weight_bytes"] = model_->resident_bytes();
   j["gemm"] = model_->kernels() ? model_->kernels()->description() : gpt2() ? "aten addmm" : "aten linear";
   if (quant_.is_quantized())

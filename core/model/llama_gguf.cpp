@@ -101,26 +101,35 @@ std::string gguf_name_of(const std::string& hf, const std::vector<Projection>& t
 
 }  // namespace
 
+const GgufTensor* find_llama_gguf_tensor(const GgufFile& f, const LlamaConfig& c, const std::string& hf,
+                                         const std::vector<int64_t>& shape, bool optional) {
+  const std::string name = gguf_name_of(hf, llama_projections(c));
+  const GgufTensor* t = f.find(name);
+  if (!t) {
+    if (optional) return nullptr;
+    throw ModelFormatError(f.path() + ": missing tensor \"" + name + "\"");
+  }
+  if (t->shape() != shape)
+    throw ModelFormatError(f.path() + ": tensor \"" + name + "\" has shape " + shape_string(t->shape()) +
+                           ", expected " + shape_string(shape) + " from the llama.* metadata");
+  return t;
+}
+
+int64_t llama_gguf_rope_heads(const GgufTensor& t, const LlamaConfig& c) {
+  if (t.name.find(".attn_q.") != std::string::npos) return c.n_head;
+  if (t.name.find(".attn_k.") != std::string::npos) return c.n_kv_head;
+  return 0;
+}
+
 LlamaWeights load_llama_gguf(const GgufFile& f, const LlamaConfig& c, at::Device device,
                              at::ScalarType dtype) {
-  const std::vector<Projection> table = llama_projections(c);
   return assemble_llama_weights(
       c, [&](const std::string& hf, const std::vector<int64_t>& shape, bool optional) -> at::Tensor {
-        const std::string name = gguf_name_of(hf, table);
-        const GgufTensor* t = f.find(name);
-        if (!t) {
-          if (optional) return {};
-          throw ModelFormatError(f.path() + ": missing tensor \"" + name + "\"");
-        }
-        if (t->shape() != shape)
-          throw ModelFormatError(f.path() + ": tensor \"" + name + "\" has shape " +
-                                 shape_string(t->shape()) + ", expected " + shape_string(shape) +
-                                 " from the llama.* metadata");
+        const GgufTensor* t = find_llama_gguf_tensor(f, c, hf, shape, optional);
+        if (!t) return {};
         std::vector<float> values = gguf_dequantize(*t);
         at::Tensor w = at::from_blob(values.data(), shape, at::kFloat);
-        const bool q = name.find(".attn_q.") != std::string::npos,
-                   k = name.find(".attn_k.") != std::string::npos;
-        if (q || k) w = unpermute_rope_rows(w, q ? c.n_head : c.n_kv_head);
+        if (const int64_t heads = llama_gguf_rope_heads(*t, c)) w = unpermute_rope_rows(w, heads);
         return w.to(at::TensorOptions().dtype(dtype).device(device), false, /*copy=*/true);
       });
 }

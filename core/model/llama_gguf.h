@@ -19,6 +19,14 @@ LlamaConfig llama_config_from_gguf(const GgufFile& file);
 LlamaWeights load_llama_gguf(const GgufFile& file, const LlamaConfig& config, at::Device device,
                              at::ScalarType dtype);
 
+// The GGUF tensor that holds a Hugging Face name, checked against the shape the config implies;
+// nullptr when absent and optional, ModelFormatError naming the file and tensor otherwise.
+const GgufTensor* find_llama_gguf_tensor(const GgufFile& file, const LlamaConfig& config,
+                                         const std::string& hf_name, const std::vector<int64_t>& shape,
+                                         bool optional);
+// The heads of an attention Q or K matrix, whose rows llama.cpp permuted; 0 for any other tensor.
+int64_t llama_gguf_rope_heads(const GgufTensor& tensor, const LlamaConfig& config);
+
 // How many tensors of each ggml type the file holds ("Q4_1" -> 210).
 std::map<std::string, int64_t> gguf_tensor_type_counts(const GgufFile& file);
 

@@ -62,22 +62,26 @@ struct Rows {
   const float* scale = nullptr;
   const float* minimum = nullptr;
   float tensor_scale = 0, tensor_zero = 0;  // the seed's per-tensor uint8
-  int64_t group = 0, groups = 0;            // int4
+  int64_t group = 0, groups = 0;            // int4 and int8 groups
 
   explicit Rows(const QuantizedTensor& q) : scheme(q.scheme), cols(q.cols()) {
     values = static_cast<const uint8_t*>(q.values.data_ptr());
     row_bytes =
         scheme == QuantScheme::Int4Group ? cols / 2 : cols * static_cast<int64_t>(q.values.element_size());
+    if (scheme == QuantScheme::Int4Group || scheme == QuantScheme::Int8Group) {
+      group = q.group_size;
+      groups = cols / group;
+    }
     if (scheme == QuantScheme::ZeroPointUint8) {
       tensor_scale = q.scale.item<float>();
       tensor_zero = q.offset.item<float>();
     } else if (scheme == QuantScheme::PerChannelInt8) {
       scale = q.scale.data_ptr<float>();
     } else if (scheme == QuantScheme::Int4Group) {
-      group = q.group_size;
-      groups = cols / group;
       scale = q.scale.data_ptr<float>();
       minimum = q.offset.data_ptr<float>();
+    } else if (scheme == QuantScheme::Int8Group) {
+      scale = q.scale.data_ptr<float>();
     }
   }
   // A plain fp32 matrix ([rows, cols], contiguous): the GEMV reads it as it is.
@@ -108,6 +112,22 @@ SERVELAB_AVX512 void int8_row_avx512(const int8_t* q, int64_t cols, float* out) 
     _mm512_storeu_ps(out + j, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
   }
   for (; j < cols; ++j) out[j] = static_cast<float>(q[j]);
+}
+
+// Each group's integers times its scale (one rounding, as the ATen dequantization's product).
+SERVELAB_AVX512 void int8_group_row_avx512(const int8_t* q, const float* scale, int64_t groups, int64_t group,
+                                           float* out) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512 s = _mm512_set1_ps(scale[g]);
+    int64_t j = 0;
+    for (; j + 16 <= group; j += 16) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j));
+      _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), s));
+    }
+    for (; j < group; ++j) out[j] = static_cast<float>(q[j]) * scale[g];
+    q += group;
+    out += group;
+  }
 }
 
 // Groups of a multiple of 32: 16 bytes give 32 values, the low nibbles (even columns) and the
@@ -164,6 +184,9 @@ SERVELAB_AVX512 void dequantize_row_avx512(const Rows& s, int64_t r, float* out)
         int4_row_avx512(v, s.scale + r * s.groups, s.minimum + r * s.groups, s.groups, s.group, out);
       else
         int4_row(v, s.scale + r * s.groups, s.minimum + r * s.groups, s.groups, s.group, out);
+      return;
+    case QuantScheme::Int8Group:
+      int8_group_row_avx512(reinterpret_cast<const int8_t*>(v), s.scale + r * s.groups, s.groups, s.group, out);
       return;
     case QuantScheme::Fp16:
       half_row_avx512(reinterpret_cast<const uint16_t*>(v), s.cols, out);
@@ -232,6 +255,11 @@ SERVELAB_AVX512 inline void load32(const Rows& s, int64_t r, int64_t j, __m512& 
     const __m512i lo = _mm512_and_si512(bytes, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(bytes, 4);
     a = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, first, hi)), sc), m);
     b = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, second, hi)), sc), m);
+  } else if constexpr (S == QuantScheme::Int8Group) {
+    const __m512 sc = _mm512_set1_ps(s.scale[r * s.groups + j / s.group]);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j));
+    a = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), sc);
+    b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), sc);
   } else if constexpr (S == QuantScheme::Fp16) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(v) + j;
     a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
@@ -336,6 +364,7 @@ bool fused_linear_supported(const QuantizedTensor& w) {
     case QuantScheme::Bf16:
       return true;
     case QuantScheme::PerChannelInt8:
+    case QuantScheme::Int8Group:
       return w.scale.is_contiguous();
     case QuantScheme::Int4Group:
       return w.scale.is_contiguous() && w.offset.is_contiguous();
@@ -425,7 +454,7 @@ at::Tensor fused_linear_cpu(const QuantizedTensor& w, const at::Tensor& x) {
 
 bool fused_gemv_supported(const QuantizedTensor& w) {
   return fused_linear_supported(w) && w.cols() % 32 == 0 &&
-         (w.scheme != QuantScheme::Int4Group || w.group_size % 32 == 0);
+         ((w.scheme != QuantScheme::Int4Group && w.scheme != QuantScheme::Int8Group) || w.group_size % 32 == 0);
 }
 
 at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {
@@ -448,6 +477,8 @@ at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {
         return gemv_dispatch<QuantScheme::PerChannelInt8>(rows, s, xp, c0, c1, out_scale, yp, out);
       case QuantScheme::Int4Group:
         return gemv_dispatch<QuantScheme::Int4Group>(rows, s, xp, c0, c1, out_scale, yp, out);
+      case QuantScheme::Int8Group:
+        return gemv_dispatch<QuantScheme::Int8Group>(rows, s, xp, c0, c1, out_scale, yp, out);
       case QuantScheme::Fp16:
         return gemv_dispatch<QuantScheme::Fp16>(rows, s, xp, c0, c1, out_scale, yp, out);
       case QuantScheme::Bf16:

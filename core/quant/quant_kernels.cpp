@@ -13,13 +13,6 @@ namespace servelab {
 
 namespace {
 
-constexpr std::array<LinearSlot, 4> kSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
-                                              LinearSlot::MlpProj};
-
-std::string layer_name(int64_t layer, LinearSlot s) {
-  return "transformer.h." + std::to_string(layer) + "." + gpt2_slot_name(s);
-}
-
 // The operators below are looked up by name at run time, so that the engine still builds
 // against a libtorch that lacks them (the GPU machine's may be older); native_quant_available
 // says beforehand whether they are there.
@@ -30,33 +23,33 @@ at::Tensor call_tensor(const c10::OperatorHandle& h, std::vector<c10::IValue> st
   return stack.at(0).toTensor();
 }
 
+int64_t bytes_of(const QuantizedTensor& t) { return t.defined() ? t.value_bytes() + t.state_bytes() : 0; }
+
 // Shared by both kinds: the matrices by layer and slot, and the embeddings gathered row by row
 // from their quantized form (only the rows a step needs are dequantized).
 class QuantKernelsBase : public LinearKernels {
  public:
-  QuantKernelsBase(const QuantizedGpt2& q, at::ScalarType act) : act_(act), scheme_(q.spec.scheme) {
-    wte_ = q.at("transformer.wte.weight");
-    wpe_ = q.at("transformer.wpe.weight");
-    tied_ = q.lm_head_tied;
-    head_ = tied_ ? wte_ : q.at("lm_head.weight");
-    for (int64_t l = 0; l < q.config.n_layer; ++l) {
-      std::array<QuantizedTensor, 4> m;
-      for (size_t i = 0; i < kSlots.size(); ++i) m[i] = q.at(layer_name(l, kSlots[i]) + ".weight");
-      matrices_.push_back(std::move(m));
-    }
+  QuantKernelsBase(const QuantizedMatrices& q, at::ScalarType act)
+      : act_(act),
+        scheme_(q.spec.scheme),
+        wte_(q.token_embedding),
+        wpe_(q.position_embedding),
+        head_(q.head_tied ? q.token_embedding : q.head),
+        tied_(q.head_tied),
+        matrices_(q.layers) {
+    if (!wte_.defined() || !head_.defined()) throw InputError("quantized kernels need the embedding and the head");
   }
 
   at::Tensor embed(const at::Tensor& ids, const at::Tensor& positions) const override {
-    return wte_.gather_rows(ids, act_) + wpe_.gather_rows(positions, act_);
+    at::Tensor x = wte_.gather_rows(ids, act_);
+    return wpe_.defined() ? x + wpe_.gather_rows(positions, act_) : x;
   }
 
  protected:
   const QuantizedTensor& matrix(int64_t layer, LinearSlot s) const {
     return matrices_.at(static_cast<size_t>(layer))[static_cast<size_t>(s)];
   }
-  int64_t embedding_bytes() const {
-    return wte_.value_bytes() + wte_.state_bytes() + wpe_.value_bytes() + wpe_.state_bytes();
-  }
+  int64_t embedding_bytes() const { return bytes_of(wte_) + bytes_of(wpe_); }
   at::Tensor flat(const at::Tensor& h) const { return h.reshape({-1, h.size(-1)}); }
   at::Tensor unflat(const at::Tensor& y, const at::Tensor& h) const {
     std::vector<int64_t> s = h.sizes().vec();
@@ -68,7 +61,7 @@ class QuantKernelsBase : public LinearKernels {
   QuantScheme scheme_;
   QuantizedTensor wte_, wpe_, head_;
   bool tied_ = true;
-  std::vector<std::array<QuantizedTensor, 4>> matrices_;
+  std::vector<std::array<QuantizedTensor, kLinearSlotCount>> matrices_;
 };
 
 // Just-in-time dequantization. A whole fp32 matrix per call would read the quantized bytes and
@@ -87,10 +80,10 @@ class QuantKernelsBase : public LinearKernels {
 // per weight, no multiply).
 class JitKernels final : public QuantKernelsBase {
  public:
-  JitKernels(const QuantizedGpt2& q, at::ScalarType act, int64_t block_bytes)
+  JitKernels(const QuantizedMatrices& q, at::ScalarType act, int64_t block_bytes)
       : QuantKernelsBase(q, act),
         block_bytes_(block_bytes),
-        onednn_(packed_linear_available(q.parameters.front().tensor.values.device(), act)) {
+        onednn_(packed_linear_available(q.token_embedding.values.device(), act)) {
     if (block_bytes_ < 1) throw InputError("JIT block size must be positive");
   }
 
@@ -101,18 +94,27 @@ class JitKernels final : public QuantKernelsBase {
   at::Tensor lm_head(const at::Tensor& h) const override { return unflat(product(head_, flat(h), {}), h); }
 
   int64_t resident_bytes() const override {
-    int64_t n = embedding_bytes() + (tied_ ? 0 : head_.value_bytes() + head_.state_bytes());
+    int64_t n = embedding_bytes() + (tied_ ? 0 : bytes_of(head_));
     for (const auto& m : matrices_)
-      for (const auto& t : m) n += t.value_bytes() + t.state_bytes();
+      for (const auto& t : m) n += bytes_of(t);
     return n;
   }
   std::string description() const override {
+    // What the bulk of the weights runs: the first quantized projection (a GGUF file may keep its
+    // head in a type no kernel reads), else the head.
+    const QuantizedTensor* w = &head_;
+    for (const auto& m : matrices_)
+      for (const auto& t : m)
+        if (w->scheme == QuantScheme::None && t.defined() && t.scheme != QuantScheme::None) w = &t;
+    if (w->scheme == QuantScheme::None)
+      return act_ == at::kFloat && fp32_gemv_supported(w->values)
+                 ? "fp32: AVX-512 GEMV for 1-" + std::to_string(kFusedGemvMaxRows) + " rows, else aten linear"
+                 : "aten linear";
     const std::string blocks = std::to_string(block_bytes_ >> 10) + " KiB blocks, then a GEMM";
-    if (act_ != at::kFloat || !fused_dequant_supported(head_)) return "JIT dequantization in " + blocks;
-    if (!fused_linear_supported(head_)) return "fused JIT dequantization in " + blocks;
+    if (act_ != at::kFloat || !fused_dequant_supported(*w)) return "JIT dequantization in " + blocks;
+    if (!fused_linear_supported(*w)) return "fused JIT dequantization in " + blocks;
     return "fused JIT dequantization (AVX-512): " +
-           (fused_gemv_supported(head_) ? "1-" + std::to_string(kFusedGemvMaxRows) + " rows in registers, "
-                                        : "") +
+           (fused_gemv_supported(*w) ? "1-" + std::to_string(kFusedGemvMaxRows) + " rows in registers, " : "") +
            std::to_string(kFusedRows) + "-" + std::to_string(kFusedMaxRows) +
            " rows 8 channels at a time into a GEMM kernel, else " + blocks;
   }
@@ -128,6 +130,15 @@ class JitKernels final : public QuantKernelsBase {
   static constexpr int64_t kFusedMaxRows = 128;
 
   at::Tensor product(const QuantizedTensor& w, const at::Tensor& x, const at::Tensor& bias) const {
+    if (w.scheme == QuantScheme::None) {
+      // A matrix kept in the activations' dtype (a GGUF's F32 tensors, or a block type no kernel of
+      // ours reads, dequantized at load).
+      if (act_ == at::kFloat && x.size(0) <= kFusedGemvMaxRows && fp32_gemv_supported(w.values)) {
+        at::Tensor y = fp32_gemv_cpu(w.values, x);
+        return bias.defined() ? y.add_(bias) : y;
+      }
+      return at::linear(x, w.values, bias);
+    }
     if (act_ == at::kFloat && x.size(0) <= kFusedGemvMaxRows && fused_gemv_supported(w)) {
       at::Tensor y = fused_gemv_cpu(w, x);
       return bias.defined() ? y.add_(bias) : y;
@@ -176,7 +187,7 @@ class JitKernels final : public QuantKernelsBase {
 // and plain half-precision GEMMs for fp16 / bf16.
 class NativeKernels final : public QuantKernelsBase {
  public:
-  NativeKernels(const QuantizedGpt2& q, at::ScalarType act, at::Device device)
+  NativeKernels(const QuantizedMatrices& q, at::ScalarType act, at::Device device)
       : QuantKernelsBase(q, act), device_(device) {
     std::string why;
     if (!native_quant_available(q.spec, device, &why))
@@ -184,11 +195,14 @@ class NativeKernels final : public QuantKernelsBase {
     // fbgemm adds the bias inside its kernel, so it is packed with the weight; the other
     // kernels add the model's own bias after the product.
     for (size_t l = 0; l < matrices_.size(); ++l) {
-      std::array<Prepared, 4> p;
-      for (size_t i = 0; i < 4; ++i) {
-        const at::Tensor bias =
-            q.at(layer_name(static_cast<int64_t>(l), kSlots[i]) + ".bias").dequantize(at::kFloat);
-        p[i] = prepare(matrices_[l][i], packs_bias() ? bias : at::Tensor());
+      std::array<Prepared, kLinearSlotCount> p;
+      for (size_t i = 0; i < kLinearSlotCount; ++i) {
+        if (!matrices_[l][i].defined()) continue;
+        if (matrices_[l][i].scheme != scheme_)
+          throw InputError("native " + q.spec.mode_name() + " kernels run one scheme; a matrix is " +
+                           QuantSpec{matrices_[l][i].scheme}.mode_name());
+        const at::Tensor bias = l < q.biases.size() ? q.biases[l][i] : at::Tensor();
+        p[i] = prepare(matrices_[l][i], packs_bias() && bias.defined() ? bias.to(at::kFloat) : at::Tensor());
       }
       prepared_.push_back(std::move(p));
     }
@@ -318,18 +332,18 @@ class NativeKernels final : public QuantKernelsBase {
   }
 
   at::Device device_;
-  std::vector<std::array<Prepared, 4>> prepared_;
+  std::vector<std::array<Prepared, kLinearSlotCount>> prepared_;
   Prepared head_prepared_;
 };
 
 }  // namespace
 
-std::shared_ptr<const LinearKernels> make_jit_kernels(const QuantizedGpt2& q, at::ScalarType act,
+std::shared_ptr<const LinearKernels> make_jit_kernels(const QuantizedMatrices& q, at::ScalarType act,
                                                       int64_t block_bytes) {
   return std::make_shared<JitKernels>(q, act, block_bytes);
 }
 
-std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedGpt2& q, at::ScalarType act,
+std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedMatrices& q, at::ScalarType act,
                                                          at::Device device) {
   return std::make_shared<NativeKernels>(q, act, device);
 }

@@ -8,10 +8,10 @@
 
 namespace servelab {
 
-std::shared_ptr<const LinearKernels> make_jit_kernels(const QuantizedGpt2& q, at::ScalarType activations,
+std::shared_ptr<const LinearKernels> make_jit_kernels(const QuantizedMatrices& q, at::ScalarType activations,
                                                       int64_t block_bytes);
 // Throws InputError when the scheme has no native kernel on the device (see native_quant_available).
-std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedGpt2& q, at::ScalarType activations,
+std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedMatrices& q, at::ScalarType activations,
                                                          at::Device device);
 
 }  // namespace servelab

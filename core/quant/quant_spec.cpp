@@ -28,6 +28,8 @@ std::string QuantSpec::mode_name() const {
       return "int8-channel";
     case QuantScheme::Int4Group:
       return "int4-g" + std::to_string(group_size);
+    case QuantScheme::Int8Group:
+      return "int8-g" + std::to_string(group_size);
     case QuantScheme::Fp16:
       return "fp16";
     case QuantScheme::Bf16:

@@ -10,6 +10,7 @@ enum class QuantScheme {
   ZeroPointUint8,  // the seed (lesson 4): per tensor, scale = (max - min) / 255, zero point = min
   PerChannelInt8,  // symmetric int8, one scale per output channel (row)
   Int4Group,       // asymmetric 4-bit, scale and minimum per group of group_size inputs, 2 per byte
+  Int8Group,       // symmetric int8, one scale per group of group_size inputs (GGUF's Q8_0 at 32)
   Fp16,
   Bf16,
 };
@@ -23,7 +24,7 @@ enum class QuantExec {
 
 struct QuantSpec {
   QuantScheme scheme = QuantScheme::None;
-  int group_size = 64;  // Int4Group only: 32, 64 or 128
+  int group_size = 64;  // Int4Group: 32, 64 or 128; Int8Group: 32 (GGUF's Q8_0 as stored)
   QuantExec exec = QuantExec::Auto;
 
   // "int4-g64", "int8-channel", ...: the name parse_quant_mode accepts.

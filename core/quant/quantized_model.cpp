@@ -50,6 +50,27 @@ QuantizedGpt2 quantize_gpt2(const Gpt2Config& config, const Gpt2Weights& weights
   return q;
 }
 
+QuantizedMatrices gpt2_matrices(const QuantizedGpt2& q) {
+  QuantizedMatrices m;
+  m.spec = q.spec;
+  m.token_embedding = q.at("transformer.wte.weight");
+  m.position_embedding = q.at("transformer.wpe.weight");
+  m.head_tied = q.lm_head_tied;
+  if (!q.lm_head_tied) m.head = q.at("lm_head.weight");
+  for (int64_t l = 0; l < q.config.n_layer; ++l) {
+    std::array<QuantizedTensor, kLinearSlotCount> w;
+    std::array<at::Tensor, kLinearSlotCount> b;
+    for (LinearSlot s : {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc, LinearSlot::MlpProj}) {
+      const std::string name = "transformer.h." + std::to_string(l) + "." + gpt2_slot_name(s);
+      w[static_cast<size_t>(s)] = q.at(name + ".weight");
+      b[static_cast<size_t>(s)] = q.at(name + ".bias").dequantize(at::kFloat);
+    }
+    m.layers.push_back(std::move(w));
+    m.biases.push_back(std::move(b));
+  }
+  return m;
+}
+
 QuantizedBytes quantized_bytes(const QuantizedGpt2& q) {
   QuantizedBytes b;
   for (const auto& p : q.parameters) {
@@ -95,6 +116,8 @@ bool native_quant_available(const QuantSpec& spec, at::Device device, std::strin
       if (!has_op("aten::_weight_int4pack_mm_for_cpu"))
         return no("this libtorch has no _weight_int4pack_mm_for_cpu; run int4 with jit");
       return true;
+    case QuantScheme::Int8Group:
+      return no("int8 groups (GGUF's Q8_0) run with jit: no library kernel takes a scale per group");
     case QuantScheme::Fp16:
     case QuantScheme::Bf16:
       return true;
@@ -150,9 +173,10 @@ std::unique_ptr<Gpt2Model> build_quantized_model(const QuantizedGpt2& q, at::Sca
   w.lm_head_tied = q.lm_head_tied;
   w.lm_head = q.lm_head_tied ? w.wte : get("lm_head.weight");
   if (all) return std::make_unique<Gpt2Model>(c, std::move(w));
+  const QuantizedMatrices matrices = gpt2_matrices(q);
   std::shared_ptr<const LinearKernels> kernels = exec == QuantExec::Native
-                                                     ? make_native_kernels(q, act, device)
-                                                     : make_jit_kernels(q, act, jit_block_bytes);
+                                                     ? make_native_kernels(matrices, act, device)
+                                                     : make_jit_kernels(matrices, act, jit_block_bytes);
   return std::make_unique<Gpt2Model>(c, std::move(w), std::move(kernels));
 }
 

@@ -1,5 +1,7 @@
 #pragma once
-// A whole GPT-2 quantized, its memory accounting, and the three ways to run it.
+// A whole GPT-2 quantized, its memory accounting, and the three ways to run it; and what quantized
+// kernels hold for any architecture (QuantizedMatrices).
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +26,24 @@ struct QuantizedGpt2 {
 
   const QuantizedTensor& at(const std::string& name) const;
 };
+
+// What kernels over quantized weights run, for any architecture: each block's projections by slot
+// (those the architecture's projection table names; the others stay empty), the embeddings and the
+// head. The schemes may differ between matrices (a GGUF file's Q4_1 projections and Q8_0 embedding);
+// native kernels need one scheme throughout.
+struct QuantizedMatrices {
+  QuantSpec spec;
+  std::vector<std::array<QuantizedTensor, kLinearSlotCount>> layers;
+  // fp32 biases by layer and slot (undefined where none): fbgemm packs them with the weights.
+  std::vector<std::array<at::Tensor, kLinearSlotCount>> biases;
+  QuantizedTensor token_embedding;     // [vocab, E]
+  QuantizedTensor position_embedding;  // [context, E] for GPT-2; empty where positions are rotary
+  QuantizedTensor head;                // [vocab, E]; unused when tied
+  bool head_tied = true;
+};
+
+// The matrices of a quantized GPT-2 by slot (shared tensors, not copies).
+QuantizedMatrices gpt2_matrices(const QuantizedGpt2& q);
 
 // Memory of a quantized model, to the byte.
 struct QuantizedBytes {

@@ -92,6 +92,32 @@ QuantizedTensor quantize_int4_group(const at::Tensor& m, int64_t g) {
   return q;
 }
 
+QuantizedTensor quantize_int8_group(const at::Tensor& m, int64_t g) {
+  require_matrix(m, "int8 groups");
+  if (g < 1 || m.size(1) % g)
+    throw InputError("int8 with group size " + std::to_string(g) + " needs rows whose length divides by it; " +
+                     "a matrix has rows of " + std::to_string(m.size(1)));
+  QuantizedTensor q;
+  q.scheme = QuantScheme::Int8Group;
+  q.group_size = g;
+  q.shape = m.sizes().vec();
+  const int64_t rows = m.size(0), groups = m.size(1) / g;
+  at::Tensor f = m.to(at::kFloat).reshape({rows, groups, g});
+  q.scale = f.abs().amax(2) / 127;
+  q.values = at::round(f / safe_divisor(q.scale).unsqueeze(2)).clamp(-127, 127).to(at::kChar).reshape({rows, groups * g});
+  return q;
+}
+
+QuantizedTensor select_rows(const QuantizedTensor& q, const at::Tensor& index) {
+  QuantizedTensor r = q;
+  r.values = q.values.index_select(0, index).contiguous();
+  const bool per_row = q.scheme == QuantScheme::PerChannelInt8 || q.scheme == QuantScheme::Int4Group ||
+                       q.scheme == QuantScheme::Int8Group;
+  if (per_row) r.scale = q.scale.index_select(0, index).contiguous();
+  if (q.scheme == QuantScheme::Int4Group) r.offset = q.offset.index_select(0, index).contiguous();
+  return r;
+}
+
 QuantizedTensor quantize_half(const at::Tensor& t, at::ScalarType half) {
   QuantizedTensor q;
   q.scheme = half == at::kHalf ? QuantScheme::Fp16 : QuantScheme::Bf16;
@@ -116,6 +142,9 @@ QuantizedTensor quantize_tensor(const at::Tensor& t, const QuantSpec& spec, bool
       break;
     case QuantScheme::Int4Group:
       q = quantize_int4_group(src, spec.group_size);
+      break;
+    case QuantScheme::Int8Group:
+      q = quantize_int8_group(src, spec.group_size);
       break;
     case QuantScheme::Fp16:
       q = quantize_half(src, at::kHalf);
@@ -147,6 +176,11 @@ at::Tensor dequantize_block(const QuantizedTensor& q, const at::Tensor& values, 
       at::Tensor codes = unpack_int4(values).to(at::kFloat).view({n, groups, q.group_size});
       return (codes * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view({n, cols}).to(dtype);
     }
+    case QuantScheme::Int8Group: {
+      const int64_t n = values.size(0), cols = values.size(1), groups = cols / q.group_size;
+      at::Tensor v = values.to(at::kFloat).view({n, groups, q.group_size});
+      return (v * scale.unsqueeze(-1)).view({n, cols}).to(dtype);
+    }
     case QuantScheme::Fp16:
     case QuantScheme::Bf16:
       return values.to(dtype);
@@ -162,14 +196,16 @@ at::Tensor QuantizedTensor::dequantize(at::ScalarType dtype) const {
 
 at::Tensor QuantizedTensor::dequantize_rows(int64_t begin, int64_t end, at::ScalarType dtype) const {
   const int64_t n = end - begin;
-  const bool per_row = scheme == QuantScheme::PerChannelInt8 || scheme == QuantScheme::Int4Group;
+  const bool per_row = scheme == QuantScheme::PerChannelInt8 || scheme == QuantScheme::Int4Group ||
+                       scheme == QuantScheme::Int8Group;
   return dequantize_block(*this, values.narrow(0, begin, n), per_row ? scale.narrow(0, begin, n) : scale,
                           scheme == QuantScheme::Int4Group ? offset.narrow(0, begin, n) : offset, dtype);
 }
 
 at::Tensor QuantizedTensor::gather_rows(const at::Tensor& index, at::ScalarType dtype) const {
   at::Tensor flat = index.reshape({-1});
-  const bool per_row = scheme == QuantScheme::PerChannelInt8 || scheme == QuantScheme::Int4Group;
+  const bool per_row = scheme == QuantScheme::PerChannelInt8 || scheme == QuantScheme::Int4Group ||
+                       scheme == QuantScheme::Int8Group;
   at::Tensor rows =
       dequantize_block(*this, values.index_select(0, flat), per_row ? scale.index_select(0, flat) : scale,
                        scheme == QuantScheme::Int4Group ? offset.index_select(0, flat) : offset, dtype);

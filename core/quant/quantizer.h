@@ -15,14 +15,16 @@ struct QuantizedTensor {
   QuantScheme scheme = QuantScheme::None;
   std::vector<int64_t> shape;  // as stored: [rows, cols] for matrices
   bool transposed = false;     // stored as the transpose of the parameter (Conv1D weights)
-  // None: the tensor itself; ZeroPointUint8: uint8; PerChannelInt8: int8; Int4Group: uint8
-  // [rows, cols / 2], column 2j in the low nibble and 2j+1 in the high one; Fp16/Bf16: half.
+  // None: the tensor itself; ZeroPointUint8: uint8; PerChannelInt8, Int8Group: int8; Int4Group:
+  // uint8 [rows, cols / 2], column 2j in the low nibble and 2j+1 in the high one; Fp16/Bf16: half.
   at::Tensor values;
   // ZeroPointUint8: 0-dim scale and zero point (the minimum); PerChannelInt8: scale [rows];
-  // Int4Group: scale and minimum [rows, cols / group_size]. fp32. Otherwise undefined.
+  // Int4Group: scale and minimum [rows, cols / group_size]; Int8Group: scale [rows, cols /
+  // group_size]. fp32. Otherwise undefined.
   at::Tensor scale, offset;
   int64_t group_size = 0;
 
+  bool defined() const { return values.defined(); }
   int64_t numel() const;
   int64_t rows() const { return shape.at(0); }
   int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
@@ -47,6 +49,10 @@ QuantizedTensor quantize_per_channel_int8(const at::Tensor& matrix);
 // Asymmetric 4-bit per group of group_size columns: scale = (max - min) / 15,
 // q = round((t - min) / scale) in [0, 15]; two per byte.
 QuantizedTensor quantize_int4_group(const at::Tensor& matrix, int64_t group_size);
+// Symmetric int8 per group of group_size columns: scale = max |group| / 127, q = round(t / scale).
+QuantizedTensor quantize_int8_group(const at::Tensor& matrix, int64_t group_size);
+// Rows of a stored matrix reordered: out row i is row index[i] (values and per-row states).
+QuantizedTensor select_rows(const QuantizedTensor& q, const at::Tensor& index);
 QuantizedTensor quantize_half(const at::Tensor& t, at::ScalarType half);
 // Any scheme; matrices are transposed first when transpose is set.
 QuantizedTensor quantize_tensor(const at::Tensor& t, const QuantSpec& spec, bool transpose);

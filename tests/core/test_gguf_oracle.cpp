@@ -23,6 +23,8 @@
 #include "model/llama_gguf.h"
 #include "model/llama_model.h"
 #include "model/safetensors_file.h"
+#include "quant/dequant_cpu.h"
+#include "quant/quantized_llama.h"
 #include "test_support.h"
 
 using namespace servelab;
@@ -56,12 +58,16 @@ class TestGgufOracle : public QObject {
 
   fs::path gguf_path(const QString& name) const { return fs::path(dir_) / name.toStdString() / "model.gguf"; }
 
-  Case load(const QString& name, AttentionBackend backend = AttentionBackend::Sdpa) {
+  // stored: the file's blocks kept as they are and run by the JIT kernels (what the engine does on
+  // the CPU in fp32), instead of dequantized at load.
+  Case load(const QString& name, AttentionBackend backend = AttentionBackend::Sdpa, bool stored = false,
+            std::string* run_as = nullptr) {
     const fs::path d = fs::path(dir_) / name.toStdString();
     Case c;
     const GgufFile file = GgufFile::open(gguf_path(name).string());
     const LlamaConfig cfg = llama_config_from_gguf(file);
-    c.model = std::make_unique<LlamaModel>(cfg, load_llama_gguf(file, cfg, at::kCPU, at::kFloat));
+    c.model = stored ? load_llama_gguf_as_stored(file, cfg, run_as)
+                     : std::make_unique<LlamaModel>(cfg, load_llama_gguf(file, cfg, at::kCPU, at::kFloat));
     c.model->set_attention_backend(backend);
     c.file_types = gguf_tensor_type_counts(file);
     std::ifstream(d / "reference.json") >> c.ref;
@@ -268,12 +274,91 @@ class TestGgufOracle : public QObject {
     }
   }
 
-  void engine_loads_the_files_data() { cases(); }
+  void stored_blocks_are_the_files_values_data() { cases(); }
+  void stored_blocks_are_the_files_values() {
+    // Q4_0, Q4_1 and Q8_0 repacked for our kernels (and F16/F32 kept) dequantize to the very values
+    // of the file's own block formulas; the K-quants have no kernel of ours and are refused.
+    QFETCH(QString, name);
+    const GgufFile file = GgufFile::open(gguf_path(name).string());
+    int checked = 0;
+    for (const GgufTensor& t : file.tensors()) {
+      if (t.ne.size() != 2) continue;
+      const std::optional<QuantizedTensor> q = ggml_as_stored(t);
+      const bool k_quant = t.type == GgmlType::Q4_K || t.type == GgmlType::Q5_K || t.type == GgmlType::Q6_K;
+      QCOMPARE(q.has_value(), !k_quant);
+      if (!q) continue;
+      std::vector<float> values = gguf_dequantize(t);
+      const at::Tensor want = at::from_blob(values.data(), t.shape(), at::kFloat);
+      QVERIFY2(at::equal(q->dequantize(at::kFloat), want), t.name.c_str());
+      // The fused kernels' row blocks too (the JIT path's conversion).
+      if (fused_dequant_supported(*q)) {
+        at::Tensor block = at::empty({3, q->cols()});
+        dequantize_rows_cpu(*q, 1, block);
+        QVERIFY2(at::equal(block, want.narrow(0, 1, 3)), t.name.c_str());
+      }
+      ++checked;
+    }
+    if (QString(name) != "q4_k" && QString(name) != "q6_k") QVERIFY(checked > 0);
+  }
+
+  void stored_model_matches_hf_data() { cases(); }
+  void stored_model_matches_hf() {
+    // The model run on the stored blocks: full logits, a left-padded batch, greedy tokens alone and
+    // batched through the KV cache, and continuous batching, all as HF's (the kernels sum in another
+    // order than addmm: the same tolerance).
+    QFETCH(QString, name);
+    c10::InferenceMode guard;
+    std::string run_as;
+    Case c = load(name, AttentionBackend::Sdpa, true, &run_as);
+    qInfo("%s runs as: %s", qPrintable(name), run_as.c_str());
+    QVERIFY(c.model->kernels() != nullptr);
+    for (const auto& [type, n] : c.file_types)
+      if (type != "F32") QVERIFY2(run_as.find(type + " as ") != std::string::npos, run_as.c_str());
+    const auto ps = c.prompts();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      at::Tensor ids = at::tensor(std::vector<int64_t>(ps[i].begin(), ps[i].end())).unsqueeze(0);
+      at::Tensor logits =
+          c.model->forward({ids, at::arange(ids.size(1)).unsqueeze(0), at::Tensor(), true}).squeeze(0);
+      const double d = max_abs_diff(logits, c.tensors.at("logits_" + std::to_string(i)));
+      QVERIFY2(d < kLogitTolerance, qPrintable(QString("prompt %1: max |logit diff| = %2").arg(i).arg(d)));
+    }
+    PaddedBatch pb = left_padded_batch(ps, c.ref["eos"].get<int32_t>());
+    const double d = max_abs_diff(c.model->forward({pb.input_ids, pb.position_ids, pb.attention_mask, false}),
+                                  c.tensors.at("batch_last_logits"));
+    QVERIFY2(d < kLogitTolerance, qPrintable(QString("batch: max |logit diff| = %1").arg(d)));
+    const test::IdTokenizer tok = id_tokenizer(c);
+    const GenerateOptions o = greedy(c, true);
+    GenerateResult b = generate(*c.model, tok, ps, o);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      QCOMPARE(generate(*c.model, tok, {ps[i]}, o).sequences[0].generated_ids, c.single(i));
+      QCOMPARE(b.sequences[i].generated_ids, c.single(i));
+    }
+    std::vector<int64_t> budgets;
+    BatchRunResult r = test::run_staggered_queue(*c.model, tok, ps, c.ref["new_tokens"].get<int64_t>(),
+                                                 KvStrategy::SlotKv, &budgets);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      std::vector<int32_t> expected = c.single(i);
+      expected.resize(static_cast<size_t>(budgets[i]));
+      QCOMPARE(r.requests[i].generated_ids, expected);
+    }
+  }
+
+  void engine_loads_the_files_data() {
+    // auto: the blocks as stored on this CPU in fp32; dequant-once: dequantized at load.
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QString>("exec");
+    for (const char* n : kCases)
+      for (const char* x : {"auto", "dequant-once"})
+        QTest::newRow((std::string(n) + "/" + x).c_str()) << QString(n) << QString(x);
+  }
   void engine_loads_the_files() {
     // Through the Engine, as the CLI and the app load a .gguf: the file's tokenizer (a 320-token
     // byte-level BPE), the types it holds, and the same greedy tokens.
     QFETCH(QString, name);
-    const std::unique_ptr<Engine> e = Engine::load(gguf_path(name).string(), {});
+    EngineOptions opts;
+    QFETCH(QString, exec);
+    opts.quant_exec = exec.toStdString();
+    const std::unique_ptr<Engine> e = Engine::load(gguf_path(name).string(), opts);
     nlohmann::json ref;
     std::ifstream(fs::path(dir_) / name.toStdString() / "reference.json") >> ref;
     const nlohmann::json info = e->info();
@@ -282,6 +367,8 @@ class TestGgufOracle : public QObject {
     QCOMPARE(info["random_weights"].get<bool>(), false);
     QCOMPARE(info["lm_head_tied"].get<bool>(), ref["tied"].get<bool>());
     QCOMPARE(info["file_tensor_types"].get<TypeCounts>(), ref["tensor_types"].get<TypeCounts>());
+    const std::string run_as = info["file_tensors_run_as"].get<std::string>();
+    QCOMPARE(run_as.rfind("dequantized once", 0) == 0, exec == "dequant-once");
     QCOMPARE(e->tokenizer().vocab_size(), 320);
     QCOMPARE(e->tokenizer().eos_id(), std::optional<int32_t>(2));
     const std::string text = "The quick brown fox jumped over the lazy dog.";

@@ -29,6 +29,8 @@
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
 #include "quant/dequant_cpu.h"
+#include "model/llama_model.h"
+#include "quant/quantized_llama.h"
 #include "quant/quantized_model.h"
 #include "quant/quantizer.h"
 #include "test_support.h"
@@ -183,6 +185,11 @@ QuantizedBytes expected_bytes(const Layout& l, const QuantSpec& s) {
     case QuantScheme::Int4Group:  // half a byte each, fp32 scale + minimum per group
       b.quantized = m / 2;
       b.states = 8 * (m / s.group_size);
+      b.other = 4 * v;
+      break;
+    case QuantScheme::Int8Group:  // 1 byte each, one fp32 scale per group
+      b.quantized = m;
+      b.states = 4 * (m / s.group_size);
       b.other = 4 * v;
       break;
     case QuantScheme::Fp16:
@@ -686,6 +693,15 @@ class TestQuant : public QObject {
     QTest::addColumn<qint64>("group");  // int4 only: the mode's, or 16 (not a multiple of 32)
     for (const auto& m : kModes) QTest::newRow(m.c_str()) << QString::fromStdString(m) << qint64{0};
     QTest::newRow("int4-g16") << QString("int4-g32") << qint64{16};
+    // GGUF's Q8_0 as stored (no CLI mode of its own): int8 groups of 32, and of 16 (refused by the GEMV).
+    QTest::newRow("int8-g32") << QString("int8-g") << qint64{32};
+    QTest::newRow("int8-g16") << QString("int8-g") << qint64{16};
+  }
+  // The data rows' matrix: a CLI mode, or int4 / int8 groups of the given size.
+  static QuantizedTensor quantize_row(const QString& mode, qint64 group, const at::Tensor& m) {
+    if (mode == "int8-g") return quantize_int8_group(m, group);
+    if (group) return quantize_int4_group(m, group);
+    return quantize_tensor(m, parse_quant_mode(mode.toStdString()), false);
   }
   void fused_kernels_equal_dequant_once() {
     // The JIT path's CPU kernels on their own, at the edges of their tiling: 37 output channels
@@ -693,13 +709,13 @@ class TestQuant : public QObject {
     // ones), rows of 100 columns (the conversions' scalar tails; int4 takes 128).
     QFETCH(QString, mode);
     QFETCH(qint64, group);
-    const QuantSpec spec = parse_quant_mode(mode.toStdString());
-    const bool int4 = spec.scheme == QuantScheme::Int4Group;
-    const int64_t out = 37, cols = int4 ? 128 : 100;
+    const QuantSpec spec = mode == "int8-g" ? QuantSpec{QuantScheme::Int8Group} : parse_quant_mode(mode.toStdString());
+    const bool grouped = spec.scheme == QuantScheme::Int4Group || group;
+    const int64_t out = 37, cols = grouped ? 128 : 100;
     c10::InferenceMode guard;
     const at::Tensor m = pattern(out * cols, 0.3, 0.2).view({out, cols}) +
                          pattern(out * cols, 1.1, 0.05).view({cols, out}).t();
-    QuantizedTensor w = group ? quantize_int4_group(m, group) : quantize_tensor(m, spec, false);
+    QuantizedTensor w = quantize_row(mode, group, m);
     const at::Tensor dense = w.dequantize(at::kFloat);
     // Row blocks dequantize to the very values of dequantize-once (per-channel int8: to its
     // integers, the JIT path scales the product).
@@ -730,13 +746,12 @@ class TestQuant : public QObject {
     // over the threads unevenly, 256 columns (8 steps of 32, 2 to 8 int4 groups).
     QFETCH(QString, mode);
     QFETCH(qint64, group);
-    const QuantSpec spec = parse_quant_mode(mode.toStdString());
     const int64_t out = 45, cols = 256;
     c10::InferenceMode guard;
     const at::Tensor m =
         pattern(out * cols, 0.7, 0.1).view({out, cols}) - pattern(out * cols, 0.4, 0.3).view({cols, out}).t();
-    QuantizedTensor w = group ? quantize_int4_group(m, group) : quantize_tensor(m, spec, false);
-    if (group) {
+    QuantizedTensor w = quantize_row(mode, group, m);
+    if (group == 16) {
       // Groups of 16 split a step of 32: the kernel refuses them and JIT runs blocks instead.
       QVERIFY(!fused_gemv_supported(w));
       QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols})));
@@ -847,6 +862,75 @@ class TestQuant : public QObject {
     QVERIFY2(contains(e, "fp32") && contains(e, "Half"), e.c_str());
     e = error_of(ErrorKind::Input, [&] { blocked_linear(at::ones({1, 37}), BlockedMatrix()); });
     QVERIFY2(contains(e, "empty"), e.c_str());
+  }
+
+  void llama_quantizes_every_mode_data() {
+    QTest::addColumn<QString>("mode");
+    QTest::addColumn<bool>("tied");
+    QTest::addColumn<double>("native_tolerance");  // as native_close_to_dequant_once's, per scheme
+    for (const auto& m : kModes) {
+      const double tol = m == "int8-channel" ? 5e-2 : m == "fp16" ? 1e-2 : m == "bf16" ? 5e-2 : 1e-4;
+      QTest::newRow((m + "/tied").c_str()) << QString::fromStdString(m) << true << tol;
+      QTest::newRow((m + "/untied").c_str()) << QString::fromStdString(m) << false << tol;
+    }
+  }
+  void llama_quantizes_every_mode() {
+    // A small random Llama (GQA 4 over 2, q/k/v biases as qwen2 has them) through quantize_llama:
+    // every projection, the embedding and the head quantized; JIT equals dequantize-once up to
+    // summation order, native is within its arithmetic's error, and it is not the fp32 model.
+    QFETCH(QString, mode);
+    QFETCH(bool, tied);
+    QFETCH(double, native_tolerance);
+    c10::InferenceMode guard;
+    LlamaConfig c;
+    c.vocab_size = 300;
+    c.hidden_size = 128;
+    c.intermediate_size = 256;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.head_dim = 32;
+    c.context = 64;
+    c.tie_word_embeddings = tied;
+    c.attention_bias = true;
+    c.eos_token_ids = {299};
+    uint64_t seed = 11;
+    const LlamaWeights w = assemble_llama_weights(c, [&](const std::string& name, const std::vector<int64_t>& shape,
+                                                         bool) {
+      at::Tensor t = pattern(std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()),
+                             0.37 + static_cast<double>(seed++ % 17) * 0.11, 0.05)
+                         .view(shape);
+      return name.find("norm") != std::string::npos ? t.abs() + 0.5 : t;
+    });
+    const QuantSpec spec = parse_quant_mode(mode.toStdString());
+    const QuantizedMatrices q = quantize_llama(c, w, spec);
+    QCOMPARE(q.layers.size(), size_t{2});
+    QCOMPARE(q.layers[0][static_cast<size_t>(LinearSlot::Gate)].scheme,
+             spec.scheme == QuantScheme::ZeroPointUint8 ? QuantScheme::ZeroPointUint8 : spec.scheme);
+    QCOMPARE(q.head_tied, tied);
+    auto once = build_quantized_llama(c, w, q, at::kFloat, QuantExec::DequantOnce);
+    auto jit = build_quantized_llama(c, w, q, at::kFloat, QuantExec::Jit);
+    QVERIFY(once->kernels() == nullptr && jit->kernels() != nullptr);
+    QVERIFY(!jit->weights().embed.defined() && !jit->weights().layers[0].w[0].defined());
+    QVERIFY(jit->weights().layers[0].b[0].defined());  // biases stay with the model
+    std::vector<std::vector<int32_t>> many(3);
+    for (int32_t i = 0; i < 3; ++i)
+      for (int32_t j = 0; j < 5 + 4 * i; ++j) many[static_cast<size_t>(i)].push_back((i * 37 + j * 11) % 299);
+    const at::Tensor a = batch_logits(*once, many);
+    const double rel = relative_diff(a, batch_logits(*jit, many));
+    QVERIFY2(rel <= 1e-5, qPrintable(QString("JIT vs dequantize-once: %1").arg(rel)));
+    const double one = relative_diff(batch_logits(*once, {many[0]}), batch_logits(*jit, {many[0]}));
+    QVERIFY2(one <= 1e-5, qPrintable(QString("one prompt (the decode kernels): %1").arg(one)));
+    LlamaModel fp32(c, w);
+    QVERIFY(relative_diff(batch_logits(fp32, many), a) > 1e-6);
+    std::string why;
+    if (native_quant_available(spec, at::Device(at::kCPU), &why)) {
+      auto native = build_quantized_llama(c, w, q, at::kFloat, QuantExec::Native);
+      const double r = relative_diff(a, batch_logits(*native, many));
+      QVERIFY2(r <= native_tolerance, qPrintable(QString("native vs dequantize-once: %1").arg(r)));
+    } else {
+      QVERIFY_THROWS_EXCEPTION(InputError, build_quantized_llama(c, w, q, at::kFloat, QuantExec::Native));
+    }
   }
 
   void native_close_to_dequant_once_data() {
