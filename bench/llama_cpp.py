@@ -43,11 +43,10 @@ DEF_CLI = os.path.join(ROOT, "build/release/app/servelab-cli")
 DEF_GGUF = os.path.join(ROOT, ".venv/share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 DEF_LLAMA = "/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp"
 
-NOTE = ("ServeLab currently dequantizes the GGUF's Q4_1/Q8_0 weights to fp32 at load "
-        "(file_tensors_run_as: 'dequantized once to fp32 at load'), so each batch-1 decode "
-        "step streams ~538 MB of fp32 weights against llama.cpp's ~98 MB of Q4_1/Q8_0 blocks: "
-        "the batch-1 comparison is expected to favour llama.cpp; batched throughput, where the "
-        "weights are read once per step for many rows, may not.")
+def note_for(run_as):
+    """What ServeLab runs the file's tensors as (servelab-cli info: file_tensors_run_as)."""
+    return ("ServeLab runs the GGUF's tensors as: " + run_as + ". llama.cpp reads the same Q4_1/Q8_0 "
+            "blocks with its own kernels.")
 
 
 def run(cmd, timeout=1800):
@@ -301,7 +300,7 @@ def main():
     t0 = rounds[0]["theirs_tg"]
     res = {
         "benchmark": "ServeLab vs llama.cpp, same GGUF, same threads, rounds interleaved",
-        "note": NOTE,
+        "note": note_for(json.loads(info_out).get("file_tensors_run_as", "?")),
         "cpu": cpu_info() | {"llama_cpp_cpu_info": t0.get("cpu_info")},
         "platform": platform.platform(),
         "threads": a.threads,

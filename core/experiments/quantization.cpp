@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <memory>
 
 #include "experiments/batch_sweep.h"  // median
 #include "generate/generation.h"
 #include "model/gpt2_model.h"
+#include "model/llama_model.h"
 #include "model/packed_linear.h"
+#include "quant/quantized_llama.h"
 #include "quant/quantized_model.h"
 #include "tokenizer/prompt.h"
 #include "util/device.h"
@@ -62,10 +66,78 @@ double copy_bandwidth_gbs(at::Device d) {
 }
 
 std::string block_of(const std::string& name) {
-  // "transformer.h.3.attn.c_attn.weight" -> "h.3"; "transformer.wte.weight" -> "wte"
-  std::string s = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-  if (s.rfind("h.", 0) == 0) return s.substr(0, s.find('.', 2));
+  // "transformer.h.3.attn.c_attn.weight" -> "h.3"; "transformer.wte.weight" -> "wte";
+  // "model.layers.3.mlp.up_proj.weight" -> "layers.3"; "model.embed_tokens.weight" -> "embed_tokens"
+  std::string s = name.rfind("transformer.", 0) == 0 ? name.substr(12)
+                  : name.rfind("model.", 0) == 0  ? name.substr(6)
+                                                  : name;
+  for (const char* layers : {"h.", "layers."})
+    if (s.rfind(layers, 0) == 0) return s.substr(0, s.find('.', std::string(layers).size()));
   return s.substr(0, s.find('.'));
+}
+
+// One architecture's side of the experiment: the reference's parameters as plain tensors, and per
+// scheme the quantized parameters (one per named entry, same order) and the model that runs them.
+struct QuantizedSet {
+  std::vector<QuantizedParameter> parameters;
+  std::function<std::unique_ptr<Model>(QuantExec)> build;
+};
+
+struct QuantTarget {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  std::function<QuantizedSet(const QuantSpec&)> quantize;
+  int64_t hf_buffer_bytes = 0;  // what HF's get_memory_footprint() adds (GPT-2's attention masks)
+};
+
+QuantTarget gpt2_target(const Gpt2Model& ref) {
+  QuantTarget t;
+  // The reference's fp32 weights as plain tensors (rebuilt from oneDNN's or the blocked layout when packed).
+  auto dense = std::make_shared<const Gpt2Weights>(ref.dense_weights());
+  t.named = dense->named_tensors();
+  t.hf_buffer_bytes = hf_gpt2_buffer_bytes(ref.config());
+  // Dequantize-once models run the same GEMMs as the reference, so only the weights differ.
+  const GemmBackend gemm = gemm_backend_of(ref);
+  t.quantize = [&ref, dense, gemm](const QuantSpec& spec) {
+    auto q = std::make_shared<QuantizedGpt2>(quantize_gpt2(ref.config(), *dense, spec));
+    QuantizedSet set;
+    set.parameters = q->parameters;
+    set.build = [&ref, q, gemm](QuantExec used) -> std::unique_ptr<Model> {
+      std::unique_ptr<Gpt2Model> m = build_quantized_model(*q, ref.dtype(), used);
+      if (used == QuantExec::DequantOnce && gemm != GemmBackend::Aten) m = apply_gemm_backend(*m, gemm);
+      return m;
+    };
+    return set;
+  };
+  return t;
+}
+
+QuantTarget llama_target(const LlamaModel& ref) {
+  QuantTarget t;
+  t.named = ref.weights().named_tensors();
+  // transformers' LlamaRotaryEmbedding keeps inv_freq (head_dim / 2 fp32) as a buffer.
+  t.hf_buffer_bytes = ref.config().head_dim / 2 * 4;
+  t.quantize = [&ref, named = t.named](const QuantSpec& spec) {
+    auto q = std::make_shared<QuantizedMatrices>(quantize_llama(ref.config(), ref.weights(), spec));
+    std::map<std::string, QuantizedTensor> matrices{{"model.embed_tokens.weight", q->token_embedding}};
+    if (!q->head_tied) matrices["lm_head.weight"] = q->head;
+    for (const Projection& p : ref.projections())
+      for (size_t l = 0; l < q->layers.size(); ++l)
+        matrices["model.layers." + std::to_string(l) + "." + p.hf_name + ".weight"] =
+            q->layers[l][static_cast<size_t>(p.slot)];
+    QuantizedSet set;
+    for (const auto& [name, w] : named) {
+      auto it = matrices.find(name);
+      QuantizedTensor kept;  // norms and biases stay as they are
+      kept.shape = w.sizes().vec();
+      kept.values = w;
+      set.parameters.push_back({name, it != matrices.end() ? it->second : kept});
+    }
+    set.build = [&ref, q](QuantExec used) -> std::unique_ptr<Model> {
+      return build_quantized_llama(ref.config(), ref.weights(), *q, ref.dtype(), used);
+    };
+    return set;
+  };
+  return t;
 }
 
 at::Tensor all_logits(const Model& m, const std::vector<int32_t>& ids) {
@@ -127,14 +199,14 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     s.exec = exec;
     if (s.is_quantized()) specs.push_back(s);
   }
-  const Gpt2Model* gpt2 = engine.gpt2();
-  if (!gpt2)
-    throw InputError("the quantization experiment is built for GPT-2 models so far; this is a " +
-                     engine.shape().architecture + " model");
-  const Gpt2Model& ref = *gpt2;
   if (engine.quantization().is_quantized())
     throw InputError("the loaded model is already quantized (" + engine.quantization().mode_name() +
                      "); load it without --quant to measure quantization against its own weights");
+  // The reference: the loaded weights, or for a GGUF run as stored the file's blocks dequantized
+  // (the values the stored blocks stand for).
+  const std::shared_ptr<const Model> reference = engine.dense_reference();
+  if (!reference) throw InputError("the loaded model keeps no plain weights to quantize from");
+  const Model& ref = *reference;
   const at::Device device = ref.device();
   for (const QuantSpec& s : specs) {
     std::string why;
@@ -143,7 +215,14 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
   }
   c10::InferenceMode guard;
   const Tokenizer& tok = engine.tokenizer();
-  const Gpt2Config& cfg = ref.config();
+  QuantTarget target;
+  if (const auto* g = dynamic_cast<const Gpt2Model*>(&ref)) {
+    target = gpt2_target(*g);
+  } else if (const auto* l = dynamic_cast<const LlamaModel*>(&ref)) {
+    target = llama_target(*l);
+  } else {
+    throw InputError("the quantization experiment has no " + ref.shape().architecture + " support");
+  }
 
   QuantizationResult result;
   result.model = engine.name();
@@ -185,17 +264,14 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     result.perplexity_note = "perplexity needs a real checkpoint: the built-in model's weights are random";
   } else {
     ppl_ids = encode_prompt(tok, kPerplexityText);
-    if (static_cast<int64_t>(ppl_ids.size()) > cfg.n_positions)
-      ppl_ids.resize(static_cast<size_t>(cfg.n_positions));
+    if (static_cast<int64_t>(ppl_ids.size()) > ref.shape().context)
+      ppl_ids.resize(static_cast<size_t>(ref.shape().context));
     result.fp32_perplexity = perplexity(ref, ppl_ids);
   }
 
-  // The reference's fp32 weights as plain tensors (rebuilt from oneDNN's or the blocked layout when packed).
-  const Gpt2Weights dense = ref.dense_weights();
-  const auto named = dense.named_tensors();
-  const int64_t fp32_bytes = dense.parameter_count() * 4;
-  // Dequantize-once models run the same GEMMs as the reference, so only the weights differ.
-  const GemmBackend gemm = gemm_backend_of(ref);
+  const auto& named = target.named;
+  int64_t fp32_bytes = 0;
+  for (const auto& [name, t] : named) fp32_bytes += t.numel() * 4;
   const double stages = static_cast<double>(specs.size());
   for (size_t mi = 0; mi < specs.size(); ++mi) {
     check_cancel(control);
@@ -205,11 +281,11 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     progress(control, base, mode + ": quantizing");
     QuantModeResult r;
     r.mode = mode;
-    std::unique_ptr<Gpt2Model> owned;
-    const Gpt2Model* model = &ref;
+    std::unique_ptr<Model> owned;
+    const Model* model = &ref;
     {
-      QuantizedGpt2 q = quantize_gpt2(cfg, dense, spec);
-      const QuantizedBytes b = quantized_bytes(q);
+      QuantizedSet q = target.quantize(spec);
+      const QuantizedBytes b = quantized_bytes(q.parameters);
       r.memory.parameters = b.parameters;
       r.memory.quantized_bytes = b.quantized;
       r.memory.state_bytes = b.states;
@@ -217,8 +293,8 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
       r.memory.total_bytes = b.total();
       r.memory.fp32_bytes = fp32_bytes;
       r.memory.fraction_of_fp32 = static_cast<double>(b.total()) / static_cast<double>(fp32_bytes);
-      r.memory.seed_footprint_bytes = b.quantized + b.other + hf_gpt2_buffer_bytes(cfg);
-      r.memory.seed_fp32_footprint_bytes = fp32_bytes + hf_gpt2_buffer_bytes(cfg);
+      r.memory.seed_footprint_bytes = b.quantized + b.other + target.hf_buffer_bytes;
+      r.memory.seed_fp32_footprint_bytes = fp32_bytes + target.hf_buffer_bytes;
 
       // Reconstruction error over every quantized element: stats per tensor and per block, then
       // one histogram over a range symmetric around 0 that holds every error.
@@ -278,9 +354,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
       check_cancel(control);
       if (spec.is_quantized()) {
         QuantExec used = resolve_quant_exec(spec, device);
-        owned = build_quantized_model(q, ref.dtype(), used);
-        if (used == QuantExec::DequantOnce && gemm != GemmBackend::Aten)
-          owned = apply_gemm_backend(*owned, gemm);
+        owned = q.build(used);
         owned->set_attention_backend(ref.attention_backend());
         model = owned.get();
         r.exec = quant_exec_name(used);

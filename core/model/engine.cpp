@@ -168,6 +168,7 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
     }
   }
   e->format_ = "gguf";
+  e->source_path_ = path;
   e->file_tensor_types_ = gguf_tensor_type_counts(file);
   // The file's own name says what it is ("SmolLM2-135M-Instruct.Q4_1"); general.name is often a
   // training-run label.
@@ -246,6 +247,19 @@ void Engine::quantize(const QuantSpec& spec) {
 }
 
 const ModelShape& Engine::shape() const { return model_->shape(); }
+
+std::shared_ptr<const Model> Engine::dense_reference() const {
+  if (quant_.is_quantized()) return nullptr;
+  const auto* llama = dynamic_cast<const LlamaModel*>(model_.get());
+  if (!llama || !llama->kernels()) return model_;  // GPT-2's packed layouts give theirs back
+  if (format_ != "gguf") return nullptr;
+  c10::InferenceMode guard;
+  const GgufFile file = GgufFile::open(source_path_);
+  auto m = std::make_shared<LlamaModel>(llama->config(),
+                                        load_llama_gguf(file, llama->config(), model_->device(), model_->dtype()));
+  m->set_attention_backend(model_->attention_backend());
+  return m;
+}
 
 int64_t Engine::dtype_bytes() const { return static_cast<int64_t>(c10::elementSize(model_->dtype())); }
 

@@ -59,6 +59,11 @@ class Engine {
   const QuantSpec& quantization() const { return quant_; }
 
   const Model& model() const { return *model_; }
+  // The model's weights as plain tensors in its dtype, for comparisons against them (the
+  // Quantization tab's reference): the model itself when it holds them, else a copy rebuilt from
+  // its file (a GGUF run as stored: the file's blocks dequantized). Null when neither can be had
+  // (a model quantized by --quant: load it again without).
+  std::shared_ptr<const Model> dense_reference() const;
   Model& model() { return *model_; }
   const ModelShape& shape() const;
   // The model as GPT-2, for what only GPT-2 has built yet (quantization, LoRA, packed GEMMs);
@@ -77,7 +82,8 @@ class Engine {
  private:
   Engine() = default;
   void apply_options(const EngineOptions& options);
-  std::unique_ptr<Model> model_;
+  std::shared_ptr<Model> model_;
+  std::string source_path_;  // the file or folder loaded (empty for the demo model)
   std::unique_ptr<Tokenizer> tokenizer_;
   bool is_demo_ = false;
   std::string format_;  // "random", "safetensors" or "gguf"

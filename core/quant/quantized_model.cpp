@@ -71,9 +71,11 @@ QuantizedMatrices gpt2_matrices(const QuantizedGpt2& q) {
   return m;
 }
 
-QuantizedBytes quantized_bytes(const QuantizedGpt2& q) {
+QuantizedBytes quantized_bytes(const QuantizedGpt2& q) { return quantized_bytes(q.parameters); }
+
+QuantizedBytes quantized_bytes(const std::vector<QuantizedParameter>& parameters) {
   QuantizedBytes b;
-  for (const auto& p : q.parameters) {
+  for (const auto& p : parameters) {
     b.parameters += p.tensor.numel();
     if (p.tensor.scheme == QuantScheme::None) {
       b.other += p.tensor.value_bytes();

@@ -58,6 +58,7 @@ struct QuantizedBytes {
 // scheme (an int4 group size that does not divide a row).
 QuantizedGpt2 quantize_gpt2(const Gpt2Config& config, const Gpt2Weights& weights, const QuantSpec& spec);
 QuantizedBytes quantized_bytes(const QuantizedGpt2& q);
+QuantizedBytes quantized_bytes(const std::vector<QuantizedParameter>& parameters);
 // HF's get_memory_footprint() extra for GPT-2: the attn.bias (bool [1, 1, P, P]) and
 // attn.masked_bias (one fp32) buffers of every layer, which the seed's figure includes.
 int64_t hf_gpt2_buffer_bytes(const Gpt2Config& config);
