@@ -13,10 +13,10 @@
 
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
+#include "experiments/course_benchmark.h"
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"
 #include "experiments/quantization.h"
-#include "experiments/seed_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
@@ -37,8 +37,8 @@ using namespace servelab;
 
 namespace {
 
-const std::vector<std::string> kSeedPrompts = {"The quick brown fox jumped over the",
-                                               "The rain in Spain falls", "What comes up must"};
+const std::vector<std::string> kCoursePrompts = {"The quick brown fox jumped over the",
+                                                 "The rain in Spain falls", "What comes up must"};
 
 struct ModelArgs {
   std::string model;
@@ -282,7 +282,7 @@ int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& s
     print_json(j);
     return 0;
   }
-  // The seed's lesson-2 table: throughput rises with the batch while every step gets slower.
+  // The course's lesson-2 table: throughput rises with the batch while every step gets slower.
   std::printf("%10s %12s %13s %16s %12s\n", "batch size", "total ms", "tokens/ms", "latency ms/step",
               "decode ms");
   for (const BatchSweepPoint& pt : r.points)
@@ -313,9 +313,9 @@ int cmd_bench_sync_vs_continuous(const ModelArgs& m, const SyncVsContinuousParam
   return 0;
 }
 
-int cmd_bench_seed(const ModelArgs& m, const SeedBenchmarkParams& p, bool as_json) {
+int cmd_bench_course(const ModelArgs& m, const CourseBenchmarkParams& p, bool as_json) {
   auto engine = m.load();
-  SeedBenchmarkResult r = run_seed_benchmark(*engine, p);
+  CourseBenchmarkResult r = run_course_benchmark(*engine, p);
   json j = r.to_json();
   j["engine"] = engine->info();
   if (as_json) {
@@ -324,7 +324,7 @@ int cmd_bench_seed(const ModelArgs& m, const SeedBenchmarkParams& p, bool as_jso
   }
   std::printf("%-42s %8s %9s %11s %9s %9s %7s %15s\n", "method", "queries", "time s", "throughput",
               "max batch", "avg batch", "tokens", "inference calls");
-  for (const SeedBenchmarkRow& row : r.rows)
+  for (const CourseBenchmarkRow& row : r.rows)
     std::printf("%-42s %8lld %9.2f %10.1f%c %9lld %9.1f %7lld %15lld\n", row.method.c_str(),
                 static_cast<long long>(row.queries), row.time_s, row.throughput_vs_baseline,
                 row.throughput_vs_baseline > 0 ? 'x' : ' ', static_cast<long long>(row.max_batch),
@@ -371,10 +371,10 @@ int cmd_quantize(const ModelArgs& m, QuantizationParams p, const std::string& mo
   for (const QuantModeResult& q : r.modes)
     if (q.mode == "zp-uint8")
       std::printf(
-          "seed comparison (HF get_memory_footprint, with GPT-2's causal-mask buffers): %lld bytes fp32, "
+          "course comparison (HF get_memory_footprint, with GPT-2's causal-mask buffers): %lld bytes fp32, "
           "%lld bytes zero-point uint8\n",
-          static_cast<long long>(q.memory.seed_fp32_footprint_bytes),
-          static_cast<long long>(q.memory.seed_footprint_bytes));
+          static_cast<long long>(q.memory.course_fp32_footprint_bytes),
+          static_cast<long long>(q.memory.course_footprint_bytes));
   if (!r.modes.empty()) {
     std::printf("\ngreedy text, fp32 vs each mode (first prompt):\n  %-13s %s%s\n", "fp32",
                 r.modes.front().greedy.front().prompt.c_str(),
@@ -406,13 +406,13 @@ int cmd_demo(const ModelArgs& m) {
   GenerateOptions o;
   o.max_new_tokens = 10;
   std::vector<std::vector<int32_t>> ids;
-  for (const auto& p : kSeedPrompts) ids.push_back(encode_prompt(engine->tokenizer(), p));
+  for (const auto& p : kCoursePrompts) ids.push_back(encode_prompt(engine->tokenizer(), p));
   GenerateResult g = generate(engine->model(), engine->tokenizer(), ids, o);
-  std::cout << "\nGreedy, 10 new tokens, the three seed prompts as one left-padded batch:\n";
+  std::cout << "\nGreedy, 10 new tokens, the three course prompts as one left-padded batch:\n";
   for (size_t i = 0; i < ids.size(); ++i)
-    std::cout << "  " << kSeedPrompts[i] << "\x1b[31m" << g.sequences[i].text << "\x1b[0m\n";
+    std::cout << "  " << kCoursePrompts[i] << "\x1b[31m" << g.sequences[i].text << "\x1b[0m\n";
   KvCacheTimingParams kp;
-  kp.prompt = kSeedPrompts[0];
+  kp.prompt = kCoursePrompts[0];
   kp.new_tokens = 10;
   KvCacheTimingResult r = run_kv_cache_timing(*engine, kp);
   std::printf("\nPer-token latency, \"%s\", median of %lld interleaved runs (ms):\n", kp.prompt.c_str(),
@@ -624,20 +624,21 @@ int main(int argc, char** argv) {
   bench_svc->add_option("--arrival-rate", svc.arrival_rate,
                         "Poisson arrivals per second (0: all at the start)");
   bench_svc->add_option("--seed", svc.seed, "seed of prompt lengths and arrivals");
-  bench_svc->add_flag("--no-naive", svc_no_naive, "skip the seed's merge/filter continuous batching");
+  bench_svc->add_flag("--no-naive", svc_no_naive, "skip the course's merge/filter continuous batching");
   bench_svc->add_flag("--json", svc_json, "compact JSON");
-  SeedBenchmarkParams sb;
+  CourseBenchmarkParams sb;
   bool sb_json = false;
-  auto* bench_seed = bench->add_subcommand(
-      "seed-benchmark", "The seed's batch benchmark: queries one at a time vs continuous batching");
-  margs.add_to(bench_seed);
-  bench_seed->add_option("--queries", sb.queries, "queries");
-  bench_seed->add_option("--new-tokens", sb.new_tokens, "greedy tokens per query");
-  bench_seed->add_option("--max-batch", sb.max_batch, "largest batch of the batched run");
-  bench_seed->add_option("--prompt", sb.prompts, "prompts, cycled over the queries (repeatable)");
+  auto* bench_course = bench->add_subcommand(
+      "course-benchmark", "The course's batch benchmark: queries one at a time vs continuous batching");
+  bench_course->alias("seed-benchmark");  // its name before "seed" meant only the RNG seed
+  margs.add_to(bench_course);
+  bench_course->add_option("--queries", sb.queries, "queries");
+  bench_course->add_option("--new-tokens", sb.new_tokens, "greedy tokens per query");
+  bench_course->add_option("--max-batch", sb.max_batch, "largest batch of the batched run");
+  bench_course->add_option("--prompt", sb.prompts, "prompts, cycled over the queries (repeatable)");
   bool sb_no_baseline = false;
-  bench_seed->add_flag("--no-baseline", sb_no_baseline, "run the batched queries only");
-  bench_seed->add_flag("--json", sb_json, "compact JSON");
+  bench_course->add_flag("--no-baseline", sb_no_baseline, "run the batched queries only");
+  bench_course->add_flag("--json", sb_json, "compact JSON");
 
   QuantizationParams qp;
   std::string q_modes;
@@ -665,7 +666,7 @@ int main(int argc, char** argv) {
   margs.add_to(lora_bench);
   lora_bench->add_option(
       "--workload", lb.p.workload,
-      "gpt2 (the engine's model, whatever its architecture) or toy (the seed's 10x10 model)");
+      "gpt2 (the engine's model, whatever its architecture) or toy (the course's 10x10 model)");
   lora_bench->add_option("--strategies", lb.strategies, "comma-separated: loop, gathered, segmented");
   lora_bench->add_option("--batch-sizes", lb.sizes, "comma-separated, e.g. 1,2,4,8,16,32");
   lora_bench->add_option("--adapter", lb.dirs, "PEFT LoRA folder (repeatable; default: random adapters)");
@@ -714,7 +715,7 @@ int main(int argc, char** argv) {
   exp->add_option("--out", export_dir, "output folder")->required();
   exp->add_flag("--tiny", export_tiny, "a 2-layer, 32-wide model with GPT-2's vocabulary (for tests)");
 
-  auto* demo = app.add_subcommand("demo", "Generate from the seed prompts and compare KV-cache timings");
+  auto* demo = app.add_subcommand("demo", "Generate from the course prompts and compare KV-cache timings");
   margs.add_to(demo);
 
   try {
@@ -737,9 +738,9 @@ int main(int argc, char** argv) {
       svc.naive = !svc_no_naive;
       return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
     }
-    if (*bench_seed) {
+    if (*bench_course) {
       sb.baseline = !sb_no_baseline;
-      return cmd_bench_seed(margs, sb, sb_json);
+      return cmd_bench_course(margs, sb, sb_json);
     }
     if (*quantize) {
       qp.measure_speed = !q_no_speed;

@@ -37,9 +37,9 @@ const QString kThroughput = QStringLiteral("throughput (tokens/ms)");
 const QString kLatency = QStringLiteral("latency (ms per step)");
 constexpr qint64 kMaxBatch = 4096;
 
-const QStringList kSeedPrompts = {QStringLiteral("The quick brown fox jumped over the"),
-                                  QStringLiteral("The rain in Spain falls"),
-                                  QStringLiteral("What comes up must")};
+const QStringList kCoursePrompts = {QStringLiteral("The quick brown fox jumped over the"),
+                                    QStringLiteral("The rain in Spain falls"),
+                                    QStringLiteral("What comes up must")};
 
 // A token's text with its leading space and control characters made visible.
 QString visiblePiece(const std::string& piece) {
@@ -82,7 +82,7 @@ BatchingTab::BatchingTab(EngineController* engine, QWidget* parent) : Experiment
   // --- The padded batch ---
   prompts_ = new QPlainTextEdit(this);
   prompts_->setObjectName(QStringLiteral("batchingPrompts"));
-  prompts_->setPlainText(kSeedPrompts.join(QLatin1Char('\n')));
+  prompts_->setPlainText(kCoursePrompts.join(QLatin1Char('\n')));
   prompts_->setToolTip(tr("One prompt per line; blank lines are skipped"));
   prompts_->setTabChangesFocus(true);
   prompts_->setMinimumHeight(72);

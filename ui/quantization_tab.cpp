@@ -140,7 +140,7 @@ QString greedyComparisonHtml(const servelab::GreedyComparison& g, const QString&
 
 QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
   // --- Controls ---
-  zp_ = new QCheckBox(tr("seed zero-point uint8"), this);
+  zp_ = new QCheckBox(tr("course zero-point uint8"), this);
   zp_->setObjectName(QStringLiteral("quantModeZp"));
   zp_->setToolTip(tr("zp-uint8, the lesson's method: one scale and zero point per tensor, values 0..255"));
   int8_ = new QCheckBox(tr("per-channel int8"), this);
@@ -211,7 +211,7 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
   summary_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
 
   auto* explanation = new QLabel(
-      tr("<b>Zero-point quantization</b> (the seed) maps a tensor's [min, max] linearly onto 0…255: "
+      tr("<b>Zero-point quantization</b> (the course's) maps a tensor's [min, max] linearly onto 0…255: "
          "scale = (max − min) / 255, zero point = min; one byte per weight instead of four. <b>Per-channel "
          "int8</b> keeps a scale per output row; <b>int4</b> a scale and a minimum per group of 64 weights. "
          "<b>Dequantize once</b> rebuilds fp32 weights at load: it saves disk only, not memory or time while "

@@ -64,13 +64,13 @@ void check_params(const MultiLoraParams& p) {
   if (p.new_tokens < 1) throw InputError("new tokens must be at least 1");
 }
 
-// ---- the seed's toy model (lesson 6) ----
+// ---- the course's toy model (lesson 6) ----
 
 MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& control) {
   MultiLoraResult result;
   result.workload = "toy";
   result.architecture = "toy";
-  result.model = "the seed's toy model: embedding 10, linear 10x10 with LoRA, lm_head 10x10";
+  result.model = "the course's toy model: embedding 10, linear 10x10 with LoRA, lm_head 10x10";
   result.threads = engine_threads();
   result.device = "cpu";
   result.assignment = "random";
@@ -86,7 +86,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
   for (int64_t i = 0; i < p.toy_adapters; ++i) {
     auto a = std::make_shared<LoraAdapter>("toy-" + std::to_string(i), 1);
     a->source = "random (seed 42)";
-    a->alpha = static_cast<double>(p.toy_rank);  // the seed adds x A B unscaled: scale 1
+    a->alpha = static_cast<double>(p.toy_rank);  // the course adds x A B unscaled: scale 1
     a->set(0, LinearSlot::Attn, at::randn({H, p.toy_rank}, gen, f32), at::randn({p.toy_rank, H}, gen, f32),
            1.0);
     adapters.push_back(a.get());
@@ -95,7 +95,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
   result.adapters.push_back(owned.front()->info());
   result.shapes.push_back({"linear", H, H, p.toy_rank, H * H, p.toy_rank * 2 * H,
                            static_cast<double>(p.toy_rank * 2 * H) / static_cast<double>(H * H)});
-  auto stack = std::make_shared<const LoraStack>(adapters);  // the seed's loras_a / loras_b
+  auto stack = std::make_shared<const LoraStack>(adapters);  // the course's loras_a / loras_b
 
   std::vector<std::string> methods = {"base"};
   for (const auto& s : p.strategies) methods.push_back(s);
@@ -113,7 +113,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
       for (int64_t r = 0; r < bs; ++r) rows.push_back(adapters[static_cast<size_t>(idx[r].item<int64_t>())]);
       std::vector<int64_t> first_tokens;
       for (size_t m = 0; m < methods.size(); ++m) {
-        // One token: embedding, the LoRA linear, lm_head, argmax of the last position (the seed's
+        // One token: embedding, the LoRA linear, lm_head, argmax of the last position (the course's
         // generate_token), timed end to end including building the batch's adapter rows.
         const DeviceTimer timer(at::kCPU);
         at::Tensor x = at::embedding(emb, ids).view({bs * p.toy_seq_len, H});
@@ -135,7 +135,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
     for (size_t m = 0; m < methods.size(); ++m) {
       double sum = 0;
       for (double v : ms[m]) sum += v;
-      const double mean = sum / static_cast<double>(ms[m].size());  // the seed averages
+      const double mean = sum / static_cast<double>(ms[m].size());  // the course averages
       if (m == 0) base_mean = mean;
       MultiLoraPoint pt{
           methods[m], bs, mean, mean / base_mean, median(ms[m]), std::min<int64_t>(bs, p.toy_adapters)};
@@ -245,7 +245,7 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
   for (const auto& s : p.strategies) methods.push_back(s);
   const bool want_gathered =
       std::find(p.strategies.begin(), p.strategies.end(), "gathered") != p.strategies.end();
-  // The seed's stack of every adapter, built once like its loras_a / loras_b.
+  // The course's stack of every adapter, built once like its loras_a / loras_b.
   std::shared_ptr<const LoraStack> stack =
       want_gathered ? std::make_shared<const LoraStack>(adapters) : nullptr;
 

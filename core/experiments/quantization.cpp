@@ -217,8 +217,8 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
       r.memory.total_bytes = b.total();
       r.memory.fp32_bytes = fp32_bytes;
       r.memory.fraction_of_fp32 = static_cast<double>(b.total()) / static_cast<double>(fp32_bytes);
-      r.memory.seed_footprint_bytes = b.quantized + b.other + hf_gpt2_buffer_bytes(cfg);
-      r.memory.seed_fp32_footprint_bytes = fp32_bytes + hf_gpt2_buffer_bytes(cfg);
+      r.memory.course_footprint_bytes = b.quantized + b.other + hf_gpt2_buffer_bytes(cfg);
+      r.memory.course_fp32_footprint_bytes = fp32_bytes + hf_gpt2_buffer_bytes(cfg);
 
       // Reconstruction error over every quantized element: stats per tensor and per block, then
       // one histogram over a range symmetric around 0 that holds every error.
@@ -386,8 +386,8 @@ nlohmann::json QuantizationResult::to_json() const {
                    {"total_bytes", b.total_bytes},
                    {"fp32_bytes", b.fp32_bytes},
                    {"fraction_of_fp32", b.fraction_of_fp32},
-                   {"seed_footprint_bytes", b.seed_footprint_bytes},
-                   {"seed_fp32_footprint_bytes", b.seed_fp32_footprint_bytes},
+                   {"course_footprint_bytes", b.course_footprint_bytes},
+                   {"course_fp32_footprint_bytes", b.course_fp32_footprint_bytes},
                    {"resident_bytes", b.resident_bytes},
                    {"resident_fraction_of_fp32",
                     static_cast<double>(b.resident_bytes) / static_cast<double>(b.fp32_bytes)}};

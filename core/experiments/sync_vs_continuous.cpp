@@ -172,7 +172,7 @@ std::vector<BatchRequest> make_sync_vs_continuous_requests(const Engine& engine,
         r.prompt_ids.push_back(base[r.prompt_ids.size() % base.size()]);
     }
     r.max_new_tokens = i % p.long_every == 0 ? p.long_tokens : p.short_tokens;
-    r.stop_at_eos = false;  // the seed's requests run to their token budget
+    r.stop_at_eos = false;  // the course's requests run to their token budget
     if (p.arrival_rate > 0 && i > 0) t += std::exponential_distribution<double>(p.arrival_rate)(rng) * 1000.0;
     r.arrival_ms = t;
     out.push_back(std::move(r));

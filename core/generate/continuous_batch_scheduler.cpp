@@ -157,7 +157,7 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
     }
     take_tokens(logits, rows, ms, s);
   }
-  // Decode: the merged batch, the just-admitted included (the seed's prefill, merge, decode).
+  // Decode: the merged batch, the just-admitted included (the course's prefill, merge, decode).
   auto decoding = rows_of([&](const Running& r) { return !trackers_[static_cast<size_t>(r.id)].finished(); });
   if (!decoding.empty()) {
     std::vector<int64_t> ids;

@@ -50,10 +50,10 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
       tr("Poisson arrivals at this rate (seeded); 0: every request is waiting at the "
          "start"));
   seed_ = makeSpin(this, QStringLiteral("continuousSeed"), 0, std::numeric_limits<int>::max(), 42);
-  naive_ = new QCheckBox(tr("Also the seed's merge/filter"), this);
+  naive_ = new QCheckBox(tr("Also the course's merge/filter"), this);
   naive_->setObjectName(QStringLiteral("continuousNaive"));
   naive_->setToolTip(
-      tr("Also serve the queue with the seed's continuous batching, which re-pads and copies "
+      tr("Also serve the queue with the course's continuous batching, which re-pads and copies "
          "the whole KV cache whenever a request joins or leaves"));
 
   auto* lengthRow = new QHBoxLayout;
