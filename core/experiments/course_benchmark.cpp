@@ -5,6 +5,7 @@
 #include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -27,7 +28,10 @@ nlohmann::json CourseBenchmarkResult::to_json() const {
 
 CourseBenchmarkResult run_course_benchmark(const Engine& engine, const CourseBenchmarkParams& p,
                                            const ExperimentControl& control) {
-  if (p.queries < 1) throw InputError("queries must be at least 1, got " + std::to_string(p.queries));
+  // Counts first: the queries are built before the scheduler checks them.
+  limits::check_range("queries", p.queries, 1, limits::kMaxRequests);
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
+  limits::check_range("max batch", p.max_batch, 1, limits::kMaxBatch);
   if (p.prompts.empty()) throw InputError("the course benchmark needs at least one prompt");
   std::vector<BatchRequest> requests;
   for (int64_t i = 0; i < p.queries; ++i) {

@@ -17,6 +17,7 @@
 #include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -43,25 +44,50 @@ void check_params(const MultiLoraParams& p) {
   for (int64_t b : p.batch_sizes)
     if (b < 1 || b > 1024)
       throw InputError("batch size must be between 1 and 1024, got " + std::to_string(b));
-  if (p.repeats < 1) throw InputError("repeats must be at least 1, got " + std::to_string(p.repeats));
+  limits::check_range("repeats", p.repeats, 1, limits::kMaxRepeats);
   if (p.workload == "toy") {
+    limits::check_range("toy adapters", p.toy_adapters, 1, limits::kMaxAdapters);
+    limits::check_range("toy samples", p.toy_samples, 1, limits::kMaxSteps);
+    limits::check_range("toy sequence length", p.toy_seq_len, 1, limits::kMaxSteps);
     if (p.toy_adapters < 1 || p.toy_rank < 1 || p.toy_rank > 10 || p.toy_samples < 1 || p.toy_seq_len < 1)
       throw InputError("toy workload needs at least 1 adapter, a rank of 1..10, 1+ samples and 1+ tokens");
     return;
   }
-  if (p.adapters.empty() && (p.random_adapters < 1 || p.random_rank < 1))
-    throw InputError("random adapters: count and rank must be at least 1");
-  if (p.decode_steps < 1)
-    throw InputError("decode steps must be at least 1, got " + std::to_string(p.decode_steps));
+  limits::check_range("adapters", static_cast<int64_t>(p.adapters.size()), 0, limits::kMaxAdapters);
+  if (p.adapters.empty()) {
+    limits::check_range("random adapters", p.random_adapters, 1, limits::kMaxAdapters);
+    limits::check_range("rank", p.random_rank, 1, limits::kMaxRank);
+  }
+  limits::check_range("decode steps", p.decode_steps, 1, limits::kMaxSteps);
   if (p.context < 1) throw InputError("context must be at least 1 token, got " + std::to_string(p.context));
+  limits::check_range("context", p.context, 1, limits::kMaxTokens);
   if (p.assignment != "distinct" && p.assignment != "shared" && p.assignment != "mixed" &&
       p.assignment != "rows")
     throw InputError("unknown adapter assignment '" + p.assignment +
                      "' (choose distinct, shared, mixed or rows)");
-  if (p.assignment == "shared" && p.shared_adapters < 1)
-    throw InputError("shared assignment needs at least 1 adapter, got " + std::to_string(p.shared_adapters));
+  if (p.assignment == "shared")
+    limits::check_range("shared adapters", p.shared_adapters, 1, limits::kMaxAdapters);
   if (p.assignment == "rows" && p.row_adapters.empty()) throw InputError("the batch composer has no rows");
-  if (p.new_tokens < 1) throw InputError("new tokens must be at least 1");
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
+}
+
+// Every adapter of a run is held at once (and once more in the gathered stack): what the random
+// ones will cost, before any is made. PEFT folders are checked by their reader.
+void check_adapters_fit(const Model& model, const MultiLoraParams& p) {
+  int64_t bytes = 0;
+  if (p.adapters.empty()) {
+    bytes = p.random_adapters * lora_adapter_bytes(model, p.random_rank);
+  } else {
+    for (const AdapterSource& s : p.adapters)
+      if (s.peft_dir.empty()) {
+        limits::check_range("rank of adapter '" + s.name + "'", s.rank, 1, limits::kMaxRank);
+        bytes += lora_adapter_bytes(model, s.rank);
+      }
+  }
+  limits::check_fits_in_memory(
+      std::to_string(p.adapters.empty() ? p.random_adapters : static_cast<int64_t>(p.adapters.size())) +
+          " adapters (twice, with the gathered stack)",
+      2 * bytes);
 }
 
 // ---- the course's toy model (lesson 6) ----
@@ -196,6 +222,7 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
                                const ExperimentControl& control) {
   check_params(p);
   if (p.workload == "toy") return run_toy(p, control);
+  check_adapters_fit(engine.model(), p);
 
   c10::InferenceMode guard;
   const Model& model = engine.model();

@@ -16,6 +16,7 @@
 #include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -120,6 +121,12 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     throw InputError(
         "quantization needs new tokens >= 1, decode tokens >= 2, batch >= 1, batch tokens >= 1, repeats >= 1 "
         "and at least 2 histogram bins");
+  limits::check_range("batch", p.batch, 1, limits::kMaxBatch);
+  limits::check_range("repeats", p.repeats, 1, limits::kMaxRepeats);
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
+  limits::check_range("decode tokens", p.decode_tokens, 2, limits::kMaxTokens);
+  limits::check_range("batch tokens", p.batch_tokens, 1, limits::kMaxTokens);
+  limits::check_range("histogram bins", p.histogram_bins, 2, 100000);
   const QuantExec exec = parse_quant_exec(p.exec);
   std::vector<QuantSpec> specs{QuantSpec{}};  // fp32 first
   for (const auto& name : p.modes) {
