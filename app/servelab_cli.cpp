@@ -4,11 +4,14 @@
 #include <c10/util/Exception.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "experiments/adapter_serving.h"
@@ -30,6 +33,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -84,6 +88,13 @@ struct ModelArgs {
   }
 };
 
+// A command line that cannot mean anything (an unknown subcommand, contradictory options, an empty
+// value): exit code 2, like the parser's own errors.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 std::string one_line(std::string s) {
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
@@ -108,7 +119,21 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
   return out;
 }
 
+// parse_int_list, each value checked against [lo, hi] before anything is built from it.
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what, int64_t lo,
+                                    int64_t hi) {
+  std::vector<int64_t> out = parse_int_list(text, what);
+  for (int64_t v : out) limits::check_range(what, v, lo, hi);
+  return out;
+}
+
 void print_json(const json& j) { std::cout << j.dump() << "\n"; }
+
+// The upper bound of a count, named by its option, before the engine loads or builds anything;
+// lower bounds are the engine's (its messages name them the same way for every face).
+void at_most(const std::string& option, int64_t value, int64_t hi) {
+  if (value > hi) limits::check_range(option, value, std::numeric_limits<int64_t>::min(), hi);
+}
 
 int cmd_info(const ModelArgs& m) {
   auto engine = m.load();
@@ -169,7 +194,8 @@ struct GenerateArgs {
   std::vector<std::string> prompts;
   int64_t max_new_tokens = 10;
   bool greedy = false;
-  double temperature = -1;
+  double temperature = 1;
+  bool sampling = false;  // --temperature given
   int64_t top_k = 0;
   double top_p = 1.0;
   std::uint64_t seed = 0;
@@ -184,12 +210,21 @@ struct GenerateArgs {
 };
 
 int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
+  limits::check_range("--prompt (count)", static_cast<int64_t>(a.prompts.size()), 1, limits::kMaxPrompts);
+  limits::check_range("--max-new-tokens", a.max_new_tokens, 1, limits::kMaxTokens);
   auto engine = m.load();
   GenerateOptions o;
   o.max_new_tokens = a.max_new_tokens;
   o.use_kv_cache = !a.no_kv_cache;
   o.stop_strings = a.stop;
-  o.sampling.greedy = a.greedy || a.temperature < 0;
+  // Greedy unless --temperature is given (main() refuses --greedy with it, and the other sampling
+  // flags without it).
+  o.sampling.greedy = !a.sampling;
+  if (a.sampling && !(a.temperature > 0 && std::isfinite(a.temperature))) {
+    std::ostringstream t;
+    t << a.temperature;
+    throw InputError("--temperature must be > 0 and finite, got " + t.str());
+  }
   if (!o.sampling.greedy) {
     o.sampling.temperature = a.temperature;
     o.sampling.top_k = a.top_k;
@@ -260,6 +295,9 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
 }
 
 int cmd_bench_kv(const ModelArgs& m, const KvCacheTimingParams& p, bool as_json) {
+  at_most("--prompt-tokens", p.prompt_tokens, limits::kMaxTokens);
+  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
+  at_most("--repeats", p.repeats, limits::kMaxRepeats);
   auto engine = m.load();
   KvCacheTimingResult r = run_kv_cache_timing(*engine, p);
   json j = r.to_json();
@@ -272,8 +310,12 @@ int cmd_bench_kv(const ModelArgs& m, const KvCacheTimingParams& p, bool as_json)
   return 0;
 }
 
-int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& sizes, bool as_json) {
-  if (!sizes.empty()) p.batch_sizes = parse_int_list(sizes, "--batch-sizes");
+int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& sizes, bool sizes_given,
+                    bool as_json) {
+  if (sizes_given) p.batch_sizes = parse_int_list(sizes, "--batch-sizes");
+  for (int64_t b : p.batch_sizes) at_most("--batch-sizes", b, limits::kMaxBatch);
+  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
+  at_most("--repeats", p.repeats, limits::kMaxRepeats);
   auto engine = m.load();
   BatchSweepResult r = run_batch_sweep(*engine, p);
   json j = r.to_json();
@@ -293,6 +335,12 @@ int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& s
 }
 
 int cmd_bench_sync_vs_continuous(const ModelArgs& m, const SyncVsContinuousParams& p, bool as_json) {
+  at_most("--requests", p.requests, limits::kMaxRequests);
+  at_most("--max-batch", p.max_batch, limits::kMaxBatch);
+  at_most("--long-tokens", p.long_tokens, limits::kMaxTokens);
+  at_most("--short-tokens", p.short_tokens, limits::kMaxTokens);
+  at_most("--prompt-tokens-min", p.prompt_tokens_min, limits::kMaxTokens);
+  at_most("--prompt-tokens-max", p.prompt_tokens_max, limits::kMaxTokens);
   auto engine = m.load();
   SyncVsContinuousResult r = run_sync_vs_continuous(*engine, p);
   json j = r.to_json();
@@ -314,6 +362,9 @@ int cmd_bench_sync_vs_continuous(const ModelArgs& m, const SyncVsContinuousParam
 }
 
 int cmd_bench_course(const ModelArgs& m, const CourseBenchmarkParams& p, bool as_json) {
+  at_most("--queries", p.queries, limits::kMaxRequests);
+  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
+  at_most("--max-batch", p.max_batch, limits::kMaxBatch);
   auto engine = m.load();
   CourseBenchmarkResult r = run_course_benchmark(*engine, p);
   json j = r.to_json();
@@ -333,18 +384,26 @@ int cmd_bench_course(const ModelArgs& m, const CourseBenchmarkParams& p, bool as
   return 0;
 }
 
-std::vector<std::string> split_list(const std::string& text) {
+// A comma-separated list of names; an empty list or an empty item ("a,,b") is refused, never read
+// as "the defaults".
+std::vector<std::string> split_list(const std::string& text, const std::string& what) {
   std::vector<std::string> out;
   std::stringstream ss(text);
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw InputError(what + " has an empty item in \"" + text + "\"");
+    out.push_back(item);
+  }
+  if (out.empty() || text.back() == ',') throw InputError(what + " has an empty item in \"" + text + "\"");
   return out;
 }
 
-int cmd_quantize(const ModelArgs& m, QuantizationParams p, const std::string& modes, bool as_json) {
-  if (!modes.empty()) p.modes = split_list(modes);
-  if (p.modes.empty()) throw InputError("--mode is empty");
+int cmd_quantize(const ModelArgs& m, QuantizationParams p, const std::string& modes, bool modes_given,
+                 bool as_json) {
+  if (modes_given) p.modes = split_list(modes, "--mode");
+  at_most("--batch", p.batch, limits::kMaxBatch);
+  at_most("--repeats", p.repeats, limits::kMaxRepeats);
+  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
   for (const auto& name : p.modes) parse_quant_mode(name);  // a bad name fails before loading
   parse_quant_exec(p.exec);
   auto engine = m.load();
@@ -442,8 +501,8 @@ std::vector<AdapterSource> adapter_sources(const std::vector<std::string>& dirs,
     out.push_back(s);
   }
   if (out.empty()) {
-    const std::vector<int64_t> ranks = parse_int_list(ranks_text, "--rank");
-    if (count < 1) throw InputError("--adapters must be at least 1");
+    const std::vector<int64_t> ranks = parse_int_list(ranks_text, "--rank", 1, limits::kMaxRank);
+    limits::check_range("--adapters", count, 1, limits::kMaxAdapters);
     for (int64_t i = 0; i < count; ++i) {
       const int64_t rank = ranks[static_cast<size_t>(i) % ranks.size()];
       if (rank < 1) throw InputError("--rank must be at least 1, got " + std::to_string(rank));
@@ -468,9 +527,19 @@ struct LoraBenchArgs {
 };
 
 int cmd_lora_bench(const ModelArgs& m, LoraBenchArgs a) {
+  a.p.strategies = split_list(a.strategies, "--strategies");
+  a.p.batch_sizes = parse_int_list(a.sizes, "--batch-sizes", 1, 1024);
+  limits::check_range("--adapter (folders)", static_cast<int64_t>(a.dirs.size()), 0, limits::kMaxAdapters);
+  if (a.dirs.empty()) limits::check_range("--adapters", a.p.random_adapters, 1, limits::kMaxAdapters);
+  at_most("--repeats", a.p.repeats, limits::kMaxRepeats);
+  at_most("--decode-steps", a.p.decode_steps, limits::kMaxSteps);
+  at_most("--context", a.p.context, limits::kMaxTokens);
+  at_most("--samples", a.p.toy_samples, limits::kMaxSteps);
+  at_most("--toy-adapters", a.p.toy_adapters, limits::kMaxAdapters);
+  at_most("--shared", a.p.shared_adapters, limits::kMaxAdapters);
+  at_most("--new-tokens", a.p.new_tokens, limits::kMaxTokens);
+  parse_int_list(a.ranks, "--rank", 1, limits::kMaxRank);
   auto engine = m.load();
-  a.p.strategies = split_list(a.strategies);
-  a.p.batch_sizes = parse_int_list(a.sizes, "--batch-sizes");
   // Random adapters are made here too when ranks are mixed (the experiment makes one rank itself).
   if (!a.dirs.empty() || a.ranks.find(',') != std::string::npos) {
     a.p.adapters = adapter_sources(a.dirs, a.p.random_adapters, a.ranks);
@@ -503,6 +572,12 @@ struct LoraServeArgs {
 };
 
 int cmd_lora_serve(const ModelArgs& m, const LoraServeArgs& a) {
+  limits::check_range("--requests", a.requests, 1, limits::kMaxRequests);
+  limits::check_range("--adapter (folders)", static_cast<int64_t>(a.dirs.size()), 0, limits::kMaxAdapters);
+  if (a.dirs.empty()) limits::check_range("--adapters", a.adapters, 1, limits::kMaxAdapters);
+  at_most("--new-tokens", a.new_tokens, limits::kMaxTokens);
+  at_most("--max-batch", a.max_batch, limits::kMaxBatch);
+  at_most("--cache-capacity", a.cache_capacity, limits::kMaxAdapters);
   auto engine = m.load();
   AdapterServingParams p;
   p.prompt = a.prompt;
@@ -535,6 +610,51 @@ int cmd_lora_describe(const ModelArgs& m, const std::vector<std::string>& dirs) 
                 {"base_parameters", i.base_parameters}});
   }
   return 0;
+}
+
+// CLI11 answers an unknown subcommand with "A subcommand is required": name it and the choices
+// before parsing. Walks argv down the subcommand tree as far as names lead.
+void check_subcommands(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  std::string path = "servelab-cli";
+  for (int i = 1; i < argc; ++i) {
+    const std::string token = argv[i];
+    const std::vector<CLI::App*> subs = level->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty() || (!token.empty() && token[0] == '-')) return;
+    CLI::App* next = nullptr;
+    std::string names;
+    for (CLI::App* s : subs) {
+      if (s->check_name(token)) next = s;
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    }
+    if (!next) throw UsageError("unknown subcommand '" + token + "' of " + path + " (choose " + names + ")");
+    level = next;
+    path += " " + next->get_name();
+  }
+  const std::vector<CLI::App*> subs = level->get_subcommands([](CLI::App*) { return true; });
+  if (!subs.empty() && !(argc > 1 && std::string(argv[argc - 1]).rfind("--help", 0) == 0) &&
+      !(argc > 1 && std::string(argv[argc - 1]) == "-h")) {
+    std::string names;
+    for (CLI::App* s : subs) names += (names.empty() ? "" : ", ") + s->get_name();
+    throw UsageError(path + " needs a subcommand (" + names + ")");
+  }
+}
+
+// Options whose value names a thing (a device, a mode, a list, a path): given empty, they would
+// silently mean the default, so an empty value is a usage error.
+void check_no_empty_values(const CLI::App& app) {
+  static const std::set<std::string> kNamed = {
+      "--model",         "--tokenizer", "--device",     "--dtype",       "--gemm",       "--quant",
+      "--quant-exec",    "--exec",      "--mode",       "--batch-sizes", "--strategies", "--strategy",
+      "--lora-strategy", "--rank",      "--assignment", "--workload",    "--adapter",    "--out"};
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* o : sub->get_options()) {
+      if (!o->count() || !kNamed.count(o->get_name())) continue;
+      for (const std::string& v : o->results())
+        if (v.empty()) throw UsageError(o->get_name() + " is given an empty value");
+    }
+    check_no_empty_values(*sub);
+  }
 }
 
 }  // namespace
@@ -719,7 +839,19 @@ int main(int argc, char** argv) {
   margs.add_to(demo);
 
   try {
+    check_subcommands(app, argc, argv);
     app.parse(argc, argv);
+    check_no_empty_values(app);
+    // Sampling is --temperature; --greedy with it, or the sampling flags without it, contradict.
+    gargs.sampling = gen->count("--temperature") > 0;
+    if (gargs.greedy && gargs.sampling)
+      throw UsageError("--greedy and --temperature contradict each other: give one of them");
+    for (const char* flag : {"--top-k", "--top-p", "--seed"})
+      if (gen->count(flag) && !gargs.sampling)
+        throw UsageError(std::string(flag) + " needs --temperature (without it generation is greedy)");
+  } catch (const UsageError& e) {
+    std::cerr << "servelab-cli: " << one_line(e.what()) << " (see --help)\n";
+    return 2;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -733,7 +865,8 @@ int main(int argc, char** argv) {
     if (*tokenize) return cmd_tokenize(tok_dir, tok_model, tok_demo, tok_json, tok_texts);
     if (*gen) return cmd_generate(margs, gargs);
     if (*bench_kv) return cmd_bench_kv(margs, kv, kv_json);
-    if (*bench_sweep) return cmd_bench_sweep(margs, sw, sizes, sw_json);
+    if (*bench_sweep)
+      return cmd_bench_sweep(margs, sw, sizes, bench_sweep->count("--batch-sizes") > 0, sw_json);
     if (*bench_svc) {
       svc.naive = !svc_no_naive;
       return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
@@ -744,7 +877,7 @@ int main(int argc, char** argv) {
     }
     if (*quantize) {
       qp.measure_speed = !q_no_speed;
-      return cmd_quantize(margs, qp, q_modes, q_json);
+      return cmd_quantize(margs, qp, q_modes, quantize->count("--mode") > 0, q_json);
     }
     if (*lora_bench) return cmd_lora_bench(margs, lb);
     if (*lora_serve) return cmd_lora_serve(margs, ls);
