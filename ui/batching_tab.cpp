@@ -387,12 +387,12 @@ bool BatchingTab::run() {
   const QVector<qint64> sizes = batchSizes(&error);
   if (sizes.isEmpty()) {
     summary_->setText(tr("<b>Cannot run:</b> %1.").arg(error.toHtmlEscaped()));
-    return false;
+    return refuseRun(error);
   }
   const QStringList texts = prompts();
   if (texts.isEmpty()) {
     summary_->setText(tr("<b>Cannot run:</b> type at least one prompt."));
-    return false;
+    return refuseRun(tr("type at least one prompt"));
   }
   servelab::BatchSweepParams p;
   p.prompts.clear();
@@ -513,8 +513,8 @@ void BatchingTab::loadSettings(QSettings& s) {
   const QStringList saved = s.value(QStringLiteral("prompts")).toStringList();
   if (!saved.isEmpty()) setPrompts(saved);
   sizes_->setText(s.value(QStringLiteral("batchSizes"), sizes_->text()).toString());
-  newTokens_->setValue(s.value(QStringLiteral("newTokens"), newTokens_->value()).toInt());
-  repeats_->setValue(s.value(QStringLiteral("repeats"), repeats_->value()).toInt());
+  loadSpin(s, QStringLiteral("newTokens"), newTokens_);
+  loadSpin(s, QStringLiteral("repeats"), repeats_);
   s.endGroup();
 }
 

@@ -694,8 +694,7 @@ void ContinuousTab::loadSettings(QSettings& s) {
   queue_->loadSettings(s);
   // Settings written before the rename used "seed..." for these keys: read them as a fallback.
   const auto spin = [&s](QSpinBox* box, const char* key, const char* oldKey) {
-    const QVariant fallback = s.value(QLatin1String(oldKey), box->value());
-    box->setValue(s.value(QLatin1String(key), fallback).toInt());
+    loadSpin(s, QLatin1String(s.contains(QLatin1String(key)) ? key : oldKey), box);
   };
   spin(courseQueries_, "courseQueries", "seedQueries");
   spin(courseNewTokens_, "courseNewTokens", "seedNewTokens");

@@ -296,15 +296,15 @@ bool MultiLoraTab::runSweep() {
   const QVector<qint64> sizes = batchSizes(&error);
   if (sizes.isEmpty()) {
     summary_->setText(tr("<b>Cannot run:</b> %1.").arg(error.toHtmlEscaped()));
-    return false;
+    return refuseRun(error);
   }
   if (strategies().isEmpty()) {
     summary_->setText(tr("<b>Cannot run:</b> choose at least one strategy."));
-    return false;
+    return refuseRun(tr("choose at least one strategy"));
   }
   if (adapters_->joining() > 0) {
     summary_->setText(tr("<b>Cannot run yet:</b> adapters are still being loaded."));
-    return false;
+    return refuseRun(tr("adapters are still being loaded"));
   }
   const servelab::MultiLoraParams p = params();
   EngineJob* job = engine_->submit(tr("multi-LoRA"), [p](JobContext& c) {

@@ -447,7 +447,7 @@ bool QuantizationTab::run() {
   const servelab::QuantizationParams p = params();
   if (p.modes.empty()) {
     summary_->setText(tr("<b>Cannot run:</b> choose at least one mode to compare with fp32."));
-    return false;
+    return refuseRun(tr("choose at least one mode to compare with fp32"));
   }
   EngineJob* job = engine_->submit(tr("quantization"), [p](JobContext& c) {
     servelab::QuantizationResult r = servelab::run_quantization(c.engine(), p, c.control());
@@ -762,8 +762,8 @@ void QuantizationTab::loadSettings(QSettings& s) {
   if (group_->findText(QString::number(group)) >= 0) group_->setCurrentText(QString::number(group));
   if (s.contains(QStringLiteral("modes"))) setModes(s.value(QStringLiteral("modes")).toStringList());
   setExec(s.value(QStringLiteral("exec"), exec()).toString());
-  newTokens_->setValue(s.value(QStringLiteral("newTokens"), newTokens_->value()).toInt());
-  repeats_->setValue(s.value(QStringLiteral("repeats"), repeats_->value()).toInt());
+  loadSpin(s, QStringLiteral("newTokens"), newTokens_);
+  loadSpin(s, QStringLiteral("repeats"), repeats_);
   speed_->setChecked(s.value(QStringLiteral("measureSpeed"), speed_->isChecked()).toBool());
   // The speed workload has no controls (the core's defaults suit a lesson); scripts set it here.
   setSpeedWorkload(s.value(QStringLiteral("decodeTokens"), static_cast<int>(workload_.decode_tokens)).toInt(),

@@ -124,9 +124,7 @@ void RequestQueueForm::setModel(const ModelSummary& model) {
 void RequestQueueForm::loadSettings(QSettings& s) {
   prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
   prompt_->setCursorPosition(0);
-  const auto spin = [&s](QSpinBox* box, const char* key) {
-    box->setValue(s.value(QLatin1String(key), box->value()).toInt());
-  };
+  const auto spin = [&s](QSpinBox* box, const char* key) { loadSpin(s, QLatin1String(key), box); };
   spin(requests_, "requests");
   spin(maxBatch_, "maxBatch");
   spin(longEvery_, "longEvery");
@@ -136,7 +134,7 @@ void RequestQueueForm::loadSettings(QSettings& s) {
   spin(promptMax_, "promptTokensMax");
   spin(seed_, "seed");
   randomPrompt_->setChecked(s.value(QStringLiteral("randomPromptLength"), false).toBool());
-  arrivalRate_->setValue(s.value(QStringLiteral("arrivalRate"), arrivalRate_->value()).toDouble());
+  loadSpin(s, QStringLiteral("arrivalRate"), arrivalRate_);
   naive_->setChecked(s.value(QStringLiteral("naive"), naive_->isChecked()).toBool());
 }
 

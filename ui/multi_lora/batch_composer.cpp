@@ -317,9 +317,7 @@ void BatchComposer::setModel(const ModelSummary& model) {
 }
 
 void BatchComposer::loadSettings(QSettings& s) {
-  const auto spin = [&s](QSpinBox* box, const char* key) {
-    box->setValue(s.value(QLatin1String(key), box->value()).toInt());
-  };
+  const auto spin = [&s](QSpinBox* box, const char* key) { loadSpin(s, QLatin1String(key), box); };
   setWorkload(s.value(QStringLiteral("workload"), workload_->currentData()).toString());
   setAssignment(s.value(QStringLiteral("assignment"), assignment_->currentData()).toString());
   spin(shared_, "sharedAdapters");

@@ -167,8 +167,8 @@ void LoraMathPanel::loadSettings(QSettings& s) {
   QString module = s.value(QStringLiteral("mathModule"), module_->currentData()).toString();
   if (module == QLatin1String("seed-1024")) module = kCourseModule;  // its name before the rename
   setModule(module);
-  rank_->setValue(s.value(QStringLiteral("mathRank"), rank_->value()).toInt());
-  alpha_->setValue(s.value(QStringLiteral("mathAlpha"), alpha_->value()).toDouble());
+  loadSpin(s, QStringLiteral("mathRank"), rank_);
+  loadSpin(s, QStringLiteral("mathAlpha"), alpha_);
 }
 
 void LoraMathPanel::saveSettings(QSettings& s) const {
