@@ -83,6 +83,7 @@ struct ModelArgs {
     o.quant_exec = quant_exec;
     o.gemm = gemm;
     if (demo && !model.empty()) throw InputError("give --model or --demo, not both");
+    limits::check_range("--threads", threads, 0, limits::max_threads());
     if (demo) return Engine::load_demo(o);
     return model.empty() ? Engine::load_builtin(o) : Engine::load(model, o);
   }
@@ -644,9 +645,10 @@ void check_subcommands(CLI::App& app, int argc, char** argv) {
 // silently mean the default, so an empty value is a usage error.
 void check_no_empty_values(const CLI::App& app) {
   static const std::set<std::string> kNamed = {
-      "--model",         "--tokenizer", "--device",     "--dtype",       "--gemm",       "--quant",
-      "--quant-exec",    "--exec",      "--mode",       "--batch-sizes", "--strategies", "--strategy",
-      "--lora-strategy", "--rank",      "--assignment", "--workload",    "--adapter",    "--out"};
+      "--model",      "--tokenizer",  "--device",        "--dtype", "--gemm",
+      "--quant",      "--quant-exec", "--exec",          "--mode",  "--batch-sizes",
+      "--strategies", "--strategy",   "--lora-strategy", "--rank",  "--assignment",
+      "--workload",   "--adapter",    "--out",           "--stop"};
   for (const CLI::App* sub : app.get_subcommands()) {
     for (const CLI::Option* o : sub->get_options()) {
       if (!o->count() || !kNamed.count(o->get_name())) continue;

@@ -369,6 +369,7 @@ def cases(fx, builtin):
     add("command line", "empty --device", [*G, "--device", ""], 2, "--device")
     add("command line", "empty --strategies", ["lora", "bench", *T, "--strategies", ""], 2, "--strategies")
     add("command line", "empty --out", ["export-demo", "--out", ""], 2, "--out")
+    add("command line", "empty --stop", [*G, "--stop", ""], 2, "--stop")
 
     # generate.
     add("generate", "--temperature -1", [*G, "--temperature", "-1"], 1, ["--temperature", "-1"])
@@ -380,7 +381,7 @@ def cases(fx, builtin):
     add("generate", "--max-new-tokens 0", [*G[:-1], "0"], 1, "--max-new-tokens")
     add("generate", "--max-new-tokens 1e12", [*G[:-1], "1000000000000"], 1, ["--max-new-tokens", "1000000"])
     add("generate", "--max-new-tokens beyond context", [*G[:-1], "5000"], 1, "context")
-    add("generate", "--threads 10000", [*G, "--threads", "10000"], 1, ["threads", "10000"])
+    add("generate", "--threads 10000", [*G, "--threads", "10000"], 1, ["--threads", "10000"])
     add("generate", "--threads -1", [*G, "--threads", "-1"], 1, "threads")
     add("generate", "--device tpu", [*G, "--device", "tpu"], 1, "tpu")
     add("generate", "--dtype int3", [*G, "--dtype", "int3"], 1, "int3")
@@ -390,6 +391,15 @@ def cases(fx, builtin):
     add("generate", "3 adapters for 1 prompt",
         [*G, "--adapter", fx["peft_ok"], "--adapter", "none", "--adapter", "none"], 1, "--adapter")
     add("generate", "--system without --chat", [*G, "--system", "be brief"], 1, "--system")
+    add("generate", "--chat without a template", [*G, "--chat"], 1, "chat template")
+    add("generate", "--quant-exec bogus", [*G, "--quant-exec", "bogus"], 1, "bogus")
+    add("generate", "--model with --demo", [*G, "--demo"], 1, ["--model", "--demo"])
+
+    # tokenize / demo / info.
+    add("tokenize", "--demo with --tokenizer", ["tokenize", "--demo", "--tokenizer", fx["tiny"], "x"], 1,
+        ["--tokenizer", "--demo"])
+    add("demo", "--threads 100000", ["demo", *T, "--threads", "100000"], 1, ["--threads", "100000"])
+    add("info", "--dtype int3", ["info", *T, "--dtype", "int3"], 1, "int3")
 
     # bench kv-cache / batch-sweep.
     K = ["bench", "kv-cache", *T, "--new-tokens", "2"]
