@@ -264,6 +264,28 @@ def make_fixtures(cli, root):
     os.mkdir(os.path.join(fx["peft_config_dir"], "adapter_config.json"))
     fx["peft_dora"] = peft("peft_dora", {"use_dora": True})
 
+    # Valid tiny Llama GGUFs (test_gguf_oracle's fixture), with a NaN written into one tensor.
+    fx["gguf_nan"] = []
+    src_dir = os.environ.get("SERVELAB_GGUF_LLAMA_ORACLE_DIR", "")
+    src = os.path.join(src_dir, "q4_1", "model.gguf")
+    if src_dir and os.path.exists(src):
+        try:
+            import gguf  # PyPI gguf, in .venv for the oracle fixtures
+            tensors = {t.name: t for t in gguf.GGUFReader(src).tensors}
+            for name, gguf_name, kind in [("f32_nan.gguf", "blk.0.attn_norm.weight", "F32"),
+                                          ("q4_1_nan.gguf", "blk.1.attn_q.weight", "Q4_1")]:
+                t = tensors[gguf_name]
+                assert t.tensor_type.name == kind, (gguf_name, t.tensor_type.name)
+                data = bytearray(open(src, "rb").read())
+                # F32: the first value; Q4_1: the first block's fp16 scale d (NaN = 0x7e00).
+                data[t.data_offset:t.data_offset + 4] = struct.pack("<f", float("nan")) if kind == "F32" \
+                    else struct.pack("<H", 0x7E00) + bytes(data[t.data_offset + 2:t.data_offset + 4])
+                p = os.path.join(root, name)
+                open(p, "wb").write(bytes(data))
+                fx["gguf_nan"].append((p, kind))
+        except ImportError:
+            pass
+
     # Settings files for the app's scripted mode.
     def settings(name, text):
         p = os.path.join(root, name + ".ini")
@@ -319,6 +341,9 @@ def cases(fx, builtin):
     add("gguf", "key name 2^60 bytes", ["info", "--model", fx["gguf_huge_string"]], 1, "string.gguf")
     add("gguf", "no architecture", ["info", "--model", fx["gguf_no_arch"]], 1, "noarch.gguf")
     add("gguf", "a folder named .gguf", ["info", "--model", fx["gguf_dir"]], 1, "folder.gguf")
+    for path, kind in fx["gguf_nan"]:
+        layer = "model.layers.0.input_layernorm.weight" if kind == "F32" else "model.layers.1.self_attn.q_proj.weight"
+        add("gguf", f"NaN in a {kind} tensor", ["info", "--model", path], 1, [os.path.basename(path), layer, "NaN"])
     add("gguf", "tokenize a bad .gguf", ["tokenize", "--model", fx["gguf_bad_magic"], "x"], 1, "magic.gguf")
 
     # Tokenizer files.
@@ -511,6 +536,9 @@ def main():
         os.mkdir(runtime_dir, 0o700)
         programs = {"cli": a.cli, "app": a.app, "runtime_dir": runtime_dir}
         all_cases = cases(fx, a.builtin)
+        if not fx["gguf_nan"]:
+            print("hostile: no tiny Llama GGUF (SERVELAB_GGUF_LLAMA_ORACLE_DIR, the gguf_llama_oracle "
+                  "fixture): the NaN-in-GGUF cases are skipped")
         if a.app and os.path.exists(a.app):
             all_cases += app_cases(fx)
         else:
