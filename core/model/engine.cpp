@@ -139,6 +139,8 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
                              " is a file but not a .gguf; give a GGUF file or a Hugging Face model folder");
     return load_gguf(path, o);
   }
+  if (!fs::exists(path) && fs::path(path).extension() == ".gguf")
+    throw ModelFormatError(path + ": not found (a GGUF file)");
   return load_folder(path, o);
 }
 

@@ -119,7 +119,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
   std::error_code ec;
   const fs::path folder(dir);
   if (!fs::is_directory(folder, ec)) {
-    throw TokenizerError("tokenizer folder '" + dir + "' does not exist or is not a folder");
+    throw TokenizerError(fs::exists(folder, ec)
+                             ? "tokenizer folder '" + dir +
+                                   "' is a file, not a folder (give the folder that holds tokenizer.json or "
+                                   "vocab.json + merges.txt)"
+                             : "tokenizer folder '" + dir + "' does not exist");
   }
   // Present at all: a folder where a file belongs is then refused by its reader, by name.
   const auto has = [&](const char* name) { return fs::exists(folder / name, ec); };

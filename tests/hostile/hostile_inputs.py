@@ -333,6 +333,8 @@ def cases(fx, builtin):
     add("safetensors", "header length 2^62", ["info", "--model", fx["header_huge"]], 1, "model.safetensors")
 
     # GGUF.
+    add("gguf", "a missing .gguf", ["info", "--model", "/nonexistent/model.gguf"], 1,
+        "/nonexistent/model.gguf: not found")
     add("gguf", "empty file", ["info", "--model", fx["gguf_empty"]], 1, "empty.gguf")
     add("gguf", "bad magic", ["info", "--model", fx["gguf_bad_magic"]], 1, "magic.gguf")
     add("gguf", "2^62 tensors", ["info", "--model", fx["gguf_huge_tensors"]], 1, "tensors.gguf")
@@ -357,7 +359,10 @@ def cases(fx, builtin):
     add("tokenizer", "merge of unknown tokens", ["tokenize", "--tokenizer", fx["tok_unknown_merge"], "x"], 1, "vocab.json")
     add("tokenizer", "empty vocabulary", ["tokenize", "--tokenizer", fx["tok_empty"], "x"], 1, "vocab.json")
     add("tokenizer", "tokenizer.json malformed", ["tokenize", "--tokenizer", fx["tok_json_bad"], "x"], 1, "tokenizer.json")
-    add("tokenizer", "a plain file", ["tokenize", "--tokenizer", fx["a_file"], "x"], 1, fx["a_file"])
+    add("tokenizer", "a plain file", ["tokenize", "--tokenizer", fx["a_file"], "x"], 1,
+        [fx["a_file"], "is a file, not a folder"])
+    add("tokenizer", "--model a plain file", ["tokenize", "--model", fx["a_file"], "x"], 1,
+        [fx["a_file"], "is a file, not a folder"])
 
     # PEFT folders.
     add("peft", "missing folder", ["lora", "describe", *T, "/nonexistent/peft"], 1, "/nonexistent/peft")
