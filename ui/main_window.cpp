@@ -1,4 +1,5 @@
 #include "main_window.h"
+
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
