@@ -4,19 +4,22 @@
 #include <c10/util/Exception.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
+#include "experiments/course_benchmark.h"
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"
 #include "experiments/quantization.h"
-#include "experiments/seed_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
@@ -30,6 +33,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -37,8 +41,8 @@ using namespace servelab;
 
 namespace {
 
-const std::vector<std::string> kSeedPrompts = {"The quick brown fox jumped over the",
-                                               "The rain in Spain falls", "What comes up must"};
+const std::vector<std::string> kCoursePrompts = {"The quick brown fox jumped over the",
+                                                 "The rain in Spain falls", "What comes up must"};
 
 struct ModelArgs {
   std::string model;
@@ -79,9 +83,17 @@ struct ModelArgs {
     o.quant_exec = quant_exec;
     o.gemm = gemm;
     if (demo && !model.empty()) throw InputError("give --model or --demo, not both");
+    limits::check_range("--threads", threads, 0, limits::max_threads());
     if (demo) return Engine::load_demo(o);
     return model.empty() ? Engine::load_builtin(o) : Engine::load(model, o);
   }
+};
+
+// A command line that cannot mean anything (an unknown subcommand, contradictory options, an empty
+// value): exit code 2, like the parser's own errors.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 std::string one_line(std::string s) {
@@ -108,7 +120,21 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
   return out;
 }
 
+// parse_int_list, each value checked against [lo, hi] before anything is built from it.
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what, int64_t lo,
+                                    int64_t hi) {
+  std::vector<int64_t> out = parse_int_list(text, what);
+  for (int64_t v : out) limits::check_range(what, v, lo, hi);
+  return out;
+}
+
 void print_json(const json& j) { std::cout << j.dump() << "\n"; }
+
+// The upper bound of a count, named by its option, before the engine loads or builds anything;
+// lower bounds are the engine's (its messages name them the same way for every face).
+void at_most(const std::string& option, int64_t value, int64_t hi) {
+  if (value > hi) limits::check_range(option, value, std::numeric_limits<int64_t>::min(), hi);
+}
 
 int cmd_info(const ModelArgs& m) {
   auto engine = m.load();
@@ -169,7 +195,8 @@ struct GenerateArgs {
   std::vector<std::string> prompts;
   int64_t max_new_tokens = 10;
   bool greedy = false;
-  double temperature = -1;
+  double temperature = 1;
+  bool sampling = false;  // --temperature given
   int64_t top_k = 0;
   double top_p = 1.0;
   std::uint64_t seed = 0;
@@ -184,12 +211,21 @@ struct GenerateArgs {
 };
 
 int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
+  limits::check_range("--prompt (count)", static_cast<int64_t>(a.prompts.size()), 1, limits::kMaxPrompts);
+  limits::check_range("--max-new-tokens", a.max_new_tokens, 1, limits::kMaxTokens);
   auto engine = m.load();
   GenerateOptions o;
   o.max_new_tokens = a.max_new_tokens;
   o.use_kv_cache = !a.no_kv_cache;
   o.stop_strings = a.stop;
-  o.sampling.greedy = a.greedy || a.temperature < 0;
+  // Greedy unless --temperature is given (main() refuses --greedy with it, and the other sampling
+  // flags without it).
+  o.sampling.greedy = !a.sampling;
+  if (a.sampling && !(a.temperature > 0 && std::isfinite(a.temperature))) {
+    std::ostringstream t;
+    t << a.temperature;
+    throw InputError("--temperature must be > 0 and finite, got " + t.str());
+  }
   if (!o.sampling.greedy) {
     o.sampling.temperature = a.temperature;
     o.sampling.top_k = a.top_k;
@@ -260,6 +296,9 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
 }
 
 int cmd_bench_kv(const ModelArgs& m, const KvCacheTimingParams& p, bool as_json) {
+  at_most("--prompt-tokens", p.prompt_tokens, limits::kMaxTokens);
+  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
+  at_most("--repeats", p.repeats, limits::kMaxRepeats);
   auto engine = m.load();
   KvCacheTimingResult r = run_kv_cache_timing(*engine, p);
   json j = r.to_json();
@@ -272,8 +311,12 @@ int cmd_bench_kv(const ModelArgs& m, const KvCacheTimingParams& p, bool as_json)
   return 0;
 }
 
-int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& sizes, bool as_json) {
-  if (!sizes.empty()) p.batch_sizes = parse_int_list(sizes, "--batch-sizes");
+int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& sizes, bool sizes_given,
+                    bool as_json) {
+  if (sizes_given) p.batch_sizes = parse_int_list(sizes, "--batch-sizes");
+  for (int64_t b : p.batch_sizes) at_most("--batch-sizes", b, limits::kMaxBatch);
+  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
+  at_most("--repeats", p.repeats, limits::kMaxRepeats);
   auto engine = m.load();
   BatchSweepResult r = run_batch_sweep(*engine, p);
   json j = r.to_json();
@@ -282,7 +325,7 @@ int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& s
     print_json(j);
     return 0;
   }
-  // The seed's lesson-2 table: throughput rises with the batch while every step gets slower.
+  // The course's lesson-2 table: throughput rises with the batch while every step gets slower.
   std::printf("%10s %12s %13s %16s %12s\n", "batch size", "total ms", "tokens/ms", "latency ms/step",
               "decode ms");
   for (const BatchSweepPoint& pt : r.points)
@@ -293,6 +336,12 @@ int cmd_bench_sweep(const ModelArgs& m, BatchSweepParams p, const std::string& s
 }
 
 int cmd_bench_sync_vs_continuous(const ModelArgs& m, const SyncVsContinuousParams& p, bool as_json) {
+  at_most("--requests", p.requests, limits::kMaxRequests);
+  at_most("--max-batch", p.max_batch, limits::kMaxBatch);
+  at_most("--long-tokens", p.long_tokens, limits::kMaxTokens);
+  at_most("--short-tokens", p.short_tokens, limits::kMaxTokens);
+  at_most("--prompt-tokens-min", p.prompt_tokens_min, limits::kMaxTokens);
+  at_most("--prompt-tokens-max", p.prompt_tokens_max, limits::kMaxTokens);
   auto engine = m.load();
   SyncVsContinuousResult r = run_sync_vs_continuous(*engine, p);
   json j = r.to_json();
@@ -313,9 +362,12 @@ int cmd_bench_sync_vs_continuous(const ModelArgs& m, const SyncVsContinuousParam
   return 0;
 }
 
-int cmd_bench_seed(const ModelArgs& m, const SeedBenchmarkParams& p, bool as_json) {
+int cmd_bench_course(const ModelArgs& m, const CourseBenchmarkParams& p, bool as_json) {
+  at_most("--queries", p.queries, limits::kMaxRequests);
+  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
+  at_most("--max-batch", p.max_batch, limits::kMaxBatch);
   auto engine = m.load();
-  SeedBenchmarkResult r = run_seed_benchmark(*engine, p);
+  CourseBenchmarkResult r = run_course_benchmark(*engine, p);
   json j = r.to_json();
   j["engine"] = engine->info();
   if (as_json) {
@@ -324,7 +376,7 @@ int cmd_bench_seed(const ModelArgs& m, const SeedBenchmarkParams& p, bool as_jso
   }
   std::printf("%-42s %8s %9s %11s %9s %9s %7s %15s\n", "method", "queries", "time s", "throughput",
               "max batch", "avg batch", "tokens", "inference calls");
-  for (const SeedBenchmarkRow& row : r.rows)
+  for (const CourseBenchmarkRow& row : r.rows)
     std::printf("%-42s %8lld %9.2f %10.1f%c %9lld %9.1f %7lld %15lld\n", row.method.c_str(),
                 static_cast<long long>(row.queries), row.time_s, row.throughput_vs_baseline,
                 row.throughput_vs_baseline > 0 ? 'x' : ' ', static_cast<long long>(row.max_batch),
@@ -333,18 +385,26 @@ int cmd_bench_seed(const ModelArgs& m, const SeedBenchmarkParams& p, bool as_jso
   return 0;
 }
 
-std::vector<std::string> split_list(const std::string& text) {
+// A comma-separated list of names; an empty list or an empty item ("a,,b") is refused, never read
+// as "the defaults".
+std::vector<std::string> split_list(const std::string& text, const std::string& what) {
   std::vector<std::string> out;
   std::stringstream ss(text);
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw InputError(what + " has an empty item in \"" + text + "\"");
+    out.push_back(item);
+  }
+  if (out.empty() || text.back() == ',') throw InputError(what + " has an empty item in \"" + text + "\"");
   return out;
 }
 
-int cmd_quantize(const ModelArgs& m, QuantizationParams p, const std::string& modes, bool as_json) {
-  if (!modes.empty()) p.modes = split_list(modes);
-  if (p.modes.empty()) throw InputError("--mode is empty");
+int cmd_quantize(const ModelArgs& m, QuantizationParams p, const std::string& modes, bool modes_given,
+                 bool as_json) {
+  if (modes_given) p.modes = split_list(modes, "--mode");
+  at_most("--batch", p.batch, limits::kMaxBatch);
+  at_most("--repeats", p.repeats, limits::kMaxRepeats);
+  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
   for (const auto& name : p.modes) parse_quant_mode(name);  // a bad name fails before loading
   parse_quant_exec(p.exec);
   auto engine = m.load();
@@ -371,10 +431,10 @@ int cmd_quantize(const ModelArgs& m, QuantizationParams p, const std::string& mo
   for (const QuantModeResult& q : r.modes)
     if (q.mode == "zp-uint8")
       std::printf(
-          "seed comparison (HF get_memory_footprint, with GPT-2's causal-mask buffers): %lld bytes fp32, "
+          "course comparison (HF get_memory_footprint, with GPT-2's causal-mask buffers): %lld bytes fp32, "
           "%lld bytes zero-point uint8\n",
-          static_cast<long long>(q.memory.seed_fp32_footprint_bytes),
-          static_cast<long long>(q.memory.seed_footprint_bytes));
+          static_cast<long long>(q.memory.course_fp32_footprint_bytes),
+          static_cast<long long>(q.memory.course_footprint_bytes));
   if (!r.modes.empty()) {
     std::printf("\ngreedy text, fp32 vs each mode (first prompt):\n  %-13s %s%s\n", "fp32",
                 r.modes.front().greedy.front().prompt.c_str(),
@@ -406,13 +466,13 @@ int cmd_demo(const ModelArgs& m) {
   GenerateOptions o;
   o.max_new_tokens = 10;
   std::vector<std::vector<int32_t>> ids;
-  for (const auto& p : kSeedPrompts) ids.push_back(encode_prompt(engine->tokenizer(), p));
+  for (const auto& p : kCoursePrompts) ids.push_back(encode_prompt(engine->tokenizer(), p));
   GenerateResult g = generate(engine->model(), engine->tokenizer(), ids, o);
-  std::cout << "\nGreedy, 10 new tokens, the three seed prompts as one left-padded batch:\n";
+  std::cout << "\nGreedy, 10 new tokens, the three course prompts as one left-padded batch:\n";
   for (size_t i = 0; i < ids.size(); ++i)
-    std::cout << "  " << kSeedPrompts[i] << "\x1b[31m" << g.sequences[i].text << "\x1b[0m\n";
+    std::cout << "  " << kCoursePrompts[i] << "\x1b[31m" << g.sequences[i].text << "\x1b[0m\n";
   KvCacheTimingParams kp;
-  kp.prompt = kSeedPrompts[0];
+  kp.prompt = kCoursePrompts[0];
   kp.new_tokens = 10;
   KvCacheTimingResult r = run_kv_cache_timing(*engine, kp);
   std::printf("\nPer-token latency, \"%s\", median of %lld interleaved runs (ms):\n", kp.prompt.c_str(),
@@ -442,8 +502,8 @@ std::vector<AdapterSource> adapter_sources(const std::vector<std::string>& dirs,
     out.push_back(s);
   }
   if (out.empty()) {
-    const std::vector<int64_t> ranks = parse_int_list(ranks_text, "--rank");
-    if (count < 1) throw InputError("--adapters must be at least 1");
+    const std::vector<int64_t> ranks = parse_int_list(ranks_text, "--rank", 1, limits::kMaxRank);
+    limits::check_range("--adapters", count, 1, limits::kMaxAdapters);
     for (int64_t i = 0; i < count; ++i) {
       const int64_t rank = ranks[static_cast<size_t>(i) % ranks.size()];
       if (rank < 1) throw InputError("--rank must be at least 1, got " + std::to_string(rank));
@@ -468,9 +528,19 @@ struct LoraBenchArgs {
 };
 
 int cmd_lora_bench(const ModelArgs& m, LoraBenchArgs a) {
+  a.p.strategies = split_list(a.strategies, "--strategies");
+  a.p.batch_sizes = parse_int_list(a.sizes, "--batch-sizes", 1, 1024);
+  limits::check_range("--adapter (folders)", static_cast<int64_t>(a.dirs.size()), 0, limits::kMaxAdapters);
+  if (a.dirs.empty()) limits::check_range("--adapters", a.p.random_adapters, 1, limits::kMaxAdapters);
+  at_most("--repeats", a.p.repeats, limits::kMaxRepeats);
+  at_most("--decode-steps", a.p.decode_steps, limits::kMaxSteps);
+  at_most("--context", a.p.context, limits::kMaxTokens);
+  at_most("--samples", a.p.toy_samples, limits::kMaxSteps);
+  at_most("--toy-adapters", a.p.toy_adapters, limits::kMaxAdapters);
+  at_most("--shared", a.p.shared_adapters, limits::kMaxAdapters);
+  at_most("--new-tokens", a.p.new_tokens, limits::kMaxTokens);
+  parse_int_list(a.ranks, "--rank", 1, limits::kMaxRank);
   auto engine = m.load();
-  a.p.strategies = split_list(a.strategies);
-  a.p.batch_sizes = parse_int_list(a.sizes, "--batch-sizes");
   // Random adapters are made here too when ranks are mixed (the experiment makes one rank itself).
   if (!a.dirs.empty() || a.ranks.find(',') != std::string::npos) {
     a.p.adapters = adapter_sources(a.dirs, a.p.random_adapters, a.ranks);
@@ -503,6 +573,12 @@ struct LoraServeArgs {
 };
 
 int cmd_lora_serve(const ModelArgs& m, const LoraServeArgs& a) {
+  limits::check_range("--requests", a.requests, 1, limits::kMaxRequests);
+  limits::check_range("--adapter (folders)", static_cast<int64_t>(a.dirs.size()), 0, limits::kMaxAdapters);
+  if (a.dirs.empty()) limits::check_range("--adapters", a.adapters, 1, limits::kMaxAdapters);
+  at_most("--new-tokens", a.new_tokens, limits::kMaxTokens);
+  at_most("--max-batch", a.max_batch, limits::kMaxBatch);
+  at_most("--cache-capacity", a.cache_capacity, limits::kMaxAdapters);
   auto engine = m.load();
   AdapterServingParams p;
   p.prompt = a.prompt;
@@ -535,6 +611,52 @@ int cmd_lora_describe(const ModelArgs& m, const std::vector<std::string>& dirs) 
                 {"base_parameters", i.base_parameters}});
   }
   return 0;
+}
+
+// CLI11 answers an unknown subcommand with "A subcommand is required": name it and the choices
+// before parsing. Walks argv down the subcommand tree as far as names lead.
+void check_subcommands(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  std::string path = "servelab-cli";
+  for (int i = 1; i < argc; ++i) {
+    const std::string token = argv[i];
+    const std::vector<CLI::App*> subs = level->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty() || (!token.empty() && token[0] == '-')) return;
+    CLI::App* next = nullptr;
+    std::string names;
+    for (CLI::App* s : subs) {
+      if (s->check_name(token)) next = s;
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    }
+    if (!next) throw UsageError("unknown subcommand '" + token + "' of " + path + " (choose " + names + ")");
+    level = next;
+    path += " " + next->get_name();
+  }
+  const std::vector<CLI::App*> subs = level->get_subcommands([](CLI::App*) { return true; });
+  if (!subs.empty() && !(argc > 1 && std::string(argv[argc - 1]).rfind("--help", 0) == 0) &&
+      !(argc > 1 && std::string(argv[argc - 1]) == "-h")) {
+    std::string names;
+    for (CLI::App* s : subs) names += (names.empty() ? "" : ", ") + s->get_name();
+    throw UsageError(path + " needs a subcommand (" + names + ")");
+  }
+}
+
+// Options whose value names a thing (a device, a mode, a list, a path): given empty, they would
+// silently mean the default, so an empty value is a usage error.
+void check_no_empty_values(const CLI::App& app) {
+  static const std::set<std::string> kNamed = {
+      "--model",      "--tokenizer",  "--device",        "--dtype", "--gemm",
+      "--quant",      "--quant-exec", "--exec",          "--mode",  "--batch-sizes",
+      "--strategies", "--strategy",   "--lora-strategy", "--rank",  "--assignment",
+      "--workload",   "--adapter",    "--out",           "--stop"};
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* o : sub->get_options()) {
+      if (!o->count() || !kNamed.count(o->get_name())) continue;
+      for (const std::string& v : o->results())
+        if (v.empty()) throw UsageError(o->get_name() + " is given an empty value");
+    }
+    check_no_empty_values(*sub);
+  }
 }
 
 }  // namespace
@@ -624,20 +746,21 @@ int main(int argc, char** argv) {
   bench_svc->add_option("--arrival-rate", svc.arrival_rate,
                         "Poisson arrivals per second (0: all at the start)");
   bench_svc->add_option("--seed", svc.seed, "seed of prompt lengths and arrivals");
-  bench_svc->add_flag("--no-naive", svc_no_naive, "skip the seed's merge/filter continuous batching");
+  bench_svc->add_flag("--no-naive", svc_no_naive, "skip the course's merge/filter continuous batching");
   bench_svc->add_flag("--json", svc_json, "compact JSON");
-  SeedBenchmarkParams sb;
+  CourseBenchmarkParams sb;
   bool sb_json = false;
-  auto* bench_seed = bench->add_subcommand(
-      "seed-benchmark", "The seed's batch benchmark: queries one at a time vs continuous batching");
-  margs.add_to(bench_seed);
-  bench_seed->add_option("--queries", sb.queries, "queries");
-  bench_seed->add_option("--new-tokens", sb.new_tokens, "greedy tokens per query");
-  bench_seed->add_option("--max-batch", sb.max_batch, "largest batch of the batched run");
-  bench_seed->add_option("--prompt", sb.prompts, "prompts, cycled over the queries (repeatable)");
+  auto* bench_course = bench->add_subcommand(
+      "course-benchmark", "The course's batch benchmark: queries one at a time vs continuous batching");
+  bench_course->alias("seed-benchmark");  // its name before "seed" meant only the RNG seed
+  margs.add_to(bench_course);
+  bench_course->add_option("--queries", sb.queries, "queries");
+  bench_course->add_option("--new-tokens", sb.new_tokens, "greedy tokens per query");
+  bench_course->add_option("--max-batch", sb.max_batch, "largest batch of the batched run");
+  bench_course->add_option("--prompt", sb.prompts, "prompts, cycled over the queries (repeatable)");
   bool sb_no_baseline = false;
-  bench_seed->add_flag("--no-baseline", sb_no_baseline, "run the batched queries only");
-  bench_seed->add_flag("--json", sb_json, "compact JSON");
+  bench_course->add_flag("--no-baseline", sb_no_baseline, "run the batched queries only");
+  bench_course->add_flag("--json", sb_json, "compact JSON");
 
   QuantizationParams qp;
   std::string q_modes;
@@ -665,7 +788,7 @@ int main(int argc, char** argv) {
   margs.add_to(lora_bench);
   lora_bench->add_option(
       "--workload", lb.p.workload,
-      "gpt2 (the engine's model, whatever its architecture) or toy (the seed's 10x10 model)");
+      "gpt2 (the engine's model, whatever its architecture) or toy (the course's 10x10 model)");
   lora_bench->add_option("--strategies", lb.strategies, "comma-separated: loop, gathered, segmented");
   lora_bench->add_option("--batch-sizes", lb.sizes, "comma-separated, e.g. 1,2,4,8,16,32");
   lora_bench->add_option("--adapter", lb.dirs, "PEFT LoRA folder (repeatable; default: random adapters)");
@@ -714,11 +837,23 @@ int main(int argc, char** argv) {
   exp->add_option("--out", export_dir, "output folder")->required();
   exp->add_flag("--tiny", export_tiny, "a 2-layer, 32-wide model with GPT-2's vocabulary (for tests)");
 
-  auto* demo = app.add_subcommand("demo", "Generate from the seed prompts and compare KV-cache timings");
+  auto* demo = app.add_subcommand("demo", "Generate from the course prompts and compare KV-cache timings");
   margs.add_to(demo);
 
   try {
+    check_subcommands(app, argc, argv);
     app.parse(argc, argv);
+    check_no_empty_values(app);
+    // Sampling is --temperature; --greedy with it, or the sampling flags without it, contradict.
+    gargs.sampling = gen->count("--temperature") > 0;
+    if (gargs.greedy && gargs.sampling)
+      throw UsageError("--greedy and --temperature contradict each other: give one of them");
+    for (const char* flag : {"--top-k", "--top-p", "--seed"})
+      if (gen->count(flag) && !gargs.sampling)
+        throw UsageError(std::string(flag) + " needs --temperature (without it generation is greedy)");
+  } catch (const UsageError& e) {
+    std::cerr << "servelab-cli: " << one_line(e.what()) << " (see --help)\n";
+    return 2;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -732,18 +867,19 @@ int main(int argc, char** argv) {
     if (*tokenize) return cmd_tokenize(tok_dir, tok_model, tok_demo, tok_json, tok_texts);
     if (*gen) return cmd_generate(margs, gargs);
     if (*bench_kv) return cmd_bench_kv(margs, kv, kv_json);
-    if (*bench_sweep) return cmd_bench_sweep(margs, sw, sizes, sw_json);
+    if (*bench_sweep)
+      return cmd_bench_sweep(margs, sw, sizes, bench_sweep->count("--batch-sizes") > 0, sw_json);
     if (*bench_svc) {
       svc.naive = !svc_no_naive;
       return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
     }
-    if (*bench_seed) {
+    if (*bench_course) {
       sb.baseline = !sb_no_baseline;
-      return cmd_bench_seed(margs, sb, sb_json);
+      return cmd_bench_course(margs, sb, sb_json);
     }
     if (*quantize) {
       qp.measure_speed = !q_no_speed;
-      return cmd_quantize(margs, qp, q_modes, q_json);
+      return cmd_quantize(margs, qp, q_modes, quantize->count("--mode") > 0, q_json);
     }
     if (*lora_bench) return cmd_lora_bench(margs, lb);
     if (*lora_serve) return cmd_lora_serve(margs, ls);

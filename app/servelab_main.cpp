@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   script.screenshot = cli.value(screenshot);
   script.exportChart = cli.value(exportChart);
   script.report = cli.value(report);
+  if (!script.active()) window.warnSettingsIssues();
   window.loadInitialModel(cli.isSet(demo) ? QString() : cli.value(model));
   if (script.active() || !script.tab.isEmpty()) {
     if (script.active())

@@ -9,14 +9,14 @@ process (ours) or interleaved with each other (ours vs Hugging Face), and median
 
   w2     workload 2 (lesson 3): `servelab-cli bench sync-vs-continuous` (32 requests, batch 8, every
          8th wants 100 tokens, the others 10): synchronous vs continuous total time, per repeat.
-  w3     workload 3 (the seed benchmark): `servelab-cli bench seed-benchmark` (100 queries x 64
+  w3     workload 3 (the course benchmark): `servelab-cli bench course-benchmark` (100 queries x 64
          greedy tokens): one at a time with the KV cache vs continuous batching with max batch 32.
-  hf     our batched run of workload 3 (`seed-benchmark --no-baseline`) against Hugging Face
+  hf     our batched run of workload 3 (`course-benchmark --no-baseline`) against Hugging Face
          transformers' left-padded `generate` on the same 100 queries in batches of 32 (greedy,
          exactly 64 new tokens, same weights, same threads), interleaved, --repeats times; also
          how many queries got identical tokens.
   steps  step time as requests come and go: a queue of long prompts (100-300 tokens) served by
-         continuous batching with slot KV and with the seed's merge/filter, same requests; per
+         continuous batching with slot KV and with the course's merge/filter, same requests; per
          step: time, KV bytes moved between caches and the time that took. --plot draws both.
 The built-in demo model is exported once with `servelab-cli export-demo` so HF loads the same
 weights. Wall-clock numbers are from whatever machine runs this; only the ratios travel.
@@ -65,12 +65,12 @@ def workload2(a):
                 r["continuous_merge_filter_ms"] / r["continuous_slot_ms"] for r in runs)}
 
 
-def seed_args(a):
+def course_args(a):
     return ["--queries", str(a.queries), "--new-tokens", str(a.new_tokens), "--max-batch", str(a.max_batch)]
 
 
 def workload3(a):
-    r = ours(["seed-benchmark", *seed_args(a)], a.threads)
+    r = ours(["course-benchmark", *course_args(a)], a.threads)
     return {"table": r["rows"], "same_tokens": r["same_tokens"],
             "batched_vs_baseline": r["rows"][1]["throughput_vs_baseline"]}
 
@@ -104,7 +104,7 @@ def versus_hf(a):
     hf_generate_queries(torch, model, tok, small)
     ours_s, hf_s, same = [], [], None
     for _ in range(a.repeats):
-        r = ours(["seed-benchmark", "--no-baseline", *seed_args(a)], a.threads)
+        r = ours(["course-benchmark", "--no-baseline", *course_args(a)], a.threads)
         ours_s.append(r["rows"][0]["time_s"])
         h, hf_tokens = hf_generate_queries(torch, model, tok, a)
         hf_s.append(h)
@@ -199,7 +199,7 @@ def main():
     if "w2" in parts:
         out["workload2_sync_vs_continuous"] = workload2(a)
     if "w3" in parts:
-        out["workload3_seed_benchmark"] = workload3(a)
+        out["workload3_course_benchmark"] = workload3(a)
     if "hf" in parts:
         out["workload3_vs_hf_generate"] = versus_hf(a)
     if "steps" in parts:

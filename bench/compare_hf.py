@@ -15,13 +15,13 @@ tokenizer gets the digit-splitting pre-tokenizer SmolLM2 declares (../shared/MOD
 What it measures (all medians over --repeats, our engine and HF interleaved so that both see the
 same machine state):
   * decode: per-token latency at batch 1 with the KV cache (steps after the first), and without it
-    - ours: `servelab-cli bench kv-cache`; HF: the seed's loop with past_key_values (lesson 1)
+    - ours: `servelab-cli bench kv-cache`; HF: the course's loop with past_key_values (lesson 1)
   * batch sweep: whole-batch time for --tokens new tokens per row, throughput = rows*tokens/time
-    - ours: `servelab-cli bench batch-sweep`; HF: the seed's generate_batch (lesson 2)
+    - ours: `servelab-cli bench batch-sweep`; HF: the course's generate_batch (lesson 2)
   * the memory floor of a batch-1 decode step: weight bytes / copy bandwidth, where the copy
     bandwidth is bytes read + bytes written per second by torch's copy_ of a 512 MiB buffer on
     the same threads, or on the GPU with --device cuda (a decode step must stream every weight once).
-  * greedy parity: our greedy tokens for the seed prompts against HF's greedy generate() on the
+  * greedy parity: our greedy tokens for the course prompts against HF's greedy generate() on the
     same weights, device and dtype (the first step where they part, if they do, and HF's margin
     between its best and second-best logit there).
 On CUDA every clock is read after torch.cuda.synchronize() (ours: the engine synchronises itself).
@@ -114,7 +114,7 @@ def copy_bandwidth(torch, threads, repeats):
 
 
 def greedy_parity(torch, model, tok, tokens):
-    """Our greedy tokens (servelab-cli generate) against HF's generate() for each seed prompt."""
+    """Our greedy tokens (servelab-cli generate) against HF's generate() for each course prompt."""
     rows = []
     for prompt in PROMPTS:
         out = subprocess.run([CLI, "generate", *TARGET["model_args"], "--prompt", prompt, "--max-new-tokens", str(tokens), "--greedy",
@@ -159,7 +159,7 @@ def hf_token_loop(torch, model, tok, prompt, tokens, use_cache):
 
 
 def hf_generate_batch(torch, model, tok, batch_size, tokens):
-    """Lesson 2's generate_batch, timed as the seed times it (tokenization included)."""
+    """Lesson 2's generate_batch, timed as the course times it (tokenization included)."""
     sync(torch)
     t0 = time.perf_counter()
     inputs = tok([PROMPTS[i % len(PROMPTS)] for i in range(batch_size)], padding=True,
@@ -190,7 +190,7 @@ def main():
     ap.add_argument("--model-dir", default=os.path.join(ROOT, "build", "bench", "demo-model"))
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on it)")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
-    ap.add_argument("--parity-tokens", type=int, default=16, help="greedy tokens per seed prompt (0: skip)")
+    ap.add_argument("--parity-tokens", type=int, default=16, help="greedy tokens per course prompt (0: skip)")
     ap.add_argument("--model", default="demo", help="demo (GPT-2 shape, random weights), builtin (SmolLM2) or a path")
     a = ap.parse_args()
     sizes = [int(s) for s in a.batch_sizes.split(",")]
@@ -221,7 +221,7 @@ def main():
     decode["speedup_vs_hf"] = decode["hf_ms"] / decode["ours_ms"]
     decode["ratio_to_floor"] = decode["ours_ms"] / floor_ms
 
-    # Batch sweep: ours (median over its own repeats) and HF's seed loop, batch size by batch size.
+    # Batch sweep: ours (median over its own repeats) and HF's course loop, batch size by batch size.
     sweep = []
     for bs in sizes:
         o = ours(["batch-sweep", "--batch-sizes", str(bs), "--new-tokens", str(a.tokens), "--repeats",

@@ -7,7 +7,7 @@ the base model and the strategies taking turns within every repeat. Prints JSON.
       [--from RESULT.json]
 
 Workloads:
-  toy       the seed's toy model (embedding 10, linear 10x10 with LoRA, lm_head 10x10), 64 adapters of
+  toy       the course's toy model (embedding 10, linear 10x10 with LoRA, lm_head 10x10), 64 adapters of
             rank 2, a random adapter per row, batch 1..64, mean latency of one token over 500 samples
   distinct  the built-in GPT-2 with 32 random rank-8 adapters on all four projections, every row
             its own adapter: decode step time per batch size for base, loop, gathered, segmented
@@ -120,7 +120,7 @@ def plot(res, path):
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
     colors = {"base": "#555555", "loop": "#d62728", "gathered": "#1f77b4", "segmented": "#2ca02c"}
-    titles = {"toy": "Seed's toy model (64 adapters, r=2)\nmean of 500 samples",
+    titles = {"toy": "Course's toy model (64 adapters, r=2)\nmean of 500 samples",
               "distinct": "GPT-2, 32 adapters r=8\nevery row its own adapter",
               "shared": "GPT-2, rows share 4 adapters (r=8)", "mixed": "GPT-2, ranks 4/8/16,\nevery other row base"}
     for ax, k in zip(axes.flat, panels):

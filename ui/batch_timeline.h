@@ -15,7 +15,7 @@ class BatchTimeline {
  public:
   struct Request {
     qint64 slot = -1;  // the batch place the engine reported at admission
-    // The Gantt row: the slot, unless a request still running holds that row (the seed's
+    // The Gantt row: the slot, unless a request still running holds that row (the course's
     // merge/filter numbers its rows anew whenever one leaves); then the first free row.
     qint64 lane = -1;
     qint64 admitted = -1;   // the step of its prefill (and first tokens)

@@ -37,9 +37,9 @@ const QString kThroughput = QStringLiteral("throughput (tokens/ms)");
 const QString kLatency = QStringLiteral("latency (ms per step)");
 constexpr qint64 kMaxBatch = 4096;
 
-const QStringList kSeedPrompts = {QStringLiteral("The quick brown fox jumped over the"),
-                                  QStringLiteral("The rain in Spain falls"),
-                                  QStringLiteral("What comes up must")};
+const QStringList kCoursePrompts = {QStringLiteral("The quick brown fox jumped over the"),
+                                    QStringLiteral("The rain in Spain falls"),
+                                    QStringLiteral("What comes up must")};
 
 // A token's text with its leading space and control characters made visible.
 QString visiblePiece(const std::string& piece) {
@@ -82,7 +82,7 @@ BatchingTab::BatchingTab(EngineController* engine, QWidget* parent) : Experiment
   // --- The padded batch ---
   prompts_ = new QPlainTextEdit(this);
   prompts_->setObjectName(QStringLiteral("batchingPrompts"));
-  prompts_->setPlainText(kSeedPrompts.join(QLatin1Char('\n')));
+  prompts_->setPlainText(kCoursePrompts.join(QLatin1Char('\n')));
   prompts_->setToolTip(tr("One prompt per line; blank lines are skipped"));
   prompts_->setTabChangesFocus(true);
   prompts_->setMinimumHeight(72);
@@ -387,12 +387,12 @@ bool BatchingTab::run() {
   const QVector<qint64> sizes = batchSizes(&error);
   if (sizes.isEmpty()) {
     summary_->setText(tr("<b>Cannot run:</b> %1.").arg(error.toHtmlEscaped()));
-    return false;
+    return refuseRun(error);
   }
   const QStringList texts = prompts();
   if (texts.isEmpty()) {
     summary_->setText(tr("<b>Cannot run:</b> type at least one prompt."));
-    return false;
+    return refuseRun(tr("type at least one prompt"));
   }
   servelab::BatchSweepParams p;
   p.prompts.clear();
@@ -513,8 +513,8 @@ void BatchingTab::loadSettings(QSettings& s) {
   const QStringList saved = s.value(QStringLiteral("prompts")).toStringList();
   if (!saved.isEmpty()) setPrompts(saved);
   sizes_->setText(s.value(QStringLiteral("batchSizes"), sizes_->text()).toString());
-  newTokens_->setValue(s.value(QStringLiteral("newTokens"), newTokens_->value()).toInt());
-  repeats_->setValue(s.value(QStringLiteral("repeats"), repeats_->value()).toInt());
+  loadSpin(s, QStringLiteral("newTokens"), newTokens_);
+  loadSpin(s, QStringLiteral("repeats"), repeats_);
   s.endGroup();
 }
 

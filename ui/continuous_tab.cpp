@@ -35,7 +35,7 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr int kFlushMs = 100;  // live views redraw at most 10 times a second
-const QString kSeedPrefix = QStringLiteral("seed benchmark · ");
+const QString kCoursePrefix = QStringLiteral("course benchmark · ");
 
 // The shared table plus centred headers.
 QTableWidget* makeCentredTable(QWidget* parent, const QString& name, const QStringList& headers) {
@@ -82,21 +82,21 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   qv->addWidget(progress_);
   qv->addWidget(summary_);
 
-  // --- Seed benchmark ---
-  seedQueries_ = makeSpin(this, QStringLiteral("seedQueries"), 1, 10000, 100);
-  seedNewTokens_ = makeSpin(this, QStringLiteral("seedNewTokens"), 1, 1000, 64);
-  seedMaxBatch_ = makeSpin(this, QStringLiteral("seedMaxBatch"), 1, 512, 32);
-  seedRun_ = new QPushButton(tr("Run seed benchmark"), this);
-  seedRun_->setObjectName(QStringLiteral("continuousSeedRun"));
-  seedRun_->setToolTip(
-      tr("The seed's table: every query alone with the KV cache, then all of them through "
+  // --- Course benchmark ---
+  courseQueries_ = makeSpin(this, QStringLiteral("courseQueries"), 1, 10000, 100);
+  courseNewTokens_ = makeSpin(this, QStringLiteral("courseNewTokens"), 1, 1000, 64);
+  courseMaxBatch_ = makeSpin(this, QStringLiteral("courseMaxBatch"), 1, 512, 32);
+  courseRun_ = new QPushButton(tr("Run course benchmark"), this);
+  courseRun_->setObjectName(QStringLiteral("continuousCourseRun"));
+  courseRun_->setToolTip(
+      tr("The course's table: every query alone with the KV cache, then all of them through "
          "continuous batching (Stop ends it)"));
-  connect(seedRun_, &QPushButton::clicked, this, [this] { runSeedBenchmark(); });
-  QHBoxLayout* seedForm = makeControlRow(
-      this,
-      {{tr("Queries"), seedQueries_}, {tr("New tokens"), seedNewTokens_}, {tr("Max batch"), seedMaxBatch_}});
-  seedForm->addWidget(seedRun_);
-  seedForm->addStretch(1);
+  connect(courseRun_, &QPushButton::clicked, this, [this] { runCourseBenchmark(); });
+  QHBoxLayout* courseForm = makeControlRow(this, {{tr("Queries"), courseQueries_},
+                                                  {tr("New tokens"), courseNewTokens_},
+                                                  {tr("Max batch"), courseMaxBatch_}});
+  courseForm->addWidget(courseRun_);
+  courseForm->addStretch(1);
   auto* left = new QWidget(this);
   auto* lv = new QVBoxLayout(left);
   lv->setContentsMargins(0, 0, 0, 0);
@@ -174,22 +174,22 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   comparison_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   comparison_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
   comparison_->setSelectionBehavior(QAbstractItemView::SelectItems);
-  seedTable_ =
-      makeCentredTable(this, QStringLiteral("continuousSeedTable"),
+  courseTable_ =
+      makeCentredTable(this, QStringLiteral("continuousCourseTable"),
                        {tr("method"), tr("queries"), tr("time (s)"), tr("throughput\nvs baseline"),
                         tr("max\nbatch"), tr("avg\nbatch"), tr("generated\ntokens"), tr("inference\ncalls")});
-  seedTable_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  auto* seedPage = new QWidget(this);
-  auto* seedLayout = new QVBoxLayout(seedPage);
-  seedLayout->setContentsMargins(4, 4, 4, 4);
-  seedLayout->addLayout(seedForm);
-  seedLayout->addWidget(seedTable_, 1);
+  courseTable_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  auto* coursePage = new QWidget(this);
+  auto* courseLayout = new QVBoxLayout(coursePage);
+  courseLayout->setContentsMargins(4, 4, 4, 4);
+  courseLayout->addLayout(courseForm);
+  courseLayout->addWidget(courseTable_, 1);
   resultTabs_ = new QTabWidget(this);
   resultTabs_->setObjectName(QStringLiteral("continuousResults"));
   resultTabs_->setDocumentMode(true);
   resultTabs_->addTab(stream_, tr("Token stream"));
   resultTabs_->addTab(comparison_, tr("Synchronous vs continuous"));
-  resultTabs_->addTab(seedPage, tr("Seed benchmark"));
+  resultTabs_->addTab(coursePage, tr("Course benchmark"));
 
   auto* bottom = new QSplitter(Qt::Horizontal, this);
   bottom->addWidget(resultTabs_);
@@ -227,19 +227,19 @@ void ContinuousTab::setPromptTokens(int min, int max) { queue_->setPromptTokens(
 void ContinuousTab::setArrivalRate(double perSecond) { queue_->setArrivalRate(perSecond); }
 void ContinuousTab::setSeed(int seed) { queue_->setSeed(seed); }
 void ContinuousTab::setNaive(bool on) { queue_->setNaive(on); }
-void ContinuousTab::setSeedQueries(int n) { seedQueries_->setValue(n); }
-void ContinuousTab::setSeedNewTokens(int n) { seedNewTokens_->setValue(n); }
-void ContinuousTab::setSeedMaxBatch(int n) { seedMaxBatch_->setValue(n); }
+void ContinuousTab::setCourseQueries(int n) { courseQueries_->setValue(n); }
+void ContinuousTab::setCourseNewTokens(int n) { courseNewTokens_->setValue(n); }
+void ContinuousTab::setCourseMaxBatch(int n) { courseMaxBatch_->setValue(n); }
 QString ContinuousTab::summaryText() const { return summary_->text(); }
 QString ContinuousTab::streamText() const { return stream_->toPlainText(); }
 
 servelab::SyncVsContinuousParams ContinuousTab::params() const { return queue_->params(); }
 
-servelab::SeedBenchmarkParams ContinuousTab::seedParams() const {
-  servelab::SeedBenchmarkParams p;
-  p.queries = seedQueries_->value();
-  p.new_tokens = seedNewTokens_->value();
-  p.max_batch = seedMaxBatch_->value();
+servelab::CourseBenchmarkParams ContinuousTab::courseParams() const {
+  servelab::CourseBenchmarkParams p;
+  p.queries = courseQueries_->value();
+  p.new_tokens = courseNewTokens_->value();
+  p.max_batch = courseMaxBatch_->value();
   return p;
 }
 
@@ -247,7 +247,7 @@ void ContinuousTab::setModel(const ModelSummary& model) {
   model_ = model;
   for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
   queue_->setModel(model);
-  if (model.positions > 1) seedNewTokens_->setMaximum(model.positions - 1);
+  if (model.positions > 1) courseNewTokens_->setMaximum(model.positions - 1);
 }
 
 // --- Runs ------------------------------------------------------------------------------------
@@ -261,13 +261,13 @@ bool ContinuousTab::run() {
   return startJob(Job::Compare, job);
 }
 
-bool ContinuousTab::runSeedBenchmark() {
-  EngineJob* job = engine_->submit(tr("the seed benchmark"), [p = seedParams()](JobContext& c) {
-    return servelab::run_seed_benchmark(c.engine(), p, c.control());
+bool ContinuousTab::runCourseBenchmark() {
+  EngineJob* job = engine_->submit(tr("the course benchmark"), [p = courseParams()](JobContext& c) {
+    return servelab::run_course_benchmark(c.engine(), p, c.control());
   });
   if (!job) return false;
-  job->onResult<servelab::SeedBenchmarkResult>(this, [this](const auto& r) { onSeedFinished(r); });
-  return startJob(Job::Seed, job);
+  job->onResult<servelab::CourseBenchmarkResult>(this, [this](const auto& r) { onCourseFinished(r); });
+  return startJob(Job::Course, job);
 }
 
 bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
@@ -282,7 +282,7 @@ bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
   progress_->follow(engineJob);
   runStarted();
   job_ = job;
-  seedRun_->setEnabled(false);
+  courseRun_->setEnabled(false);
   lastError_.clear();
   flushTimer_->stop();
   timelineDirty_ = false;
@@ -292,7 +292,7 @@ bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
     occupancy_->clearAll();
     latency_->clearAll();
   } else {
-    hasSeedResult_ = false;
+    hasCourseResult_ = false;
   }
   selector_->blockSignals(true);
   selector_->clear();
@@ -310,19 +310,19 @@ bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
                           .arg(p.max_batch));
   } else {
     // The baseline sends no batch events: say so until the batched run starts.
-    drawTimeline(BatchTimeline(), tr("seed benchmark, the baseline first (one query at a time)"));
+    drawTimeline(BatchTimeline(), tr("course benchmark, the baseline first (one query at a time)"));
     resetStream({});
-    summary_->setText(tr("Seed benchmark: %1 queries of %2 tokens, one at a time, then batched (max %3)…")
-                          .arg(seedQueries_->value())
-                          .arg(seedNewTokens_->value())
-                          .arg(seedMaxBatch_->value()));
+    summary_->setText(tr("Course benchmark: %1 queries of %2 tokens, one at a time, then batched (max %3)…")
+                          .arg(courseQueries_->value())
+                          .arg(courseNewTokens_->value())
+                          .arg(courseMaxBatch_->value()));
   }
   resultTabs_->setCurrentWidget(stream_);
   return true;
 }
 
 QString ContinuousTab::seriesFor(const QString& method) const {
-  return job_ == Job::Seed ? kSeedPrefix + method : method;
+  return job_ == Job::Course ? kCoursePrefix + method : method;
 }
 
 int ContinuousTab::ensureSeries(ChartView* chart, const QString& name) {
@@ -473,9 +473,9 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
     for (const servelab::RequestResult& rr : run.requests) s.texts << QString::fromStdString(rr.text);
     next << s;
   }
-  const QVector<Shown> seed = shown_.mid(compareShown_);
+  const QVector<Shown> course = shown_.mid(compareShown_);
   compareShown_ = static_cast<int>(next.size());
-  shown_ = next + seed;
+  shown_ = next + course;
 
   // The charts drawn again from the result: exactly what is reported and exported.
   for (const Shown& s : next) {
@@ -527,7 +527,7 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
                     formatMsCoarse(sync->ttft_p50), formatMsCoarse(cont->ttft_p50));
   }
   if (naive && cont) {
-    text += tr("<p>The seed's merge/filter copied %1 MiB of KV cache (slot KV: %2 MiB) and took %3 ms.</p>")
+    text += tr("<p>The course's merge/filter copied %1 MiB of KV cache (slot KV: %2 MiB) and took %3 ms.</p>")
                 .arg(static_cast<double>(naive->kv_copy_bytes) / kMiB, 0, 'f', 1)
                 .arg(static_cast<double>(cont->kv_copy_bytes) / kMiB, 0, 'f', 1)
                 .arg(formatMsCoarse(naive->total_ms));
@@ -582,25 +582,25 @@ void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
   }
 }
 
-void ContinuousTab::onSeedFinished(const servelab::SeedBenchmarkResult& r) {
+void ContinuousTab::onCourseFinished(const servelab::CourseBenchmarkResult& r) {
   flush();
-  seedResult_ = r;
-  hasSeedResult_ = true;
+  courseResult_ = r;
+  hasCourseResult_ = true;
   shown_ = shown_.mid(0, compareShown_);
   shown_ << Shown{seriesFor(live_.method()), live_, liveTexts_};
   rebuildSelector(static_cast<int>(shown_.size()) - 1);
-  fillSeedTable(r);
+  fillCourseTable(r);
   resultTabs_->setCurrentIndex(2);
   if (r.rows.size() == 2) {
-    const servelab::SeedBenchmarkRow& base = r.rows[0];
-    const servelab::SeedBenchmarkRow& batched = r.rows[1];
-    summary_->setText(tr("<p><b>Seed benchmark: batched %1× the baseline's throughput</b> (%2 s instead of "
+    const servelab::CourseBenchmarkRow& base = r.rows[0];
+    const servelab::CourseBenchmarkRow& batched = r.rows[1];
+    summary_->setText(tr("<p><b>Course benchmark: batched %1× the baseline's throughput</b> (%2 s instead of "
                          "%3 s for %4 queries of %5 tokens; %6 inference calls instead of %7).</p><p>%8</p>")
                           .arg(batched.throughput_vs_baseline, 0, 'f', 2)
                           .arg(batched.time_s, 0, 'f', 2)
                           .arg(base.time_s, 0, 'f', 2)
                           .arg(batched.queries)
-                          .arg(seedNewTokens_->value())
+                          .arg(courseNewTokens_->value())
                           .arg(batched.inference_calls)
                           .arg(base.inference_calls)
                           .arg(r.same_tokens ? tr("Batched tokens equal the baseline's ✓")
@@ -610,20 +610,20 @@ void ContinuousTab::onSeedFinished(const servelab::SeedBenchmarkResult& r) {
   finishJob(true, QString());
 }
 
-void ContinuousTab::fillSeedTable(const servelab::SeedBenchmarkResult& r) {
-  seedTable_->setRowCount(static_cast<int>(r.rows.size()));
+void ContinuousTab::fillCourseTable(const servelab::CourseBenchmarkResult& r) {
+  courseTable_->setRowCount(static_cast<int>(r.rows.size()));
   for (int i = 0; i < static_cast<int>(r.rows.size()); ++i) {
-    const servelab::SeedBenchmarkRow& row = r.rows[static_cast<size_t>(i)];
+    const servelab::CourseBenchmarkRow& row = r.rows[static_cast<size_t>(i)];
     QString method = QString::fromStdString(row.method);
     method.replace(QStringLiteral(" ("), QStringLiteral("\n("));
-    setRow(seedTable_, i,
+    setRow(courseTable_, i,
            {method, QString::number(row.queries), QString::number(row.time_s, 'f', 2),
             QStringLiteral("%1×").arg(row.throughput_vs_baseline, 0, 'f', 2), QString::number(row.max_batch),
             QString::number(row.avg_batch, 'f', 2), QString::number(row.tokens),
             QString::number(row.inference_calls)});
-    seedTable_->item(i, 0)->setToolTip(QString::fromStdString(row.method));
+    courseTable_->item(i, 0)->setToolTip(QString::fromStdString(row.method));
   }
-  seedTable_->resizeRowsToContents();
+  courseTable_->resizeRowsToContents();
 }
 
 void ContinuousTab::onFailed(const QString& kind, const QString& message) {
@@ -638,7 +638,7 @@ void ContinuousTab::onFailed(const QString& kind, const QString& message) {
 
 void ContinuousTab::finishJob(bool ok, const QString& message) {
   job_ = Job::None;
-  seedRun_->setEnabled(true);
+  courseRun_->setEnabled(true);
   runEnded(ok, message);
 }
 
@@ -682,8 +682,8 @@ QJsonObject ContinuousTab::lastResult() const {
   } else {
     o[QStringLiteral("experiment")] = QStringLiteral("sync-vs-continuous");
   }
-  if (hasSeedResult_) {
-    o[QStringLiteral("seed_benchmark")] = toQJsonObject(seedResult_.to_json());
+  if (hasCourseResult_) {
+    o[QStringLiteral("course_benchmark")] = toQJsonObject(courseResult_.to_json());
   }
   if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
   return o;
@@ -692,21 +692,22 @@ QJsonObject ContinuousTab::lastResult() const {
 void ContinuousTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
   queue_->loadSettings(s);
-  const auto spin = [&s](QSpinBox* box, const char* key) {
-    box->setValue(s.value(QLatin1String(key), box->value()).toInt());
+  // Settings written before the rename used "seed..." for these keys: read them as a fallback.
+  const auto spin = [&s](QSpinBox* box, const char* key, const char* oldKey) {
+    loadSpin(s, QLatin1String(s.contains(QLatin1String(key)) ? key : oldKey), box);
   };
-  spin(seedQueries_, "seedQueries");
-  spin(seedNewTokens_, "seedNewTokens");
-  spin(seedMaxBatch_, "seedMaxBatch");
+  spin(courseQueries_, "courseQueries", "seedQueries");
+  spin(courseNewTokens_, "courseNewTokens", "seedNewTokens");
+  spin(courseMaxBatch_, "courseMaxBatch", "seedMaxBatch");
   s.endGroup();
 }
 
 void ContinuousTab::saveSettings(QSettings& s) const {
   s.beginGroup(tabId());
   queue_->saveSettings(s);
-  s.setValue(QStringLiteral("seedQueries"), seedQueries_->value());
-  s.setValue(QStringLiteral("seedNewTokens"), seedNewTokens_->value());
-  s.setValue(QStringLiteral("seedMaxBatch"), seedMaxBatch_->value());
+  s.setValue(QStringLiteral("courseQueries"), courseQueries_->value());
+  s.setValue(QStringLiteral("courseNewTokens"), courseNewTokens_->value());
+  s.setValue(QStringLiteral("courseMaxBatch"), courseMaxBatch_->value());
   s.endGroup();
 }
 

@@ -2,7 +2,7 @@
 // Continuous batching (lesson 3): one queue of short and long requests served by synchronous
 // (static) batching and by continuous batching, shown live as a Gantt chart of the batch slots,
 // a token stream per request, the batch occupancy per step and the latency per request; then
-// the two side by side, and the seed's benchmark table.
+// the two side by side, and the course's benchmark table.
 #include <QStringList>
 #include <QVector>
 
@@ -33,10 +33,10 @@ class ContinuousTab : public ExperimentTab {
   QString title() const override { return tr("Continuous batching"); }
   ChartView* primaryChart() const override { return gantt_; }
   QList<ChartView*> charts() const override { return {gantt_, occupancy_, latency_}; }
-  // Serves the queue synchronously, then with continuous batching (and the seed's merge/filter).
+  // Serves the queue synchronously, then with continuous batching (and the course's merge/filter).
   bool run() override;
-  // The seed's benchmark: N queries one at a time, then continuously batched.
-  bool runSeedBenchmark();
+  // The course's benchmark: N queries one at a time, then continuously batched.
+  bool runCourseBenchmark();
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
@@ -53,16 +53,16 @@ class ContinuousTab : public ExperimentTab {
   void setArrivalRate(double perSecond);   // 0: all requests at the start
   void setSeed(int seed);
   void setNaive(bool on);
-  void setSeedQueries(int n);
-  void setSeedNewTokens(int n);
-  void setSeedMaxBatch(int n);
+  void setCourseQueries(int n);
+  void setCourseNewTokens(int n);
+  void setCourseMaxBatch(int n);
   servelab::SyncVsContinuousParams params() const;
-  servelab::SeedBenchmarkParams seedParams() const;
+  servelab::CourseBenchmarkParams courseParams() const;
 
   bool hasResult() const { return hasResult_; }
   const servelab::SyncVsContinuousResult& result() const { return result_; }
-  bool hasSeedResult() const { return hasSeedResult_; }
-  const servelab::SeedBenchmarkResult& seedResult() const { return seedResult_; }
+  bool hasCourseResult() const { return hasCourseResult_; }
+  const servelab::CourseBenchmarkResult& courseResult() const { return courseResult_; }
   // The timelines the selector offers after a run (one per method), and the one drawn.
   QStringList timelineNames() const;
   int shownTimeline() const;
@@ -75,7 +75,7 @@ class ContinuousTab : public ExperimentTab {
   void changeEvent(QEvent* event) override;
 
  private:
-  enum class Job { None, Compare, Seed };
+  enum class Job { None, Compare, Course };
   struct Shown {
     QString name;
     BatchTimeline timeline;
@@ -89,7 +89,7 @@ class ContinuousTab : public ExperimentTab {
   void onRetired(const servelab::RequestResult& request);
   void onStep(const servelab::BatchStep& step);
   void onCompareFinished(const servelab::SyncVsContinuousResult& result);
-  void onSeedFinished(const servelab::SeedBenchmarkResult& result);
+  void onCourseFinished(const servelab::CourseBenchmarkResult& result);
   void onFailed(const QString& kind, const QString& message);
   void finishJob(bool ok, const QString& message);
   void scheduleFlush();
@@ -100,18 +100,18 @@ class ContinuousTab : public ExperimentTab {
   QString seriesFor(const QString& method) const;
   int ensureSeries(ChartView* chart, const QString& name);
   void fillComparison(const servelab::SyncVsContinuousResult& r);
-  void fillSeedTable(const servelab::SeedBenchmarkResult& r);
+  void fillCourseTable(const servelab::CourseBenchmarkResult& r);
   void rebuildSelector(int select);
 
   // Request queue.
   RequestQueueForm* queue_;
   RunProgressBar* progress_;
   QLabel* summary_;
-  // Seed benchmark.
-  QSpinBox* seedQueries_;
-  QSpinBox* seedNewTokens_;
-  QSpinBox* seedMaxBatch_;
-  QPushButton* seedRun_;
+  // Course benchmark.
+  QSpinBox* courseQueries_;
+  QSpinBox* courseNewTokens_;
+  QSpinBox* courseMaxBatch_;
+  QPushButton* courseRun_;
   // Views.
   QComboBox* selector_;
   ChartView* gantt_;
@@ -121,7 +121,7 @@ class ContinuousTab : public ExperimentTab {
   QTabWidget* resultTabs_;
   QTabWidget* chartTabs_;
   QTableWidget* comparison_;
-  QTableWidget* seedTable_;
+  QTableWidget* courseTable_;
   QTimer* flushTimer_;
 
   ModelSummary model_;
@@ -132,12 +132,12 @@ class ContinuousTab : public ExperimentTab {
   bool pendingAny_ = false;
   bool timelineDirty_ = false;
   BatchTimeline drawn_;
-  QVector<Shown> shown_;  // compare runs first, then the seed benchmark's batched run
+  QVector<Shown> shown_;  // compare runs first, then the course benchmark's batched run
   int compareShown_ = 0;  // how many of shown_ are compare runs
   servelab::SyncVsContinuousResult result_;
   bool hasResult_ = false;
-  servelab::SeedBenchmarkResult seedResult_;
-  bool hasSeedResult_ = false;
+  servelab::CourseBenchmarkResult courseResult_;
+  bool hasCourseResult_ = false;
   QString lastError_;
 };
 

@@ -6,10 +6,10 @@
 
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
+#include "experiments/course_benchmark.h"
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"
 #include "experiments/quantization.h"
-#include "experiments/seed_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
 #include "generate/generation.h"

@@ -36,6 +36,9 @@ class ExperimentTab : public QWidget {
   // Model, device, dtype and threads for chart footnotes and captions.
   virtual void setModel(const ModelSummary& model) = 0;
   bool isRunning() const { return running_; }
+  // Why the last run() returned false, in plain words (empty when the engine refused the job: the
+  // controller's rejected() says why then).
+  const QString& refusal() const { return refusal_; }
 
  Q_SIGNALS:
   // The run this tab started has ended: ok, or the reason it did not finish.
@@ -48,8 +51,15 @@ class ExperimentTab : public QWidget {
   void runStarted();
   void runEnded(bool ok, const QString& message);
 
+  // Records why run() cannot start and returns false, for `return refuseRun(...)`.
+  bool refuseRun(const QString& why) {
+    refusal_ = why;
+    return false;
+  }
+
   EngineController* engine_;
   bool running_ = false;
+  QString refusal_;
   QPushButton* runButton_ = nullptr;
   QPushButton* stopButton_ = nullptr;
 };

@@ -3,10 +3,58 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <cmath>
 
 #include "engine_job.h"
 
 namespace servelab::ui {
+
+QStringList& settingsIssues() {
+  static QStringList issues;
+  return issues;
+}
+
+namespace {
+
+QString settingsKey(const QSettings& s, const QString& key) {
+  return s.group().isEmpty() ? key : s.group() + QLatin1Char('/') + key;
+}
+
+}  // namespace
+
+void loadSpin(QSettings& s, const QString& key, QSpinBox* box) {
+  if (!s.contains(key)) return;
+  const QString text = s.value(key).toString().trimmed();
+  bool ok = false;
+  const qlonglong v = text.toLongLong(&ok);
+  if (!ok) {
+    settingsIssues() << QStringLiteral("%1 = \"%2\" is not a whole number").arg(settingsKey(s, key), text);
+  } else if (v < box->minimum() || v > box->maximum()) {
+    settingsIssues() << QStringLiteral("%1 = %2 is outside %3..%4")
+                            .arg(settingsKey(s, key), text)
+                            .arg(box->minimum())
+                            .arg(box->maximum());
+  } else {
+    box->setValue(static_cast<int>(v));
+  }
+}
+
+void loadSpin(QSettings& s, const QString& key, QDoubleSpinBox* box) {
+  if (!s.contains(key)) return;
+  const QString text = s.value(key).toString().trimmed();
+  bool ok = false;
+  const double v = text.toDouble(&ok);
+  if (!ok || !std::isfinite(v)) {
+    settingsIssues() << QStringLiteral("%1 = \"%2\" is not a number").arg(settingsKey(s, key), text);
+  } else if (v < box->minimum() || v > box->maximum()) {
+    settingsIssues() << QStringLiteral("%1 = %2 is outside %3..%4")
+                            .arg(settingsKey(s, key), text)
+                            .arg(box->minimum())
+                            .arg(box->maximum());
+  } else {
+    box->setValue(v);
+  }
+}
 
 QSpinBox* makeSpin(QWidget* parent, const QString& name, int lo, int hi, int value, const QString& suffix) {
   auto* s = new QSpinBox(parent);

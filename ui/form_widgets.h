@@ -1,7 +1,9 @@
 #pragma once
 // Small widgets and factories the tabs share: spin boxes, result tables and their cells, the run's
 // progress bar, and rows of labelled controls.
+#include <QDoubleSpinBox>
 #include <QProgressBar>
+#include <QSettings>
 #include <QSpinBox>
 #include <QString>
 #include <QStringList>
@@ -19,6 +21,14 @@ class EngineJob;
 // A spin box with an object name (tests and settings find it by name), range, value and suffix.
 QSpinBox* makeSpin(QWidget* parent, const QString& name, int lo, int hi, int value,
                    const QString& suffix = QString());
+
+// Settings values a tab could not take: "group/key = value is not a number" or "... is outside
+// lo..hi". The control keeps its value (the default); the main window reports every one (a warning
+// line, or the scripted mode's failure) instead of clamping or ignoring it silently.
+QStringList& settingsIssues();
+// box = settings[key] when the key is there, a number and within the box's range; else an issue.
+void loadSpin(QSettings& settings, const QString& key, QSpinBox* box);
+void loadSpin(QSettings& settings, const QString& key, QDoubleSpinBox* box);
 
 // A read-only table of whole rows: no row numbers, no wrapping, columns sized to their contents
 // with the last one stretched.

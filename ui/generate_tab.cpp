@@ -22,6 +22,7 @@
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "engine_session.h"
+#include "form_widgets.h"
 
 namespace servelab::ui {
 
@@ -367,12 +368,12 @@ QJsonObject GenerateTab::lastResult() const {
 void GenerateTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
   prompt_->setPlainText(s.value(QStringLiteral("prompt"), prompt_->toPlainText()).toString());
-  maxTokens_->setValue(s.value(QStringLiteral("maxNewTokens"), maxTokens_->value()).toInt());
+  loadSpin(s, QStringLiteral("maxNewTokens"), maxTokens_);
   mode_->setCurrentIndex(s.value(QStringLiteral("sampling"), false).toBool() ? 1 : 0);
-  temperature_->setValue(s.value(QStringLiteral("temperature"), temperature_->value()).toDouble());
-  topK_->setValue(s.value(QStringLiteral("topK"), topK_->value()).toInt());
-  topP_->setValue(s.value(QStringLiteral("topP"), topP_->value()).toDouble());
-  seed_->setValue(s.value(QStringLiteral("seed"), seed_->value()).toInt());
+  loadSpin(s, QStringLiteral("temperature"), temperature_);
+  loadSpin(s, QStringLiteral("topK"), topK_);
+  loadSpin(s, QStringLiteral("topP"), topP_);
+  loadSpin(s, QStringLiteral("seed"), seed_);
   stopAtEos_->setChecked(s.value(QStringLiteral("stopAtEos"), true).toBool());
   chat_->setChecked(s.value(QStringLiteral("chat"), true).toBool());
   s.endGroup();

@@ -260,8 +260,8 @@ void KvCacheTab::loadSettings(QSettings& s) {
   prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
   const int promptTokens = s.value(QStringLiteral("promptTokens"), 0).toInt();
   setPromptTokens(promptTokens);
-  newTokens_->setValue(s.value(QStringLiteral("newTokens"), newTokens_->value()).toInt());
-  repeats_->setValue(s.value(QStringLiteral("repeats"), repeats_->value()).toInt());
+  loadSpin(s, QStringLiteral("newTokens"), newTokens_);
+  loadSpin(s, QStringLiteral("repeats"), repeats_);
   s.endGroup();
 }
 

@@ -33,6 +33,7 @@
 #include "continuous_tab.h"
 #include "engine_session.h"
 #include "experiment_tab.h"
+#include "form_widgets.h"
 #include "generate_tab.h"
 #include "kv_cache_tab.h"
 #include "multi_lora_tab.h"
@@ -142,6 +143,8 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   recent_ = s.value(QStringLiteral("model/recent")).toStringList();
   rebuildRecentMenu();
   for (ExperimentTab* t : tabs_) t->loadSettings(s);
+  settingsIssues_ = settingsIssues();
+  settingsIssues().clear();
   selectTab(s.value(QStringLiteral("window/tab"), QStringLiteral("generate")).toString());
   setTheme(s.value(QStringLiteral("ui/theme")).toString() == QLatin1String("dark") ? ChartTheme::Dark
                                                                                    : ChartTheme::Light);
@@ -238,9 +241,17 @@ void MainWindow::buildModelBar() {
   bar->addWidget(loadProgress_);
 
   QSettings& s = *settings_;
-  device_->setCurrentText(s.value(QStringLiteral("model/device"), QStringLiteral("cpu")).toString());
-  dtype_->setCurrentText(s.value(QStringLiteral("model/dtype"), QStringLiteral("fp32")).toString());
-  threads_->setValue(s.value(QStringLiteral("model/threads"), 0).toInt());
+  // A device or dtype this machine does not offer is reported, not silently replaced.
+  for (QComboBox* box : {device_, dtype_}) {
+    const QString key = box == device_ ? QStringLiteral("model/device") : QStringLiteral("model/dtype");
+    if (!s.contains(key)) continue;
+    const QString v = s.value(key).toString();
+    if (box->findText(v) < 0)
+      settingsIssues() << QStringLiteral("%1 = \"%2\" is not one of this machine's choices").arg(key, v);
+    else
+      box->setCurrentText(v);
+  }
+  loadSpin(s, QStringLiteral("model/threads"), threads_);
 }
 
 void MainWindow::buildMenus() {
@@ -504,8 +515,32 @@ void MainWindow::dropEvent(QDropEvent* event) {
 
 // --- Scripting ------------------------------------------------------------------------------
 
+void MainWindow::warnSettingsIssues() const {
+  for (const QString& issue : settingsIssues_)
+    std::fprintf(stderr, "servelab: warning: settings file %s: %s (the default is kept)\n",
+                 qPrintable(settings_->fileName()), qPrintable(issue));
+}
+
 void MainWindow::runScript(const ScriptOptions& options) {
   script_ = options;
+  // A script runs what the settings file says, or nothing: a value it cannot take is an error.
+  if (!settingsIssues_.isEmpty()) {
+    finishScript(
+        false,
+        tr("settings file %1: %2").arg(settings_->fileName(), settingsIssues_.join(QStringLiteral("; "))));
+    return;
+  }
+  if (!options.exportChart.isEmpty()) {
+    const QString suffix = QFileInfo(options.exportChart).suffix().toLower();
+    if (!QStringList{QStringLiteral("png"), QStringLiteral("svg"), QStringLiteral("pdf"),
+                     QStringLiteral("csv")}
+             .contains(suffix)) {
+      finishScript(false, tr("--export-chart %1: the file must end in .png, .svg, .pdf or .csv, not \".%2\"")
+                              .arg(options.exportChart, suffix));
+      return;
+    }
+  }
+  connect(engine_, &EngineController::rejected, this, [this](const QString& why) { lastRejection_ = why; });
   if (!options.tab.isEmpty() && !selectTab(options.tab)) {
     finishScript(false,
                  tr("unknown tab \"%1\" (tabs: %2)").arg(options.tab, tabIds().join(QStringLiteral(", "))));
@@ -523,7 +558,12 @@ void MainWindow::runScript(const ScriptOptions& options) {
     connect(t, &ExperimentTab::runFinished, this, [this](bool ok, const QString& message) {
       QTimer::singleShot(400, this, [this, ok, message] { finishScript(ok, message); });
     });
-    if (!t->run()) finishScript(false, tr("the %1 experiment could not start").arg(t->tabId()));
+    if (!t->run()) {
+      // The tab's own words (or the engine's), not only that it did not start.
+      const QString why = !t->refusal().isEmpty() ? t->refusal() : lastRejection_;
+      finishScript(false, why.isEmpty() ? tr("the %1 experiment could not start").arg(t->tabId())
+                                        : tr("the %1 experiment could not start: %2").arg(t->tabId(), why));
+    }
   };
   if (engine_->state() == EngineController::State::Idle)
     start();

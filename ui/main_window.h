@@ -38,6 +38,8 @@ class MainWindow : public QMainWindow {
  public:
   // settings: where parameters, the last model and the window geometry persist.
   explicit MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent = nullptr);
+  // One warning line on stderr per settings value a tab could not take (the default was kept).
+  void warnSettingsIssues() const;
   ~MainWindow() override;
 
   EngineController* engine() const { return engine_; }
@@ -124,6 +126,8 @@ class MainWindow : public QMainWindow {
   ChartTheme theme_ = ChartTheme::Light;
   ScriptOptions script_;
   bool scriptStarted_ = false;
+  QStringList settingsIssues_;  // settings values the tabs could not take (form_widgets.h)
+  QString lastRejection_;       // the engine's last reason for refusing a job
 };
 
 }  // namespace servelab::ui

@@ -124,7 +124,7 @@ QWidget* MultiLoraTab::buildSweepBox() {
       tr("<b>LoRA</b> freezes a weight matrix W and adds a low-rank update, y = xW + (α/r)·xAB, so one base "
          "model can serve many small fine-tuned adapters. When the rows of a batch use different adapters, "
          "the "
-         "seed's <b>loop</b> does one tiny product pair per row and leaves the hardware idle; "
+         "course's <b>loop</b> does one tiny product pair per row and leaves the hardware idle; "
          "<b>gathered</b> "
          "picks every row's A and B from one stack for one batched matmul, and <b>segmented</b> (Punica's "
          "SGMV) does one product pair per adapter for the rows that share it."),
@@ -296,15 +296,15 @@ bool MultiLoraTab::runSweep() {
   const QVector<qint64> sizes = batchSizes(&error);
   if (sizes.isEmpty()) {
     summary_->setText(tr("<b>Cannot run:</b> %1.").arg(error.toHtmlEscaped()));
-    return false;
+    return refuseRun(error);
   }
   if (strategies().isEmpty()) {
     summary_->setText(tr("<b>Cannot run:</b> choose at least one strategy."));
-    return false;
+    return refuseRun(tr("choose at least one strategy"));
   }
   if (adapters_->joining() > 0) {
     summary_->setText(tr("<b>Cannot run yet:</b> adapters are still being loaded."));
-    return false;
+    return refuseRun(tr("adapters are still being loaded"));
   }
   const servelab::MultiLoraParams p = params();
   EngineJob* job = engine_->submit(tr("multi-LoRA"), [p](JobContext& c) {
@@ -437,7 +437,7 @@ void MultiLoraTab::onFinished(const servelab::MultiLoraResult& r) {
   }
   latencyChart_->rescale();
   ratioChart_->rescale();
-  const QString note = liveToy_ ? tr("the seed's toy model, %1 forward passes").arg(runParams_.toy_samples)
+  const QString note = liveToy_ ? tr("the course's toy model, %1 forward passes").arg(runParams_.toy_samples)
                                 : tr("%1 rows · context %2 · median of %3×%4 steps")
                                       .arg(QString::fromStdString(r.assignment))
                                       .arg(runParams_.context)

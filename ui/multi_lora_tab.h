@@ -1,7 +1,7 @@
 #pragma once
 // Multi-LoRA (lessons 5 and 6 and beyond): the LoRA arithmetic of one matrix made visible, a list
 // of adapters (PEFT folders or seeded random ones), a batch whose rows use different adapters timed
-// with the seed's loop, the seed's gathered matmul and segmented (SGMV) products against the base
+// with the course's loop, the course's gathered matmul and segmented (SGMV) products against the base
 // model, the same prompt's text through every adapter, and a queue served by continuous batching
 // with an adapter per request and a bounded adapter cache.
 //

@@ -140,7 +140,7 @@ QString greedyComparisonHtml(const servelab::GreedyComparison& g, const QString&
 
 QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
   // --- Controls ---
-  zp_ = new QCheckBox(tr("seed zero-point uint8"), this);
+  zp_ = new QCheckBox(tr("course zero-point uint8"), this);
   zp_->setObjectName(QStringLiteral("quantModeZp"));
   zp_->setToolTip(tr("zp-uint8, the lesson's method: one scale and zero point per tensor, values 0..255"));
   int8_ = new QCheckBox(tr("per-channel int8"), this);
@@ -211,7 +211,7 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
   summary_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
 
   auto* explanation = new QLabel(
-      tr("<b>Zero-point quantization</b> (the seed) maps a tensor's [min, max] linearly onto 0…255: "
+      tr("<b>Zero-point quantization</b> (the course's) maps a tensor's [min, max] linearly onto 0…255: "
          "scale = (max − min) / 255, zero point = min; one byte per weight instead of four. <b>Per-channel "
          "int8</b> keeps a scale per output row; <b>int4</b> a scale and a minimum per group of 64 weights. "
          "<b>Dequantize once</b> rebuilds fp32 weights at load: it saves disk only, not memory or time while "
@@ -447,7 +447,7 @@ bool QuantizationTab::run() {
   const servelab::QuantizationParams p = params();
   if (p.modes.empty()) {
     summary_->setText(tr("<b>Cannot run:</b> choose at least one mode to compare with fp32."));
-    return false;
+    return refuseRun(tr("choose at least one mode to compare with fp32"));
   }
   EngineJob* job = engine_->submit(tr("quantization"), [p](JobContext& c) {
     servelab::QuantizationResult r = servelab::run_quantization(c.engine(), p, c.control());
@@ -762,8 +762,8 @@ void QuantizationTab::loadSettings(QSettings& s) {
   if (group_->findText(QString::number(group)) >= 0) group_->setCurrentText(QString::number(group));
   if (s.contains(QStringLiteral("modes"))) setModes(s.value(QStringLiteral("modes")).toStringList());
   setExec(s.value(QStringLiteral("exec"), exec()).toString());
-  newTokens_->setValue(s.value(QStringLiteral("newTokens"), newTokens_->value()).toInt());
-  repeats_->setValue(s.value(QStringLiteral("repeats"), repeats_->value()).toInt());
+  loadSpin(s, QStringLiteral("newTokens"), newTokens_);
+  loadSpin(s, QStringLiteral("repeats"), repeats_);
   speed_->setChecked(s.value(QStringLiteral("measureSpeed"), speed_->isChecked()).toBool());
   // The speed workload has no controls (the core's defaults suit a lesson); scripts set it here.
   setSpeedWorkload(s.value(QStringLiteral("decodeTokens"), static_cast<int>(workload_.decode_tokens)).toInt(),

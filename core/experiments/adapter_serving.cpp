@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "lora/lora_adapter.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -20,6 +22,25 @@ int64_t adapter_requests(const AdapterServingParams& p) {
 }
 
 }  // namespace
+
+void check_adapter_serving_params(const Engine& engine, const AdapterServingParams& p) {
+  limits::check_range("requests", p.requests, 1, limits::kMaxRequests);
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
+  limits::check_range("max batch", p.max_batch, 1, limits::kMaxBatch);
+  limits::check_range("cache capacity", p.cache_capacity, 0, limits::kMaxAdapters);
+  if (p.base_every < 0)
+    throw InputError("base-every must be 0 (none) or more, got " + std::to_string(p.base_every));
+  limits::check_range("adapters", static_cast<int64_t>(p.adapters.size()), 0, limits::kMaxAdapters);
+  if (p.adapters.empty()) {
+    limits::check_range("random adapters", p.random_adapters, 1, limits::kMaxAdapters);
+    limits::check_range("rank", p.random_rank, 1, limits::kMaxRank);
+    // The adapters held at once: the cache's capacity, or all of them.
+    const int64_t held =
+        p.cache_capacity > 0 ? std::min(p.cache_capacity, p.random_adapters) : p.random_adapters;
+    limits::check_fits_in_memory(std::to_string(held) + " adapters of rank " + std::to_string(p.random_rank),
+                                 held * lora_adapter_bytes(engine.model(), p.random_rank));
+  }
+}
 
 std::vector<AdapterSource> adapter_serving_adapters(const AdapterServingParams& p) {
   std::vector<AdapterSource> out = p.adapters;
@@ -81,6 +102,7 @@ AdapterServingResult run_adapter_serving(const Engine& engine, const AdapterServ
                                          const ExperimentControl& control) {
   if (p.requests < 1)
     throw InputError("the queue needs at least 1 request, got " + std::to_string(p.requests));
+  check_adapter_serving_params(engine, p);
   const std::vector<int32_t> ids = encode_prompt(engine.tokenizer(), p.prompt);
   if (ids.empty()) throw InputError("the prompt is empty: type at least one character");
   AdapterServingResult result;

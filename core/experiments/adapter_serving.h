@@ -28,6 +28,8 @@ struct AdapterServingParams {
 };
 
 // The adapters the run uses: params.adapters, or the random ones, without those no request names.
+// InputError naming the count at fault (requests, adapters, rank, ...) before anything is allocated.
+void check_adapter_serving_params(const Engine& engine, const AdapterServingParams& params);
 std::vector<AdapterSource> adapter_serving_adapters(const AdapterServingParams& params);
 // The adapter each request names, in queue order ("" for the base model).
 std::vector<std::string> adapter_serving_assignment(const AdapterServingParams& params);

@@ -5,6 +5,7 @@
 #include "generate/generator.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -34,9 +35,9 @@ BatchSweepResult run_batch_sweep(const Engine& engine, const BatchSweepParams& p
                                  const ExperimentControl& control) {
   if (p.prompts.empty()) throw InputError("batch sweep needs at least one prompt");
   if (p.batch_sizes.empty()) throw InputError("batch sweep needs at least one batch size");
-  if (p.repeats < 1) throw InputError("repeats must be at least 1");
-  for (int64_t b : p.batch_sizes)
-    if (b < 1) throw InputError("batch size must be at least 1, got " + std::to_string(b));
+  limits::check_range("repeats", p.repeats, 1, limits::kMaxRepeats);
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
+  for (int64_t b : p.batch_sizes) limits::check_range("batch size", b, 1, limits::kMaxBatch);
   std::vector<std::vector<int32_t>> encoded;
   for (const auto& s : p.prompts) encoded.push_back(encode_prompt(engine.tokenizer(), s));
   GenerateOptions o;

@@ -21,9 +21,9 @@ struct BatchSweepParams {
 struct BatchSweepPoint {
   int64_t batch_size = 0;
   double total_ms = 0;        // median wall time of the whole batch generation
-  double step_ms = 0;         // total_ms / new_tokens: the seed's "latency"
+  double step_ms = 0;         // total_ms / new_tokens: the course's "latency"
   double decode_step_ms = 0;  // median decode step (prefill excluded)
-  double tokens_per_ms = 0;   // batch * new_tokens / total_ms: the seed's throughput
+  double tokens_per_ms = 0;   // batch * new_tokens / total_ms: the course's throughput
   double tokens_per_s = 0;
 };
 

@@ -6,6 +6,7 @@
 #include "generate/generator.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -28,11 +29,12 @@ nlohmann::json KvCacheTimingResult::to_json() const {
 
 KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimingParams& p,
                                         const ExperimentControl& control) {
-  if (p.repeats < 1) throw InputError("repeats must be at least 1");
+  limits::check_range("repeats", p.repeats, 1, limits::kMaxRepeats);
+  // The prompt is built to this length before generation checks it against the context.
+  limits::check_range("prompt length (tokens)", p.prompt_tokens, 0, limits::kMaxTokens);
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
   KvCacheTimingResult r;
   r.prompt_ids = encode_prompt(engine.tokenizer(), p.prompt);
-  if (p.prompt_tokens < 0)
-    throw InputError("prompt length must be positive, got " + std::to_string(p.prompt_tokens));
   if (p.prompt_tokens > 0) {
     if (r.prompt_ids.empty())
       throw InputError("the prompt is empty: nothing to repeat to " + std::to_string(p.prompt_tokens) +

@@ -17,6 +17,7 @@
 #include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -43,34 +44,59 @@ void check_params(const MultiLoraParams& p) {
   for (int64_t b : p.batch_sizes)
     if (b < 1 || b > 1024)
       throw InputError("batch size must be between 1 and 1024, got " + std::to_string(b));
-  if (p.repeats < 1) throw InputError("repeats must be at least 1, got " + std::to_string(p.repeats));
+  limits::check_range("repeats", p.repeats, 1, limits::kMaxRepeats);
   if (p.workload == "toy") {
+    limits::check_range("toy adapters", p.toy_adapters, 1, limits::kMaxAdapters);
+    limits::check_range("toy samples", p.toy_samples, 1, limits::kMaxSteps);
+    limits::check_range("toy sequence length", p.toy_seq_len, 1, limits::kMaxSteps);
     if (p.toy_adapters < 1 || p.toy_rank < 1 || p.toy_rank > 10 || p.toy_samples < 1 || p.toy_seq_len < 1)
       throw InputError("toy workload needs at least 1 adapter, a rank of 1..10, 1+ samples and 1+ tokens");
     return;
   }
-  if (p.adapters.empty() && (p.random_adapters < 1 || p.random_rank < 1))
-    throw InputError("random adapters: count and rank must be at least 1");
-  if (p.decode_steps < 1)
-    throw InputError("decode steps must be at least 1, got " + std::to_string(p.decode_steps));
+  limits::check_range("adapters", static_cast<int64_t>(p.adapters.size()), 0, limits::kMaxAdapters);
+  if (p.adapters.empty()) {
+    limits::check_range("random adapters", p.random_adapters, 1, limits::kMaxAdapters);
+    limits::check_range("rank", p.random_rank, 1, limits::kMaxRank);
+  }
+  limits::check_range("decode steps", p.decode_steps, 1, limits::kMaxSteps);
   if (p.context < 1) throw InputError("context must be at least 1 token, got " + std::to_string(p.context));
+  limits::check_range("context", p.context, 1, limits::kMaxTokens);
   if (p.assignment != "distinct" && p.assignment != "shared" && p.assignment != "mixed" &&
       p.assignment != "rows")
     throw InputError("unknown adapter assignment '" + p.assignment +
                      "' (choose distinct, shared, mixed or rows)");
-  if (p.assignment == "shared" && p.shared_adapters < 1)
-    throw InputError("shared assignment needs at least 1 adapter, got " + std::to_string(p.shared_adapters));
+  if (p.assignment == "shared")
+    limits::check_range("shared adapters", p.shared_adapters, 1, limits::kMaxAdapters);
   if (p.assignment == "rows" && p.row_adapters.empty()) throw InputError("the batch composer has no rows");
-  if (p.new_tokens < 1) throw InputError("new tokens must be at least 1");
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
 }
 
-// ---- the seed's toy model (lesson 6) ----
+// Every adapter of a run is held at once (and once more in the gathered stack): what the random
+// ones will cost, before any is made. PEFT folders are checked by their reader.
+void check_adapters_fit(const Model& model, const MultiLoraParams& p) {
+  int64_t bytes = 0;
+  if (p.adapters.empty()) {
+    bytes = p.random_adapters * lora_adapter_bytes(model, p.random_rank);
+  } else {
+    for (const AdapterSource& s : p.adapters)
+      if (s.peft_dir.empty()) {
+        limits::check_range("rank of adapter '" + s.name + "'", s.rank, 1, limits::kMaxRank);
+        bytes += lora_adapter_bytes(model, s.rank);
+      }
+  }
+  limits::check_fits_in_memory(
+      std::to_string(p.adapters.empty() ? p.random_adapters : static_cast<int64_t>(p.adapters.size())) +
+          " adapters (twice, with the gathered stack)",
+      2 * bytes);
+}
+
+// ---- the course's toy model (lesson 6) ----
 
 MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& control) {
   MultiLoraResult result;
   result.workload = "toy";
   result.architecture = "toy";
-  result.model = "the seed's toy model: embedding 10, linear 10x10 with LoRA, lm_head 10x10";
+  result.model = "the course's toy model: embedding 10, linear 10x10 with LoRA, lm_head 10x10";
   result.threads = engine_threads();
   result.device = "cpu";
   result.assignment = "random";
@@ -86,7 +112,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
   for (int64_t i = 0; i < p.toy_adapters; ++i) {
     auto a = std::make_shared<LoraAdapter>("toy-" + std::to_string(i), 1);
     a->source = "random (seed 42)";
-    a->alpha = static_cast<double>(p.toy_rank);  // the seed adds x A B unscaled: scale 1
+    a->alpha = static_cast<double>(p.toy_rank);  // the course adds x A B unscaled: scale 1
     a->set(0, LinearSlot::Attn, at::randn({H, p.toy_rank}, gen, f32), at::randn({p.toy_rank, H}, gen, f32),
            1.0);
     adapters.push_back(a.get());
@@ -95,7 +121,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
   result.adapters.push_back(owned.front()->info());
   result.shapes.push_back({"linear", H, H, p.toy_rank, H * H, p.toy_rank * 2 * H,
                            static_cast<double>(p.toy_rank * 2 * H) / static_cast<double>(H * H)});
-  auto stack = std::make_shared<const LoraStack>(adapters);  // the seed's loras_a / loras_b
+  auto stack = std::make_shared<const LoraStack>(adapters);  // the course's loras_a / loras_b
 
   std::vector<std::string> methods = {"base"};
   for (const auto& s : p.strategies) methods.push_back(s);
@@ -113,7 +139,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
       for (int64_t r = 0; r < bs; ++r) rows.push_back(adapters[static_cast<size_t>(idx[r].item<int64_t>())]);
       std::vector<int64_t> first_tokens;
       for (size_t m = 0; m < methods.size(); ++m) {
-        // One token: embedding, the LoRA linear, lm_head, argmax of the last position (the seed's
+        // One token: embedding, the LoRA linear, lm_head, argmax of the last position (the course's
         // generate_token), timed end to end including building the batch's adapter rows.
         const DeviceTimer timer(at::kCPU);
         at::Tensor x = at::embedding(emb, ids).view({bs * p.toy_seq_len, H});
@@ -135,7 +161,7 @@ MultiLoraResult run_toy(const MultiLoraParams& p, const ExperimentControl& contr
     for (size_t m = 0; m < methods.size(); ++m) {
       double sum = 0;
       for (double v : ms[m]) sum += v;
-      const double mean = sum / static_cast<double>(ms[m].size());  // the seed averages
+      const double mean = sum / static_cast<double>(ms[m].size());  // the course averages
       if (m == 0) base_mean = mean;
       MultiLoraPoint pt{
           methods[m], bs, mean, mean / base_mean, median(ms[m]), std::min<int64_t>(bs, p.toy_adapters)};
@@ -196,6 +222,7 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
                                const ExperimentControl& control) {
   check_params(p);
   if (p.workload == "toy") return run_toy(p, control);
+  check_adapters_fit(engine.model(), p);
 
   c10::InferenceMode guard;
   const Model& model = engine.model();
@@ -245,7 +272,7 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
   for (const auto& s : p.strategies) methods.push_back(s);
   const bool want_gathered =
       std::find(p.strategies.begin(), p.strategies.end(), "gathered") != p.strategies.end();
-  // The seed's stack of every adapter, built once like its loras_a / loras_b.
+  // The course's stack of every adapter, built once like its loras_a / loras_b.
   std::shared_ptr<const LoraStack> stack =
       want_gathered ? std::make_shared<const LoraStack>(adapters) : nullptr;
 

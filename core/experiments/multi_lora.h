@@ -1,6 +1,6 @@
 #pragma once
 // Lessons 5 and 6 and beyond: LoRA made visible, and a batch whose rows use different adapters
-// computed by the seed's loop, the seed's gathered batched matmul and segmented (SGMV) products,
+// computed by the course's loop, the course's gathered batched matmul and segmented (SGMV) products,
 // side by side against the base model; generated text per adapter for one prompt. Torch-free
 // header: the GUI includes it.
 #include <cstdint>
@@ -15,7 +15,7 @@
 namespace servelab {
 
 struct MultiLoraParams {
-  // "toy": the seed's model (embedding 10, linear 10x10 with LoRA, lm_head 10x10), toy_adapters
+  // "toy": the course's model (embedding 10, linear 10x10 with LoRA, lm_head 10x10), toy_adapters
   // random adapters of toy_rank, a random adapter per row, average over toy_samples forward passes
   // of toy_seq_len tokens. "gpt2": the engine's model, one decode step after `context` tokens, with
   // the base model (no adapters) measured at every batch size beside the strategies.
@@ -53,7 +53,7 @@ struct MultiLoraPoint {
   int64_t batch = 0;
   double ms = 0;
   double ratio_to_base = 0;  // ms / base ms at the same batch size
-  // toy: ms is the mean over the samples (the seed averages); median_ms resists the outliers a
+  // toy: ms is the mean over the samples (the course averages); median_ms resists the outliers a
   // busy machine adds. gpt2: both are the median over repeats.
   double median_ms = 0;
   int64_t distinct_adapters = 0;

@@ -20,6 +20,7 @@
 #include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -192,6 +193,12 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
     throw InputError(
         "quantization needs new tokens >= 1, decode tokens >= 2, batch >= 1, batch tokens >= 1, repeats >= 1 "
         "and at least 2 histogram bins");
+  limits::check_range("batch", p.batch, 1, limits::kMaxBatch);
+  limits::check_range("repeats", p.repeats, 1, limits::kMaxRepeats);
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
+  limits::check_range("decode tokens", p.decode_tokens, 2, limits::kMaxTokens);
+  limits::check_range("batch tokens", p.batch_tokens, 1, limits::kMaxTokens);
+  limits::check_range("histogram bins", p.histogram_bins, 2, 100000);
   const QuantExec exec = parse_quant_exec(p.exec);
   std::vector<QuantSpec> specs{QuantSpec{}};  // fp32 first
   for (const auto& name : p.modes) {
@@ -293,8 +300,8 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
       r.memory.total_bytes = b.total();
       r.memory.fp32_bytes = fp32_bytes;
       r.memory.fraction_of_fp32 = static_cast<double>(b.total()) / static_cast<double>(fp32_bytes);
-      r.memory.seed_footprint_bytes = b.quantized + b.other + target.hf_buffer_bytes;
-      r.memory.seed_fp32_footprint_bytes = fp32_bytes + target.hf_buffer_bytes;
+      r.memory.course_footprint_bytes = b.quantized + b.other + target.hf_buffer_bytes;
+      r.memory.course_fp32_footprint_bytes = fp32_bytes + target.hf_buffer_bytes;
 
       // Reconstruction error over every quantized element: stats per tensor and per block, then
       // one histogram over a range symmetric around 0 that holds every error.
@@ -460,8 +467,8 @@ nlohmann::json QuantizationResult::to_json() const {
                    {"total_bytes", b.total_bytes},
                    {"fp32_bytes", b.fp32_bytes},
                    {"fraction_of_fp32", b.fraction_of_fp32},
-                   {"seed_footprint_bytes", b.seed_footprint_bytes},
-                   {"seed_fp32_footprint_bytes", b.seed_fp32_footprint_bytes},
+                   {"course_footprint_bytes", b.course_footprint_bytes},
+                   {"course_fp32_footprint_bytes", b.course_fp32_footprint_bytes},
                    {"resident_bytes", b.resident_bytes},
                    {"resident_fraction_of_fp32",
                     static_cast<double>(b.resident_bytes) / static_cast<double>(b.fp32_bytes)}};

@@ -35,16 +35,16 @@ struct QuantMemory {
   int64_t parameters = 0;       // every parameter once (tied lm_head counted once)
   int64_t quantized_bytes = 0;  // the quantized values (packed for int4)
   int64_t state_bytes = 0;      // scales, zero points, minimums
-  int64_t other_bytes = 0;      // parameters kept in fp32 (biases and LayerNorms outside the seed mode)
+  int64_t other_bytes = 0;      // parameters kept in fp32 (biases and LayerNorms outside the course's mode)
   int64_t total_bytes = 0;      // quantized + state + other
   int64_t fp32_bytes = 0;
   double fraction_of_fp32 = 0;
-  // The seed measures HF's get_memory_footprint() of the model whose parameters were replaced by
+  // The course measures HF's get_memory_footprint() of the model whose parameters were replaced by
   // their uint8 values: it counts GPT-2's causal-mask buffers (attn.bias: n_layer x n_positions^2
-  // bools, attn.masked_bias: one float each) but not the states, which the seed keeps in a dict.
-  // quantized + other + those buffers: 137,022,768 bytes for GPT-2 small in the seed's mode.
-  int64_t seed_footprint_bytes = 0;
-  int64_t seed_fp32_footprint_bytes = 0;
+  // bools, attn.masked_bias: one float each) but not the states, which the course keeps in a dict.
+  // quantized + other + those buffers: 137,022,768 bytes for GPT-2 small in the course's mode.
+  int64_t course_footprint_bytes = 0;
+  int64_t course_fp32_footprint_bytes = 0;
   // Bytes of weights held in memory while the model runs under the chosen execution
   // (dequantize-once holds fp32 again; native kernels hold their own packed copies).
   int64_t resident_bytes = 0;

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "generate/static_batching.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -146,16 +148,40 @@ nlohmann::json SyncVsContinuousResult::to_json() const {
           {"runs", detail}};
 }
 
+namespace {
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
 std::vector<BatchRequest> make_sync_vs_continuous_requests(const Engine& engine,
                                                            const SyncVsContinuousParams& p) {
-  if (p.requests < 1) throw InputError("requests must be at least 1, got " + std::to_string(p.requests));
+  // Counts first: the queue is built before the scheduler checks it.
+  const int64_t context = engine.shape().context;
+  limits::check_range("requests", p.requests, 1, limits::kMaxRequests);
+  limits::check_range("max batch", p.max_batch, 1, limits::kMaxBatch);
   if (p.long_every < 1)
     throw InputError("long-every must be at least 1, got " + std::to_string(p.long_every));
-  if (p.prompt_tokens_min < 0 || p.prompt_tokens_max < p.prompt_tokens_min)
+  limits::check_range("long tokens", p.long_tokens, 1, limits::kMaxTokens);
+  limits::check_range("short tokens", p.short_tokens, 1, limits::kMaxTokens);
+  limits::check_range("prompt tokens min", p.prompt_tokens_min, 0, context);
+  limits::check_range("prompt tokens max", p.prompt_tokens_max, 0, context);
+  if (p.prompt_tokens_max < p.prompt_tokens_min)
     throw InputError("prompt token range [" + std::to_string(p.prompt_tokens_min) + ", " +
                      std::to_string(p.prompt_tokens_max) + "] is not a range of lengths");
-  if (!(p.arrival_rate >= 0))
-    throw InputError("arrival rate must be >= 0 requests/s, got " + std::to_string(p.arrival_rate));
+  limits::check_range("arrival rate (requests/s)", p.arrival_rate, 0.0, 1e9);
+  // A run waits in real time for its arrivals: refuse a rate whose queue would take longer than a
+  // run may wait (the expected span first, then the drawn one below).
+  if (p.arrival_rate > 0 && static_cast<double>(p.requests - 1) / p.arrival_rate > limits::kMaxWaitSeconds)
+    throw InputError("arrival rate " + fmt(p.arrival_rate) + " requests/s spreads " +
+                     std::to_string(p.requests) + " requests over about " +
+                     fmt(static_cast<double>(p.requests - 1) / p.arrival_rate) + " s, more than the " +
+                     std::to_string(static_cast<int64_t>(limits::kMaxWaitSeconds)) +
+                     " s a run may wait; raise the rate or use fewer requests");
   const std::vector<int32_t> base = encode_prompt(engine.tokenizer(), p.prompt);
   if (base.empty()) throw InputError("the prompt is empty");
   std::mt19937_64 rng(p.seed);
@@ -172,8 +198,14 @@ std::vector<BatchRequest> make_sync_vs_continuous_requests(const Engine& engine,
         r.prompt_ids.push_back(base[r.prompt_ids.size() % base.size()]);
     }
     r.max_new_tokens = i % p.long_every == 0 ? p.long_tokens : p.short_tokens;
-    r.stop_at_eos = false;  // the seed's requests run to their token budget
+    r.stop_at_eos = false;  // the course's requests run to their token budget
     if (p.arrival_rate > 0 && i > 0) t += std::exponential_distribution<double>(p.arrival_rate)(rng) * 1000.0;
+    if (t > limits::kMaxWaitSeconds * 1000.0)
+      throw InputError("arrival rate " + fmt(p.arrival_rate) + " requests/s with seed " +
+                       std::to_string(p.seed) + " puts request " + std::to_string(i + 1) + " at " +
+                       fmt(t / 1000.0) + " s, later than the " +
+                       std::to_string(static_cast<int64_t>(limits::kMaxWaitSeconds)) +
+                       " s a run may wait; raise the rate");
     r.arrival_ms = t;
     out.push_back(std::move(r));
   }

@@ -22,7 +22,7 @@ struct SyncVsContinuousParams {
   int64_t prompt_tokens_min = 0, prompt_tokens_max = 0;
   double arrival_rate = 0;  // requests per second (Poisson, seeded); 0: all present at the start
   std::uint64_t seed = 42;
-  bool naive = true;  // also run the seed's merge/filter continuous batching
+  bool naive = true;  // also run the course's merge/filter continuous batching
   bool warmup = true;
 };
 

@@ -11,7 +11,9 @@
 #include "lora/adapter_cache.h"
 #include "lora/lora_adapter.h"
 #include "model/model.h"
+#include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -22,9 +24,9 @@ const char* kv_strategy_name(KvStrategy strategy) {
 void check_batch_requests(const Model& model, const std::vector<BatchRequest>& requests,
                           const BatchOptions& options) {
   const ModelShape& c = model.shape();
-  if (options.max_batch < 1)
-    throw InputError("max batch must be at least 1, got " + std::to_string(options.max_batch));
+  limits::check_range("max batch", options.max_batch, 1, limits::kMaxBatch);
   if (requests.empty()) throw InputError("no requests given");
+  limits::check_range("requests", static_cast<int64_t>(requests.size()), 1, limits::kMaxRequests);
   if (options.adapter_cache_capacity < 0)
     throw InputError("adapter cache capacity must be 0 (all) or more, got " +
                      std::to_string(options.adapter_cache_capacity));
@@ -42,8 +44,10 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
       throw InputError(name + " has " + std::to_string(r.prompt_ids.size()) + " prompt tokens; with " +
                        std::to_string(r.max_new_tokens) + " new tokens that exceeds the context of " +
                        std::to_string(c.context) + " positions");
-    if (!(r.arrival_ms >= 0))
-      throw InputError(name + ": arrival time must be >= 0 ms, got " + std::to_string(r.arrival_ms));
+    if (!(r.arrival_ms >= 0 && r.arrival_ms <= limits::kMaxWaitSeconds * 1000.0))
+      throw InputError(name + ": arrival time must be between 0 and " +
+                       std::to_string(static_cast<int64_t>(limits::kMaxWaitSeconds * 1000.0)) + " ms, got " +
+                       std::to_string(r.arrival_ms));
     r.sampling.validate();
     if (!r.adapter.empty() && std::none_of(options.adapters.begin(), options.adapters.end(),
                                            [&](const AdapterSource& a) { return a.name == r.adapter; })) {
@@ -53,6 +57,15 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
                        (known.empty() ? "none given" : known) + ")");
     }
   }
+  // The KV memory the run preallocates: a place per running request, each as long as the longest.
+  int64_t longest = 0;
+  for (const BatchRequest& r : requests)
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens);
+  const int64_t slots = std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size()));
+  if (model.device().is_cpu())
+    limits::check_fits_in_memory(
+        "a KV cache for max batch " + std::to_string(slots) + " x " + std::to_string(longest) + " positions",
+        model.kv_cache_bytes(slots, longest));
 }
 
 ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tokenizer& tokenizer,
@@ -92,6 +105,8 @@ ContinuousBatchScheduler::~ContinuousBatchScheduler() = default;
 
 void ContinuousBatchScheduler::take_tokens(const at::Tensor& logits, const std::vector<Running*>& rows,
                                            double ms, BatchStep& step) {
+  check_finite_logits(logits, "scheduler step " + std::to_string(step.step + 1) + " (request " +
+                                  std::to_string(rows.front()->id + 1) + " and its batch)");
   const at::Tensor greedy = logits.argmax(-1).to(at::kCPU);
   const auto greedy_a = greedy.accessor<int64_t, 1>();
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -157,7 +172,7 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
     }
     take_tokens(logits, rows, ms, s);
   }
-  // Decode: the merged batch, the just-admitted included (the seed's prefill, merge, decode).
+  // Decode: the merged batch, the just-admitted included (the course's prefill, merge, decode).
   auto decoding = rows_of([&](const Running& r) { return !trackers_[static_cast<size_t>(r.id)].finished(); });
   if (!decoding.empty()) {
     std::vector<int64_t> ids;

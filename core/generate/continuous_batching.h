@@ -35,7 +35,7 @@ enum class KvStrategy {
   // Ours: one preallocated row ("slot") per batch place, written in place; admitting or retiring a
   // request never touches the other requests' caches.
   SlotKv,
-  // The seed's: one left-padded cache; admitting re-pads and concatenates every cache, retiring
+  // The course's: one left-padded cache; admitting re-pads and concatenates every cache, retiring
   // filters rows and trims padding, copying everything each time.
   NaiveMergeFilter,
 };
@@ -81,7 +81,7 @@ struct BatchStep {
   int64_t prefill_tokens = 0;  // prompt positions computed
   int64_t decode_tokens = 0;   // rows decoded
   int64_t forward_calls = 0;
-  // KV memory moved between caches this step (admission and retirement bookkeeping): the seed's
+  // KV memory moved between caches this step (admission and retirement bookkeeping): the course's
   // merge/filter re-pads and copies every running request; slot KV copies at most the admitted
   // requests' own prompts.
   int64_t kv_copy_bytes = 0;

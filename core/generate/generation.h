@@ -94,7 +94,7 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
                         const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                         GenerationSink* sink = nullptr);
 
-// The static batch the seeds build for a list of prompts, as plain data for tables: pad = EOS,
+// The static batch the course builds for a list of prompts, as plain data for tables: pad = EOS,
 // left padding, attention_mask 1 on real tokens, position_ids = cumsum(mask) - 1 with padding set
 // to 1. Row r is prompt r; every row has the longest prompt's length.
 struct PaddedPrompts {

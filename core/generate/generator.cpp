@@ -10,6 +10,7 @@
 #include "tokenizer/stream_decoder.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -37,6 +38,7 @@ PaddedBatch left_padded_batch(const std::vector<std::vector<int32_t>>& prompts, 
 PaddedPrompts pad_prompts(const Model& model, const Tokenizer& tokenizer,
                           const std::vector<std::string>& prompts) {
   if (prompts.empty()) throw InputError("no prompts given");
+  limits::check_range("prompts (batch size)", static_cast<int64_t>(prompts.size()), 1, limits::kMaxBatch);
   std::vector<std::vector<int32_t>> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
     ids.push_back(encode_prompt(tokenizer, prompts[i]));
@@ -182,6 +184,7 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
       }
       in.lora = lora ? &*lora : nullptr;
       at::Tensor logits = model.forward(in, cache ? &*cache : nullptr);
+      check_finite_logits(logits, "generation step " + std::to_string(step + 1));
       at::Tensor next = sampler.next(logits);
       at::Tensor top_vals, top_ids, top_probs;
       if (o.report_top > 0) {

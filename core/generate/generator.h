@@ -13,7 +13,7 @@
 
 namespace servelab {
 
-// A batch laid out the way the seeds do it: pad = EOS on the left, attention_mask 1 for real
+// A batch laid out the way the course does it: pad = EOS on the left, attention_mask 1 for real
 // tokens, position_ids = cumsum(mask) - 1 with padding positions set to 1.
 struct PaddedBatch {
   at::Tensor input_ids;       // [batch, len] int64

@@ -1,5 +1,5 @@
 #pragma once
-// The seed's continuous batching memory (lesson 3's merge_batches / filter_batch): the running
+// The course's continuous batching memory (lesson 3's merge_batches / filter_batch): the running
 // batch is one left-padded cache. Admitting prefills the new requests as their own padded batch,
 // then re-pads both caches to a common length and concatenates them; retiring gathers the rows
 // that stay and trims the padding no row needs any more. Every admission and retirement copies

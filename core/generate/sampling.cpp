@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <limits>
 
 #include "util/errors.h"
@@ -10,10 +11,23 @@ namespace servelab {
 
 void SamplingParams::validate() const {
   if (greedy) return;
-  if (!(temperature > 0.0)) throw InputError("temperature must be > 0, got " + std::to_string(temperature));
+  if (!(temperature > 0.0 && std::isfinite(temperature)))
+    throw InputError("temperature must be > 0 and finite, got " + std::to_string(temperature));
   if (top_k < 0) throw InputError("top-k must be >= 0, got " + std::to_string(top_k));
   if (!(top_p > 0.0 && top_p <= 1.0))
     throw InputError("top-p must be in (0, 1], got " + std::to_string(top_p));
+}
+
+void check_finite_logits(const at::Tensor& logits, const std::string& where) {
+  // One reduction: an fp32 sum is finite when every logit is. Only when it is not (NaN, an
+  // infinity, or finite logits so large that their sum overflows) is the mask built.
+  if (std::isfinite(logits.sum(at::kFloat).item<float>())) return;
+  if (at::isfinite(logits).all().item<bool>()) return;
+  const at::Tensor bad_rows = at::logical_not(at::isfinite(logits)).reshape({logits.size(0), -1}).any(1);
+  const int64_t row = bad_rows.nonzero().select(1, 0)[0].item<int64_t>();
+  throw ModelFormatError(where + ": the logits of batch row " + std::to_string(row + 1) +
+                         " hold NaN or infinite values (the model's weights or an adapter overflow); "
+                         "generation stopped");
 }
 
 Sampler::Sampler(const SamplingParams& params)

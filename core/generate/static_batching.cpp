@@ -122,7 +122,7 @@ BatchRunResult run_static_batching(const Model& model, const Tokenizer& tokenize
         o.adapters.push_back(std::move(a));
       }
     }
-    o.stop_at_eos = false;  // the seed's batches run to their longest request
+    o.stop_at_eos = false;  // the course's batches run to their longest request
     o.report_top = 0;
     o.cancel = options.cancel;
     // The batch is formed when its last request has arrived.

@@ -32,7 +32,7 @@ class AdapterCache {
   void release(const std::string& name);
 
   AdapterCacheStats stats() const;
-  // Every adapter held now, least recently used first, and the seed's stack of them (for the
+  // Every adapter held now, least recently used first, and the course's stack of them (for the
   // gathered strategy), rebuilt only after a load or an eviction.
   std::vector<const LoraAdapter*> resident() const;
   std::shared_ptr<const LoraStack> stack();

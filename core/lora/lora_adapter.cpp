@@ -220,6 +220,10 @@ std::shared_ptr<const LoraAdapter> make_random_lora(const LoraTarget& c, const A
                                                     at::Device device, at::ScalarType dtype) {
   if (s.rank < 1)
     throw InputError("adapter '" + s.name + "': rank must be at least 1, got " + std::to_string(s.rank));
+  if (!(s.alpha > 0 && s.alpha <= kMaxLoraAlpha))
+    throw InputError("adapter '" + s.name + "': alpha must be in (0, " +
+                     std::to_string(static_cast<int64_t>(kMaxLoraAlpha)) + "], got " +
+                     std::to_string(s.alpha));
   std::vector<LinearSlot> slots;
   for (const auto& m : s.modules)
     for (LinearSlot slot : lora_slots(c, m)) slots.push_back(slot);
@@ -254,6 +258,12 @@ std::shared_ptr<const LoraAdapter> make_random_lora(const LoraTarget& c, const A
   return adapter;
 }
 
+int64_t lora_adapter_bytes(const Model& model, int64_t rank) {
+  int64_t per_layer = 0;
+  for (const Projection& p : model.projections()) per_layer += p.in + p.out;
+  return rank * per_layer * model.shape().n_layer * static_cast<int64_t>(c10::elementSize(model.dtype()));
+}
+
 namespace {
 
 // "transformer.h.3.attn.c_attn", "model.layers.3.self_attn.q_proj": the names PEFT matches.
@@ -262,9 +272,11 @@ std::string hf_module_name(const LoraTarget& t, int64_t layer, LinearSlot slot) 
 }
 
 nlohmann::json read_adapter_config(const std::filesystem::path& path) {
-  std::ifstream f(path);
-  if (!f)
+  const std::string why = file_problem(path.string());
+  if (why == "not found")
     throw ModelFormatError(path.string() + ": missing (a PEFT adapter folder needs adapter_config.json)");
+  if (!why.empty()) throw ModelFormatError(path.string() + ": " + why);
+  std::ifstream f(path);
   try {
     return nlohmann::json::parse(f);
   } catch (const nlohmann::json::exception& e) {
@@ -331,6 +343,12 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
   if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number())
     throw ModelFormatError(cfg_file + ": \"lora_alpha\" must be a number");
   const double alpha = cfg["lora_alpha"].get<double>();
+  // A negative alpha flips the update's sign, and a huge one (1e308) turns every logit into NaN:
+  // neither is a trained adapter.
+  if (!(alpha > 0 && alpha <= kMaxLoraAlpha))
+    throw ModelFormatError(cfg_file + ": \"lora_alpha\" must be in (0, " +
+                           std::to_string(static_cast<int64_t>(kMaxLoraAlpha)) + "], got " +
+                           cfg["lora_alpha"].dump());
   const bool rslora = cfg.contains("use_rslora") && truthy(cfg["use_rslora"]);
   const double scale = rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
 
@@ -435,7 +453,8 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
       throw ModelFormatError(st_file + ": unexpected tensor \"" + t.name +
                              "\" (only lora_A / lora_B weights of " + c.display +
                              " projections are supported)");
-    const int64_t layer = std::stoll((*m)[1]);
+    // At most 9 digits, so that a layer number no model has cannot overflow the conversion.
+    const int64_t layer = (*m)[1].size() > 9 ? c.n_layer : std::stoll((*m)[1]);
     const std::string& module = (*m)[2];
     if (layer >= c.n_layer)
       throw ModelFormatError(st_file + ": tensor \"" + t.name + "\" is for layer " + std::to_string(layer) +
@@ -482,6 +501,7 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
     // peft's lora_A is [r, in] and lora_B [out, r] (nn.Linear layout): ours are their transposes.
     at::Tensor a = st_to_tensor(*ta, st_file).t().contiguous();
     at::Tensor b = st_to_tensor(*tb, st_file).t().contiguous();
+    check_finite_tensors({{ta->name, a}, {tb->name, b}}, st_file);
     adapter->set(layer, slot, a.to(device, dtype), b.to(device, dtype), scale);
   }
   return adapter;

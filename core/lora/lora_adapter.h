@@ -89,6 +89,14 @@ class LoraAdapter {
   std::vector<std::array<LoraWeights, kLinearSlotCount>> layers_;
 };
 
+// The largest lora_alpha an adapter may have (PEFT's are 1 to a few hundred); beyond it the update
+// swamps the model and soon overflows.
+inline constexpr double kMaxLoraAlpha = 1e6;
+
+// Bytes a random adapter of `rank` on every projection of the model holds (A and B in the model's
+// dtype): what a count of adapters will cost, checked before any is made.
+int64_t lora_adapter_bytes(const Model& model, int64_t rank);
+
 // Seeded random adapter of source.rank on source.modules (empty: every projection of the target)
 // in every layer (A ~ N(0, 1/in), B small enough that the model still speaks but different adapters
 // give different text). Deterministic for a seed on every device.

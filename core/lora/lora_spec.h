@@ -9,8 +9,8 @@ namespace servelab {
 
 // How a batch whose rows use different adapters computes x A B (lesson 6 and beyond).
 enum class MultiLoraStrategy {
-  Loop,       // the seed: one row at a time, y[i] += x[i] A_i B_i
-  Gathered,   // the seed: index_select every row's A and B from one stack, one batched matmul
+  Loop,       // the course's: one row at a time, y[i] += x[i] A_i B_i
+  Gathered,   // the course's: index_select every row's A and B from one stack, one batched matmul
   Segmented,  // rows grouped by adapter, one product pair per segment (Punica's SGMV idea)
 };
 const char* multi_lora_strategy_name(MultiLoraStrategy s);

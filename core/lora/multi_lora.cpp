@@ -206,7 +206,7 @@ at::Tensor LoraBatch::apply(int64_t layer, LinearSlot slot, const at::Tensor& x,
 
 at::Tensor LoraBatch::loop(int64_t layer, LinearSlot slot, const at::Tensor& x, at::Tensor y,
                            int64_t T) const {
-  // The seed's loop: y[i] += x[i] @ A_i @ B_i, one batch row at a time.
+  // The course's loop: y[i] += x[i] @ A_i @ B_i, one batch row at a time.
   for (int64_t b = 0; b < rows(); ++b) {
     const LoraAdapter* a = rows_[static_cast<size_t>(b)];
     if (!a) continue;
@@ -222,7 +222,7 @@ at::Tensor LoraBatch::gathered(int64_t layer, LinearSlot slot, const at::Tensor&
   const at::Tensor& As = stack_->a(layer, slot);
   if (!As.defined()) return y;
   const at::Tensor& Bs = stack_->b(layer, slot);
-  // The seed's: lora_a = index_select(loras_a, 0, idx); y += x @ lora_a @ lora_b.
+  // The course's: lora_a = index_select(loras_a, 0, idx); y += x @ lora_a @ lora_b.
   at::Tensor a = at::index_select(As, 0, stack_index_);  // [rows, in, r]
   at::Tensor b = at::index_select(Bs, 0, stack_index_);  // [rows, r, out]
   const int64_t B = rows();
@@ -273,7 +273,7 @@ at::Tensor LoraBatch::segmented(int64_t layer, LinearSlot slot, const at::Tensor
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   // Threads only where each gets real work (a decode row of GPT-2 is ~30k multiply-adds per matrix;
-  // the seed's toy model's are ~300, where waking a thread costs more than the work).
+  // the course's toy model's are ~300, where waking a thread costs more than the work).
   const int64_t work = static_cast<int64_t>(items.front().rows.size()) * items.front().w->rank() * (in + out);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, work));
   at::parallel_for(0, static_cast<int64_t>(items.size()), grain, [&](int64_t begin, int64_t end) {

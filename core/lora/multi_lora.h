@@ -1,8 +1,8 @@
 #pragma once
 // Many adapters in one batch (lesson 6 and beyond): every row of a forward pass may use its own
 // adapter, or none. The three strategies compute the same deltas, y += scale * x A B per row:
-//   loop       the seed: one row at a time, two small matmuls per row and matrix
-//   gathered   the seed: the rows' A and B index_selected from one stack, one batched matmul pair
+//   loop       the course's: one row at a time, two small matmuls per row and matrix
+//   gathered   the course's: the rows' A and B index_selected from one stack, one batched matmul pair
 //   segmented  rows grouped by adapter, one product pair per segment (Punica / LoRAX's SGMV); on
 //              the CPU in fp32 a fused kernel that reads each adapter's A and B once per segment
 #include <ATen/ATen.h>
@@ -15,7 +15,7 @@
 
 namespace servelab {
 
-// The seed's loras_a / loras_b: every adapter of a run in one tensor per matrix, index 0 the "no
+// The course's loras_a / loras_b: every adapter of a run in one tensor per matrix, index 0 the "no
 // adapter" zeros, ranks padded with zeros to the largest one (which changes no product), scale
 // folded into B.
 class LoraStack {

@@ -17,6 +17,7 @@
 #include "tokenizer/gguf_tokenizer.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace fs = std::filesystem;
 
@@ -46,7 +47,9 @@ std::string default_model_path() {
 }
 
 void set_engine_threads(int threads) {
-  if (threads < 0) throw InputError("thread count must be positive, got " + std::to_string(threads));
+  route_libtorch_warnings();  // every load passes here first
+  // Each libtorch thread reserves its own stacks and arenas: 10,000 of them take gigabytes.
+  limits::check_range("threads", threads, 0, limits::max_threads());
   if (threads > 0) at::set_num_threads(threads);
 }
 
@@ -73,7 +76,13 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
   const at::ScalarType dtype = parse_dtype(o.dtype);
   set_engine_threads(o.threads);
   const fs::path root(dir);
-  if (!fs::is_directory(root)) throw ModelFormatError("model folder " + dir + " not found");
+  if (!fs::exists(root)) throw ModelFormatError("model folder " + dir + " not found");
+  if (!fs::is_directory(root))
+    throw ModelFormatError(dir + " is not a folder (give a Hugging Face model folder or a .gguf file)");
+  for (const char* name : {"config.json", "model.safetensors"}) {
+    const std::string why = file_problem((root / name).string());
+    if (!why.empty() && why != "not found") throw ModelFormatError((root / name).string() + ": " + why);
+  }
   const fs::path weights = root / "model.safetensors";
   const bool sharded_llama = fs::exists(root / "model.safetensors.index.json") &&
                              fs::exists(root / "config.json") &&
@@ -104,6 +113,11 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
       throw OutOfMemoryError("out of memory loading " + weights.string() + " onto " + device.str());
     }
   }
+  if (const Gpt2Model* g = e->gpt2()) {
+    check_finite_tensors(g->weights().named_tensors(), weights.string());
+  } else if (const auto* l = dynamic_cast<const LlamaModel*>(e->model_.get())) {
+    check_finite_tensors(l->weights().named_tensors(), dir);
+  }
   e->tokenizer_ = load_tokenizer(dir);
   if (e->tokenizer_->vocab_size() > e->shape().vocab_size)
     throw ModelFormatError(dir + ": tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
@@ -126,6 +140,8 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
                              " is a file but not a .gguf; give a GGUF file or a Hugging Face model folder");
     return load_gguf(path, o);
   }
+  if (!fs::exists(path) && fs::path(path).extension() == ".gguf")
+    throw ModelFormatError(path + ": not found (a GGUF file)");
   return load_folder(path, o);
 }
 
@@ -167,6 +183,7 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
       throw OutOfMemoryError("out of memory loading " + path + " onto " + device.str());
     }
   }
+  check_finite_tensors(static_cast<const LlamaModel&>(*e->model_).weights().named_tensors(), path);
   e->format_ = "gguf";
   e->source_path_ = path;
   e->file_tensor_types_ = gguf_tensor_type_counts(file);

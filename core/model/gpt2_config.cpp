@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -191,7 +192,12 @@ Gpt2Config gpt2_config_from_json(const nlohmann::json& j, const std::string& sou
 Gpt2Config parse_gpt2_config(const std::string& path) {
   std::string file = path;
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) file = path + "/config.json";
+  // A folder stands for its config.json; a folder named config.json is not one.
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+      std::filesystem::path(path).filename() != "config.json")
+    file = path + "/config.json";
+  if (const std::string why = file_problem(file); !why.empty())
+    throw ModelFormatError("config.json at " + file + ": " + why);
 
   std::ifstream in(file, std::ios::binary);
   if (!in) {

@@ -1,6 +1,6 @@
 #pragma once
 // Preallocated key/value cache, written in place: a decode step copies one new position per
-// layer into the buffer and never concatenates the whole cache (the cost the seeds pay).
+// layer into the buffer and never concatenates the whole cache (the cost the course's code pays).
 #include <ATen/ATen.h>
 
 namespace servelab {

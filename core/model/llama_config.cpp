@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -18,7 +19,12 @@ using nlohmann::json;
 json read_json_file(const std::string& path, std::string* file_out) {
   std::string file = path;
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) file = path + "/config.json";
+  // A folder stands for its config.json; a folder named config.json is not one.
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+      std::filesystem::path(path).filename() != "config.json")
+    file = path + "/config.json";
+  if (const std::string why = file_problem(file); !why.empty())
+    throw ModelFormatError("config.json at " + file + ": " + why);
   *file_out = file;
   std::ifstream in(file, std::ios::binary);
   if (!in) {

@@ -28,6 +28,8 @@ LlamaWeights load_llama_safetensors(const std::string& folder, const LlamaConfig
   } else if (fs::exists(index)) {
     nlohmann::json j;
     try {
+      if (const std::string why = file_problem(index.string()); !why.empty())
+        throw ModelFormatError(index.string() + ": " + why);
       std::ifstream in(index);
       j = nlohmann::json::parse(in);
     } catch (const nlohmann::json::exception& e) {

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <cmath>
+
 #include "lora/multi_lora.h"
 #include "util/errors.h"
 
@@ -24,6 +26,24 @@ int64_t Model::kv_cache_bytes(int64_t batch, int64_t capacity) const {
 at::Tensor Model::add_lora(int64_t layer, LinearSlot slot, const at::Tensor& x, at::Tensor y,
                            const LoraBatch& lora) {
   return lora.apply(layer, slot, x, std::move(y));
+}
+
+void check_finite_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                          const std::string& source) {
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
+    // An fp32 sum first (one vectorised pass: about 35 ms for 134M parameters on 2 cores, where
+    // isfinite().all() takes about 1 s); the mask only when the sum is not finite.
+    if (std::isfinite(t.sum(at::kFloat).item<float>())) continue;
+    if (at::isfinite(t).all().item<bool>()) continue;
+    const at::Tensor flat = t.reshape({-1});
+    const int64_t nan = at::isnan(flat).sum().item<int64_t>();
+    const int64_t inf = at::isinf(flat).sum().item<int64_t>();
+    const int64_t first = at::logical_not(at::isfinite(flat)).nonzero().select(1, 0)[0].item<int64_t>();
+    throw ModelFormatError(source + ": tensor \"" + name + "\" holds " + std::to_string(nan) + " NaN and " +
+                           std::to_string(inf) + " infinite values (the first at flat index " +
+                           std::to_string(first) + ")");
+  }
 }
 
 }  // namespace servelab

@@ -181,6 +181,11 @@ std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& f, const L
                                                : QuantSpec{stored->scheme, static_cast<int>(stored->group_size)}
                                                      .mode_name();
         }
+        // Non-finite values hide in the blocks' fp16 scales and minimums (or a half matrix): checked
+        // here, as the dequantized weights are at load, naming the tensor.
+        check_finite_tensors({{hf, stored->values}, {hf + " (block scales)", stored->scale},
+                              {hf + " (block minimums)", stored->offset}},
+                             f.path());
         if (layer == -1) {
           q.token_embedding = std::move(*stored);
         } else if (layer == -2) {

@@ -162,6 +162,8 @@ std::string vocab_string_to_bytes(const std::string& token) {
 }
 
 std::string read_file(const std::string& path) {
+  if (const std::string why = file_problem(path); !why.empty() && why != "not found")
+    throw TokenizerError(path + ": " + why + " (a tokenizer file)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TokenizerError(path + ": cannot open tokenizer file (" + std::strerror(errno) + ")");
   std::ostringstream ss;
@@ -991,9 +993,19 @@ std::unique_ptr<Gpt2BpeTokenizer::Impl> Gpt2BpeTokenizer::Impl::build(RawTokeniz
 
   // Added tokens may lie outside model.vocab (HF gives them their own ids); they count for the size.
   int64_t max_id = -1;
-  for (const auto& [tok, id] : raw.vocab) max_id = std::max<int64_t>(max_id, id);
-  for (const AddedToken& a : raw.added) max_id = std::max<int64_t>(max_id, a.id);
+  std::string max_token;
+  for (const auto& [tok, id] : raw.vocab)
+    if (id > max_id) max_id = id, max_token = tok;
+  for (const AddedToken& a : raw.added)
+    if (a.id > max_id) max_id = a.id, max_token = a.content;
   if (max_id < 0) throw TokenizerError(raw.vocab_source + ": the vocabulary is empty");
+  // The tables below are indexed by id and ids must be dense (finish_vocab): more ids than tokens
+  // is a gap, refused before a vocabulary with an id of 10^8 allocates gigabytes of tables.
+  const int64_t entries = static_cast<int64_t>(raw.vocab.size() + raw.added.size());
+  if (max_id >= entries)
+    throw TokenizerError(raw.vocab_source + ": vocabulary size mismatch: token '" + max_token + "' has id " +
+                         std::to_string(max_id) + " but there are only " + std::to_string(entries) +
+                         " tokens (ids must be 0.." + std::to_string(entries - 1) + ")");
   const auto size = static_cast<size_t>(max_id + 1);
   impl->id_display.assign(size, {});
   impl->id_bytes.assign(size, {});

@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "tokenizer/utf8.h"
@@ -85,7 +86,8 @@ std::string SentencePieceTokenizer::token_bytes(int32_t id) const {
   if (sp.IsUnknown(id) || sp.IsByte(id)) {
     // Byte pieces are spelled <0xAB>; decoding the piece alone would turn a lone byte into U+FFFD.
     const std::string& piece = sp.IdToPiece(id);
-    if (sp.IsByte(id) && piece.size() == 6)
+    if (sp.IsByte(id) && piece.size() == 6 && std::isxdigit(static_cast<unsigned char>(piece[3])) &&
+        std::isxdigit(static_cast<unsigned char>(piece[4])))
       return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
     std::string text;
     if (sp.Decode(std::vector<int>{id}, &text).ok()) return text;

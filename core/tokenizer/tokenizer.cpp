@@ -15,6 +15,8 @@ namespace {
 using json = nlohmann::json;
 
 std::string read_text(const std::filesystem::path& path) {
+  if (const std::string why = file_problem(path.string()); !why.empty() && why != "not found")
+    throw TokenizerError(path.string() + ": " + why);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TokenizerError(path.string() + ": cannot open");
   std::ostringstream ss;
@@ -117,9 +119,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
   std::error_code ec;
   const fs::path folder(dir);
   if (!fs::is_directory(folder, ec)) {
-    throw TokenizerError("tokenizer folder '" + dir + "' does not exist or is not a folder");
+    throw TokenizerError(fs::exists(folder, ec)
+                             ? "tokenizer folder '" + dir +
+                                   "' is a file, not a folder (give the folder that holds tokenizer.json or "
+                                   "vocab.json + merges.txt)"
+                             : "tokenizer folder '" + dir + "' does not exist");
   }
-  const auto has = [&](const char* name) { return fs::is_regular_file(folder / name, ec); };
+  // Present at all: a folder where a file belongs is then refused by its reader, by name.
+  const auto has = [&](const char* name) { return fs::exists(folder / name, ec); };
   if (has("tokenizer.json")) {
     return Gpt2BpeTokenizer::from_tokenizer_json((folder / "tokenizer.json").string(),
                                                  read_tokenizer_config(dir));

@@ -48,6 +48,12 @@ class DeviceTimer {
 // plain c10::Error ("DefaultCPUAllocator: can't allocate memory").
 bool is_out_of_memory(const c10::Error& error);
 
+// Replaces libtorch's warning handler (once per process): deprecation warnings, which address
+// libtorch's developers and not our users, are dropped; any other warning is printed once per
+// distinct message as one line "libtorch warning: ..." instead of libtorch's multi-line text on
+// every call.
+void route_libtorch_warnings();
+
 // Bytes of memory the OS could still give us (MemAvailable), or 0 when unknown.
 std::int64_t available_host_memory_bytes();
 

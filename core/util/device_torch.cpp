@@ -1,11 +1,17 @@
 #include <torch/cuda.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
+#include <variant>
 
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
@@ -16,15 +22,16 @@ at::Device parse_device(const std::string& name) {
   if (name.rfind("cuda", 0) == 0) {
     if (!cuda_available())
       throw DeviceError("device \"" + name + "\" requested but CUDA is not available on this machine");
+    std::optional<at::Device> d;
     try {
-      at::Device d(name);
-      if (d.has_index() && d.index() >= static_cast<int>(torch::cuda::device_count()))
-        throw DeviceError("device \"" + name + "\" does not exist: this machine has " +
-                          std::to_string(torch::cuda::device_count()) + " CUDA device(s)");
-      return d;
-    } catch (const c10::Error&) {
+      d.emplace(name);
+    } catch (const std::exception&) {  // c10::Error, or std::out_of_range for "cuda:99999999999"
       throw DeviceError("cannot parse device \"" + name + "\" (expected cpu, cuda or cuda:N)");
     }
+    if (d->has_index() && d->index() >= static_cast<int>(torch::cuda::device_count()))
+      throw DeviceError("device \"" + name + "\" does not exist: this machine has " +
+                        std::to_string(torch::cuda::device_count()) + " CUDA device(s)");
+    return *d;
   }
   throw InputError("unknown device \"" + name + "\" (expected cpu, cuda or cuda:N)");
 }
@@ -72,15 +79,35 @@ bool is_out_of_memory(const c10::Error& error) {
          msg.find("not enough memory") != std::string::npos;
 }
 
-std::int64_t available_host_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::int64_t value = 0;
-  std::string unit;
-  while (in >> key >> value >> unit) {
-    if (key == "MemAvailable:") return value * 1024;
+namespace {
+
+class OneLineWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    if (std::holds_alternative<c10::DeprecationWarning>(warning.type())) return;
+    std::string msg = warning.msg();
+    for (char& c : msg)
+      if (c == '\n' || c == '\r') c = ' ';
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (seen_.insert(msg).second) std::fprintf(stderr, "libtorch warning: %s\n", msg.c_str());
   }
-  return 0;
+
+ private:
+  std::mutex mutex_;
+  std::set<std::string> seen_;
+};
+
+}  // namespace
+
+void route_libtorch_warnings() {
+  static OneLineWarnings handler;
+  static const bool installed = [] {
+    c10::WarningUtils::set_warning_handler(&handler);
+    return true;
+  }();
+  (void)installed;
 }
+
+std::int64_t available_host_memory_bytes() { return limits::host_memory_budget_bytes(); }
 
 }  // namespace servelab

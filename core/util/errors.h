@@ -10,6 +10,11 @@ enum class ErrorKind { ModelFormat, Tokenizer, Input, OutOfMemory, Cancelled, De
 
 const char* error_kind_name(ErrorKind kind);
 
+// Why `path` cannot be read as a file ("not found", "is a directory, expected a file", "cannot
+// open: <reason>"), or an empty string when it can. Readers check it first, so that a folder
+// where a file belongs is named as such instead of surfacing as a stream's read error.
+std::string file_problem(const std::string& path);
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}

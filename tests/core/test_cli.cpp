@@ -117,7 +117,7 @@ class TestCli : public QObject {
       QCOMPARE(m.toObject()["generated_tokens"].toInt(), 12);
       QVERIFY(m.toObject()["ttft_ms"].toObject().contains("p99"));
     }
-    Run sb = cli({"bench", "seed-benchmark", "--demo", "--queries", "3", "--new-tokens", "3", "--max-batch",
+    Run sb = cli({"bench", "course-benchmark", "--demo", "--queries", "3", "--new-tokens", "3", "--max-batch",
                   "2", "--json"});
     QCOMPARE(sb.code, 0);
     QJsonObject b = QJsonDocument::fromJson(sb.out.toUtf8()).object();
@@ -129,7 +129,7 @@ class TestCli : public QObject {
       QVERIFY2(batched.contains(k), k);
     QVERIFY(b["same_tokens"].toBool());
     // The batched run alone (for side-by-side runs against other engines): same tokens.
-    Run alone = cli({"bench", "seed-benchmark", "--demo", "--queries", "3", "--new-tokens", "3",
+    Run alone = cli({"bench", "course-benchmark", "--demo", "--queries", "3", "--new-tokens", "3",
                      "--max-batch", "2", "--no-baseline", "--json"});
     QCOMPARE(alone.code, 0);
     QJsonObject a = QJsonDocument::fromJson(alone.out.toUtf8()).object();
@@ -138,7 +138,7 @@ class TestCli : public QObject {
     QCOMPARE(a["batched_tokens"].toArray().size(), 3);
   }
 
-  void serving_benches_print_the_seed_tables() {
+  void serving_benches_print_the_course_tables() {
     Run sw = cli(
         {"bench", "batch-sweep", "--demo", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats", "1"});
     QCOMPARE(sw.code, 0);
@@ -146,8 +146,8 @@ class TestCli : public QObject {
         sw.out.contains("batch size") && sw.out.contains("tokens/ms") && sw.out.contains("latency ms/step"),
         qPrintable(sw.out));
     QCOMPARE(sw.out.split('\n', Qt::SkipEmptyParts).size(), 4);  // header, two sizes, caveat
-    Run sb =
-        cli({"bench", "seed-benchmark", "--demo", "--queries", "2", "--new-tokens", "2", "--max-batch", "2"});
+    Run sb = cli(
+        {"bench", "course-benchmark", "--demo", "--queries", "2", "--new-tokens", "2", "--max-batch", "2"});
     QCOMPARE(sb.code, 0);
     for (const char* col :
          {"queries", "time s", "throughput", "max batch", "avg batch", "tokens", "inference calls"})
@@ -188,7 +188,7 @@ class TestCli : public QObject {
     QTest::newRow("bad max batch") << QStringList{"bench", "sync-vs-continuous", "--demo", "--max-batch", "0"}
                                    << 1 << "max batch must be at least 1, got 0";
     QTest::newRow("request too long")
-        << QStringList{"bench", "seed-benchmark", "--demo", "--queries", "1", "--new-tokens", "2000"} << 1
+        << QStringList{"bench", "course-benchmark", "--demo", "--queries", "1", "--new-tokens", "2000"} << 1
         << "exceeds the context of 1024";
     QTest::newRow("unknown option") << QStringList{"generate", "--prompt", "hi", "--frobnicate"} << 2
                                     << "frobnicate";

@@ -1,5 +1,5 @@
 // The engine as the faces use it: the built-in model, batching that equals solo generation, the
-// seed's padded tensors, sampling, stop conditions, cancellation, and every bad input a user can
+// course's padded tensors, sampling, stop conditions, cancellation, and every bad input a user can
 // give, each answered by a typed error that names the culprit.
 #include <c10/core/InferenceMode.h>
 
@@ -26,8 +26,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kSeeds = {"The quick brown fox jumped over the", "The rain in Spain falls",
-                                         "What comes up must"};
+const std::vector<std::string> kCoursePrompts = {"The quick brown fox jumped over the",
+                                                 "The rain in Spain falls", "What comes up must"};
 
 std::vector<std::vector<int64_t>> rows(const at::Tensor& t) {
   std::vector<std::vector<int64_t>> out;
@@ -76,9 +76,9 @@ class TestEngine : public QObject {
   std::unique_ptr<Engine> demo_;
   std::string tokenizer_dir_;
 
-  std::vector<std::vector<int32_t>> seed_ids() {
+  std::vector<std::vector<int32_t>> course_ids() {
     std::vector<std::vector<int32_t>> ids;
-    for (const auto& s : kSeeds) ids.push_back(demo_->tokenizer().encode(s));
+    for (const auto& s : kCoursePrompts) ids.push_back(demo_->tokenizer().encode(s));
     return ids;
   }
 
@@ -205,11 +205,11 @@ class TestEngine : public QObject {
     QVERIFY2(msg.find("blas") != std::string::npos && msg.find("blocked") != std::string::npos, msg.c_str());
   }
 
-  void seed_padded_tensors() {
+  void course_padded_tensors() {
     // SEEDS.md, lesson 2: the exact tensors the course shows for its three prompts.
     if (tokenizer_dir_.empty())
-      QSKIP("SERVELAB_SHARED unset: the seed check reads the real tokenizer from ../shared");
-    auto ids = seed_ids();
+      QSKIP("SERVELAB_SHARED unset: the course check reads the real tokenizer from ../shared");
+    auto ids = course_ids();
     QCOMPARE(ids[0], (std::vector<int32_t>{464, 2068, 7586, 21831, 11687, 625, 262}));
     PaddedBatch b = left_padded_batch(ids, 50256);
     QCOMPARE(rows(b.input_ids),
@@ -243,7 +243,7 @@ class TestEngine : public QObject {
   void batch_equals_single_on_demo() {
     GenerateOptions o;
     o.max_new_tokens = 6;
-    auto ids = seed_ids();
+    auto ids = course_ids();
     GenerateResult batch = generate(demo_->model(), demo_->tokenizer(), ids, o);
     o.use_kv_cache = false;
     GenerateResult batch_nc = generate(demo_->model(), demo_->tokenizer(), ids, o);
@@ -264,7 +264,7 @@ class TestEngine : public QObject {
     GenerateOptions o;
     o.max_new_tokens = 8;
     o.sampling = {false, 1.5, 0, 1.0, 42};
-    auto ids = seed_ids();
+    auto ids = course_ids();
     auto a = generate(demo_->model(), demo_->tokenizer(), {ids[0]}, o).sequences[0].generated_ids;
     auto b = generate(demo_->model(), demo_->tokenizer(), {ids[0]}, o).sequences[0].generated_ids;
     QCOMPARE(a, b);
@@ -282,7 +282,7 @@ class TestEngine : public QObject {
   }
 
   void stops_on_eos_and_stop_strings() {
-    auto ids = seed_ids();
+    auto ids = course_ids();
     GenerateOptions o;
     o.max_new_tokens = 8;
     GenerateResult free_run = generate(demo_->model(), demo_->tokenizer(), {ids[1]}, o);
@@ -309,7 +309,7 @@ class TestEngine : public QObject {
     GenerateOptions o;
     o.max_new_tokens = 50;
     o.cancel = &cancel;
-    auto ids = seed_ids();
+    auto ids = course_ids();
     const std::string msg = error_of(
         ErrorKind::Cancelled, [&] { generate(demo_->model(), demo_->tokenizer(), {ids[0]}, o, &sink); });
     QVERIFY2(msg.find("after 3 tokens") != std::string::npos, msg.c_str());
@@ -376,7 +376,7 @@ class TestEngine : public QObject {
     GenerateOptions o;
     o.max_new_tokens = 1;
     QCOMPARE(
-        generate(demo_->model(), demo_->tokenizer(), {seed_ids()[0]}, o).sequences[0].generated_ids.size(),
+        generate(demo_->model(), demo_->tokenizer(), {course_ids()[0]}, o).sequences[0].generated_ids.size(),
         size_t{1});
   }
 
@@ -511,7 +511,7 @@ class TestEngine : public QObject {
       QCOMPARE(e->info()["weight_bytes"].get<int64_t>(), int64_t{124439808} * 2);
       GenerateOptions g;
       g.max_new_tokens = 2;
-      auto r = generate(e->model(), e->tokenizer(), seed_ids(), g);
+      auto r = generate(e->model(), e->tokenizer(), course_ids(), g);
       QCOMPARE(r.sequences[2].generated_ids.size(), size_t{2});
     }
   }

@@ -217,7 +217,7 @@ class TestGpt2Oracle : public QObject {
       GenerateResult g = generate(*c.model, tok, {ps[i]}, o);
       QCOMPARE(g.sequences[0].generated_ids, c.ref["single"][i].get<std::vector<int32_t>>());
     }
-    // All together as one left-padded batch (the seeds' loop): same tokens as alone.
+    // All together as one left-padded batch (the course's loop): same tokens as alone.
     GenerateResult b = generate(*c.model, tok, ps, o);
     for (size_t i = 0; i < ps.size(); ++i) {
       QCOMPARE(b.sequences[i].generated_ids, c.ref["batch"]["tokens"][i].get<std::vector<int32_t>>());

@@ -619,7 +619,7 @@ class TestLora : public QObject {
     test::CliRun ok = test::run_cli(SERVELAB_CLI, {"lora", "describe", "--model", base, all});
     QVERIFY2(ok.code == 0, qPrintable(ok.err));
     QVERIFY(ok.out.contains("\"rank\":4"));
-    // lora bench (the seed's toy) and lora serve with a small cache.
+    // lora bench (the course's toy) and lora serve with a small cache.
     test::CliRun t = test::run_cli(SERVELAB_CLI, {"lora", "bench", "--model", base, "--workload", "toy",
                                                   "--samples", "3", "--batch-sizes", "1,2", "--json"});
     QVERIFY2(t.code == 0, qPrintable(t.err));

@@ -1,5 +1,5 @@
-# The quantization engine: the seed's formula and the other quantizers on hand-made tensors, the
-# seed's uint8 values and HF's memory footprint (a Python oracle, run first as a CTest fixture),
+# The quantization engine: the course's formula and the other quantizers on hand-made tensors, the
+# course's uint8 values and HF's memory footprint (a Python oracle, run first as a CTest fixture),
 # memory to the byte, JIT = dequantize-once, native kernels, generation, the experiment and the
 # CLI's quantize command (libtorch).
 if(SERVELAB_BASE_ONLY)

@@ -1,5 +1,5 @@
-// The quantization engine: the seed's zero-point formula and the other quantizers on tensors
-// whose answers are worked out by hand; the seed's uint8 values and Hugging Face's memory
+// The quantization engine: the course's zero-point formula and the other quantizers on tensors
+// whose answers are worked out by hand; the course's uint8 values and Hugging Face's memory
 // footprint against a Python oracle (tests/oracle/make_quant_fixtures.py, run first as a CTest
 // fixture); memory to the byte for every scheme; JIT = dequantize-once; the native kernels within
 // the error their arithmetic implies; quantized models generating (single, batched, continuous);
@@ -44,8 +44,8 @@ namespace {
 
 const std::vector<std::string> kModes = {"zp-uint8",     "int4-g32", "int4-g64", "int4-g128",
                                          "int8-channel", "fp16",     "bf16"};
-const std::vector<std::string> kSeedPrompts = {"The quick brown fox jumped over the",
-                                               "The rain in Spain falls", "What comes up must"};
+const std::vector<std::string> kCoursePrompts = {"The quick brown fox jumped over the",
+                                                 "The rain in Spain falls", "What comes up must"};
 // Prompts of the made-up vocabulary of small_config(), of different lengths.
 const std::vector<std::vector<int32_t>> kIdPrompts = {
     {5, 17, 250, 3, 99, 42, 7}, {12, 280}, {64, 1, 77, 190}, {200, 201, 202, 11, 13}};
@@ -497,14 +497,14 @@ class TestQuant : public QObject {
     QVERIFY(contains(error_of(ErrorKind::Input, [] { pack_int4(at::zeros({2, 5}, at::kByte)); }), "even"));
   }
 
-  // ---- 2. The seed's quantization against Hugging Face (Python oracle) -------------------------
+  // ---- 2. The course's quantization against Hugging Face (Python oracle) -------------------------
 
-  void seed_quantization_matches_hf_data() {
+  void course_quantization_matches_hf_data() {
     QTest::addColumn<QString>("model");
     QTest::newRow("tied") << "tied";
     QTest::newRow("untied") << "untied";
   }
-  void seed_quantization_matches_hf() {
+  void course_quantization_matches_hf() {
     QFETCH(QString, model);
     const fs::path dir = fs::path(oracle_dir_) / model.toStdString();
     if (oracle_dir_.empty() || !fs::exists(dir / "footprint.json"))
@@ -558,15 +558,15 @@ class TestQuant : public QObject {
     const QuantMemory& m = r.modes.at(1).memory;
     QCOMPARE(m.fp32_bytes, fp["params_before"].get<int64_t>());
     QCOMPARE(m.quantized_bytes + m.other_bytes, fp["params_after"].get<int64_t>());
-    QCOMPARE(hf_gpt2_buffer_bytes(engine->gpt2_model().config()), fp["seed_buffer_bytes"].get<int64_t>());
-    QCOMPARE(m.seed_fp32_footprint_bytes, fp["seed_before"].get<int64_t>());
-    QCOMPARE(m.seed_footprint_bytes, fp["seed_after"].get<int64_t>());
-    qInfo("%s: HF get_memory_footprint() with the seed's buffers %lld -> %lld bytes (transformers %s)",
-          qPrintable(model), static_cast<long long>(m.seed_fp32_footprint_bytes),
-          static_cast<long long>(m.seed_footprint_bytes), fp["transformers"].get<std::string>().c_str());
+    QCOMPARE(hf_gpt2_buffer_bytes(engine->gpt2_model().config()), fp["course_buffer_bytes"].get<int64_t>());
+    QCOMPARE(m.course_fp32_footprint_bytes, fp["course_before"].get<int64_t>());
+    QCOMPARE(m.course_footprint_bytes, fp["course_after"].get<int64_t>());
+    qInfo("%s: HF get_memory_footprint() with the course's buffers %lld -> %lld bytes (transformers %s)",
+          qPrintable(model), static_cast<long long>(m.course_fp32_footprint_bytes),
+          static_cast<long long>(m.course_footprint_bytes), fp["transformers"].get<std::string>().c_str());
   }
 
-  void gpt2_small_seed_footprint() {
+  void gpt2_small_course_footprint() {
     // SEEDS.md, lesson 4: GPT-2 small as uint8 is 124,439,808 bytes of values; with GPT-2's mask
     // buffers HF's get_memory_footprint() says 137,022,768 (and 510,342,192 in fp32).
     if (tokenizer_dir_.empty()) QSKIP("the built-in model needs the GPT-2 tokenizer files");
@@ -589,9 +589,9 @@ class TestQuant : public QObject {
     if (!oracle_dir_.empty() && fs::exists(small)) {
       const json fp = json::parse(std::ifstream(small));
       QCOMPARE(b.quantized + b.other, fp["params_after"].get<int64_t>());
-      QCOMPARE(b.quantized + b.other + buffers, fp["seed_after"].get<int64_t>());
+      QCOMPARE(b.quantized + b.other + buffers, fp["course_after"].get<int64_t>());
       QCOMPARE(demo->gpt2_model().dense_weights().parameter_count() * 4 + buffers,
-               fp["seed_before"].get<int64_t>());
+               fp["course_before"].get<int64_t>());
     } else {
       qInfo("quantization oracle absent: GPT-2 small checked against SEEDS.md's figures only");
     }
@@ -621,7 +621,7 @@ class TestQuant : public QObject {
     QCOMPARE(got.other, want.other);
     QCOMPARE(got.total(), want.quantized + want.states + want.other);
     if (tied) QCOMPARE(got.parameters, small_.num_parameters());
-    // What a JIT model holds: the quantized matrices and the rest in fp32 (the seed's mode keeps its
+    // What a JIT model holds: the quantized matrices and the rest in fp32 (the course's mode keeps its
     // 1-D parameters as dequantized fp32 tensors, so they count 4 bytes there instead of 1 + 8).
     if (spec.is_quantized()) {
       c10::InferenceMode guard;
@@ -1124,7 +1124,7 @@ class TestQuant : public QObject {
     QVERIFY(!fp32->info().contains("quantization"));
     QVERIFY(!fp32->quantization().is_quantized());
     std::vector<std::vector<int32_t>> prompts;
-    for (const auto& s : kSeedPrompts) prompts.push_back(e->tokenizer().encode(s));
+    for (const auto& s : kCoursePrompts) prompts.push_back(e->tokenizer().encode(s));
     {
       c10::InferenceMode guard;
       QuantSpec s = parse_quant_mode("int8-channel");
@@ -1178,7 +1178,8 @@ class TestQuant : public QObject {
   }
 
   void native_zero_point_is_refused() {
-    // The seed's zero point is a float minimum: no integer kernel takes it.
+    // The course's zero point is a float minimum: no integer kernel takes it (core/quant still calls
+    // it "the seed's" in its message).
     std::string why;
     QVERIFY(!native_quant_available(parse_quant_mode("zp-uint8"), at::Device(at::kCPU), &why));
     QVERIFY2(contains(why, "zero point") && contains(why, "jit or dequant-once"), why.c_str());
@@ -1289,8 +1290,8 @@ class TestQuant : public QObject {
       // memory: the fields the GUI reads, to the byte.
       const json& mem = m["memory"];
       for (const char* k : {"parameters", "quantized_bytes", "state_bytes", "other_bytes", "total_bytes",
-                            "fp32_bytes", "fraction_of_fp32", "seed_footprint_bytes",
-                            "seed_fp32_footprint_bytes", "resident_bytes", "resident_fraction_of_fp32"})
+                            "fp32_bytes", "fraction_of_fp32", "course_footprint_bytes",
+                            "course_fp32_footprint_bytes", "resident_bytes", "resident_fraction_of_fp32"})
         QVERIFY2(mem.contains(k), k);
       const QuantizedBytes want = expected_bytes(l, spec);
       QCOMPARE(mem["quantized_bytes"].get<int64_t>(), want.quantized);
@@ -1335,7 +1336,7 @@ class TestQuant : public QObject {
       }
     }
     const json& zp = modes[1]["memory"];
-    QCOMPARE(zp["seed_footprint_bytes"].get<int64_t>(),
+    QCOMPARE(zp["course_footprint_bytes"].get<int64_t>(),
              zp["quantized_bytes"].get<int64_t>() + hf_gpt2_buffer_bytes(vocab_config()));
 
     // --quant on the other commands: info says what runs, generate generates.
@@ -1347,7 +1348,7 @@ class TestQuant : public QObject {
     QCOMPARE(ij["quantization"]["exec"].get<std::string>(), std::string("jit"));
     QCOMPARE(ij["weight_bytes"].get<int64_t>(), expected_bytes(l, parse_quant_mode("int4-g64")).total());
     Run gen = cli({"generate", "--model", QString::fromStdString(vocab_dir_), "--quant", "int8-channel",
-                   "--json", "--max-new-tokens", "3", "--prompt", kSeedPrompts[1].c_str()});
+                   "--json", "--max-new-tokens", "3", "--prompt", kCoursePrompts[1].c_str()});
     QVERIFY2(gen.code == 0, qPrintable(gen.err));
     QCOMPARE(json::parse(gen.out.toStdString())["generated_ids"].size(), size_t{3});
   }
@@ -1416,7 +1417,7 @@ class TestQuant : public QObject {
       QCOMPARE(m.memory.fp32_bytes, 4 * want.parameters);
       QCOMPARE(m.memory.fraction_of_fp32,
                static_cast<double>(want.total()) / static_cast<double>(4 * want.parameters));
-      QCOMPARE(m.memory.seed_footprint_bytes,
+      QCOMPARE(m.memory.course_footprint_bytes,
                want.quantized + want.other + c.n_layer * (c.n_positions * c.n_positions + 4));
       // The histogram holds every quantized element, the tensors list every quantized parameter.
       const int64_t elements = quantized_elements(l, spec);
@@ -1434,7 +1435,7 @@ class TestQuant : public QObject {
       if (spec.scheme == QuantScheme::PerChannelInt8)
         QVERIFY2(m.max_abs_error <= int8_bound * (1 + 1e-4),
                  qPrintable(QString("%1 > %2").arg(m.max_abs_error).arg(int8_bound)));
-      // Blocks in model order; ln_f only where 1-D parameters are quantized (the seed's mode).
+      // Blocks in model order; ln_f only where 1-D parameters are quantized (the course's mode).
       std::vector<std::string> blocks;
       for (const auto& b : m.blocks) blocks.push_back(b.block);
       QCOMPARE(blocks, spec.scheme == QuantScheme::ZeroPointUint8

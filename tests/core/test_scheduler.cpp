@@ -7,7 +7,7 @@
 #include <QtTest>
 #include <numeric>
 
-#include "experiments/seed_benchmark.h"
+#include "experiments/course_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
@@ -194,7 +194,7 @@ class TestScheduler : public QObject {
       for (int64_t i = 0; i < 3; ++i)
         QVERIFY(test::max_abs_diff(l[i], full(seq[static_cast<size_t>(i)])) < 1e-4);
       // Slot KV moves only the admitted prompts into their slots (3 + 7 + 1 positions); the
-      // seed's merge also copies the padding it puts in front of the shorter prompts.
+      // course's merge also copies the padding it puts in front of the shorter prompts.
       const int64_t first_copy = kv->take_copy_stats().bytes;
       if (s == KvStrategy::SlotKv)
         QCOMPARE(first_copy, 11 * per_position);
@@ -406,7 +406,7 @@ class TestScheduler : public QObject {
     for (size_t i = 0; i < rs.size(); ++i) QCOMPARE(a.requests[i].generated_ids, b.requests[i].generated_ids);
   }
 
-  void experiments_report_the_seed_fields() {
+  void experiments_report_the_course_fields() {
     // Tiny runs of both experiments on a tiny model folder with the GPT-2 tokenizer.
     const std::string shared = test::env_or_empty("SERVELAB_SHARED");
     QTemporaryDir tmp;
@@ -441,12 +441,12 @@ class TestScheduler : public QObject {
     QCOMPARE(j["methods"][0]["inference_calls"].get<int64_t>(), int64_t{14});
     QCOMPARE(j["runs"][1]["requests"].size(), size_t{6});
 
-    SeedBenchmarkParams bp;
+    CourseBenchmarkParams bp;
     bp.queries = 5;
     bp.new_tokens = 4;
     bp.max_batch = 2;
     bp.warmup = false;
-    SeedBenchmarkResult sb = run_seed_benchmark(*engine, bp);
+    CourseBenchmarkResult sb = run_course_benchmark(*engine, bp);
     QVERIFY(sb.same_tokens);
     const nlohmann::json t = sb.to_json();
     QCOMPARE(t["rows"].size(), size_t{2});

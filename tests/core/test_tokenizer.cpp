@@ -39,7 +39,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<int32_t> kSeedIds = {464, 2068, 7586, 21831, 11687, 625, 262};
+const std::vector<int32_t> kCourseIds = {464, 2068, 7586, 21831, 11687, 625, 262};
 
 // The message of the TokenizerError that fn throws; a marker (which no check matches) otherwise.
 template <typename F>
@@ -197,9 +197,9 @@ class TestTokenizer : public QObject {
 
   // --- Real GPT-2 files ---
 
-  void seed_prompt_gives_known_ids() {
+  void course_prompt_gives_known_ids() {
     REQUIRE_GPT2();
-    QCOMPARE(gpt2()->encode("The quick brown fox jumped over the"), kSeedIds);
+    QCOMPARE(gpt2()->encode("The quick brown fox jumped over the"), kCourseIds);
     QCOMPARE(gpt2()->vocab_size(), 50257);
     QCOMPARE(gpt2()->eos_id(), std::optional<int32_t>(50256));
     QCOMPARE(gpt2()->kind(), std::string("gpt2-bpe"));
@@ -350,7 +350,7 @@ class TestTokenizer : public QObject {
     REQUIRE_GPT2();
     const auto tok = load_tokenizer(files_->dir);
     QCOMPARE(tok->kind(), std::string("gpt2-bpe"));
-    QCOMPARE(tok->encode("The quick brown fox jumped over the"), kSeedIds);
+    QCOMPARE(tok->encode("The quick brown fox jumped over the"), kCourseIds);
   }
 
   // --- Tiny vocabularies, no files needed ---

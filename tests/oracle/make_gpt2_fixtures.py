@@ -57,8 +57,8 @@ def top5(logits):
     return [[i, v] for i, v in zip(t.indices.tolist(), t.values.tolist())]
 
 
-def greedy_seed_loop(model, prompts, steps, pad, tops=None):
-    """The seeds' batch loop: left padding, mask, position_ids = cumsum - 1 (pad -> 1), KV cache."""
+def greedy_course_loop(model, prompts, steps, pad, tops=None):
+    """The course's batch loop: left padding, mask, position_ids = cumsum - 1 (pad -> 1), KV cache."""
     dev = model.device
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=dev)
@@ -100,7 +100,7 @@ def cuda_references(model):
                            output_scores=True, return_dict_in_generate=True)
             r["single"].append(g.sequences[0, len(p):].tolist())
             r["single_top5"].append([top5(s)[0] for s in g.scores])
-        _, _, r["batch"] = greedy_seed_loop(m, PROMPTS, NEW_TOKENS, m.config.eos_token_id,
+        _, _, r["batch"] = greedy_course_loop(m, PROMPTS, NEW_TOKENS, m.config.eos_token_id,
                                             r["batch_top5"])
         refs[name] = r
     return refs
@@ -132,7 +132,7 @@ def write_case(out, name, model, layout):
                                do_sample=False, pad_token_id=model.config.eos_token_id,
                                eos_token_id=None)
             ref["single"].append(g[0, len(p):].tolist())
-        padded, first_logits, tokens = greedy_seed_loop(model, PROMPTS, NEW_TOKENS, model.config.eos_token_id)
+        padded, first_logits, tokens = greedy_course_loop(model, PROMPTS, NEW_TOKENS, model.config.eos_token_id)
         ref_tensors["batch_last_logits"] = first_logits.contiguous()
         ref["batch"] = {**padded, "tokens": tokens}
         if torch.cuda.is_available():

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Reference quantization of the seed (lesson 4) by Hugging Face transformers, for test_quant.
+"""Reference quantization of the course (lesson 4) by Hugging Face transformers, for test_quant.
 
 Builds small random GPT-2 checkpoints with transformers, saves them with
-save_pretrained(safe_serialization=True), then applies the seed's zero-point quantization to every
+save_pretrained(safe_serialization=True), then applies the course's zero-point quantization to every
 model.named_parameters() exactly as the course does, and records what it gives:
 
   OUT/<case>/config.json, model.safetensors   the checkpoint (save_pretrained)
@@ -17,12 +17,12 @@ model.named_parameters() exactly as the course does, and records what it gives:
 
   cases: tied/ (lm_head tied to wte, absent from the file), untied/ (a separate lm_head.weight)
 
-The seed's 137,022,768 bytes are HF's get_memory_footprint() of GPT-2 small after quantization
+The course's 137,022,768 bytes are HF's get_memory_footprint() of GPT-2 small after quantization
 under the transformers of the course, whose GPT2Attention registered two buffers per layer:
 attn.bias (bool [1, 1, P, P], the causal mask) and attn.masked_bias (fp32 scalar). Recent
 transformers no longer register them, so get_memory_footprint() there counts the parameters only.
 The footprint JSON gives both: "params_*" (return_buffers=False, any version), "installed_*" (this
-transformers as it is) and "seed_*" (the seed's buffers registered the way that transformers did,
+transformers as it is) and "course_*" (the course's buffers registered the way that transformers did,
 then get_memory_footprint(): the course's measurement).
 
 Run:  .venv/bin/python tests/oracle/make_quant_fixtures.py --out build/quant_oracle
@@ -42,7 +42,7 @@ except ImportError as e:  # the C++ test skips with a message when the fixtures 
     sys.exit(1)
 
 
-# The seed's code (SEEDS.md lesson 4), verbatim.
+# The course's code (SEEDS.md lesson 4), verbatim.
 def quantize(t):
     min_val, max_val = t.min(), t.max()
     scale = (max_val - min_val) / 255
@@ -60,7 +60,7 @@ def dequantize(t, state):
 
 
 def quantize_model(model):
-    """The seed's loop: every parameter replaced by its uint8 values, states kept aside."""
+    """The course's loop: every parameter replaced by its uint8 values, states kept aside."""
     states = {}
     for name, param in model.named_parameters():
         param.requires_grad = False
@@ -70,7 +70,7 @@ def quantize_model(model):
     return states
 
 
-def register_seed_era_buffers(model):
+def register_course_era_buffers(model):
     """GPT2Attention's buffers as the course's transformers registered them (persistent=False)."""
     n = model.config.n_positions
     for block in model.transformer.h:
@@ -92,12 +92,12 @@ def footprints(model):
          "params_before": model.get_memory_footprint(return_buffers=False),
          "installed_before": model.get_memory_footprint(),
          "installed_buffer_bytes": buffer_bytes(model)}
-    register_seed_era_buffers(model)
-    f["seed_buffer_bytes"] = buffer_bytes(model)
-    f["seed_before"] = model.get_memory_footprint()
+    register_course_era_buffers(model)
+    f["course_buffer_bytes"] = buffer_bytes(model)
+    f["course_before"] = model.get_memory_footprint()
     states = quantize_model(model)
     f["params_after"] = model.get_memory_footprint(return_buffers=False)
-    f["seed_after"] = model.get_memory_footprint()
+    f["course_after"] = model.get_memory_footprint()
     f["parameters"] = len(states)
     return f, states
 
@@ -180,9 +180,9 @@ def main():
     untied = write_case(a.out, "untied", 12, False)
     small = gpt2_small_footprint(a.out)
     print(f"make_quant_fixtures: wrote {a.out}/{{tied,untied}} and gpt2_small_footprint.json "
-          f"(transformers {transformers.__version__}); seed footprint tied {tied['seed_before']} -> "
-          f"{tied['seed_after']}, untied {untied['seed_before']} -> {untied['seed_after']}, "
-          f"GPT-2 small {small['seed_before']} -> {small['seed_after']} bytes")
+          f"(transformers {transformers.__version__}); course footprint tied {tied['course_before']} -> "
+          f"{tied['course_after']}, untied {untied['course_before']} -> {untied['course_after']}, "
+          f"GPT-2 small {small['course_before']} -> {small['course_after']} bytes")
 
 
 if __name__ == "__main__":

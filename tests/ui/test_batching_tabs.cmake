@@ -1,6 +1,6 @@
 # The Batching and Continuous batching tabs on the offscreen platform: the padded tensors of the
-# seed's prompts (built-in model), the batch sweep, the Gantt timeline against the scheduler's
-# result, Stop, the seed benchmark, exports and the scripted --tab/--run mode (the tiny test model).
+# course's prompts (built-in model), the batch sweep, the Gantt timeline against the scheduler's
+# result, Stop, the course benchmark, exports and the scripted --tab/--run mode (the tiny test model).
 servelab_add_qtest(test_batching_tabs
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_batching_tabs.cpp
   LIBS servelab_ui Qt6::Widgets TIMEOUT 600)

@@ -1,7 +1,7 @@
-// The Batching and Continuous batching tabs end to end on the offscreen platform: the seed's padded
+// The Batching and Continuous batching tabs end to end on the offscreen platform: the course's padded
 // tensors in the Batching tab's tables (built-in model, real GPT-2 tokenizer), the batch sweep's
 // live chart against its result, the Gantt timeline of every method against the scheduler's
-// per-request result, the comparison table, Stop, the seed benchmark, exports, settings and the
+// per-request result, the comparison table, Stop, the course benchmark, exports, settings and the
 // scripted --tab/--run mode. No assertion depends on how long anything takes.
 #include <QFile>
 #include <QImage>
@@ -88,7 +88,7 @@ class TestBatchingTabs : public QObject {
     tab->setShortTokens(3);
   }
 
-  // Every request's cells lie on one row (its slot; the seed's merge/filter renumbers its rows as
+  // Every request's cells lie on one row (its slot; the course's merge/filter renumbers its rows as
   // requests leave, so there the first free row), cover its steps from admission to leaving
   // without a gap, and start with exactly one prefill cell; no two cells of a row overlap.
   static void checkTimelineMatches(const QVector<Cell>& cells, const servelab::BatchRunResult& run) {
@@ -143,7 +143,7 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(w->currentTab()->primaryChart()->objectName(), QStringLiteral("continuousGantt"));
   }
 
-  void paddedTablesShowTheSeedTensors() {
+  void paddedTablesShowTheCourseTensors() {
     auto w = makeWindow(QStringLiteral("padding"));
     auto* tab = qobject_cast<BatchingTab*>(w->tab(QStringLiteral("batching")));
     QVERIFY(tab);
@@ -401,7 +401,7 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(w->engine()->state(), EngineController::State::Idle);
     QVERIFY(!tab->primaryChart()->cells().isEmpty());  // how far it got stays drawn
     QVERIFY(tab->findChild<QPushButton*>(QStringLiteral("continuousRun"))->isEnabled());
-    QVERIFY(tab->findChild<QPushButton*>(QStringLiteral("continuousSeedRun"))->isEnabled());
+    QVERIFY(tab->findChild<QPushButton*>(QStringLiteral("continuousCourseRun"))->isEnabled());
 
     // A second run completes.
     smallQueue(tab);
@@ -414,27 +414,27 @@ class TestBatchingTabs : public QObject {
     checkTimelineMatches(tab->primaryChart()->cells(), tab->result().runs[1]);
   }
 
-  void seedBenchmarkFillsItsTable() {
+  void courseBenchmarkFillsItsTable() {
     auto w = tinyWindow(QStringLiteral("seed"));
     QVERIFY(w);
     ContinuousTab* tab = continuousTab(*w);
     w->selectTab(QStringLiteral("continuous"));
-    tab->setSeedQueries(6);
-    tab->setSeedNewTokens(4);
-    tab->setSeedMaxBatch(3);
+    tab->setCourseQueries(6);
+    tab->setCourseNewTokens(4);
+    tab->setCourseMaxBatch(3);
     QSignalSpy done(tab, &ExperimentTab::runFinished);
-    auto* button = tab->findChild<QPushButton*>(QStringLiteral("continuousSeedRun"));
+    auto* button = tab->findChild<QPushButton*>(QStringLiteral("continuousCourseRun"));
     QVERIFY(button && button->isEnabled());
     button->click();
     QVERIFY(tab->isRunning());
     QVERIFY(!button->isEnabled());
     QVERIFY(done.wait(kRunTimeoutMs));
     QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
-    QVERIFY(tab->hasSeedResult());
-    const servelab::SeedBenchmarkResult& r = tab->seedResult();
+    QVERIFY(tab->hasCourseResult());
+    const servelab::CourseBenchmarkResult& r = tab->courseResult();
     QVERIFY(r.same_tokens);
     QCOMPARE(r.rows.size(), size_t(2));
-    auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousSeedTable"));
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousCourseTable"));
     QCOMPARE(table->rowCount(), 2);
     QCOMPARE(table->columnCount(), 8);
     for (int row = 0; row < 2; ++row) {
@@ -445,12 +445,12 @@ class TestBatchingTabs : public QObject {
     QVERIFY(table->item(0, 0)->text().startsWith(QStringLiteral("baseline")));
     QCOMPARE(r.rows[1].tokens, 6 * 4);
     // Its batched run streamed into the Gantt: one prefill per query, on three slots.
-    QVERIFY(tab->timelineNames().back().startsWith(QStringLiteral("seed benchmark")));
+    QVERIFY(tab->timelineNames().back().startsWith(QStringLiteral("course benchmark")));
     const QVector<Cell> cells = tab->primaryChart()->cells();
     QCOMPARE(std::count_if(cells.begin(), cells.end(), [](const Cell& c) { return c.style == Style::Solid; }),
              6);
     QCOMPARE(tab->primaryChart()->cellRows().size(), 3);
-    QVERIFY(tab->lastResult().contains(QStringLiteral("seed_benchmark")));
+    QVERIFY(tab->lastResult().contains(QStringLiteral("course_benchmark")));
   }
 
   void settingsPersist() {
@@ -463,7 +463,7 @@ class TestBatchingTabs : public QObject {
       c->setRequests(12);
       c->setArrivalRate(2.5);
       c->setPromptTokens(3, 9);
-      c->setSeedQueries(7);
+      c->setCourseQueries(7);
       w->close();
     }
     auto w = makeWindow(QStringLiteral("persist"));
@@ -475,7 +475,7 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(p.arrival_rate, 2.5);
     QCOMPARE(p.prompt_tokens_min, 3);
     QCOMPARE(p.prompt_tokens_max, 9);
-    QCOMPARE(continuousTab(*w)->seedParams().queries, 7);
+    QCOMPARE(continuousTab(*w)->courseParams().queries, 7);
   }
 
   void scriptedRunsExitZero_data() {

@@ -484,7 +484,7 @@ class TestMainWindow : public QObject {
     QVERIFY(rf.open(QIODevice::ReadOnly));
     const QJsonObject r = QJsonDocument::fromJson(rf.readAll()).object();
     QCOMPARE(r[QStringLiteral("ok")].toBool(), true);
-    QCOMPARE(r[QStringLiteral("cache_ms")].toArray().size(), 10);  // the seed's 10 tokens by default
+    QCOMPARE(r[QStringLiteral("cache_ms")].toArray().size(), 10);  // the course's 10 tokens by default
     QFile cf(csv);
     QVERIFY(cf.open(QIODevice::ReadOnly));
     const auto series = parseSeriesCsv(QString::fromUtf8(cf.readAll()));

@@ -1,6 +1,6 @@
 # The Multi-LoRA tab on the offscreen platform (the built-in model): the LoRA arithmetic panel
 # against hand-computed ratios, the adapter list (random adapters, adapters peft wrote, refused
-# PEFT folders), the strategy sweep on the seed's toy model and on GPT-2 against its result, the
+# PEFT folders), the strategy sweep on the course's toy model and on GPT-2 against its result, the
 # text per adapter, Stop, serving with per-request adapters and a one-adapter cache, settings and
 # the scripted mode.
 servelab_add_qtest(test_multi_lora_tab

@@ -1,6 +1,6 @@
 // The Multi-LoRA tab end to end on the offscreen platform, on the built-in model: the math panel's
 // shapes and parameter ratio against values computed here, the adapter list (random adapters with
-// distinct seeds, a PEFT folder the engine refuses), the strategy sweep on the seed's toy model and
+// distinct seeds, a PEFT folder the engine refuses), the strategy sweep on the course's toy model and
 // on GPT-2 (every live point equal to the result's medians, the ratio chart, the text per adapter,
 // the strategies' agreement), Stop, serving a queue whose requests name adapters through a cache
 // of one adapter, settings and the scripted --tab/--run mode. Small workloads, one repeat; no
@@ -115,13 +115,13 @@ class TestMultiLoraTab : public QObject {
     QCOMPARE(m.width, 768);
     QCOMPARE(m.inner, 4 * 768);
 
-    // The seed's example: hidden 1024, rank 2 trains 0.39% of the layer.
-    tab->setMathModule(QStringLiteral("seed-1024"));
+    // The course's example: hidden 1024, rank 2 trains 0.39% of the layer.
+    tab->setMathModule(QStringLiteral("course-1024"));
     tab->setMathRank(2);
     QCOMPARE(tab->math().in, qint64(1024));
     QCOMPARE(tab->math().out, qint64(1024));
-    const double seedRatio = 2.0 * (1024 + 1024) / (1024.0 * 1024.0);
-    QCOMPARE(percent2(seedRatio), QStringLiteral("0.39%"));
+    const double courseRatio = 2.0 * (1024 + 1024) / (1024.0 * 1024.0);
+    QCOMPARE(percent2(courseRatio), QStringLiteral("0.39%"));
     QVERIFY2(tab->mathText().contains(QStringLiteral("= 0.39%")), qPrintable(tab->mathText()));
     QVERIFY(tab->mathText().contains(QStringLiteral("1024 × 2")));  // A
     QVERIFY(tab->mathText().contains(QStringLiteral("2 × 1024")));  // B
@@ -172,7 +172,7 @@ class TestMultiLoraTab : public QObject {
     QCOMPARE(r.workload, std::string("toy"));
     ChartView* chart = tab->primaryChart();
     int drawn = 0;
-    // The seed's toy model is timed without adapters too (the base series).
+    // The course's toy model is timed without adapters too (the base series).
     for (const std::string s : {"base", "loop", "gathered", "segmented"}) {
       const QVector<QPointF> pts = chart->seriesPoints(chart->seriesIndex(seriesName(s)));
       QCOMPARE(pts.size(), 2);

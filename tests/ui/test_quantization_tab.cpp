@@ -381,7 +381,7 @@ class TestQuantizationTab : public QObject {
     QVERIFY(tab->summaryText().contains(QStringLiteral("Cannot run")));
     QVERIFY(!w->engine()->isBusy());
 
-    // The seed's zero-point mode has no native kernel: the engine says so.
+    // The course's zero-point mode has no native kernel: the engine says so.
     tab->setModes({QStringLiteral("zp-uint8")});
     tab->setExec(QStringLiteral("native"));
     quick(tab);

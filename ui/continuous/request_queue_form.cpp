@@ -50,10 +50,10 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
       tr("Poisson arrivals at this rate (seeded); 0: every request is waiting at the "
          "start"));
   seed_ = makeSpin(this, QStringLiteral("continuousSeed"), 0, std::numeric_limits<int>::max(), 42);
-  naive_ = new QCheckBox(tr("Also the seed's merge/filter"), this);
+  naive_ = new QCheckBox(tr("Also the course's merge/filter"), this);
   naive_->setObjectName(QStringLiteral("continuousNaive"));
   naive_->setToolTip(
-      tr("Also serve the queue with the seed's continuous batching, which re-pads and copies "
+      tr("Also serve the queue with the course's continuous batching, which re-pads and copies "
          "the whole KV cache whenever a request joins or leaves"));
 
   auto* lengthRow = new QHBoxLayout;
@@ -124,9 +124,7 @@ void RequestQueueForm::setModel(const ModelSummary& model) {
 void RequestQueueForm::loadSettings(QSettings& s) {
   prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
   prompt_->setCursorPosition(0);
-  const auto spin = [&s](QSpinBox* box, const char* key) {
-    box->setValue(s.value(QLatin1String(key), box->value()).toInt());
-  };
+  const auto spin = [&s](QSpinBox* box, const char* key) { loadSpin(s, QLatin1String(key), box); };
   spin(requests_, "requests");
   spin(maxBatch_, "maxBatch");
   spin(longEvery_, "longEvery");
@@ -136,7 +134,7 @@ void RequestQueueForm::loadSettings(QSettings& s) {
   spin(promptMax_, "promptTokensMax");
   spin(seed_, "seed");
   randomPrompt_->setChecked(s.value(QStringLiteral("randomPromptLength"), false).toBool());
-  arrivalRate_->setValue(s.value(QStringLiteral("arrivalRate"), arrivalRate_->value()).toDouble());
+  loadSpin(s, QStringLiteral("arrivalRate"), arrivalRate_);
   naive_->setChecked(s.value(QStringLiteral("naive"), naive_->isChecked()).toBool());
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // The request queue of the Continuous batching tab: the prompt, how many requests, which are long,
-// prompt lengths, arrivals and the seed, and whether the seed's merge/filter runs too. Its params()
+// prompt lengths, arrivals and the seed, and whether the course's merge/filter runs too. Its params()
 // are the experiment's.
 #include <QSettings>
 #include <QWidget>

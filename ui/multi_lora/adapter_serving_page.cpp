@@ -379,9 +379,7 @@ QJsonObject AdapterServingPage::report() const {
 }
 
 void AdapterServingPage::loadSettings(QSettings& s) {
-  const auto spin = [&s](QSpinBox* box, const char* key) {
-    box->setValue(s.value(QLatin1String(key), box->value()).toInt());
-  };
+  const auto spin = [&s](QSpinBox* box, const char* key) { loadSpin(s, QLatin1String(key), box); };
   spin(requests_, "serveRequests");
   spin(maxBatch_, "serveMaxBatch");
   spin(newTokens_, "serveNewTokens");

@@ -32,10 +32,10 @@ BatchComposer::BatchComposer(const AdapterList* adapters, QWidget* parent)
   workload_ = new QComboBox(this);
   workload_->setObjectName(QStringLiteral("loraWorkload"));
   workload_->addItem(tr("GPT-2 (the loaded model)"), QStringLiteral("gpt2"));
-  workload_->addItem(tr("the seed's toy model"), QStringLiteral("toy"));
+  workload_->addItem(tr("the course's toy model"), QStringLiteral("toy"));
   workload_->setToolTip(
       tr("GPT-2: one decode step of the loaded model with an adapter per row, the base model beside it. "
-         "Toy: the seed's model (embedding 10, one 10×10 linear with LoRA, lm_head 10×10)."));
+         "Toy: the course's model (embedding 10, one 10×10 linear with LoRA, lm_head 10×10)."));
   assignment_ = new QComboBox(this);
   assignment_->setObjectName(QStringLiteral("loraAssignment"));
   assignment_->addItem(tr("distinct: every row its own adapter"), QStringLiteral("distinct"));
@@ -108,11 +108,11 @@ BatchComposer::BatchComposer(const AdapterList* adapters, QWidget* parent)
   });
   loop_ = new QCheckBox(tr("loop"), this);
   loop_->setObjectName(QStringLiteral("loraLoop"));
-  loop_->setToolTip(tr("The seed's loop: one row at a time, y[i] += x[i]·A_i·B_i"));
+  loop_->setToolTip(tr("The course's loop: one row at a time, y[i] += x[i]·A_i·B_i"));
   gathered_ = new QCheckBox(tr("gathered"), this);
   gathered_->setObjectName(QStringLiteral("loraGathered"));
   gathered_->setToolTip(
-      tr("The seed's gathered matmul: every row's A and B picked from one stack, one batched product"));
+      tr("The course's gathered matmul: every row's A and B picked from one stack, one batched product"));
   segmented_ = new QCheckBox(tr("segmented"), this);
   segmented_->setObjectName(QStringLiteral("loraSegmented"));
   segmented_->setToolTip(tr("Rows grouped by adapter, one product pair per group (Punica's SGMV)"));
@@ -317,9 +317,7 @@ void BatchComposer::setModel(const ModelSummary& model) {
 }
 
 void BatchComposer::loadSettings(QSettings& s) {
-  const auto spin = [&s](QSpinBox* box, const char* key) {
-    box->setValue(s.value(QLatin1String(key), box->value()).toInt());
-  };
+  const auto spin = [&s](QSpinBox* box, const char* key) { loadSpin(s, QLatin1String(key), box); };
   setWorkload(s.value(QStringLiteral("workload"), workload_->currentData()).toString());
   setAssignment(s.value(QStringLiteral("assignment"), assignment_->currentData()).toString());
   spin(shared_, "sharedAdapters");

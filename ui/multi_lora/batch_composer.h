@@ -1,5 +1,5 @@
 #pragma once
-// The batch composer of the Multi-LoRA tab: the workload (GPT-2 or the seed's toy model), which
+// The batch composer of the Multi-LoRA tab: the workload (GPT-2 or the course's toy model), which
 // adapter each row of a batch uses, the batch sizes and strategies to time, and the text run after
 // the timing. Its params() are the sweep's parameters; serving reads its prompt and fallback.
 #include <QSettings>

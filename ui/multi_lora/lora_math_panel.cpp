@@ -15,7 +15,7 @@
 namespace servelab::ui {
 
 namespace {
-const QString kSeedModule = QStringLiteral("seed-1024");
+const QString kCourseModule = QStringLiteral("course-1024");
 }
 
 QString loraPercent(double ratio) {
@@ -30,7 +30,7 @@ LoraMathPanel::LoraMathPanel(QWidget* parent) : QGroupBox(tr("LoRA in one matrix
   module_->addItem(tr("attn.c_proj (attention output)"), QStringLiteral("attn.c_proj"));
   module_->addItem(tr("mlp.c_fc (MLP up)"), QStringLiteral("mlp.c_fc"));
   module_->addItem(tr("mlp.c_proj (MLP down)"), QStringLiteral("mlp.c_proj"));
-  module_->addItem(tr("the seed's example (hidden 1024)"), kSeedModule);
+  module_->addItem(tr("the course's example (hidden 1024)"), kCourseModule);
   rank_ = makeSpin(this, QStringLiteral("loraMathRank"), 1, 1024, 8);
   rank_->setToolTip(tr("The rank r of A and B"));
   alpha_ = new QDoubleSpinBox(this);
@@ -109,7 +109,7 @@ QString LoraMathPanel::text() const { return QTextDocumentFragment::fromHtml(lab
 void LoraMathPanel::refresh() {
   const LoraMath m = math();
   const double alpha = alpha_->value();
-  const bool seed = module_->currentData().toString() == kSeedModule;
+  const bool course = module_->currentData().toString() == kCourseModule;
   const QString muted = palette().color(QPalette::Base).lightness() < 128 ? QStringLiteral("#a0a0a0")
                                                                           : QStringLiteral("#666666");
   const auto row = [&](const QString& name, const QString& shape, qint64 params, const QString& note) {
@@ -134,7 +134,7 @@ void LoraMathPanel::refresh() {
               .arg(alpha / static_cast<double>(m.rank), 0, 'g', 4);
   html += tr("<p style='margin-top:2px; margin-bottom:2px'>(|A| + |B|) / |W| = %1 / %2 = <b>%3</b></p>")
               .arg(formatCount(m.abParameters()), formatCount(m.wParameters()), loraPercent(m.ratio()));
-  if (!seed) {
+  if (!course) {
     // Every module of every layer at this rank: what one adapter adds to the whole model.
     const qint64 width = model_.width > 0 ? model_.width : 768;
     const qint64 inner = model_.inner > 0 ? model_.inner : 4 * width;
@@ -150,9 +150,10 @@ void LoraMathPanel::refresh() {
                 .arg(m.rank)
                 .arg(formatMillions(all), loraPercent(static_cast<double>(all) / static_cast<double>(total)));
   } else {
-    html += tr("<p style='margin-top:2px; color:%1'>The seed's example: a 1024 × 1024 layer at rank 2 trains "
-               "0.39% of its weights.</p>")
-                .arg(muted);
+    html +=
+        tr("<p style='margin-top:2px; color:%1'>The course's example: a 1024 × 1024 layer at rank 2 trains "
+           "0.39% of its weights.</p>")
+            .arg(muted);
   }
   label_->setText(html);
 }
@@ -163,9 +164,11 @@ void LoraMathPanel::changeEvent(QEvent* event) {
 }
 
 void LoraMathPanel::loadSettings(QSettings& s) {
-  setModule(s.value(QStringLiteral("mathModule"), module_->currentData()).toString());
-  rank_->setValue(s.value(QStringLiteral("mathRank"), rank_->value()).toInt());
-  alpha_->setValue(s.value(QStringLiteral("mathAlpha"), alpha_->value()).toDouble());
+  QString module = s.value(QStringLiteral("mathModule"), module_->currentData()).toString();
+  if (module == QLatin1String("seed-1024")) module = kCourseModule;  // its name before the rename
+  setModule(module);
+  loadSpin(s, QStringLiteral("mathRank"), rank_);
+  loadSpin(s, QStringLiteral("mathAlpha"), alpha_);
 }
 
 void LoraMathPanel::saveSettings(QSettings& s) const {

@@ -31,7 +31,7 @@ class LoraMathPanel : public QGroupBox {
  public:
   explicit LoraMathPanel(QWidget* parent = nullptr);
 
-  // module: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, or "seed-1024" (the seed's example,
+  // module: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, or "course-1024" (the course's example,
   // a 1024 x 1024 matrix).
   void setModule(const QString& module);
   void setRank(int rank);

@@ -1,16 +1,17 @@
-#include "experiments/seed_benchmark.h"
+#include "experiments/course_benchmark.h"
 
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
 #include "tokenizer/prompt.h"
 #include "util/device.h"
 #include "util/errors.h"
+#include "util/limits.h"
 
 namespace servelab {
 
-nlohmann::json SeedBenchmarkResult::to_json() const {
+nlohmann::json CourseBenchmarkResult::to_json() const {
   nlohmann::json table = nlohmann::json::array();
-  for (const SeedBenchmarkRow& r : rows)
+  for (const CourseBenchmarkRow& r : rows)
     table.push_back({{"method", r.method},
                      {"queries", r.queries},
                      {"time_s", r.time_s},
@@ -19,22 +20,25 @@ nlohmann::json SeedBenchmarkResult::to_json() const {
                      {"avg_batch", r.avg_batch},
                      {"tokens", r.tokens},
                      {"inference_calls", r.inference_calls}});
-  return {{"experiment", "seed-benchmark"},
+  return {{"experiment", "course-benchmark"},
           {"rows", table},
           {"same_tokens", same_tokens},
           {"batched_tokens", batched_tokens}};
 }
 
-SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmarkParams& p,
-                                       const ExperimentControl& control) {
-  if (p.queries < 1) throw InputError("queries must be at least 1, got " + std::to_string(p.queries));
-  if (p.prompts.empty()) throw InputError("the seed benchmark needs at least one prompt");
+CourseBenchmarkResult run_course_benchmark(const Engine& engine, const CourseBenchmarkParams& p,
+                                           const ExperimentControl& control) {
+  // Counts first: the queries are built before the scheduler checks them.
+  limits::check_range("queries", p.queries, 1, limits::kMaxRequests);
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
+  limits::check_range("max batch", p.max_batch, 1, limits::kMaxBatch);
+  if (p.prompts.empty()) throw InputError("the course benchmark needs at least one prompt");
   std::vector<BatchRequest> requests;
   for (int64_t i = 0; i < p.queries; ++i) {
     BatchRequest r;
     r.prompt_ids = encode_prompt(engine.tokenizer(), p.prompts[static_cast<size_t>(i) % p.prompts.size()]);
     r.max_new_tokens = p.new_tokens;
-    r.stop_at_eos = false;  // every query yields exactly new_tokens tokens, as in the seed's count
+    r.stop_at_eos = false;  // every query yields exactly new_tokens tokens, as in the course's count
     requests.push_back(std::move(r));
   }
   BatchOptions o;
@@ -56,7 +60,7 @@ SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmark
   };
 
   // Baseline: one query at a time with the KV cache; each token is one forward pass.
-  SeedBenchmarkRow base{"baseline (one query at a time, KV cache)", p.queries, 0, 1, 1, 1, 0, 0};
+  CourseBenchmarkRow base{"baseline (one query at a time, KV cache)", p.queries, 0, 1, 1, 1, 0, 0};
   std::vector<std::vector<int32_t>> base_tokens;
   const DeviceTimer timer(engine.model().device());
   for (int64_t i = 0; i < (p.baseline ? p.queries : 0); ++i) {
@@ -83,16 +87,16 @@ SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmark
     int64_t n_, done_ = 0;
   } live(control.batch, progress, p.queries);
   BatchRunResult run = run_continuous_batching(engine.model(), engine.tokenizer(), requests, o, &live);
-  if (run.cancelled) throw CancelledError("seed benchmark cancelled");
-  SeedBenchmarkRow batched{"batched (continuous, slot KV)",
-                           p.queries,
-                           run.total_ms / 1000.0,
-                           0,
-                           run.max_batch,
-                           run.average_batch,
-                           run.generated_tokens,
-                           run.inference_calls};
-  SeedBenchmarkResult result;
+  if (run.cancelled) throw CancelledError("course benchmark cancelled");
+  CourseBenchmarkRow batched{"batched (continuous, slot KV)",
+                             p.queries,
+                             run.total_ms / 1000.0,
+                             0,
+                             run.max_batch,
+                             run.average_batch,
+                             run.generated_tokens,
+                             run.inference_calls};
+  CourseBenchmarkResult result;
   for (const RequestResult& r : run.requests) result.batched_tokens.push_back(r.generated_ids);
   if (!p.baseline) {
     result.rows = {batched};

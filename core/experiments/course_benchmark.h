@@ -1,6 +1,6 @@
 #pragma once
 // The GPT-2 batch-inference benchmark of SEEDS.md: N queries of M greedy tokens, one at a time
-// with the KV cache versus continuous batching; the seed's table, row for row.
+// with the KV cache versus continuous batching; the course's table, row for row.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -10,7 +10,7 @@
 
 namespace servelab {
 
-struct SeedBenchmarkParams {
+struct CourseBenchmarkParams {
   std::vector<std::string> prompts = {"The quick brown fox jumped over the", "The rain in Spain falls",
                                       "What comes up must"};  // cycled over the queries
   int64_t queries = 100;
@@ -20,7 +20,7 @@ struct SeedBenchmarkParams {
   bool warmup = true;
 };
 
-struct SeedBenchmarkRow {
+struct CourseBenchmarkRow {
   std::string method;
   int64_t queries = 0;
   double time_s = 0;
@@ -31,14 +31,14 @@ struct SeedBenchmarkRow {
   int64_t inference_calls = 0;
 };
 
-struct SeedBenchmarkResult {
-  std::vector<SeedBenchmarkRow> rows;                // baseline, batched (batched alone without the baseline)
+struct CourseBenchmarkResult {
+  std::vector<CourseBenchmarkRow> rows;              // baseline, batched (batched alone without the baseline)
   bool same_tokens = true;                           // the batched run's tokens equal the baseline's
   std::vector<std::vector<int32_t>> batched_tokens;  // per query, from the batched run
   nlohmann::json to_json() const;
 };
 
-SeedBenchmarkResult run_seed_benchmark(const Engine& engine, const SeedBenchmarkParams& params,
-                                       const ExperimentControl& control = {});
+CourseBenchmarkResult run_course_benchmark(const Engine& engine, const CourseBenchmarkParams& params,
+                                           const ExperimentControl& control = {});
 
 }  // namespace servelab
