@@ -323,17 +323,22 @@ void ServeScheduler::loop() {
     }
   };
 
+  // The counters connection threads read (the queue limit among them); under the lock.
+  auto publish = [&] {
+    s.stats.running = static_cast<int64_t>(s.running.size());
+    s.stats.waiting = static_cast<int64_t>(s.waiting.size());
+    s.stats.cancelled = cancelled;
+    s.stats.finished = finished;
+    s.stats.failed = failed;
+    s.stats.generated_tokens = generated;
+    s.stats.steps = steps;
+  };
+
   for (;;) {
     bool cancel_all = false;
     {
       std::unique_lock lock(s.mutex);
-      s.stats.running = static_cast<int64_t>(s.running.size());
-      s.stats.waiting = static_cast<int64_t>(s.waiting.size());
-      s.stats.cancelled = cancelled;
-      s.stats.finished = finished;
-      s.stats.failed = failed;
-      s.stats.generated_tokens = generated;
-      s.stats.steps = steps;
+      publish();
       s.wake.wait(lock, [&] {
         return s.quit || s.cancel_all || !s.inbox.empty() || !s.new_sources.empty() || !s.waiting.empty() ||
                !s.running.empty();
@@ -341,6 +346,7 @@ void ServeScheduler::loop() {
       if (s.quit) break;
       for (auto& e : s.inbox) s.waiting.push_back(std::move(e));
       s.inbox.clear();
+      publish();
       for (AdapterSource& a : s.new_sources) s.adapters->add_source(std::move(a));
       s.new_sources.clear();
       cancel_all = s.cancel_all;
@@ -390,6 +396,10 @@ void ServeScheduler::loop() {
       admitted_rows.push_back(&e);
       s.running.push_back(std::move(s.waiting.front()));
       s.waiting.pop_front();
+    }
+    {
+      std::lock_guard lock(s.mutex);
+      publish();
     }
     if (s.running.empty()) continue;
 
