@@ -135,6 +135,7 @@ struct Call {
   std::optional<uint64_t> seed;  // reported back when sampling
   std::string model;             // OpenAI: the name asked for
   bool include_usage = false;
+  std::unique_ptr<TokenConstraint> constraint;  // structured output
 };
 
 }  // namespace
@@ -284,8 +285,18 @@ struct HttpServer::Impl {
       throw validation("parameters.watermark is not supported");
     if (field(p, "merged_adapters"))
       throw validation("parameters.merged_adapters is not supported by this server");
-    if (field(p, "response_format") || field(p, "grammar"))
-      throw validation("structured output (response_format / grammar) is not supported by this server yet");
+    if (const json* rf = field(p, "response_format")) {
+      // LoRAX: {"type": "json_object", "schema": {...}}; no schema: any JSON.
+      if (!rf->is_object() || rf->value("type", "") != "json_object")
+        throw validation("parameters.response_format must be {\"type\": \"json_object\", \"schema\": {...}}");
+      c.constraint = json_constraint(field(*rf, "schema"), "parameters.response_format.schema");
+    } else if (const json* g = field(p, "grammar")) {
+      // TGI: {"type": "json", "value": schema}; regular expressions are not supported.
+      if (!g->is_object() || g->value("type", "") != "json")
+        throw validation(
+            "parameters.grammar must be {\"type\": \"json\", \"value\": schema} (regex is not supported)");
+      c.constraint = json_constraint(field(*g, "value"), "parameters.grammar.value");
+    }
     if (const auto truncate = get_int(p, "truncate", w); truncate && *truncate < 1)
       throw validation("parameters.truncate must be at least 1, got " + std::to_string(*truncate));
     const std::string adapter_id = get_string(p, "adapter_id", w).value_or("");
@@ -328,10 +339,18 @@ struct HttpServer::Impl {
     for (const char* k : {"presence_penalty", "frequency_penalty"})
       if (const auto v = get_number(body, k, ""); v && *v != 0)
         throw validation(std::string(k) + " is not supported by this server");
-    if (field(body, "response_format")) {
-      const json& rf = body["response_format"];
-      if (!(rf.is_object() && rf.value("type", "") == "text"))
-        throw validation("structured output (response_format) is not supported by this server yet");
+    if (const json* rf = field(body, "response_format")) {
+      const std::string type = rf->is_object() ? rf->value("type", "") : "";
+      if (type == "json_object") {
+        c.constraint = json_constraint(nullptr, "response_format");
+      } else if (type == "json_schema") {
+        const json* js = field(*rf, "json_schema");
+        const json* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
+        if (!schema) throw validation("response_format json_schema needs json_schema.schema");
+        c.constraint = json_constraint(schema, "response_format.json_schema.schema");
+      } else if (type != "text") {
+        throw validation("response_format.type must be text, json_object or json_schema");
+      }
     }
     c.stream = get_bool(body, "stream", "").value_or(false);
     if (const json* so = field(body, "stream_options")) {
@@ -400,9 +419,19 @@ struct HttpServer::Impl {
     return c;
   }
 
+  // A JSON constraint: schema (a JSON Schema object) or, when null, any JSON.
+  std::unique_ptr<TokenConstraint> json_constraint(const json* schema, const std::string& what) {
+    if (!scheduler.structured_output())
+      throw validation(
+          "structured output is not available in this build (scripts/build_xgrammar, then configure)");
+    if (schema && !schema->is_object())
+      throw validation(what + " must be a JSON Schema object, got " + json_type(*schema));
+    return scheduler.structured_output()->json(schema ? schema->dump() : "");
+  }
+
   std::shared_ptr<RequestStream> submit(Call& c) {
     try {
-      return scheduler.submit(c.request);
+      return scheduler.submit(c.request, std::move(c.constraint));
     } catch (const OverloadedError& e) {
       ApiError err(e.shutting_down() ? 503 : 429, "overloaded", e.what());
       err.retry_after = 1;
@@ -669,9 +698,35 @@ struct HttpServer::Impl {
                 {"cancelled", s.cancelled},
                 {"failed", s.failed}}},
               {"generated_tokens", s.generated_tokens},
+              {"structured_output", structured_json()},
               {"steps", s.steps}};
     if (!options.model_info.empty()) j["model"] = json::parse(options.model_info, nullptr, false);
     res.set_content(j.dump(), "application/json");
+  }
+
+  static double quantile(std::vector<float> v, double q) {
+    if (v.empty()) return 0;
+    const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return v[k];
+  }
+
+  json structured_json() const {
+    const StructuredOutput* so = scheduler.structured_output();
+    if (!so) return {{"available", false}};
+    const StructuredOutputStats st = so->stats();
+    return {
+        {"available", true},
+        {"grammars_compiled", st.grammars},
+        {"compile_ms", st.compile_ms},
+        {"masked_tokens", st.masked_tokens},
+        {"mask_us_mean", st.masked_tokens ? st.mask_us_total / static_cast<double>(st.masked_tokens) : 0.0},
+        {"mask_us_max", st.mask_us_max},
+        {"fill_us_mean", st.masked_tokens ? st.fill_us_total / static_cast<double>(st.masked_tokens) : 0.0},
+        {"mask_us_p50", quantile(st.mask_us, 0.5)},
+        {"mask_us_p99", quantile(st.mask_us, 0.99)},
+        {"fill_us_p50", quantile(st.fill_us, 0.5)},
+        {"fill_us_p99", quantile(st.fill_us, 0.99)}};
   }
 
   void models(httplib::Response& res) {

@@ -84,6 +84,7 @@ struct Entry {
   std::unique_ptr<RequestTracker> tracker;
   std::optional<Sampler> sampler;
   std::shared_ptr<const LoraAdapter> adapter;
+  std::unique_ptr<TokenConstraint> constraint;
 };
 
 RequestResult unstarted_result(const Entry& e, const std::string& reason) {
@@ -142,6 +143,8 @@ ServeScheduler::ServeScheduler(const Model& model, const Tokenizer& tokenizer, S
       options_.max_total_tokens > 0 ? options_.max_total_tokens : std::min<int64_t>(context, 2048);
   Impl& s = *impl_;
   s.stop_ids = generation_stop_ids(model, tokenizer);
+  if (StructuredOutput::available())
+    structured_ = std::make_unique<StructuredOutput>(tokenizer, model.shape().vocab_size, s.stop_ids);
   s.kv = make_kv_memory_manager(KvStrategy::SlotKv, model, options_.max_batch, max_total_tokens_,
                                 padding_id(model, tokenizer));
   const int64_t capacity = options_.adapter_cache_capacity > 0 ? options_.adapter_cache_capacity
@@ -175,7 +178,8 @@ ServeScheduler::~ServeScheduler() {
   }
 }
 
-std::shared_ptr<RequestStream> ServeScheduler::submit(BatchRequest request) {
+std::shared_ptr<RequestStream> ServeScheduler::submit(BatchRequest request,
+                                                      std::unique_ptr<TokenConstraint> constraint) {
   const int64_t vocab = model_.shape().vocab_size;
   const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
   if (prompt == 0) throw InputError("the prompt is empty: it needs at least one token");
@@ -193,7 +197,9 @@ std::shared_ptr<RequestStream> ServeScheduler::submit(BatchRequest request) {
         std::to_string(model_.shape().context) + ")");
   request.sampling.validate();
   request.arrival_ms = 0;
+  if (constraint) request.stop_at_eos = true;  // a complete JSON text leaves only the stop tokens
   auto entry = std::make_unique<Entry>();
+  entry->constraint = std::move(constraint);
   entry->stream = std::make_shared<RequestStream>();
   std::shared_ptr<RequestStream> stream = entry->stream;
   {
@@ -294,7 +300,11 @@ void ServeScheduler::loop() {
   };
   // Picks each row's next token, with its log-probability, and hands it to its request.
   auto take_tokens = [&](const at::Tensor& logits, const std::vector<Entry*>& rows) {
-    const at::Tensor l = logits.to(at::kCPU, at::kFloat);
+    const at::Tensor l = logits.to(at::kCPU, at::kFloat).contiguous();
+    const int64_t vocab = l.size(1);
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i]->constraint)
+        rows[i]->constraint->mask(l.data_ptr<float>() + static_cast<int64_t>(i) * vocab, vocab);
     const at::Tensor greedy = l.argmax(-1);
     const auto greedy_a = greedy.accessor<int64_t, 1>();
     std::vector<int64_t> chosen(rows.size());
@@ -311,6 +321,7 @@ void ServeScheduler::loop() {
     for (size_t i = 0; i < rows.size(); ++i) {
       Entry& e = *rows[i];
       const int32_t id = static_cast<int32_t>(chosen[i]);
+      if (e.constraint) e.constraint->accept(id);
       ServeToken t;
       t.id = id;
       t.text = e.tracker->push(id, ms);

@@ -18,6 +18,7 @@
 
 #include "generate/continuous_batching.h"
 #include "lora/lora_spec.h"
+#include "serve/structured_output.h"
 
 namespace servelab {
 
@@ -109,8 +110,10 @@ class ServeScheduler {
   // Any thread. Checks the request (InputError naming the value: empty prompt, ids outside the
   // vocabulary, max new tokens < 1, prompt + new tokens over max_total_tokens(), bad sampling, an
   // unknown adapter) and queues it; OverloadedError when the queue is full or the server stops.
-  // request.arrival_ms is ignored.
-  std::shared_ptr<RequestStream> submit(BatchRequest request);
+  // request.arrival_ms is ignored. constraint (structured output), when given, masks every token
+  // of the request; the request then always ends at a stop token.
+  std::shared_ptr<RequestStream> submit(BatchRequest request,
+                                        std::unique_ptr<TokenConstraint> constraint = nullptr);
 
   // Any thread: makes an adapter known under name (a hub adapter resolved to a folder); loading
   // happens on the engine thread when a request needs it. No-op when the name is known.
@@ -121,6 +124,9 @@ class ServeScheduler {
   // Shutting down: refuse new requests, let the running and waiting ones finish for up to grace,
   // then cancel what is left. Returns the number of requests cancelled.
   int64_t drain(std::chrono::milliseconds grace);
+
+  // JSON-schema constraints for this model's vocabulary; nullptr when the build has none.
+  StructuredOutput* structured_output() const { return structured_.get(); }
 
   int64_t max_total_tokens() const { return max_total_tokens_; }
   const ServeOptions& options() const { return options_; }
@@ -134,6 +140,7 @@ class ServeScheduler {
   const Tokenizer& tokenizer_;
   ServeOptions options_;
   int64_t max_total_tokens_ = 0;
+  std::unique_ptr<StructuredOutput> structured_;
   std::unique_ptr<Impl> impl_;
 };
 
