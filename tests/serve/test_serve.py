@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """servelab-cli serve against the clients people use: the course's lesson-7 code on PyPI's
-lorax-client, the openai client, and plain HTTP for what the clients cannot send.
+lorax-client, the openai client, and plain HTTP for what the clients cannot send. Structured output
+(xgrammar) is checked with jsonschema.
 
 Servers (all on 127.0.0.1, port 0, started here, stopped with SIGTERM and required to exit 0):
   demo   --demo (GPT-2 small shape, random weights, real tokenizer) with LoRA adapters made by peft
@@ -226,12 +227,34 @@ class Lesson7(unittest.TestCase):
         self.assertTrue(set(HUB) <= set(info(server("demo"))["adapters"]))
 
     def test_4_structured_output(self):
-        from lorax.errors import ValidationError
-        with self.assertRaises(ValidationError) as e:
-            self.run_section("Bonus: Structured Generation")
-        self.assertIn("structured output", str(e.exception))
-        self.skipTest("structured output (response_format) is not implemented yet: the server answers 422 "
-                      f"validation ({e.exception}); the NER section needs it too")
+        """The lesson's bonus: a pydantic schema through response_format, on SmolLM2 (the random demo
+        model would fill a JSON string with noise until max_new_tokens, as any model may)."""
+        import jsonschema
+        import types
+        smol = types.ModuleType("utils")
+        smol.endpoint_url, smol.headers = server("smol").url, {}
+        saved = sys.modules.get("utils")
+        sys.modules["utils"] = smol
+        try:
+            ns = {"__name__": "lesson7_smol"}
+            exec(compile(self.sections["Setup"], "lesson7:Setup", "exec"), ns)
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(self.sections["Bonus: Structured Generation"], "lesson7:Bonus", "exec"), ns)
+                person = json.loads(ns["resp"].generated_text)
+                jsonschema.validate(person, ns["schema"])
+        finally:
+            sys.modules["utils"] = saved
+        print(f"\n    Person: {person}", file=sys.stderr)
+        so = info(server("smol"))["structured_output"]
+        print(f"    structured output on SmolLM2 (49,152 tokens): {so}", file=sys.stderr)
+        self.assertGreater(so["masked_tokens"], 10)
+
+    @unittest.skip("the NER part needs the course's models: held to its Output schema (unbounded lists of "
+                   "unbounded strings) SmolLM2-135M repeats inside a string until max_new_tokens (128), so "
+                   "json.loads fails on the cut text, and its last cell needs the real predibase/conllpp adapter "
+                   "(trained on Mistral-7B to answer in JSON); ours are random adapters for the demo's GPT-2 shape")
+    def test_5_ner(self):
+        pass
 
 
 # ---- OpenAI --------------------------------------------------------------------------------------
@@ -274,6 +297,37 @@ class OpenAIClient(unittest.TestCase):
         self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
         self.assertEqual("".join(ch.choices[0].delta.content or "" for ch in chunks), text)
         self.assertIn(chunks[-1].choices[0].finish_reason, ("stop", "length"))
+
+    def test_structured_output(self):
+        import jsonschema
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                   "population": {"type": "integer", "minimum": 0},
+                                                   "tags": {"type": "array", "maxItems": 3,
+                                                            "items": {"type": "string", "maxLength": 12}}},
+                  "required": ["city", "population", "tags"]}
+        c = self.client("smol")
+        msgs = [{"role": "user", "content": "Describe Paris as JSON."}]
+        fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}
+        r = c.chat.completions.create(model="tgi", messages=msgs, max_tokens=96, temperature=0, response_format=fmt)
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+        chunks = list(c.chat.completions.create(model="tgi", messages=msgs, max_tokens=96, temperature=0,
+                                                response_format=fmt, stream=True))
+        self.assertEqual("".join(ch.choices[0].delta.content or "" for ch in chunks), r.choices[0].message.content)
+        # Any JSON, sampled: it may run out of tokens inside a string, but it is JSON from the first byte.
+        r = c.chat.completions.create(model="tgi", messages=msgs, max_tokens=64, temperature=0.8, seed=3,
+                                      response_format={"type": "json_object"})
+        text = r.choices[0].message.content
+        self.assertIn(text[:1], "{[\"-0123456789tfn")
+        if r.choices[0].finish_reason == "stop":
+            json.loads(text)
+        # TGI's grammar form, sampled, on the LoRAX route.
+        r = post(server("smol"), "/generate", {"inputs": "A city:", "parameters": {
+            "max_new_tokens": 96, "do_sample": True, "seed": 5, "grammar": {"type": "json", "value": schema}}})
+        self.assertEqual(r.status_code, 200, r.text)
+        jsonschema.validate(json.loads(r.json()["generated_text"]), schema)
+        print(f"\n    structured output on SmolLM2 so far: {info(server('smol'))['structured_output']}",
+              file=sys.stderr)
 
     def test_lorax_real_text(self):
         from lorax import Client
@@ -359,6 +413,14 @@ class BadInput(unittest.TestCase):
         self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, 422,
                    "no chat template")
         self.check(srv, "/v1/completions", None, 422, "not valid JSON", raw=b"{")
+        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "xml"}}, 422,
+                   "response_format.type")
+        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "json_schema"}}, 422,
+                   "json_schema.schema")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"response_format": {"type": "json_object", "schema": {
+            "type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}}, 422, "schema cannot be used")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "a+"}}}, 422,
+                   "regex is not supported")
 
 
 # ---- queue, disconnects, shutdown ----------------------------------------------------------------
