@@ -124,6 +124,11 @@ def make_adapters():
         peft_model.save_pretrained(out)
         ADAPTERS[name] = out
         model = peft_model.unload()
+    # A Hub repository whose adapter cannot load (its config cut off): found, registered, then 424.
+    broken = os.path.join(hub, "models--broken--adapter", "snapshots", "0" * 40)
+    os.makedirs(broken)
+    with open(os.path.join(broken, "adapter_config.json"), "w") as f:
+        f.write('{"peft_type": "LORA", "r": ')
 
 
 # ---- HTTP helpers --------------------------------------------------------------------------------
@@ -213,6 +218,8 @@ class Lesson7(unittest.TestCase):
     def test_1_prefill_vs_decode(self):
         out = self.run_section("Prefill vs Decode (KV Cache)")
         resp, durations = self.ns["resp"], self.ns["durations_s"]
+        print(f"\n    request {self.ns['duration_s']:.3f} s; stream TTFT {durations[0]:.3f} s, "
+              f"{(len(durations) - 1) / sum(durations[1:]):.1f} tok/s", file=sys.stderr)
         self.assertIn("Time to first token (TTFT) (s):", out)
         self.assertLessEqual(len(durations), 32)
         self.assertEqual(resp.details.generated_tokens, len(durations))
@@ -225,6 +232,8 @@ class Lesson7(unittest.TestCase):
         # The short streams joined the long one's batch and ended long before it.
         self.assertLess(sum(d[1]), sum(d[0]))
         self.assertLess(sum(d[2]), sum(d[0]))
+        print(f"\n    TTFT (s): {[round(s[0], 3) for s in d]}, tok/s: "
+              f"{[round((len(s) - 1) / sum(s[1:]), 1) for s in d]}", file=sys.stderr)
 
     def test_3_multi_lora(self):
         out = self.run_section("Multi-LoRA")
@@ -402,6 +411,10 @@ class BadInput(unittest.TestCase):
                    "adapter_source 's3'")
         self.check(srv, "/", {"inputs": "x", "parameters": {"adapter_id": "/nonexistent", "adapter_source": "local"}},
                    422, "PEFT folder")
+        for path in ("/generate", "/generate_stream"):
+            r = self.check(srv, path, {"inputs": "x", "parameters": {"adapter_id": "broken/adapter"}}, 424,
+                           "adapter 'broken/adapter' could not be loaded")
+            self.assertEqual(r.json()["error_type"], "generation")
         self.check(srv, "/generate", None, 413, "larger than", raw=b'{"inputs": "' + b"x" * (3 << 20) + b'"}')
         r = self.check(srv, "/nothing", {}, 404, "no such endpoint")
         # The client's own nulls are fine, and the server still answers.
