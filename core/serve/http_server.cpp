@@ -742,8 +742,7 @@ struct HttpServer::Impl {
   }
 
   // Runs a handler; its errors become the API's error bodies.
-  void guarded(const httplib::Request& req, httplib::Response& res, bool openai_errors,
-               const std::function<void()>& handler) {
+  void guarded(httplib::Response& res, bool openai_errors, const std::function<void()>& handler) {
     auto reply = [&](int status, const std::string& type, const std::string& message, int retry_after) {
       res.status = status;
       if (retry_after > 0) res.set_header("Retry-After", std::to_string(retry_after));
@@ -761,7 +760,6 @@ struct HttpServer::Impl {
       }
       res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     };
-    (void)req;
     try {
       handler();
     } catch (const ApiError& e) {
@@ -790,17 +788,17 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
   s.set_read_timeout(30);
   auto lorax = [&m](bool stream_default, bool as_list, bool force_stream) {
     return [&m, stream_default, as_list, force_stream](const httplib::Request& req, httplib::Response& res) {
-      m.guarded(req, res, false, [&] { m.lorax(req, res, stream_default, as_list, force_stream); });
+      m.guarded(res, false, [&] { m.lorax(req, res, stream_default, as_list, force_stream); });
     };
   };
   s.Post("/", lorax(false, true, false));
   s.Post("/generate", lorax(false, false, false));
   s.Post("/generate_stream", lorax(true, false, true));
   s.Post("/v1/completions", [&m](const httplib::Request& req, httplib::Response& res) {
-    m.guarded(req, res, true, [&] { m.openai(req, res, false); });
+    m.guarded(res, true, [&] { m.openai(req, res, false); });
   });
   s.Post("/v1/chat/completions", [&m](const httplib::Request& req, httplib::Response& res) {
-    m.guarded(req, res, true, [&] { m.openai(req, res, true); });
+    m.guarded(res, true, [&] { m.openai(req, res, true); });
   });
   s.Get("/info", [&m](const httplib::Request&, httplib::Response& res) { m.info(res); });
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) {

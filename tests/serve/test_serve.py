@@ -519,6 +519,21 @@ class Lifecycle(unittest.TestCase):
             socket.create_connection((srv.host, srv.port), timeout=5)
 
 
+    def test_3_sigterm_lets_running_requests_finish(self):
+        srv = server("demo")  # --shutdown-grace 10 (the default): short requests end whole
+        streams = [open_stream(srv, 30, "The rain in Spain"), open_stream(srv, 25, "What comes up must")]
+        for _, f in streams:  # both running before the signal
+            self.assertEqual(len(read_events(f, 1)), 1)
+        rc, err = srv.stop()
+        del SERVERS["demo"]
+        self.assertEqual(rc, 0, err)
+        self.assertIn("0 cancelled at shutdown", err)
+        for (sock, f), n in zip(streams, (29, 24)):
+            events = read_events(f, n)
+            self.assertEqual(len(events), n)
+            self.assertEqual(events[-1]["details"]["finish_reason"], "length")
+
+
 def main():
     global CLI, TMP
     ap = argparse.ArgumentParser()
