@@ -470,6 +470,18 @@ def read_events(f, n):
     return events
 
 
+def diagnose(srv, stream):
+    """What the server and a stream say, for a failed wait."""
+    i = info(srv)
+    sock, f = stream
+    sock.settimeout(2)
+    try:
+        first = f.readline()
+    except OSError as e:
+        first = repr(e)
+    return f"running {i['running']}, waiting {i['waiting']}, requests {i['requests']}; the stream says {first!r}"
+
+
 def wait_for(pred, timeout=60):
     end = time.time() + timeout
     while time.time() < end:
@@ -485,7 +497,8 @@ class Lifecycle(unittest.TestCase):
         a, fa = open_stream(srv, 900)
         self.assertEqual(len(read_events(fa, 2)), 2)  # running, in the only slot
         b, fb = open_stream(srv, 900)  # waiting, the only queue place
-        self.assertTrue(wait_for(lambda: info(srv)["waiting"] == 1))
+        if not wait_for(lambda: info(srv)["waiting"] == 1):
+            self.fail(diagnose(srv, (b, fb)))
         r = post(srv, "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}})
         self.assertEqual(r.status_code, 429, r.text)
         self.assertEqual(r.json()["error_type"], "overloaded")
@@ -503,9 +516,11 @@ class Lifecycle(unittest.TestCase):
 
     def test_2_sigterm_under_load(self):
         srv = server("small")
-        streams = [open_stream(srv, 900), open_stream(srv, 900)]
-        self.assertEqual(len(read_events(streams[0][1], 3)), 3)
-        self.assertTrue(wait_for(lambda: info(srv)["waiting"] == 1))
+        streams = [open_stream(srv, 900)]
+        self.assertEqual(len(read_events(streams[0][1], 3)), 3)  # running, in the only slot
+        streams.append(open_stream(srv, 900))  # waiting, the only queue place
+        if not wait_for(lambda: info(srv)["waiting"] == 1):
+            self.fail(diagnose(srv, streams[1]))
         rc, err = srv.stop()
         del SERVERS["small"]
         self.assertEqual(rc, 0, err)
