@@ -5,7 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +15,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
@@ -28,6 +31,7 @@
 #include "model/gguf_file.h"
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
+#include "serve/http_server.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -659,6 +663,72 @@ void check_no_empty_values(const CLI::App& app) {
   }
 }
 
+// serve: the LoRAX/TGI + OpenAI HTTP server (core/serve) until SIGINT or SIGTERM.
+struct ServeArgs {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t max_batch = 8, max_queue = 64, max_total_tokens = 0, adapter_cache = 8, max_body_bytes = 2 << 20;
+  std::vector<std::string> adapters;  // NAME=PEFT_DIR
+  int http_threads = 0;
+  double grace_s = 10;
+};
+
+int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
+  // SIGINT and SIGTERM are blocked here, so in every thread started below, and taken by sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that leaves must not end the server
+  auto engine = m.load();
+  ServeOptions so;
+  so.max_batch = a.max_batch;
+  so.max_queue = a.max_queue;
+  so.max_total_tokens = a.max_total_tokens;
+  so.adapter_cache_capacity = a.adapter_cache;
+  for (const std::string& spec : a.adapters) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      throw InputError("--adapter takes NAME=PEFT_DIR, got '" + spec + "'");
+    AdapterSource source;
+    source.name = spec.substr(0, eq);
+    source.peft_dir = spec.substr(eq + 1);
+    so.adapters.push_back(source);
+  }
+  ServeScheduler scheduler(engine->model(), engine->tokenizer(), so);
+  HttpServerOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.threads = a.http_threads;
+  ho.max_body_bytes = a.max_body_bytes;
+  ho.model_id = engine->is_demo() ? "servelab-demo-gpt2" : engine->name();
+  ho.model_info = engine->info().dump();
+  HttpServer server(scheduler, engine->tokenizer(), ho);
+  const int port = server.bind();
+  std::thread http([&] { server.serve(); });
+  for (int i = 0; i < 500 && !server.running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::cout << "servelab-cli serve: " << ho.model_id << " at http://" << a.host << ":" << port
+            << " (max batch " << a.max_batch << ", max queue " << a.max_queue << ", "
+            << scheduler.max_total_tokens() << " positions per request)" << std::endl;
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  const ServeStats before = scheduler.stats();
+  std::cerr << "servelab-cli serve: " << strsignal(sig) << ": not accepting connections; finishing "
+            << before.running << " running and " << before.waiting << " waiting requests (up to " << a.grace_s
+            << " s)" << std::endl;
+  server.stop();
+  const int64_t cancelled =
+      scheduler.drain(std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, a.grace_s) * 1000)));
+  http.join();
+  const ServeStats after = scheduler.stats();
+  std::cerr << "servelab-cli serve: stopped: " << after.finished << " requests finished, " << cancelled
+            << " cancelled at shutdown (" << after.cancelled << " cancelled in all), " << after.failed
+            << " failed" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -840,6 +910,25 @@ int main(int argc, char** argv) {
   auto* demo = app.add_subcommand("demo", "Generate from the course prompts and compare KV-cache timings");
   margs.add_to(demo);
 
+  ServeArgs sv;
+  auto* serve = app.add_subcommand(
+      "serve", "LoRAX/TGI- and OpenAI-compatible HTTP server with continuous batching, until SIGINT/SIGTERM");
+  margs.add_to(serve);
+  serve->add_option("--host", sv.host, "address to listen on (default 127.0.0.1: this machine only)");
+  serve->add_option("--port", sv.port, "port (0: a free one; the line printed when ready names it)");
+  serve->add_option("--max-batch", sv.max_batch, "requests running at once");
+  serve->add_option("--max-queue", sv.max_queue, "requests waiting at most; more get 429");
+  serve->add_option("--max-total-tokens", sv.max_total_tokens,
+                    "prompt + new tokens per request (0: the model's context, at most 2048)");
+  serve->add_option("--adapter", sv.adapters, "NAME=PEFT_DIR: a LoRA adapter requests may name (repeatable)");
+  serve->add_option("--adapter-cache", sv.adapter_cache, "adapters loaded at once (0: no limit)");
+  serve->add_option("--http-threads", sv.http_threads,
+                    "connection threads; each open stream holds one (0: max batch + max queue + 8)");
+  serve->add_option("--max-body-bytes", sv.max_body_bytes, "larger request bodies get 413");
+  serve->add_option(
+      "--shutdown-grace", sv.grace_s,
+      "seconds running requests may take to finish after SIGINT/SIGTERM before they are cancelled");
+
   try {
     check_subcommands(app, argc, argv);
     app.parse(argc, argv);
@@ -886,6 +975,7 @@ int main(int argc, char** argv) {
     if (*lora_describe) return cmd_lora_describe(margs, describe_dirs);
     if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);
+    if (*serve) return cmd_serve(margs, sv);
   } catch (const Error& e) {
     std::cerr << "servelab-cli: " << error_kind_name(e.kind()) << ": " << one_line(e.what()) << "\n";
     return 1;

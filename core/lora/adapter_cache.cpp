@@ -24,6 +24,13 @@ AdapterCache::AdapterCache(const Model& model, std::vector<AdapterSource> source
 
 AdapterCache::~AdapterCache() = default;
 
+void AdapterCache::add_source(AdapterSource source) {
+  if (source.name.empty()) throw InputError("an adapter needs a name");
+  const std::string name = source.name;
+  if (!sources_.emplace(name, std::move(source)).second)
+    throw InputError("an adapter named '" + name + "' is already registered");
+}
+
 std::shared_ptr<const LoraAdapter> AdapterCache::acquire(const std::string& name) {
   const auto src = sources_.find(name);
   if (src == sources_.end()) throw InputError("unknown adapter '" + name + "'");

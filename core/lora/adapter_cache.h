@@ -25,6 +25,9 @@ class AdapterCache {
   ~AdapterCache();
 
   bool knows(const std::string& name) const { return sources_.count(name) > 0; }
+  // Registers one more source (a server resolving an adapter a request names); the capacity stays
+  // as constructed. InputError for an empty name or one already registered.
+  void add_source(AdapterSource source);
   // The adapter, pinned once more; loaded first when absent (which may evict). nullptr when the
   // cache is full of pinned adapters: the caller waits for a retirement. Load errors propagate.
   std::shared_ptr<const LoraAdapter> acquire(const std::string& name);

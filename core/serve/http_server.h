@@ -1,0 +1,56 @@
+#pragma once
+// The HTTP face of the serving scheduler: LoRAX/TGI's API (POST / with a list answer or an event
+// stream, /generate, /generate_stream, /info, /health) and an OpenAI subset (/v1/models,
+// /v1/completions, /v1/chat/completions), on cpp-httplib. Connection threads parse, validate and
+// tokenize a request, submit it to the one ServeScheduler, and write its tokens as they come
+// (chunked server-sent events); a connection that goes away cancels its request.
+// Torch-free header; httplib stays inside the .cpp.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "serve/serve_scheduler.h"
+
+namespace servelab {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: a free port, see HttpServer::port()
+  int threads = 0;  // connection threads (each open stream holds one); 0: max batch + max queue + 8
+  int64_t max_body_bytes = 2 << 20;  // larger bodies get 413
+  std::string model_id;              // what /info and /v1/models call the base model
+  std::string model_info;            // more of /info (the engine's info() as JSON text), may be empty
+};
+
+class HttpServer {
+ public:
+  HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, HttpServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port; InputError when it cannot. Returns the port (the real one for port 0).
+  int bind();
+  // Serves until stop(); call from one thread after bind().
+  void serve();
+  // Stops accepting connections; serve() returns once the open connections are done.
+  void stop();
+  // Whether serve() has started listening (stop() before then has nothing to stop).
+  bool running() const;
+  int port() const { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+// The folder of a Hugging Face Hub repository in the local cache: $HF_HUB_CACHE, else
+// $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub; then
+// models--<org>--<name>/snapshots/<revision>, the revision refs/main names (else the only
+// snapshot, else the newest). Empty when absent; *searched says where it looked.
+std::string hf_cache_snapshot(const std::string& repo_id, std::string* searched = nullptr);
+
+}  // namespace servelab

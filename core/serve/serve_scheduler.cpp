@@ -1,0 +1,453 @@
+#include "serve/serve_scheduler.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "generate/generation.h"
+#include "generate/kv_memory_manager.h"
+#include "generate/request_tracker.h"
+#include "generate/sampling.h"
+#include "lora/adapter_cache.h"
+#include "lora/lora_adapter.h"
+#include "model/model.h"
+#include "util/device.h"
+#include "util/errors.h"
+
+namespace servelab {
+
+// ---- RequestStream ----------------------------------------------------------------------------
+
+void RequestStream::push(ServeToken token) {
+  {
+    std::lock_guard lock(mutex_);
+    tokens_.push_back(std::move(token));
+    started_ = true;
+  }
+  changed_.notify_all();
+}
+
+void RequestStream::finish(const RequestResult& result) {
+  {
+    std::lock_guard lock(mutex_);
+    result_ = result;
+    done_ = started_ = true;
+  }
+  changed_.notify_all();
+}
+
+void RequestStream::fail(const std::string& message, const std::string& type) {
+  {
+    std::lock_guard lock(mutex_);
+    error_ = message;
+    error_type_ = type;
+    done_ = started_ = true;
+  }
+  changed_.notify_all();
+}
+
+RequestStream::Update RequestStream::take(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return !tokens_.empty() || done_; });
+  Update u;
+  u.tokens.assign(std::make_move_iterator(tokens_.begin()), std::make_move_iterator(tokens_.end()));
+  tokens_.clear();
+  // Done only once every token has been handed out.
+  u.done = done_;
+  if (done_) {
+    u.error = error_;
+    u.error_type = error_type_;
+    u.result = result_;
+  }
+  return u;
+}
+
+bool RequestStream::wait_started(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return started_; });
+}
+
+// ---- ServeScheduler ---------------------------------------------------------------------------
+
+namespace {
+
+struct Entry {
+  int64_t id = 0;
+  BatchRequest request;  // the tracker keeps a reference: an Entry never moves (unique_ptr)
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<RequestTracker> tracker;
+  std::optional<Sampler> sampler;
+  std::shared_ptr<const LoraAdapter> adapter;
+  std::unique_ptr<TokenConstraint> constraint;
+};
+
+RequestResult unstarted_result(const Entry& e, const std::string& reason) {
+  RequestResult r;
+  r.id = e.id;
+  r.prompt_ids = e.request.prompt_ids;
+  r.adapter = e.request.adapter;
+  r.finish_reason = reason;
+  return r;
+}
+
+}  // namespace
+
+struct ServeScheduler::Impl {
+  // Shared with connection threads, under mutex.
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<std::unique_ptr<Entry>> inbox;  // submitted, not yet taken by the engine thread
+  std::vector<AdapterSource> new_sources;    // registered, not yet given to the adapter cache
+  std::set<std::string> adapter_names;
+  bool stopping = false;    // refuse new requests
+  bool cancel_all = false;  // the engine cancels everything it holds
+  bool quit = false;        // the engine thread ends
+  int64_t next_id = 0;
+  ServeStats stats;  // running / waiting as of the engine's last look
+
+  // The engine thread's own.
+  std::unique_ptr<KvMemoryManager> kv;
+  std::unique_ptr<AdapterCache> adapters;
+  std::map<int64_t, const LoraAdapter*> held;  // running request -> its adapter, for the routing
+  std::deque<std::unique_ptr<Entry>> waiting;
+  std::vector<std::unique_ptr<Entry>> running;
+  std::vector<int32_t> stop_ids;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::thread thread;
+
+  double now_ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
+ServeScheduler::ServeScheduler(const Model& model, const Tokenizer& tokenizer, ServeOptions options)
+    : model_(model), tokenizer_(tokenizer), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  const int64_t context = model.shape().context;
+  if (options_.max_batch < 1)
+    throw InputError("max batch must be at least 1, got " + std::to_string(options_.max_batch));
+  if (options_.max_queue < 0)
+    throw InputError("max queue must be 0 or more, got " + std::to_string(options_.max_queue));
+  if (options_.adapter_cache_capacity < 0)
+    throw InputError("adapter cache must be 0 (no limit) or more, got " +
+                     std::to_string(options_.adapter_cache_capacity));
+  if (options_.max_total_tokens < 0 || options_.max_total_tokens > context)
+    throw InputError("max total tokens must be in [1, " + std::to_string(context) +
+                     "] (the model's context), got " + std::to_string(options_.max_total_tokens));
+  max_total_tokens_ =
+      options_.max_total_tokens > 0 ? options_.max_total_tokens : std::min<int64_t>(context, 2048);
+  Impl& s = *impl_;
+  s.stop_ids = generation_stop_ids(model, tokenizer);
+  if (StructuredOutput::available())
+    structured_ = std::make_unique<StructuredOutput>(tokenizer, model.shape().vocab_size, s.stop_ids);
+  s.kv = make_kv_memory_manager(KvStrategy::SlotKv, model, options_.max_batch, max_total_tokens_,
+                                padding_id(model, tokenizer));
+  const int64_t capacity = options_.adapter_cache_capacity > 0 ? options_.adapter_cache_capacity
+                                                               : std::numeric_limits<int32_t>::max();
+  s.adapters = std::make_unique<AdapterCache>(model, options_.adapters, capacity);
+  for (const AdapterSource& a : options_.adapters) s.adapter_names.insert(a.name);
+  KvMemoryManager::LoraRouting routing;
+  routing.adapter_of = [&s](int64_t id) -> const LoraAdapter* {
+    const auto it = s.held.find(id);
+    return it == s.held.end() ? nullptr : it->second;
+  };
+  routing.strategy = options_.lora_strategy;
+  routing.stack = [&s] { return s.adapters->stack(); };
+  s.kv->set_lora(std::move(routing));
+  s.thread = std::thread([this] { loop(); });
+}
+
+ServeScheduler::~ServeScheduler() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = impl_->quit = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+  // Nobody waits forever on a request the engine never saw or never finished.
+  for (auto& e : impl_->inbox) e->stream->finish(unstarted_result(*e, "cancelled"));
+  for (auto& e : impl_->waiting) e->stream->finish(unstarted_result(*e, "cancelled"));
+  for (auto& e : impl_->running) {
+    e->tracker->finish("cancelled");
+    e->stream->finish(e->tracker->result());
+  }
+}
+
+std::shared_ptr<RequestStream> ServeScheduler::submit(BatchRequest request,
+                                                      std::unique_ptr<TokenConstraint> constraint) {
+  const int64_t vocab = model_.shape().vocab_size;
+  const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+  if (prompt == 0) throw InputError("the prompt is empty: it needs at least one token");
+  for (int32_t id : request.prompt_ids)
+    if (id < 0 || id >= vocab)
+      throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                       std::to_string(vocab));
+  if (request.max_new_tokens < 1)
+    throw InputError("max new tokens must be at least 1, got " + std::to_string(request.max_new_tokens));
+  if (prompt + request.max_new_tokens > max_total_tokens_)
+    throw InputError(
+        "the prompt has " + std::to_string(prompt) + " tokens and " + std::to_string(request.max_new_tokens) +
+        " new tokens are asked for: " + std::to_string(prompt + request.max_new_tokens) + " exceeds the " +
+        std::to_string(max_total_tokens_) + " positions a request may use (model context " +
+        std::to_string(model_.shape().context) + ")");
+  request.sampling.validate();
+  request.arrival_ms = 0;
+  if (constraint) request.stop_at_eos = true;  // a complete JSON text leaves only the stop tokens
+  auto entry = std::make_unique<Entry>();
+  entry->constraint = std::move(constraint);
+  entry->stream = std::make_shared<RequestStream>();
+  std::shared_ptr<RequestStream> stream = entry->stream;
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (!request.adapter.empty() && !impl_->adapter_names.count(request.adapter))
+      throw InputError("unknown adapter '" + request.adapter + "'");
+    if (impl_->stopping) throw OverloadedError("the server is shutting down", true);
+    const int64_t queued = impl_->stats.waiting + static_cast<int64_t>(impl_->inbox.size());
+    const int64_t free_slots = options_.max_batch - impl_->stats.running;
+    if (queued >= options_.max_queue + std::max<int64_t>(free_slots, 0))
+      throw OverloadedError("the queue is full: " + std::to_string(queued) + " requests waiting (max queue " +
+                                std::to_string(options_.max_queue) + ")",
+                            false);
+    entry->id = impl_->next_id++;
+    entry->request = std::move(request);
+    impl_->inbox.push_back(std::move(entry));
+    ++impl_->stats.submitted;
+  }
+  impl_->wake.notify_all();
+  return stream;
+}
+
+void ServeScheduler::register_adapter(const AdapterSource& source) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (!impl_->adapter_names.insert(source.name).second) return;
+    impl_->new_sources.push_back(source);
+  }
+  impl_->wake.notify_all();
+}
+
+bool ServeScheduler::knows_adapter(const std::string& name) const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->adapter_names.count(name) > 0;
+}
+
+std::vector<std::string> ServeScheduler::adapter_names() const {
+  std::lock_guard lock(impl_->mutex);
+  return {impl_->adapter_names.begin(), impl_->adapter_names.end()};
+}
+
+ServeStats ServeScheduler::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  ServeStats s = impl_->stats;
+  s.waiting += static_cast<int64_t>(impl_->inbox.size());
+  return s;
+}
+
+int64_t ServeScheduler::drain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  const auto until = std::chrono::steady_clock::now() + grace;
+  auto idle = [&] {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->inbox.empty() && impl_->stats.running == 0 && impl_->stats.waiting == 0;
+  };
+  while (!idle() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int64_t before = 0;
+  {
+    std::lock_guard lock(impl_->mutex);
+    before = impl_->stats.cancelled;
+    impl_->cancel_all = true;
+  }
+  impl_->wake.notify_all();
+  // The engine cancels within one step; bounded anyway.
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!idle() && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats.cancelled - before;
+}
+
+void ServeScheduler::loop() {
+  at::init_num_threads();  // this thread takes the engine's thread count (OpenMP's is per thread)
+  c10::InferenceMode guard;
+  Impl& s = *impl_;
+  int64_t cancelled = 0, finished = 0, failed = 0, generated = 0, steps = 0;
+
+  // Ends a running request: its memory, its adapter pin, its stream.
+  auto retire = [&](Entry& e) {
+    try {
+      s.kv->retire({e.id});
+    } catch (const std::exception&) {
+      // A request whose prefill failed may hold no slot.
+    }
+    if (s.held.erase(e.id)) s.adapters->release(e.request.adapter);
+  };
+  auto fail_running = [&](const std::string& message) {
+    for (auto& e : s.running) {
+      retire(*e);
+      e->stream->fail(message, "generation");
+      ++failed;
+    }
+    s.running.clear();
+  };
+  // Picks each row's next token, with its log-probability, and hands it to its request.
+  auto take_tokens = [&](const at::Tensor& logits, const std::vector<Entry*>& rows) {
+    const at::Tensor l = logits.to(at::kCPU, at::kFloat).contiguous();
+    const int64_t vocab = l.size(1);
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i]->constraint)
+        rows[i]->constraint->mask(l.data_ptr<float>() + static_cast<int64_t>(i) * vocab, vocab);
+    const at::Tensor greedy = l.argmax(-1);
+    const auto greedy_a = greedy.accessor<int64_t, 1>();
+    std::vector<int64_t> chosen(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t row = static_cast<int64_t>(i);
+      chosen[i] = rows[i]->request.sampling.greedy
+                      ? greedy_a[row]
+                      : rows[i]->sampler->next(l.narrow(0, row, 1))[0].item<int64_t>();
+    }
+    const at::Tensor index = at::tensor(chosen, at::kLong).view({-1, 1});
+    const at::Tensor lp = at::log_softmax(l, -1).gather(1, index).view({-1});
+    const auto lp_a = lp.accessor<float, 1>();
+    const double ms = s.now_ms();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Entry& e = *rows[i];
+      const int32_t id = static_cast<int32_t>(chosen[i]);
+      if (e.constraint) e.constraint->accept(id);
+      ServeToken t;
+      t.id = id;
+      t.text = e.tracker->push(id, ms);
+      t.logprob = lp_a[static_cast<int64_t>(i)];
+      t.special = e.tracker->result().finish_reason == "eos";
+      if (t.special) t.text = tokenizer_.token_bytes(id);
+      t.final = e.tracker->finished();
+      e.stream->push(std::move(t));
+      ++generated;
+    }
+  };
+
+  // The counters connection threads read (the queue limit among them); under the lock.
+  auto publish = [&] {
+    s.stats.running = static_cast<int64_t>(s.running.size());
+    s.stats.waiting = static_cast<int64_t>(s.waiting.size());
+    s.stats.cancelled = cancelled;
+    s.stats.finished = finished;
+    s.stats.failed = failed;
+    s.stats.generated_tokens = generated;
+    s.stats.steps = steps;
+  };
+
+  for (;;) {
+    bool cancel_all = false;
+    {
+      std::unique_lock lock(s.mutex);
+      publish();
+      s.wake.wait(lock, [&] {
+        return s.quit || s.cancel_all || !s.inbox.empty() || !s.new_sources.empty() || !s.waiting.empty() ||
+               !s.running.empty();
+      });
+      if (s.quit) break;
+      for (auto& e : s.inbox) s.waiting.push_back(std::move(e));
+      s.inbox.clear();
+      publish();
+      for (AdapterSource& a : s.new_sources) s.adapters->add_source(std::move(a));
+      s.new_sources.clear();
+      cancel_all = s.cancel_all;
+    }
+
+    // Cancelled requests leave first: a waiting one never runs, a running one frees its slot now.
+    for (auto it = s.waiting.begin(); it != s.waiting.end();) {
+      if (cancel_all || (*it)->stream->cancelled()) {
+        (*it)->stream->finish(unstarted_result(**it, "cancelled"));
+        ++cancelled;
+        it = s.waiting.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::erase_if(s.running, [&](const std::unique_ptr<Entry>& e) {
+      if (!cancel_all && !e->stream->cancelled()) return false;
+      retire(*e);
+      e->tracker->finish("cancelled");
+      e->stream->finish(e->tracker->result());
+      ++cancelled;
+      return true;
+    });
+
+    // Admit waiting requests into free batch places, in arrival order.
+    std::vector<PrefillRequest> admitted;
+    std::vector<Entry*> admitted_rows;
+    while (!s.waiting.empty() && static_cast<int64_t>(s.running.size()) < options_.max_batch) {
+      Entry& e = *s.waiting.front();
+      if (!e.request.adapter.empty()) {
+        try {
+          e.adapter = s.adapters->acquire(e.request.adapter);
+        } catch (const std::exception& ex) {
+          e.stream->fail("adapter '" + e.request.adapter + "' could not be loaded: " + ex.what(),
+                         "generation");
+          ++failed;
+          s.waiting.pop_front();
+          continue;
+        }
+        // The cache is full of adapters that running requests need: wait for a retirement.
+        if (!e.adapter) break;
+        s.held[e.id] = e.adapter.get();
+      }
+      e.tracker = std::make_unique<RequestTracker>(tokenizer_, e.request, e.id, s.stop_ids);
+      e.sampler.emplace(e.request.sampling);
+      admitted.push_back({e.id, &e.request.prompt_ids, e.request.max_new_tokens});
+      admitted_rows.push_back(&e);
+      s.running.push_back(std::move(s.waiting.front()));
+      s.waiting.pop_front();
+    }
+    {
+      std::lock_guard lock(s.mutex);
+      publish();
+    }
+    if (s.running.empty()) continue;
+
+    try {
+      if (!admitted.empty()) {
+        const double ms = s.now_ms();
+        for (Entry* e : admitted_rows) e->tracker->admitted(-1, steps, ms);
+        take_tokens(s.kv->prefill(admitted), admitted_rows);
+      }
+      std::vector<Entry*> decoding;
+      std::vector<int64_t> ids;
+      std::vector<int32_t> last;
+      for (auto& e : s.running) {
+        if (e->tracker->finished()) continue;
+        decoding.push_back(e.get());
+        ids.push_back(e->id);
+        last.push_back(e->tracker->result().generated_ids.back());
+      }
+      if (!decoding.empty()) take_tokens(s.kv->decode(ids, last), decoding);
+    } catch (const c10::Error& e) {
+      fail_running(is_out_of_memory(e)
+                       ? "out of memory serving a batch of " + std::to_string(s.running.size())
+                       : std::string("libtorch error: ") + e.what_without_backtrace());
+      continue;
+    } catch (const std::exception& e) {
+      fail_running(e.what());
+      continue;
+    }
+    ++steps;
+    std::erase_if(s.running, [&](const std::unique_ptr<Entry>& e) {
+      if (!e->tracker->finished()) return false;
+      retire(*e);
+      e->stream->finish(e->tracker->result());
+      ++finished;
+      return true;
+    });
+  }
+}
+
+}  // namespace servelab

@@ -1,0 +1,587 @@
+#!/usr/bin/env python3
+"""servelab-cli serve against the clients people use: the course's lesson-7 code on PyPI's
+lorax-client, the openai client, and plain HTTP for what the clients cannot send. Structured output
+(xgrammar) is checked with jsonschema.
+
+Servers (all on 127.0.0.1, port 0, started here, stopped with SIGTERM and required to exit 0):
+  demo   --demo (GPT-2 small shape, random weights, real tokenizer) with LoRA adapters made by peft
+         for that shape: three as Hugging Face Hub repositories in a private HF cache
+         (HF_HUB_CACHE, models--predibase--<name>/snapshots/<rev>, as the lesson names them) and one
+         registered with --adapter. Volume: the lesson, greedy parity, bad input.
+  small  --demo --max-batch 1 --max-queue 1 --shutdown-grace 1: queue full, disconnects, SIGTERM.
+  smol   the built-in SmolLM2-135M-Instruct: real text through the OpenAI client and LoRAX.
+
+Run:  .venv/bin/python tests/serve/test_serve.py --cli build/release/app/servelab-cli [-v]
+"""
+import argparse
+import ast
+import asyncio
+import concurrent.futures
+import contextlib
+import io
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import warnings
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("MPLBACKEND", "Agg")
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLI = None
+TMP = None
+SERVERS = {}
+
+# ---- servers -------------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, name, args, env=None, ready_s=180):
+        self.name = name
+        self.err_path = os.path.join(TMP, f"{name}.stderr")
+        self.err = open(self.err_path, "w")
+        self.proc = subprocess.Popen([CLI, "serve", "--port", "0", *args], stdout=subprocess.PIPE,
+                                     stderr=self.err, text=True, env={**os.environ, **(env or {})})
+        line = [None]
+        reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(ready_s)
+        m = re.search(r"http://(\S+):(\d+)", line[0] or "")
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"{name} server did not start: {line[0]!r}\n{open(self.err_path).read()}")
+        self.host, self.port = m.group(1), int(m.group(2))
+        self.url = f"http://{self.host}:{self.port}"
+
+    def stop(self, timeout=60):
+        """SIGTERM; returns (exit code, stderr)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = "killed after %ss" % timeout
+        self.err.close()
+        return rc, open(self.err_path).read()
+
+
+def server(name):
+    if name not in SERVERS:
+        if name == "demo":
+            SERVERS[name] = Server("demo", ["--demo", "--max-batch", "8", "--threads", "2",
+                                            "--adapter", f"mine={ADAPTERS['mine']}"],
+                                   env={"HF_HUB_CACHE": os.path.join(TMP, "hf", "hub")})
+        elif name == "small":
+            SERVERS[name] = Server("small", ["--demo", "--max-batch", "1", "--max-queue", "1", "--threads", "2",
+                                             "--shutdown-grace", "1"])
+        elif name == "smol":
+            SERVERS[name] = Server("smol", ["--threads", "2", "--max-batch", "4", "--max-total-tokens", "1024"])
+    return SERVERS[name]
+
+
+# ---- adapters ------------------------------------------------------------------------------------
+
+ADAPTERS = {}
+HUB = {"predibase/hellaswag_processed": (["c_attn"], 4), "predibase/cnn": (["c_attn", "c_proj"], 8),
+       "predibase/conllpp": (["c_fc"], 4)}
+
+
+def make_adapters():
+    """PEFT LoRA adapters for the demo's GPT-2 small shape (random base: only the shapes matter;
+    init_lora_weights=False keeps peft's non-zero B so that each adapter changes the output)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(7)
+    model = GPT2LMHeadModel(GPT2Config())
+    specs = dict(HUB)
+    specs["mine"] = (["c_attn", "c_fc"], 4)
+    hub = os.path.join(TMP, "hf", "hub")
+    for i, (name, (targets, r)) in enumerate(specs.items()):
+        torch.manual_seed(100 + i)
+        peft_model = get_peft_model(model, LoraConfig(target_modules=targets, r=r, lora_alpha=2 * r,
+                                                      init_lora_weights=False, fan_in_fan_out=True))
+        if "/" in name:
+            repo = os.path.join(hub, "models--" + name.replace("/", "--"))
+            rev = "%040x" % (i + 1)
+            out = os.path.join(repo, "snapshots", rev)
+            os.makedirs(os.path.join(repo, "refs"), exist_ok=True)
+            with open(os.path.join(repo, "refs", "main"), "w") as f:
+                f.write(rev)
+        else:
+            out = os.path.join(TMP, "adapters", name)
+        peft_model.save_pretrained(out)
+        ADAPTERS[name] = out
+        model = peft_model.unload()
+    # A Hub repository whose adapter cannot load (its config cut off): found, registered, then 424.
+    broken = os.path.join(hub, "models--broken--adapter", "snapshots", "0" * 40)
+    os.makedirs(broken)
+    with open(os.path.join(broken, "adapter_config.json"), "w") as f:
+        f.write('{"peft_type": "LORA", "r": ')
+
+
+# ---- HTTP helpers --------------------------------------------------------------------------------
+
+def post(srv, path, body, timeout=120, raw=None):
+    import requests
+    if raw is not None:
+        return requests.post(srv.url + path, data=raw, timeout=timeout, headers={"Content-Type": "application/json"})
+    return requests.post(srv.url + path, json=body, timeout=timeout)
+
+
+def info(srv):
+    import requests
+    return requests.get(srv.url + "/info", timeout=30).json()
+
+
+def generate_ids(srv, prompt, max_new, adapter=None, stream=False):
+    """Greedy token ids of one request, through /generate (details) or /generate_stream."""
+    params = {"max_new_tokens": max_new, "details": True, "adapter_id": adapter,
+              "adapter_source": "hub" if adapter else None}
+    if not stream:
+        r = post(srv, "/generate", {"inputs": prompt, "parameters": params})
+        assert r.status_code == 200, r.text
+        return [t["id"] for t in r.json()["details"]["tokens"]]
+    import requests
+    ids = []
+    with requests.post(srv.url + "/generate_stream", json={"inputs": prompt, "parameters": params},
+                       stream=True, timeout=120) as r:
+        assert r.status_code == 200, r.text
+        for line in r.iter_lines():
+            if line.startswith(b"data:"):
+                ev = json.loads(line[5:])
+                assert "error" not in ev, ev
+                ids.append(ev["token"]["id"])
+                if ev["details"]:
+                    assert ev["details"]["generated_tokens"] == len(ids)
+    return ids
+
+
+def require_structured_output():
+    if not info(server("smol"))["structured_output"]["available"]:
+        raise unittest.SkipTest("this servelab-cli has no structured output: scripts/build_xgrammar, then "
+                                "configure again")
+
+
+# ---- the lesson ------------------------------------------------------------------------------------
+
+def lesson_sections():
+    sections, name, lines = {}, None, []
+    for line in open(os.path.join(HERE, "lesson7_lorax.py")):
+        if line.startswith("# %% "):
+            if name:
+                sections[name] = "".join(lines)
+            name, lines = line[5:].strip(), []
+        elif name:
+            lines.append(line)
+    sections[name] = "".join(lines)
+    return sections
+
+
+class Lesson7(unittest.TestCase):
+    """The course's lesson-7 client code, unchanged, against the demo server."""
+    ns = None
+
+    @classmethod
+    def setUpClass(cls):
+        srv = server("demo")
+        utils_dir = os.path.join(TMP, "lesson")
+        os.makedirs(utils_dir, exist_ok=True)
+        with open(os.path.join(utils_dir, "utils.py"), "w") as f:
+            f.write(f"endpoint_url = {srv.url!r}\nheaders = {{}}\n")
+        sys.path.insert(0, utils_dir)
+        cls.sections = lesson_sections()
+        cls.ns = {"__name__": "lesson7"}
+        cls.run_section("Setup")
+
+    @classmethod
+    def run_section(cls, name):
+        code = compile(cls.sections[name], f"lesson7:{name}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            result = eval(code, cls.ns)
+            if asyncio.iscoroutine(result):
+                asyncio.run(result)
+        return out.getvalue()
+
+    def test_1_prefill_vs_decode(self):
+        out = self.run_section("Prefill vs Decode (KV Cache)")
+        resp, durations = self.ns["resp"], self.ns["durations_s"]
+        print(f"\n    request {self.ns['duration_s']:.3f} s; stream TTFT {durations[0]:.3f} s, "
+              f"{(len(durations) - 1) / sum(durations[1:]):.1f} tok/s", file=sys.stderr)
+        self.assertIn("Time to first token (TTFT) (s):", out)
+        self.assertLessEqual(len(durations), 32)
+        self.assertEqual(resp.details.generated_tokens, len(durations))
+        self.assertGreater(len(durations), 1)
+
+    def test_2_continuous_batching(self):
+        self.run_section("Continuous Batching")
+        d = self.ns["durations_s"]
+        self.assertEqual([len(s) for s in d], [100, 10, 10], "a stream ended early (EOS on the random model?)")
+        # The short streams joined the long one's batch and ended long before it.
+        self.assertLess(sum(d[1]), sum(d[0]))
+        self.assertLess(sum(d[2]), sum(d[0]))
+        print(f"\n    TTFT (s): {[round(s[0], 3) for s in d]}, tok/s: "
+              f"{[round((len(s) - 1) / sum(s[1:]), 1) for s in d]}", file=sys.stderr)
+
+    def test_3_multi_lora(self):
+        out = self.run_section("Multi-LoRA")
+        self.assertEqual(out.count("Time to first token (TTFT) (s):"), 4)  # three alone, then together
+        self.assertTrue(all(0 < len(s) <= 64 for s in self.ns["durations_s"]))
+        self.assertTrue(set(HUB) <= set(info(server("demo"))["adapters"]))
+
+    def test_4_structured_output(self):
+        """The lesson's bonus: a pydantic schema through response_format, on SmolLM2 (the random demo
+        model would fill a JSON string with noise until max_new_tokens, as any model may)."""
+        import jsonschema
+        import types
+        require_structured_output()
+        smol = types.ModuleType("utils")
+        smol.endpoint_url, smol.headers = server("smol").url, {}
+        saved = sys.modules.get("utils")
+        sys.modules["utils"] = smol
+        try:
+            ns = {"__name__": "lesson7_smol"}
+            exec(compile(self.sections["Setup"], "lesson7:Setup", "exec"), ns)
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(self.sections["Bonus: Structured Generation"], "lesson7:Bonus", "exec"), ns)
+                person = json.loads(ns["resp"].generated_text)
+                jsonschema.validate(person, ns["schema"])
+        finally:
+            sys.modules["utils"] = saved
+        print(f"\n    Person: {person}", file=sys.stderr)
+        so = info(server("smol"))["structured_output"]
+        print(f"    structured output on SmolLM2 (49,152 tokens): {so}", file=sys.stderr)
+        self.assertGreater(so["masked_tokens"], 10)
+
+    @unittest.skip("the NER part needs the course's models: held to its Output schema (unbounded lists of "
+                   "unbounded strings) SmolLM2-135M repeats inside a string until max_new_tokens (128), so "
+                   "json.loads fails on the cut text, and its last cell needs the real predibase/conllpp adapter "
+                   "(trained on Mistral-7B to answer in JSON); ours are random adapters for the demo's GPT-2 shape")
+    def test_5_ner(self):
+        pass
+
+
+# ---- OpenAI --------------------------------------------------------------------------------------
+
+class OpenAIClient(unittest.TestCase):
+    def client(self, name):
+        import openai
+        return openai.OpenAI(base_url=server(name).url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+    def test_models(self):
+        ids = [m.id for m in self.client("demo").models.list().data]
+        self.assertEqual(ids[0], "servelab-demo-gpt2")
+        self.assertIn("mine", ids)
+
+    def test_completions(self):
+        c = self.client("demo")
+        r = c.completions.create(model="servelab-demo-gpt2", prompt="The quick brown fox", max_tokens=12,
+                                 temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 12)
+        self.assertEqual(r.usage.prompt_tokens, 4)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        chunks = list(c.completions.create(model="servelab-demo-gpt2", prompt="The quick brown fox", max_tokens=12,
+                                           temperature=0, stream=True, stream_options={"include_usage": True}))
+        self.assertEqual("".join(ch.choices[0].text for ch in chunks if ch.choices), r.choices[0].text)
+        self.assertEqual(chunks[-1].usage.completion_tokens, 12)
+        # An adapter by model name changes the text.
+        a = c.completions.create(model="mine", prompt="The quick brown fox", max_tokens=12, temperature=0)
+        self.assertNotEqual(a.choices[0].text, r.choices[0].text)
+
+    def test_chat_real_text(self):
+        c = self.client("smol")
+        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        r = c.chat.completions.create(model="tgi", messages=msgs, max_tokens=24, temperature=0)
+        text = r.choices[0].message.content
+        self.assertIn("Paris", text)
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+        chunks = list(c.chat.completions.create(model="tgi", messages=msgs, max_tokens=24, temperature=0,
+                                                stream=True))
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        self.assertEqual("".join(ch.choices[0].delta.content or "" for ch in chunks), text)
+        self.assertIn(chunks[-1].choices[0].finish_reason, ("stop", "length"))
+
+    def test_structured_output(self):
+        import jsonschema
+        require_structured_output()
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                   "population": {"type": "integer", "minimum": 0},
+                                                   "tags": {"type": "array", "maxItems": 3,
+                                                            "items": {"type": "string", "maxLength": 12}}},
+                  "required": ["city", "population", "tags"]}
+        c = self.client("smol")
+        msgs = [{"role": "user", "content": "Describe Paris as JSON."}]
+        fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}
+        r = c.chat.completions.create(model="tgi", messages=msgs, max_tokens=96, temperature=0, response_format=fmt)
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+        chunks = list(c.chat.completions.create(model="tgi", messages=msgs, max_tokens=96, temperature=0,
+                                                response_format=fmt, stream=True))
+        self.assertEqual("".join(ch.choices[0].delta.content or "" for ch in chunks), r.choices[0].message.content)
+        # Any JSON, sampled: it may run out of tokens inside a string, but it is JSON from the first byte.
+        r = c.chat.completions.create(model="tgi", messages=msgs, max_tokens=64, temperature=0.8, seed=3,
+                                      response_format={"type": "json_object"})
+        text = r.choices[0].message.content
+        self.assertIn(text[:1], "{[\"-0123456789tfn")
+        if r.choices[0].finish_reason == "stop":
+            json.loads(text)
+        # TGI's grammar form, sampled, on the LoRAX route.
+        r = post(server("smol"), "/generate", {"inputs": "A city:", "parameters": {
+            "max_new_tokens": 96, "do_sample": True, "seed": 5, "grammar": {"type": "json", "value": schema}}})
+        self.assertEqual(r.status_code, 200, r.text)
+        jsonschema.validate(json.loads(r.json()["generated_text"]), schema)
+        print(f"\n    structured output on SmolLM2 so far: {info(server('smol'))['structured_output']}",
+              file=sys.stderr)
+
+    def test_lorax_real_text(self):
+        from lorax import Client
+        r = Client(server("smol").url).generate("The capital of France is", max_new_tokens=8)
+        self.assertIn("Paris", r.generated_text)
+
+
+# ---- continuous batching: every stream equals its request served alone -----------------------------
+
+WORDS = "the quick brown fox jumped over lazy dog rain in Spain falls what comes up must serve tokens".split()
+
+
+class GreedyParity(unittest.TestCase):
+    def test_40_requests_over_8_connections(self):
+        srv = server("demo")
+        rng = random.Random(16)
+        adapters = [None, "mine", "predibase/cnn", "predibase/conllpp"]
+        reqs = [(" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 30))), rng.randint(2, 24),
+                 adapters[i % 4], i % 2 == 0) for i in range(40)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(lambda r: generate_ids(srv, r[0], r[1], r[2], r[3]), reqs))
+        alone = [generate_ids(srv, p, n, a) for p, n, a, _ in reqs]
+        for i, (t, a) in enumerate(zip(together, alone)):
+            self.assertEqual(t, a, f"request {i} {reqs[i][1:3]}: batched tokens differ from the request alone")
+        # The adapters are really applied: the same prompt gives other tokens under each.
+        outs = {ad: generate_ids(srv, "The rain in Spain", 8, ad) for ad in adapters}
+        self.assertEqual(len({tuple(v) for v in outs.values()}), 4, outs)
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+class BadInput(unittest.TestCase):
+    def check(self, srv, path, body, status, *words, raw=None):
+        r = post(srv, path, body, raw=raw)
+        self.assertEqual(r.status_code, status, r.text)
+        j = r.json()
+        message = j["error"]["message"] if isinstance(j["error"], dict) else j["error"]
+        for w in words:
+            self.assertIn(w, message)
+        return r
+
+    def test_lorax_errors(self):
+        srv = server("demo")
+        v = "validation"
+        r = self.check(srv, "/", None, 422, "not valid JSON", raw=b'{"inputs": "x",')
+        self.assertEqual(r.json()["error_type"], v)
+        self.check(srv, "/", None, 422, "JSON object", raw=b"[1, 2]")
+        self.check(srv, "/", {"parameters": {}}, 422, "inputs is required")
+        self.check(srv, "/", {"inputs": 5}, 422, "inputs must be a string")
+        self.check(srv, "/", {"inputs": "x", "parameters": []}, 422, "parameters must be an object")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"max_new_tokens": "ten"}}, 422,
+                   "max_new_tokens must be an integer")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"max_new_tokens": 0}}, 422, "at least 1")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"temperature": -1}}, 422, "temperature")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"stop": [1]}}, 422, "stop")
+        self.check(srv, "/", {"inputs": "", "parameters": {}}, 422, "empty")
+        self.check(srv, "/", {"inputs": "hi " * 1100, "parameters": {"max_new_tokens": 5}}, 422,
+                   "the prompt has 1101 tokens and 5 new tokens", "1106 exceeds the 1024 positions")
+        self.check(srv, "/", {"inputs": "hello", "parameters": {"max_new_tokens": 2000}}, 422,
+                   "2000 new tokens", "1024")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"adapter_id": "nobody/nothing"}}, 422,
+                   "unknown adapter 'nobody/nothing'", "models--nobody--nothing")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"adapter_id": "a", "adapter_source": "s3"}}, 422,
+                   "adapter_source 's3'")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"adapter_id": "/nonexistent", "adapter_source": "local"}},
+                   422, "PEFT folder")
+        for path in ("/generate", "/generate_stream"):
+            r = self.check(srv, path, {"inputs": "x", "parameters": {"adapter_id": "broken/adapter"}}, 424,
+                           "adapter 'broken/adapter' could not be loaded")
+            self.assertEqual(r.json()["error_type"], "generation")
+        self.check(srv, "/generate", None, 413, "larger than", raw=b'{"inputs": "' + b"x" * (3 << 20) + b'"}')
+        r = self.check(srv, "/nothing", {}, 404, "no such endpoint")
+        # The client's own nulls are fine, and the server still answers.
+        r = post(srv, "/", {"inputs": "x", "parameters": {"adapter_id": None, "response_format": None,
+                                                          "max_new_tokens": 2, "stop": []}, "stream": False})
+        self.assertEqual(r.status_code, 200, r.text)
+        self.assertIsInstance(r.json(), list)
+
+    def test_openai_errors(self):
+        srv = server("demo")
+        r = self.check(srv, "/v1/completions", {"prompt": "x", "max_tokens": "many"}, 422, "max_tokens")
+        self.assertEqual(r.json()["error"]["type"], "invalid_request_error")
+        self.check(srv, "/v1/completions", {"max_tokens": 3}, 422, "prompt is required")
+        self.check(srv, "/v1/completions", {"prompt": "x", "model": "no-such-model"}, 422, "unknown adapter")
+        self.check(srv, "/v1/completions", {"prompt": "x", "max_tokens": 5000}, 422, "5000 new tokens")
+        self.check(srv, "/v1/chat/completions", {"messages": "hi"}, 422, "messages")
+        self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, 422,
+                   "no chat template")
+        self.check(srv, "/v1/completions", None, 422, "not valid JSON", raw=b"{")
+        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "xml"}}, 422,
+                   "response_format.type")
+        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "json_schema"}}, 422,
+                   "json_schema.schema")
+        if not info(srv)["structured_output"]["available"]:
+            self.check(srv, "/", {"inputs": "x", "parameters": {"response_format": {"type": "json_object"}}}, 422,
+                       "scripts/build_xgrammar")
+            return
+        self.check(srv, "/", {"inputs": "x", "parameters": {"response_format": {"type": "json_object", "schema": {
+            "type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}}, 422, "schema cannot be used")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "a+"}}}, 422,
+                   "regex is not supported")
+
+
+# ---- queue, disconnects, shutdown ----------------------------------------------------------------
+
+def open_stream(srv, max_new, prompt="What is deep learning?"):
+    """A raw streaming request; returns (socket, file) once the headers arrived."""
+    body = json.dumps({"inputs": prompt, "parameters": {"max_new_tokens": max_new}}).encode()
+    s = socket.create_connection((srv.host, srv.port), timeout=60)
+    s.sendall(b"POST /generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return s, s.makefile("rb")
+
+
+def read_events(f, n):
+    events = []
+    while len(events) < n:
+        line = f.readline()
+        if not line:
+            break
+        if line.startswith(b"data:"):
+            events.append(json.loads(line[5:]))
+    return events
+
+
+def diagnose(srv, stream):
+    """What the server and a stream say, for a failed wait."""
+    i = info(srv)
+    sock, f = stream
+    sock.settimeout(2)
+    try:
+        first = f.readline()
+    except OSError as e:
+        first = repr(e)
+    return f"running {i['running']}, waiting {i['waiting']}, requests {i['requests']}; the stream says {first!r}"
+
+
+def wait_for(pred, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class Lifecycle(unittest.TestCase):
+    def test_1_queue_full_and_disconnect(self):
+        srv = server("small")
+        a, fa = open_stream(srv, 900)
+        self.assertEqual(len(read_events(fa, 2)), 2)  # running, in the only slot
+        b, fb = open_stream(srv, 900)  # waiting, the only queue place
+        if not wait_for(lambda: info(srv)["waiting"] == 1):
+            self.fail(diagnose(srv, (b, fb)))
+        r = post(srv, "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}})
+        self.assertEqual(r.status_code, 429, r.text)
+        self.assertEqual(r.json()["error_type"], "overloaded")
+        self.assertEqual(r.headers.get("Retry-After"), "1")
+        # Both clients leave: the running request is cancelled at its next token (its write fails)
+        # and frees the slot; the waiting one, admitted into it, likewise at its first tokens.
+        for sock, f in ((b, fb), (a, fa)):
+            f.close()  # the socket's file descriptor lives until its file object is closed too
+            sock.close()
+        self.assertTrue(wait_for(lambda: info(srv)["requests"]["cancelled"] == 2, 120), info(srv))
+        i = info(srv)
+        self.assertEqual((i["running"], i["waiting"]), (0, 0))
+        r = post(srv, "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}})
+        self.assertEqual(r.status_code, 200, r.text)
+
+    def test_2_sigterm_under_load(self):
+        srv = server("small")
+        streams = [open_stream(srv, 900)]
+        self.assertEqual(len(read_events(streams[0][1], 3)), 3)  # running, in the only slot
+        streams.append(open_stream(srv, 900))  # waiting, the only queue place
+        if not wait_for(lambda: info(srv)["waiting"] == 1):
+            self.fail(diagnose(srv, streams[1]))
+        rc, err = srv.stop()
+        del SERVERS["small"]
+        self.assertEqual(rc, 0, err)
+        self.assertIn("finishing 1 running and 1 waiting", err)
+        self.assertIn("2 cancelled at shutdown", err)
+        # Both clients were told: the running one by an error event, the waiting one by a 503.
+        tail = streams[0][1].read()
+        self.assertIn(b'"error_type":"generation"', tail)
+        self.assertIn(b"503", streams[1][1].readline())
+        with self.assertRaises(OSError):
+            socket.create_connection((srv.host, srv.port), timeout=5)
+
+
+    def test_3_sigterm_lets_running_requests_finish(self):
+        srv = server("demo")  # --shutdown-grace 10 (the default): short requests end whole
+        streams = [open_stream(srv, 30, "The rain in Spain"), open_stream(srv, 25, "What comes up must")]
+        for _, f in streams:  # both running before the signal
+            self.assertEqual(len(read_events(f, 1)), 1)
+        rc, err = srv.stop()
+        del SERVERS["demo"]
+        self.assertEqual(rc, 0, err)
+        self.assertIn("0 cancelled at shutdown", err)
+        for (sock, f), n in zip(streams, (29, 24)):
+            events = read_events(f, n)
+            self.assertEqual(len(events), n)
+            self.assertEqual(events[-1]["details"]["finish_reason"], "length")
+
+
+def main():
+    global CLI, TMP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("-v", action="store_true")
+    ap.add_argument("-k", default=None, help="only tests whose name contains this")
+    args = ap.parse_args()
+    CLI = os.path.abspath(args.cli)
+    TMP = tempfile.mkdtemp(prefix="servelab-serve-")
+    try:
+        import lorax, openai, requests  # noqa: F401
+    except ImportError as e:
+        print(f"test_serve: cannot import {e.name}; run scripts/bootstrap", file=sys.stderr)
+        return 1
+    t0 = time.time()
+    make_adapters()
+    print(f"adapters made in {time.time() - t0:.1f} s", flush=True)
+    loader = unittest.TestLoader()
+    if args.k:
+        loader.testNamePatterns = [f"*{args.k}*"]
+    suite = unittest.TestSuite(loader.loadTestsFromTestCase(c)
+                               for c in (Lesson7, OpenAIClient, GreedyParity, BadInput, Lifecycle))
+    result = unittest.TextTestRunner(verbosity=2 if args.v else 1).run(suite)
+    ok = result.wasSuccessful()
+    for name, srv in list(SERVERS.items()):
+        rc, err = srv.stop()
+        if rc != 0:
+            print(f"{name} server: exit {rc} after SIGTERM\n{err}", file=sys.stderr)
+            ok = False
+    print(f"test_serve: {time.time() - t0:.1f} s", flush=True)
+    shutil.rmtree(TMP, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
