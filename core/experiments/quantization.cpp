@@ -70,8 +70,8 @@ std::string block_of(const std::string& name) {
   // "transformer.h.3.attn.c_attn.weight" -> "h.3"; "transformer.wte.weight" -> "wte";
   // "model.layers.3.mlp.up_proj.weight" -> "layers.3"; "model.embed_tokens.weight" -> "embed_tokens"
   std::string s = name.rfind("transformer.", 0) == 0 ? name.substr(12)
-                  : name.rfind("model.", 0) == 0  ? name.substr(6)
-                                                  : name;
+                  : name.rfind("model.", 0) == 0     ? name.substr(6)
+                                                     : name;
   for (const char* layers : {"h.", "layers."})
     if (s.rfind(layers, 0) == 0) return s.substr(0, s.find('.', std::string(layers).size()));
   return s.substr(0, s.find('.'));

@@ -9,9 +9,9 @@
 #include "model/gguf_file.h"
 #include "model/gpt2_model.h"
 #include "model/llama_gguf.h"
-#include "quant/quantized_llama.h"
 #include "model/llama_model.h"
 #include "model/packed_linear.h"
+#include "quant/quantized_llama.h"
 #include "quant/quantized_model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/gguf_tokenizer.h"
@@ -163,12 +163,15 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
   const QuantExec exec = parse_quant_exec(o.quant_exec);
   const bool requantize = parse_quant_mode(o.quant).is_quantized();
   if (!requantize && exec == QuantExec::Native)
-    throw InputError("--quant-exec native needs --quant: a GGUF file's own blocks run with jit (as stored) or "
-                     "dequant-once");
+    throw InputError(
+        "--quant-exec native needs --quant: a GGUF file's own blocks run with jit (as stored) or "
+        "dequant-once");
   const bool cpu_fp32 = device.is_cpu() && dtype == at::kFloat;
   if (!requantize && exec == QuantExec::Jit && !cpu_fp32)
-    throw InputError("a GGUF file's blocks run as stored (--quant-exec jit) on the CPU in fp32 only; give "
-                     "--quant-exec dequant-once for " + device.str() + " " + dtype_label(dtype));
+    throw InputError(
+        "a GGUF file's blocks run as stored (--quant-exec jit) on the CPU in fp32 only; give "
+        "--quant-exec dequant-once for " +
+        device.str() + " " + dtype_label(dtype));
   const bool as_stored = !requantize && cpu_fp32 && exec != QuantExec::DequantOnce;
   {
     c10::InferenceMode guard;
@@ -246,8 +249,10 @@ void Engine::quantize(const QuantSpec& spec) {
       m = std::move(g);
     } else if (const auto* llama = dynamic_cast<const LlamaModel*>(model_.get())) {
       if (llama->kernels())
-        throw InputError("this model runs its file's quantized blocks as stored; load it with --quant-exec "
-                         "dequant-once to quantize it to " + spec.mode_name());
+        throw InputError(
+            "this model runs its file's quantized blocks as stored; load it with --quant-exec "
+            "dequant-once to quantize it to " +
+            spec.mode_name());
       const QuantizedMatrices q = quantize_llama(llama->config(), llama->weights(), resolved);
       m = build_quantized_llama(llama->config(), llama->weights(), q, model_->dtype(), resolved.exec);
     } else {
@@ -272,8 +277,8 @@ std::shared_ptr<const Model> Engine::dense_reference() const {
   if (format_ != "gguf") return nullptr;
   c10::InferenceMode guard;
   const GgufFile file = GgufFile::open(source_path_);
-  auto m = std::make_shared<LlamaModel>(llama->config(),
-                                        load_llama_gguf(file, llama->config(), model_->device(), model_->dtype()));
+  auto m = std::make_shared<LlamaModel>(
+      llama->config(), load_llama_gguf(file, llama->config(), model_->device(), model_->dtype()));
   m->set_attention_backend(model_->attention_backend());
   return m;
 }

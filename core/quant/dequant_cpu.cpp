@@ -61,7 +61,7 @@ struct Rows {
   int64_t row_bytes = 0;  // bytes of values per row
   const float* scale = nullptr;
   const float* minimum = nullptr;
-  float tensor_scale = 0, tensor_zero = 0;  // the seed's per-tensor uint8
+  float tensor_scale = 0, tensor_zero = 0;  // the course's per-tensor uint8
   int64_t group = 0, groups = 0;            // int4 and int8 groups
 
   explicit Rows(const QuantizedTensor& q) : scheme(q.scheme), cols(q.cols()) {
@@ -186,7 +186,8 @@ SERVELAB_AVX512 void dequantize_row_avx512(const Rows& s, int64_t r, float* out)
         int4_row(v, s.scale + r * s.groups, s.minimum + r * s.groups, s.groups, s.group, out);
       return;
     case QuantScheme::Int8Group:
-      int8_group_row_avx512(reinterpret_cast<const int8_t*>(v), s.scale + r * s.groups, s.groups, s.group, out);
+      int8_group_row_avx512(reinterpret_cast<const int8_t*>(v), s.scale + r * s.groups, s.groups, s.group,
+                            out);
       return;
     case QuantScheme::Fp16:
       half_row_avx512(reinterpret_cast<const uint16_t*>(v), s.cols, out);
@@ -320,7 +321,7 @@ SERVELAB_AVX512 void gemv_dispatch(int64_t rows, const Rows& s, const float* x, 
 
 bool fused_dequant_supported(const QuantizedTensor& q) {
   if (!q.values.device().is_cpu() || q.shape.size() != 2 || !q.values.is_contiguous()) return false;
-  // The portable loops cover int4 and the seed's uint8; AVX-512 converts every scheme (per-channel
+  // The portable loops cover int4 and the course's uint8; AVX-512 converts every scheme (per-channel
   // int8 to its integers: the JIT path scales the product instead).
   return q.scheme == QuantScheme::Int4Group || q.scheme == QuantScheme::ZeroPointUint8 ||
          (has_avx512() && q.scheme != QuantScheme::None);
@@ -454,7 +455,8 @@ at::Tensor fused_linear_cpu(const QuantizedTensor& w, const at::Tensor& x) {
 
 bool fused_gemv_supported(const QuantizedTensor& w) {
   return fused_linear_supported(w) && w.cols() % 32 == 0 &&
-         ((w.scheme != QuantScheme::Int4Group && w.scheme != QuantScheme::Int8Group) || w.group_size % 32 == 0);
+         ((w.scheme != QuantScheme::Int4Group && w.scheme != QuantScheme::Int8Group) ||
+          w.group_size % 32 == 0);
 }
 
 at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {

@@ -1,7 +1,7 @@
 #pragma once
 // Fused dequantization on the CPU, one pass from the quantized bytes to fp32, for the JIT path:
 // - dequantize_rows_cpu: a block of rows before a GEMM (ATen would need five or six passes for
-//   int4: mask, shift, interleave, convert, scale, shift; and two for the seed's format);
+//   int4: mask, shift, interleave, convert, scale, shift; and two for the course's format);
 // - fused_linear_cpu: the whole product for a batch of rows, each thread dequantizing a few output
 //   channels at a time into a buffer that stays in L1 and multiplying them with an AVX-512 kernel
 //   right away, so that no fp32 block ever travels through the caches or memory.
@@ -15,14 +15,14 @@
 namespace servelab {
 
 // Whether dequantize_rows_cpu handles this tensor: a contiguous CPU matrix of int4 groups or the
-// seed's uint8, and of every scheme on a CPU with AVX-512F.
+// course's uint8, and of every scheme on a CPU with AVX-512F.
 bool fused_dequant_supported(const QuantizedTensor& q);
 // Rows [begin, begin + out.size(0)) of q into out (fp32, [rows, cols], contiguous). Per-channel
 // int8 gives its integers (the caller scales the product).
 void dequantize_rows_cpu(const QuantizedTensor& q, int64_t begin, at::Tensor& out);
 
 // Whether fused_linear_cpu handles this matrix: a CPU with AVX-512F, and a contiguous CPU matrix of
-// any quantized scheme (the seed's uint8, per-channel int8, int4 groups, fp16, bf16).
+// any quantized scheme (the course's uint8, per-channel int8, int4 groups, fp16, bf16).
 bool fused_linear_supported(const QuantizedTensor& w);
 // x [rows, cols] (fp32) times the dequantized w transposed: [rows, w.rows()], fp32, without bias.
 // Per-channel int8 multiplies its integers and applies the scale to the output (one rounding, as

@@ -37,7 +37,8 @@ class QuantKernelsBase : public LinearKernels {
         head_(q.head_tied ? q.token_embedding : q.head),
         tied_(q.head_tied),
         matrices_(q.layers) {
-    if (!wte_.defined() || !head_.defined()) throw InputError("quantized kernels need the embedding and the head");
+    if (!wte_.defined() || !head_.defined())
+      throw InputError("quantized kernels need the embedding and the head");
   }
 
   at::Tensor embed(const at::Tensor& ids, const at::Tensor& positions) const override {
@@ -114,7 +115,8 @@ class JitKernels final : public QuantKernelsBase {
     if (act_ != at::kFloat || !fused_dequant_supported(*w)) return "JIT dequantization in " + blocks;
     if (!fused_linear_supported(*w)) return "fused JIT dequantization in " + blocks;
     return "fused JIT dequantization (AVX-512): " +
-           (fused_gemv_supported(*w) ? "1-" + std::to_string(kFusedGemvMaxRows) + " rows in registers, " : "") +
+           (fused_gemv_supported(*w) ? "1-" + std::to_string(kFusedGemvMaxRows) + " rows in registers, "
+                                     : "") +
            std::to_string(kFusedRows) + "-" + std::to_string(kFusedMaxRows) +
            " rows 8 channels at a time into a GEMM kernel, else " + blocks;
   }

@@ -11,7 +11,7 @@ namespace servelab {
 std::shared_ptr<const LinearKernels> make_jit_kernels(const QuantizedMatrices& q, at::ScalarType activations,
                                                       int64_t block_bytes);
 // Throws InputError when the scheme has no native kernel on the device (see native_quant_available).
-std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedMatrices& q, at::ScalarType activations,
-                                                         at::Device device);
+std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedMatrices& q,
+                                                         at::ScalarType activations, at::Device device);
 
 }  // namespace servelab

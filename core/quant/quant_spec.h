@@ -7,7 +7,7 @@ namespace servelab {
 
 enum class QuantScheme {
   None,            // the fp32 weights as loaded
-  ZeroPointUint8,  // the seed (lesson 4): per tensor, scale = (max - min) / 255, zero point = min
+  ZeroPointUint8,  // the course (lesson 4): per tensor, scale = (max - min) / 255, zero point = min
   PerChannelInt8,  // symmetric int8, one scale per output channel (row)
   Int4Group,       // asymmetric 4-bit, scale and minimum per group of group_size inputs, 2 per byte
   Int8Group,       // symmetric int8, one scale per group of group_size inputs (GGUF's Q8_0 at 32)
@@ -16,7 +16,7 @@ enum class QuantScheme {
 };
 
 enum class QuantExec {
-  DequantOnce,  // the seed: dequantize every weight back to fp32 once; saves memory on disk only
+  DequantOnce,  // the course: dequantize every weight back to fp32 once; saves memory on disk only
   Jit,          // weights stay quantized; each linear dequantizes a cache-sized block at a time
   Native,       // a library kernel that reads the quantized weights directly (fbgemm int8, ...)
   Auto,         // Native where the scheme has a kernel on the device, else Jit

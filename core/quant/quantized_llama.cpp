@@ -48,7 +48,8 @@ QuantizedMatrices quantize_llama(const LlamaConfig& c, const LlamaWeights& w, co
   QuantizedMatrices q;
   q.spec = spec;
   auto quantize = [&](const std::string& name, const at::Tensor& t) {
-    if (!t.defined()) throw InputError("cannot quantize " + name + ": the model holds no plain tensor for it");
+    if (!t.defined())
+      throw InputError("cannot quantize " + name + ": the model holds no plain tensor for it");
     try {
       return quantize_tensor(t, spec, /*transpose=*/false);
     } catch (const InputError& e) {
@@ -74,8 +75,8 @@ QuantizedMatrices quantize_llama(const LlamaConfig& c, const LlamaWeights& w, co
 }
 
 std::unique_ptr<LlamaModel> build_quantized_llama(const LlamaConfig& c, const LlamaWeights& rest,
-                                                  const QuantizedMatrices& q, at::ScalarType act, QuantExec exec,
-                                                  int64_t jit_block_bytes) {
+                                                  const QuantizedMatrices& q, at::ScalarType act,
+                                                  QuantExec exec, int64_t jit_block_bytes) {
   const std::vector<Projection> table = llama_projections(c);
   LlamaWeights w = rest;
   const at::Device device = q.token_embedding.values.device();
@@ -98,8 +99,9 @@ std::unique_ptr<LlamaModel> build_quantized_llama(const LlamaConfig& c, const Ll
   w.lm_head_tied = q.head_tied;
   for (auto& layer : w.layers)
     for (auto& m : layer.w) m = at::Tensor();
-  std::shared_ptr<const LinearKernels> kernels =
-      exec == QuantExec::Native ? make_native_kernels(q, act, device) : make_jit_kernels(q, act, jit_block_bytes);
+  std::shared_ptr<const LinearKernels> kernels = exec == QuantExec::Native
+                                                     ? make_native_kernels(q, act, device)
+                                                     : make_jit_kernels(q, act, jit_block_bytes);
   return std::make_unique<LlamaModel>(c, std::move(w), std::move(kernels));
 }
 
@@ -109,10 +111,9 @@ std::optional<QuantizedTensor> ggml_as_stored(const GgufTensor& t) {
   const int64_t rows = shape[0], cols = shape[1];
   // A copy out of the mapping: the file may be closed after loading.
   const int64_t block_bytes = ggml_block_bytes(t.type), block_values = ggml_block_values(t.type);
-  const at::Tensor raw =
-      at::from_blob(const_cast<std::byte*>(t.data), {static_cast<int64_t>(t.nbytes) / block_bytes, block_bytes},
-                    at::kByte)
-          .clone();
+  const at::Tensor raw = at::from_blob(const_cast<std::byte*>(t.data),
+                                       {static_cast<int64_t>(t.nbytes) / block_bytes, block_bytes}, at::kByte)
+                             .clone();
   QuantizedTensor q;
   q.shape = shape;
   switch (t.type) {
@@ -175,15 +176,17 @@ std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& f, const L
           stored = dense_matrix(w);
           kinds[ggml_type_name(t->type)] = "fp32 (dequantized at load)";
         } else {
-          if (heads) stored = select_rows(*stored, unpermute_rope_rows(at::arange(shape[0], at::kLong), heads));
-          kinds[ggml_type_name(t->type)] = stored->scheme == QuantScheme::None
-                                               ? "fp32"
-                                               : QuantSpec{stored->scheme, static_cast<int>(stored->group_size)}
-                                                     .mode_name();
+          if (heads)
+            stored = select_rows(*stored, unpermute_rope_rows(at::arange(shape[0], at::kLong), heads));
+          kinds[ggml_type_name(t->type)] =
+              stored->scheme == QuantScheme::None
+                  ? "fp32"
+                  : QuantSpec{stored->scheme, static_cast<int>(stored->group_size)}.mode_name();
         }
         // Non-finite values hide in the blocks' fp16 scales and minimums (or a half matrix): checked
         // here, as the dequantized weights are at load, naming the tensor.
-        check_finite_tensors({{hf, stored->values}, {hf + " (block scales)", stored->scale},
+        check_finite_tensors({{hf, stored->values},
+                              {hf + " (block scales)", stored->scale},
                               {hf + " (block minimums)", stored->offset}},
                              f.path());
         if (layer == -1) {
@@ -200,7 +203,8 @@ std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& f, const L
   rest.lm_head_tied = q.head_tied;
   for (size_t l = 0; l < rest.layers.size(); ++l)
     for (size_t k = 0; k < table.size(); ++k)
-      if (rest.layers[l].b[k].defined()) q.biases[l][static_cast<size_t>(table[k].slot)] = rest.layers[l].b[k];
+      if (rest.layers[l].b[k].defined())
+        q.biases[l][static_cast<size_t>(table[k].slot)] = rest.layers[l].b[k];
   // The file's own schemes, whatever they are, run through the JIT kernels.
   q.spec.exec = QuantExec::Jit;
   auto model = build_quantized_llama(c, rest, q, at::kFloat, QuantExec::Jit);

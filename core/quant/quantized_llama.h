@@ -23,7 +23,8 @@ namespace servelab {
 
 // The projections, the embedding and an untied head quantized by spec (norms and biases stay as
 // they are). Throws InputError naming the tensor when a shape does not fit the scheme.
-QuantizedMatrices quantize_llama(const LlamaConfig& config, const LlamaWeights& weights, const QuantSpec& spec);
+QuantizedMatrices quantize_llama(const LlamaConfig& config, const LlamaWeights& weights,
+                                 const QuantSpec& spec);
 
 // The model over quantized matrices: DequantOnce rebuilds dense weights in the activations' dtype;
 // Jit and Native keep the matrices quantized inside the kernels. rest holds the norms and biases.

@@ -101,7 +101,7 @@ bool native_quant_available(const QuantSpec& spec, at::Device device, std::strin
       return no("the fp32 model has nothing to run natively");
     case QuantScheme::ZeroPointUint8:
       return no(
-          "the seed's zero point is a float (the minimum), which no integer kernel takes; run it with "
+          "the course's zero point is a float (the minimum), which no integer kernel takes; run it with "
           "jit or dequant-once");
     case QuantScheme::PerChannelInt8:
       if (device.is_cpu() && !has_op("quantized::linear_dynamic"))

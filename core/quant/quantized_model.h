@@ -20,7 +20,7 @@ struct QuantizedGpt2 {
   QuantSpec spec;
   Gpt2Config config;
   bool lm_head_tied = true;
-  // Every parameter in Gpt2Weights::named_tensors() order. Outside the seed's mode only the
+  // Every parameter in Gpt2Weights::named_tensors() order. Outside the course's mode only the
   // matrices are quantized; biases and LayerNorms stay as loaded (scheme None).
   std::vector<QuantizedParameter> parameters;
 
@@ -60,7 +60,7 @@ QuantizedGpt2 quantize_gpt2(const Gpt2Config& config, const Gpt2Weights& weights
 QuantizedBytes quantized_bytes(const QuantizedGpt2& q);
 QuantizedBytes quantized_bytes(const std::vector<QuantizedParameter>& parameters);
 // HF's get_memory_footprint() extra for GPT-2: the attn.bias (bool [1, 1, P, P]) and
-// attn.masked_bias (one fp32) buffers of every layer, which the seed's figure includes.
+// attn.masked_bias (one fp32) buffers of every layer, which the course's figure includes.
 int64_t hf_gpt2_buffer_bytes(const Gpt2Config& config);
 
 // The execution Auto resolves to for this scheme on this device, and whether Native exists

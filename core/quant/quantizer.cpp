@@ -95,8 +95,9 @@ QuantizedTensor quantize_int4_group(const at::Tensor& m, int64_t g) {
 QuantizedTensor quantize_int8_group(const at::Tensor& m, int64_t g) {
   require_matrix(m, "int8 groups");
   if (g < 1 || m.size(1) % g)
-    throw InputError("int8 with group size " + std::to_string(g) + " needs rows whose length divides by it; " +
-                     "a matrix has rows of " + std::to_string(m.size(1)));
+    throw InputError("int8 with group size " + std::to_string(g) +
+                     " needs rows whose length divides by it; " + "a matrix has rows of " +
+                     std::to_string(m.size(1)));
   QuantizedTensor q;
   q.scheme = QuantScheme::Int8Group;
   q.group_size = g;
@@ -104,7 +105,10 @@ QuantizedTensor quantize_int8_group(const at::Tensor& m, int64_t g) {
   const int64_t rows = m.size(0), groups = m.size(1) / g;
   at::Tensor f = m.to(at::kFloat).reshape({rows, groups, g});
   q.scale = f.abs().amax(2) / 127;
-  q.values = at::round(f / safe_divisor(q.scale).unsqueeze(2)).clamp(-127, 127).to(at::kChar).reshape({rows, groups * g});
+  q.values = at::round(f / safe_divisor(q.scale).unsqueeze(2))
+                 .clamp(-127, 127)
+                 .to(at::kChar)
+                 .reshape({rows, groups * g});
   return q;
 }
 

@@ -40,7 +40,7 @@ struct QuantizedTensor {
   at::Tensor dequantize_parameter(at::ScalarType dtype) const;
 };
 
-// The seed's formula exactly: scale = (max - min) / 255, zero_point = min,
+// The course's formula exactly: scale = (max - min) / 255, zero_point = min,
 // q = clamp((t - zero_point) / scale, 0, 255) cast to uint8 by truncation. A constant tensor
 // (max = min) gets scale 0 and q = 0, so it dequantizes to its value without dividing by zero.
 QuantizedTensor quantize_zero_point(const at::Tensor& t);

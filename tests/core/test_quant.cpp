@@ -26,10 +26,10 @@
 #include "model/engine.h"
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
+#include "model/llama_model.h"
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
 #include "quant/dequant_cpu.h"
-#include "model/llama_model.h"
 #include "quant/quantized_llama.h"
 #include "quant/quantized_model.h"
 #include "quant/quantizer.h"
@@ -709,7 +709,8 @@ class TestQuant : public QObject {
     // ones), rows of 100 columns (the conversions' scalar tails; int4 takes 128).
     QFETCH(QString, mode);
     QFETCH(qint64, group);
-    const QuantSpec spec = mode == "int8-g" ? QuantSpec{QuantScheme::Int8Group} : parse_quant_mode(mode.toStdString());
+    const QuantSpec spec =
+        mode == "int8-g" ? QuantSpec{QuantScheme::Int8Group} : parse_quant_mode(mode.toStdString());
     const bool grouped = spec.scheme == QuantScheme::Int4Group || group;
     const int64_t out = 37, cols = grouped ? 128 : 100;
     c10::InferenceMode guard;
@@ -895,13 +896,13 @@ class TestQuant : public QObject {
     c.attention_bias = true;
     c.eos_token_ids = {299};
     uint64_t seed = 11;
-    const LlamaWeights w = assemble_llama_weights(c, [&](const std::string& name, const std::vector<int64_t>& shape,
-                                                         bool) {
-      at::Tensor t = pattern(std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()),
-                             0.37 + static_cast<double>(seed++ % 17) * 0.11, 0.05)
-                         .view(shape);
-      return name.find("norm") != std::string::npos ? t.abs() + 0.5 : t;
-    });
+    const LlamaWeights w =
+        assemble_llama_weights(c, [&](const std::string& name, const std::vector<int64_t>& shape, bool) {
+          at::Tensor t = pattern(std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()),
+                                 0.37 + static_cast<double>(seed++ % 17) * 0.11, 0.05)
+                             .view(shape);
+          return name.find("norm") != std::string::npos ? t.abs() + 0.5 : t;
+        });
     const QuantSpec spec = parse_quant_mode(mode.toStdString());
     const QuantizedMatrices q = quantize_llama(c, w, spec);
     QCOMPARE(q.layers.size(), size_t{2});
@@ -1178,8 +1179,7 @@ class TestQuant : public QObject {
   }
 
   void native_zero_point_is_refused() {
-    // The course's zero point is a float minimum: no integer kernel takes it (core/quant still calls
-    // it "the seed's" in its message).
+    // The course's zero point is a float minimum: no integer kernel takes it.
     std::string why;
     QVERIFY(!native_quant_available(parse_quant_mode("zp-uint8"), at::Device(at::kCPU), &why));
     QVERIFY2(contains(why, "zero point") && contains(why, "jit or dequant-once"), why.c_str());
@@ -1251,7 +1251,7 @@ class TestQuant : public QObject {
         << "unknown quantized execution 'bogus'";
     QTest::newRow("native zp-uint8") << QStringList{"generate", "--quant",  "zp-uint8", "--quant-exec",
                                                     "native",   "--prompt", "x"}
-                                     << "native zp-uint8: the seed's zero point is a float";
+                                     << "native zp-uint8: the course's zero point is a float";
   }
   void cli_errors_are_one_line() {
     QFETCH(QStringList, args);
