@@ -89,6 +89,21 @@ class TestGgufOracle : public QObject {
     return o;
   }
 
+  // Requests of different lengths join and leave a running batch of 2: each one's greedy tokens
+  // are what it gets alone (HF's), cut to its budget.
+  static void staggered_queue_equals_solo(const Case& c, KvStrategy kv) {
+    const auto ps = c.prompts();
+    std::vector<int64_t> budgets;
+    BatchRunResult r = test::run_staggered_queue(*c.model, id_tokenizer(c), ps,
+                                                 c.ref["new_tokens"].get<int64_t>(), kv, &budgets);
+    QCOMPARE(r.requests.size(), ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      std::vector<int32_t> expected = c.single(i);
+      expected.resize(static_cast<size_t>(budgets[i]));
+      QCOMPARE(r.requests[i].generated_ids, expected);
+    }
+  }
+
   static void cases() {
     QTest::addColumn<QString>("name");
     for (const char* n : kCases) QTest::newRow(n) << QString(n);
@@ -261,17 +276,7 @@ class TestGgufOracle : public QObject {
     QFETCH(QString, name);
     QFETCH(int, kv);
     Case c = load(name);
-    const test::IdTokenizer tok = id_tokenizer(c);
-    const auto ps = c.prompts();
-    std::vector<int64_t> budgets;
-    BatchRunResult r = test::run_staggered_queue(*c.model, tok, ps, c.ref["new_tokens"].get<int64_t>(),
-                                                 static_cast<KvStrategy>(kv), &budgets);
-    QCOMPARE(r.requests.size(), ps.size());
-    for (size_t i = 0; i < ps.size(); ++i) {
-      std::vector<int32_t> expected = c.single(i);
-      expected.resize(static_cast<size_t>(budgets[i]));
-      QCOMPARE(r.requests[i].generated_ids, expected);
-    }
+    staggered_queue_equals_solo(c, static_cast<KvStrategy>(kv));
   }
 
   void stored_blocks_are_the_files_values_data() { cases(); }
@@ -333,14 +338,7 @@ class TestGgufOracle : public QObject {
       QCOMPARE(generate(*c.model, tok, {ps[i]}, o).sequences[0].generated_ids, c.single(i));
       QCOMPARE(b.sequences[i].generated_ids, c.single(i));
     }
-    std::vector<int64_t> budgets;
-    BatchRunResult r = test::run_staggered_queue(*c.model, tok, ps, c.ref["new_tokens"].get<int64_t>(),
-                                                 KvStrategy::SlotKv, &budgets);
-    for (size_t i = 0; i < ps.size(); ++i) {
-      std::vector<int32_t> expected = c.single(i);
-      expected.resize(static_cast<size_t>(budgets[i]));
-      QCOMPARE(r.requests[i].generated_ids, expected);
-    }
+    staggered_queue_equals_solo(c, KvStrategy::SlotKv);
   }
 
   void engine_loads_the_files_data() {
