@@ -51,6 +51,9 @@ def run_case(case, programs):
         # Qt's own chatter on a headless machine (no XDG_RUNTIME_DIR; the offscreen plugin's
         # "does not support propagateSizeHints()") is not the app's to print or to avoid.
         env["XDG_RUNTIME_DIR"] = programs["runtime_dir"]
+        # The app remembers the last model in the user's settings: a case run with --demo must not
+        # make the user's next `scripts/run` open the random model.
+        env["XDG_CONFIG_HOME"] = programs["config_dir"]
         env["QT_LOGGING_RULES"] = "default.warning=false;qt.qpa.*=false"
     cmd = [programs[case.program]] + case.args
     start = time.monotonic()
@@ -539,7 +542,9 @@ def main():
         fx = make_fixtures(a.cli, root)
         runtime_dir = os.path.join(root, "xdg-runtime")
         os.mkdir(runtime_dir, 0o700)
-        programs = {"cli": a.cli, "app": a.app, "runtime_dir": runtime_dir}
+        config_dir = os.path.join(root, "xdg-config")
+        os.mkdir(config_dir, 0o700)
+        programs = {"cli": a.cli, "app": a.app, "runtime_dir": runtime_dir, "config_dir": config_dir}
         all_cases = cases(fx, a.builtin)
         if not fx["gguf_nan"]:
             print("hostile: no tiny Llama GGUF (SERVELAB_GGUF_LLAMA_ORACLE_DIR, the gguf_llama_oracle "
