@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "tokenizer/utf8.h"
@@ -35,8 +37,10 @@ struct SentencePieceTokenizer::Impl {
   }
 };
 
+SentencePieceTokenizer::SentencePieceTokenizer() : impl_(std::make_unique<Impl>()) {}
+
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path, const TokenizerConfig& config)
-    : impl_(std::make_unique<Impl>()) {
+    : SentencePieceTokenizer() {
   impl_->path = model_path;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(model_path, ec)) {
@@ -49,6 +53,10 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path, co
   if (impl_->sp.GetPieceSize() <= 0) throw TokenizerError(model_path + ": SentencePiece model has no pieces");
   if (impl_->sp.bos_id() >= 0) impl_->bos = impl_->sp.bos_id();
   if (impl_->sp.eos_id() >= 0) impl_->eos = impl_->sp.eos_id();
+  configure(config);
+}
+
+void SentencePieceTokenizer::configure(const TokenizerConfig& config) {
   if (config.bos_token) impl_->bos = impl_->piece_id(*config.bos_token, "bos_token", config.source);
   if (config.eos_token) impl_->eos = impl_->piece_id(*config.eos_token, "eos_token", config.source);
   impl_->add_bos = config.add_bos.value_or(impl_->bos.has_value());
@@ -59,6 +67,144 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path, co
     if (std::find(impl_->stops.begin(), impl_->stops.end(), id) == impl_->stops.end())
       impl_->stops.push_back(id);
   }
+}
+
+namespace {
+
+// Protocol-buffer wire format, just what a sentencepiece.ModelProto needs: libsentencepiece
+// builds its model from serialized bytes, and Debian ships no header for the message classes.
+struct ProtoWriter {
+  std::string out;
+  void varint(uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<char>(v));
+  }
+  void key(int field, int wire) { varint(static_cast<uint64_t>(field) << 3 | static_cast<uint64_t>(wire)); }
+  void integer(int field, int64_t v) {  // int32, enum and bool fields (negative values as int64 does)
+    key(field, 0);
+    varint(static_cast<uint64_t>(v));
+  }
+  void bytes(int field, std::string_view b) {
+    key(field, 2);
+    varint(b.size());
+    out.append(b);
+  }
+  void float32(int field, float f) {
+    key(field, 5);
+    char le[4];
+    std::memcpy(le, &f, 4);  // little-endian hosts only, as the GGUF reader
+    out.append(le, 4);
+  }
+};
+
+// sentencepiece_model.proto's field numbers.
+enum : int {
+  kModelPieces = 1,
+  kModelTrainerSpec = 2,
+  kModelNormalizerSpec = 3,
+  kPiecePiece = 1,
+  kPieceScore = 2,
+  kPieceType = 3,
+  kTrainerModelType = 3,
+  kTrainerVocabSize = 4,
+  kTrainerByteFallback = 35,
+  kTrainerUnkId = 40,
+  kTrainerBosId = 41,
+  kTrainerEosId = 42,
+  kTrainerPadId = 43,
+  kTrainerUnkPiece = 45,
+  kTrainerBosPiece = 46,
+  kTrainerEosPiece = 47,
+  kNormalizerName = 1,
+  kNormalizerAddDummyPrefix = 3,
+  kNormalizerRemoveExtraWhitespaces = 4,
+  kNormalizerEscapeWhitespaces = 5,
+};
+constexpr int kModelTypeBpe = 2;
+constexpr int32_t kTypeNormal = 1, kTypeUnknown = 2, kTypeControl = 3, kTypeByte = 6;
+
+std::string serialize_model(const SentencePieceVocabulary& v, std::optional<int32_t> unk) {
+  const auto n = static_cast<int64_t>(v.pieces.size());
+  ProtoWriter model;
+  bool bytes = false;
+  for (int64_t i = 0; i < n; ++i) {
+    ProtoWriter piece;
+    piece.bytes(kPiecePiece, v.pieces[static_cast<size_t>(i)]);
+    piece.float32(kPieceScore, v.scores[static_cast<size_t>(i)]);
+    piece.integer(kPieceType, v.types[static_cast<size_t>(i)]);
+    model.bytes(kModelPieces, piece.out);
+    bytes = bytes || v.types[static_cast<size_t>(i)] == kTypeByte;
+  }
+  ProtoWriter trainer;
+  trainer.integer(kTrainerModelType, kModelTypeBpe);
+  trainer.integer(kTrainerVocabSize, n);
+  trainer.integer(kTrainerByteFallback, bytes ? 1 : 0);
+  // The processor finds unk/bos/eos by piece text; the ids say the same for readers of the proto.
+  auto special = [&](int id_field, int piece_field, std::optional<int32_t> id) {
+    trainer.integer(id_field, id ? *id : -1);
+    if (id) trainer.bytes(piece_field, v.pieces[static_cast<size_t>(*id)]);
+  };
+  special(kTrainerUnkId, kTrainerUnkPiece, unk);
+  special(kTrainerBosId, kTrainerBosPiece, v.bos_id);
+  special(kTrainerEosId, kTrainerEosPiece, v.eos_id);
+  trainer.integer(kTrainerPadId, -1);
+  model.bytes(kModelTrainerSpec, trainer.out);
+  // Llama's tokenizers: no normalization, spaces kept as they are, "▁" for a space.
+  ProtoWriter normalizer;
+  normalizer.bytes(kNormalizerName, "identity");
+  normalizer.integer(kNormalizerAddDummyPrefix, v.add_space_prefix ? 1 : 0);
+  normalizer.integer(kNormalizerRemoveExtraWhitespaces, 0);
+  normalizer.integer(kNormalizerEscapeWhitespaces, 1);
+  model.bytes(kModelNormalizerSpec, normalizer.out);
+  return model.out;
+}
+
+}  // namespace
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_vocabulary(
+    const SentencePieceVocabulary& v, const TokenizerConfig& config) {
+  const std::string& src = v.source;
+  const size_t n = v.pieces.size();
+  if (n == 0) throw TokenizerError(src + ": the SentencePiece vocabulary is empty");
+  if (v.scores.size() != n || v.types.size() != n)
+    throw TokenizerError(src + ": the SentencePiece vocabulary has " + std::to_string(n) + " pieces but " +
+                         std::to_string(v.scores.size()) + " scores and " + std::to_string(v.types.size()) +
+                         " token types");
+  std::optional<int32_t> unk = v.unk_id;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t t = v.types[i];
+    if (t < kTypeNormal || t > kTypeByte)
+      throw TokenizerError(src + ": token " + std::to_string(i) + " has type " + std::to_string(t) +
+                           " (SentencePiece types are 1 to 6)");
+    if (!std::isfinite(v.scores[i]))
+      throw TokenizerError(src + ": token " + std::to_string(i) + " has a score that is not finite");
+    if (t == kTypeUnknown && !unk) unk = static_cast<int32_t>(i);
+  }
+  for (const auto& [name, id] : {std::pair{"unknown", unk}, {"bos", v.bos_id}, {"eos", v.eos_id}}) {
+    if (id && (*id < 0 || static_cast<size_t>(*id) >= n))
+      throw TokenizerError(src + ": the " + std::string(name) + " token id " + std::to_string(*id) +
+                           " is outside the vocabulary of " + std::to_string(n));
+  }
+  if (!unk || v.types[static_cast<size_t>(*unk)] != kTypeUnknown)
+    throw TokenizerError(src + ": the SentencePiece vocabulary has no piece of the unknown type");
+  for (const auto& [name, id] : {std::pair{"bos", v.bos_id}, {"eos", v.eos_id}}) {
+    if (id && v.types[static_cast<size_t>(*id)] != kTypeControl)
+      throw TokenizerError(src + ": the " + std::string(name) + " token " + std::to_string(*id) + " ('" +
+                           v.pieces[static_cast<size_t>(*id)] + "') is not a control token");
+  }
+  std::unique_ptr<SentencePieceTokenizer> tok(new SentencePieceTokenizer());
+  Impl& impl = *tok->impl_;
+  impl.path = src;
+  const auto status = impl.sp.LoadFromSerializedProto(serialize_model(v, unk));
+  if (!status.ok())
+    throw TokenizerError(src + ": libsentencepiece refused the vocabulary (" + status.ToString() + ")");
+  impl.bos = v.bos_id;
+  impl.eos = v.eos_id;
+  tok->configure(config);
+  return tok;
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
