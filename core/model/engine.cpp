@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "model/gguf_file.h"
+#include "model/gpt2_gguf.h"
 #include "model/gpt2_model.h"
 #include "model/llama_gguf.h"
 #include "model/llama_model.h"
@@ -151,17 +152,36 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
   set_engine_threads(o.threads);
   const GgufFile file = GgufFile::open(path);
   std::unique_ptr<Engine> e(new Engine());
-  const LlamaConfig config = llama_config_from_gguf(file);
   e->tokenizer_ = load_gguf_tokenizer(file);
-  if (e->tokenizer_->vocab_size() > config.vocab_size)
+  const int64_t vocabulary_rows = file.at("token_embd.weight").shape().front();
+  if (e->tokenizer_->vocab_size() > vocabulary_rows)
     throw ModelFormatError(path + ": the tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
-                           " tokens but token_embd.weight only " + std::to_string(config.vocab_size) +
-                           " rows");
+                           " tokens but token_embd.weight only " + std::to_string(vocabulary_rows) + " rows");
+  const bool requantize = parse_quant_mode(o.quant).is_quantized();
+  if (file.find_string("general.architecture") == std::optional<std::string>("gpt2")) {
+    // Our as-stored kernels are wired for Llama's projections; a GPT-2 file is dequantized at load.
+    if (!requantize && parse_quant_exec(o.quant_exec) == QuantExec::Native)
+      throw InputError("--quant-exec native needs --quant: a GGUF file's own blocks run dequantized once");
+    const Gpt2Config config = gpt2_config_from_gguf(file);
+    {
+      c10::InferenceMode guard;
+      try {
+        e->model_ = std::make_unique<Gpt2Model>(config, load_gpt2_gguf(file, config, device, dtype));
+      } catch (const c10::OutOfMemoryError&) {
+        throw OutOfMemoryError("out of memory loading " + path + " onto " + device.str());
+      }
+    }
+    check_finite_tensors(e->gpt2()->weights().named_tensors(), path);
+    e->file_tensors_run_as_ =
+        "dequantized once to " + dtype_label(dtype) + " at load (blocks run as stored for Llama files only)";
+    e->finish_gguf(file, o);
+    return e;
+  }
+  const LlamaConfig config = llama_config_from_gguf(file);
   // The file's quantized blocks run as stored (our JIT kernels read Q4_0, Q4_1 and Q8_0 as they
   // are) unless a quantization of our own is asked for (it starts from dense weights) or the
   // execution says dequant-once; on the CPU in fp32, where those kernels are built.
   const QuantExec exec = parse_quant_exec(o.quant_exec);
-  const bool requantize = parse_quant_mode(o.quant).is_quantized();
   if (!requantize && exec == QuantExec::Native)
     throw InputError(
         "--quant-exec native needs --quant: a GGUF file's own blocks run with jit (as stored) or "
@@ -187,15 +207,19 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
     }
   }
   check_finite_tensors(static_cast<const LlamaModel&>(*e->model_).weights().named_tensors(), path);
-  e->format_ = "gguf";
-  e->source_path_ = path;
-  e->file_tensor_types_ = gguf_tensor_type_counts(file);
+  e->finish_gguf(file, o);
+  return e;
+}
+
+void Engine::finish_gguf(const GgufFile& file, const EngineOptions& o) {
+  format_ = "gguf";
+  source_path_ = file.path();
+  file_tensor_types_ = gguf_tensor_type_counts(file);
   // The file's own name says what it is ("SmolLM2-135M-Instruct.Q4_1"); general.name is often a
   // training-run label.
-  e->name_ = fs::path(path).stem().string();
-  e->parameters_ = e->model_->parameter_count();
-  e->apply_options(o);
-  return e;
+  name_ = fs::path(file.path()).stem().string();
+  parameters_ = model_->parameter_count();
+  apply_options(o);
 }
 
 Engine::~Engine() = default;
@@ -311,6 +335,10 @@ nlohmann::json Engine::info() const {
     j["config"] = l->config().to_json();
   }
   j["parameters"] = parameters_;
+  // Every block's matrices as LoRA and quantization see them (Hugging Face's names).
+  j["projections"] = nlohmann::json::array();
+  for (const Projection& p : model_->projections())
+    j["projections"].push_back({{"name", p.hf_name}, {"in", p.in}, {"out", p.out}});
   // The weights in their own format (quantized size when quantized), and what the process holds
   // for them (packed GEMM layouts can keep a second copy of the tied embedding).
   const bool stored_blocks = format_ == "gguf" && model_->kernels();  // a GGUF run as stored

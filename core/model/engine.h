@@ -15,6 +15,7 @@ namespace servelab {
 
 class Model;             // model/model.h (which brings in libtorch)
 class Gpt2Model;         // model/gpt2_model.h
+class GgufFile;          // model/gguf_file.h
 enum class GemmBackend;  // model/packed_linear.h (which brings in libtorch)
 
 struct EngineOptions {
@@ -82,6 +83,8 @@ class Engine {
  private:
   Engine() = default;
   void apply_options(const EngineOptions& options);
+  // What every GGUF load ends with: format, name, tensor types, then the options.
+  void finish_gguf(const GgufFile& file, const EngineOptions& options);
   std::shared_ptr<Model> model_;
   std::string source_path_;  // the file or folder loaded (empty for the demo model)
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -609,7 +609,8 @@ const char* pre_tokenizer_name(PreTokenizerKind kind) {
 }
 
 std::optional<PreTokenizerKind> pre_tokenizer_from_name(std::string_view name) {
-  if (name == "gpt2" || name == "default") return PreTokenizerKind::Gpt2;
+  // "gpt-2" is what llama.cpp's converter writes for GPT-2 itself.
+  if (name == "gpt2" || name == "gpt-2" || name == "default") return PreTokenizerKind::Gpt2;
   if (name == "smollm") return PreTokenizerKind::Smollm;
   for (const char* llama3 :
        {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}) {
@@ -919,7 +920,7 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_parts(const BpeParts& p
   const auto pre = pre_tokenizer_from_name(parts.pre);
   if (!pre) {
     fail("pre-tokenizer '" + parts.pre +
-         "' (tokenizer.ggml.pre) is not supported; known: gpt2, default, smollm, llama3, llama-v3, "
+         "' (tokenizer.ggml.pre) is not supported; known: gpt2, gpt-2, default, smollm, llama3, llama-v3, "
          "llama-bpe, falcon3, falcon-h1, pixtral, midm-2.0, lfm2, qwen2");
   }
   const auto check_id = [&](const std::optional<int32_t>& id, const char* what) {

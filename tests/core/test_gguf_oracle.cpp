@@ -7,7 +7,8 @@
 // KV cache fed token by token, a left-padded batch, greedy tokens alone and batched with and
 // without the cache, and continuous batching equal to solo. Were transformers to refuse a file,
 // the script falls back to an HF model over gguf-py's dequantization and reference.json says so
-// (the suite prints which oracle each case used).
+// (the suite prints which oracle each case used). GPT-2 files too (llama.cpp's gpt2 architecture,
+// Q8_0 and F32), which transformers loads itself: the engine's logits and greedy tokens against its.
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
@@ -20,6 +21,7 @@
 #include "generate/generator.h"
 #include "model/engine.h"
 #include "model/gguf_file.h"
+#include "model/gpt2_gguf.h"
 #include "model/llama_gguf.h"
 #include "model/llama_model.h"
 #include "model/safetensors_file.h"
@@ -379,6 +381,62 @@ class TestGgufOracle : public QObject {
     const auto prompt = ref["prompts"][0].get<std::vector<int32_t>>();
     QCOMPARE(generate(e->model(), e->tokenizer(), {prompt}, o).sequences[0].generated_ids,
              ref["single"][0].get<std::vector<int32_t>>());
+  }
+  void gpt2_file_matches_hf_data() {
+    QTest::addColumn<QString>("name");
+    for (const char* n : {"gpt2_q8_0", "gpt2_f32"}) QTest::newRow(n) << QString(n);
+  }
+  void gpt2_file_matches_hf() {
+    // A GPT-2 GGUF through the Engine: the gpt2.* config, the Conv1D matrices transposed back, the
+    // file's tokenizer, and HF's logits (every position) and greedy tokens.
+    QFETCH(QString, name);
+    const fs::path d = fs::path(dir_) / name.toStdString();
+    if (!fs::exists(d / "reference.json")) QSKIP("no GPT-2 GGUF fixtures (older fixture folder)");
+    const std::unique_ptr<Engine> e = Engine::load((d / "model.gguf").string(), EngineOptions());
+    nlohmann::json ref;
+    std::ifstream(d / "reference.json") >> ref;
+    const nlohmann::json info = e->info();
+    QCOMPARE(info["architecture"].get<std::string>(), std::string("gpt2"));
+    QCOMPARE(info["format"].get<std::string>(), std::string("gguf"));
+    QCOMPARE(info["file_tensor_types"].get<TypeCounts>(), ref["tensor_types"].get<TypeCounts>());
+    QVERIFY(info["file_tensors_run_as"].get<std::string>().rfind("dequantized once", 0) == 0);
+    QCOMPARE(info["lm_head_tied"].get<bool>(), true);  // output.weight is the embedding written again
+    QCOMPARE(e->tokenizer().vocab_size(), 320);
+    QCOMPARE(e->shape().context, int64_t{1024});
+    SafetensorsFile tensors = SafetensorsFile::open((d / "reference.safetensors").string());
+    auto reference = [&](const std::string& n) {
+      const StTensor* t = tensors.find(n);
+      return at::from_blob(const_cast<std::byte*>(t->data), t->shape, at::kFloat).clone();
+    };
+    c10::InferenceMode guard;
+    {  // The reader's own weights (the engine hands its matrices to the packed GEMM kernels).
+      const GgufFile file = GgufFile::open((d / "model.gguf").string());
+      const Gpt2Weights w = load_gpt2_gguf(file, gpt2_config_from_gguf(file), at::kCPU, at::kFloat);
+      QCOMPARE(max_abs_diff(w.layers[0].c_attn_weight, reference("weight.blk.0.attn_qkv")), 0.0);
+    }
+    const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      at::Tensor ids = at::tensor(std::vector<int64_t>(prompts[i].begin(), prompts[i].end())).unsqueeze(0);
+      const at::Tensor logits =
+          e->model().forward({ids, at::arange(ids.size(1)).unsqueeze(0), at::Tensor(), true}).squeeze(0);
+      const double diff = max_abs_diff(logits, reference("logits_" + std::to_string(i)));
+      QVERIFY2(diff < kLogitTolerance,
+               qPrintable(QString("prompt %1: max |logit diff| = %2").arg(i).arg(diff)));
+      GenerateOptions o;
+      o.max_new_tokens = ref["new_tokens"].get<int64_t>();
+      o.stop_at_eos = false;
+      QCOMPARE(generate(e->model(), e->tokenizer(), {prompts[i]}, o).sequences[0].generated_ids,
+               ref["single"][i].get<std::vector<int32_t>>());
+    }
+    EngineOptions native;
+    native.quant_exec = "native";
+    bool refused = false;
+    try {
+      Engine::load((d / "model.gguf").string(), native);
+    } catch (const InputError& err) {
+      refused = std::string(err.what()).find("--quant-exec native needs --quant") != std::string::npos;
+    }
+    QVERIFY(refused);
   }
 };
 

@@ -29,6 +29,11 @@ transformers dequantizes every tensor with gguf-py and undoes the Q/K permutatio
 to refuse a file, the case falls back to an HF model built from the weights gguf-py dequantizes (the
 permutation undone here) and reference.json says so ("oracle").
 
+GPT-2 (llama.cpp's "gpt2" architecture) too: gpt2_q8_0 and gpt2_f32 hold a random GPT2LMHeadModel
+(width 64, 4 heads, 2 layers, the same vocabulary) as convert_hf_to_gguf writes it: gpt2.* metadata,
+Conv1D matrices transposed to [out, in] (attn_qkv, attn_output, ffn_up, ffn_down), biases and norms
+in F32, and the tied head written again as output.weight. Same reference files (single prompts only).
+
 Run:  .venv/bin/python tests/oracle/make_gguf_llama_fixtures.py --out build/oracle-gguf-llama
 """
 import argparse
@@ -47,7 +52,7 @@ try:
     import gguf
     from gguf import GGMLQuantizationType as Q
     from safetensors.torch import save_file
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 except ImportError as e:  # the C++ tests skip with a message when the fixtures are absent
     print(f"make_gguf_llama_fixtures: cannot import {e.name}; run scripts/bootstrap", file=sys.stderr)
@@ -385,6 +390,93 @@ def write_case(out, name, qtype, tied, seed, vocab):
     return oracle
 
 
+# ---- GPT-2 files (llama.cpp's gpt2 architecture) ----
+
+GPT2_CASES = [("gpt2_q8_0", Q.Q8_0, 31), ("gpt2_f32", Q.F32, 33)]
+
+
+def gpt2_tensors(model):
+    """(gguf name, weight in GGUF's [out, in] order) as convert_hf_to_gguf's GPT2Model writes them."""
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    out = [("token_embd.weight", sd["transformer.wte.weight"]),
+           ("position_embd.weight", sd["transformer.wpe.weight"])]
+    names = [("ln_1", "attn_norm"), ("attn.c_attn", "attn_qkv"), ("attn.c_proj", "attn_output"),
+             ("ln_2", "ffn_norm"), ("mlp.c_fc", "ffn_up"), ("mlp.c_proj", "ffn_down")]
+    for i in range(model.config.n_layer):
+        for hf, gg in names:
+            w = sd[f"transformer.h.{i}.{hf}.weight"]
+            out.append((f"blk.{i}.{gg}.weight", w.T.copy() if w.ndim == 2 else w))  # Conv1D is [in, out]
+            out.append((f"blk.{i}.{gg}.bias", sd[f"transformer.h.{i}.{hf}.bias"]))
+    out += [("output_norm.weight", sd["transformer.ln_f.weight"]),
+            ("output_norm.bias", sd["transformer.ln_f.bias"]),
+            ("output.weight", sd["transformer.wte.weight"])]  # the converter writes the tied head again
+    return out
+
+
+def write_gpt2_case(out, name, qtype, seed, vocab):
+    tokens, types, merges = vocab
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    cfg = GPT2Config(vocab_size=len(tokens), n_positions=1024, n_embd=64, n_layer=2, n_head=4,
+                     activation_function="gelu_new", bos_token_id=BOS, eos_token_id=EOS,
+                     initializer_range=0.1)
+    torch.manual_seed(seed)
+    source = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for pname, p in source.named_parameters():
+            if "ln_" in pname:
+                p.add_(torch.randn_like(p) * 0.2)
+    path = os.path.join(d, "model.gguf")
+    w = gguf.GGUFWriter(path, "gpt2")
+    w.add_name("servelab tiny gpt2")
+    w.add_context_length(cfg.n_positions)
+    w.add_embedding_length(cfg.n_embd)
+    w.add_feed_forward_length(4 * cfg.n_embd)
+    w.add_block_count(cfg.n_layer)
+    w.add_head_count(cfg.n_head)
+    w.add_layer_norm_eps(cfg.layer_norm_epsilon)
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype == Q.Q8_0 else gguf.LlamaFileType.ALL_F32))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(BOS)
+    w.add_eos_token_id(EOS)
+    counts = Counter()
+    for tname, t in gpt2_tensors(source):
+        tt = Q.F32 if t.ndim == 1 or tname.startswith("position_embd") else qtype
+        counts[tt.name] += 1
+        data = quantize(t, tt)
+        w.add_tensor(tname, data, raw_dtype=None if tt in (Q.F32, Q.F16) and data.dtype != np.uint8 else tt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    # transformers reads GPT-2 GGUF files itself (its GPT-2 tensor processor undoes the transposes).
+    oracle = "transformers from_pretrained(gguf_file=model.gguf)"
+    model = GPT2LMHeadModel.from_pretrained(d, gguf_file="model.gguf", dtype=torch.float32).eval()
+    assert model.config.n_positions == cfg.n_positions, model.config.n_positions
+    ref_tensors = {"weight.blk.0.attn_qkv": model.state_dict()["transformer.h.0.attn.c_attn.weight"]}
+    ref = {"prompts": PROMPTS, "new_tokens": NEW_TOKENS, "eos": EOS, "single": [], "oracle": oracle,
+           "tied": True, "tensor_types": dict(counts), "hf_greedy_min_top2_gap": float("inf")}
+    with torch.no_grad():
+        for i, p in enumerate(PROMPTS):
+            ids = torch.tensor([p])
+            ref_tensors[f"logits_{i}"] = model(input_ids=ids).logits[0].contiguous()
+            g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                               do_sample=False, pad_token_id=EOS, eos_token_id=None,
+                               output_logits=True, return_dict_in_generate=True)
+            ref["single"].append(g.sequences[0, len(p):].tolist())
+            ref["hf_greedy_min_top2_gap"] = min(ref["hf_greedy_min_top2_gap"], min(top2_gap(s) for s in g.logits))
+    assert ref["hf_greedy_min_top2_gap"] > 1e-3, f"{name}: near tie on HF's greedy path; change the seed"
+    save_file({k: v.detach().float().contiguous() for k, v in ref_tensors.items()},
+              os.path.join(d, "reference.safetensors"))
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    return oracle
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -399,7 +491,10 @@ def main():
     for seed, (name, qtype, tied) in enumerate(CASES, start=11):
         if not write_case(a.out, name, qtype, tied, seed, vocab).startswith("transformers"):
             fallbacks.append(name)
-    print(f"make_gguf_llama_fixtures: wrote {len(CASES)} cases to {a.out} in {time.time() - start:.1f} s"
+    for name, qtype, seed in GPT2_CASES:
+        if not write_gpt2_case(a.out, name, qtype, seed, vocab).startswith("transformers"):
+            fallbacks.append(name)
+    print(f"make_gguf_llama_fixtures: wrote {len(CASES) + len(GPT2_CASES)} cases to {a.out} in {time.time() - start:.1f} s"
           + (f"; HF refused {fallbacks} (fallback oracle)" if fallbacks else ""))
 
 
