@@ -52,6 +52,9 @@ ModelSummary summarize(const servelab::Engine& engine, const QString& folder) {
   s.positions = static_cast<int>(c.context);
   s.vocab = static_cast<int>(c.vocab_size);
   s.inner = static_cast<int>(c.n_inner);
+  for (const nlohmann::json& p : j["projections"])
+    s.projections.append({QString::fromStdString(p["name"].get<std::string>()), p["in"].get<qint64>(),
+                          p["out"].get<qint64>()});
   s.dtypeBytes = static_cast<int>(engine.dtype_bytes());
   return s;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Plain structs that travel between the GUI thread and the engine thread (captured in posted calls,
 // carried by EngineJob's signals). They hold Qt value types or core's torch-free structs only.
+#include <QList>
 #include <QString>
 #include <QVector>
 
@@ -26,6 +27,12 @@ struct ModelRequest {
   int threads = 0;  // 0: libtorch's default
 };
 
+// One matrix of every block, as Hugging Face and PEFT name it ("self_attn.q_proj", "attn.c_attn").
+struct ProjectionShape {
+  QString name;
+  qint64 in = 0, out = 0;
+};
+
 struct ModelSummary {
   QString name;
   QString folder;                // the folder or .gguf file; empty for the built-in models
@@ -37,7 +44,8 @@ struct ModelSummary {
   int threads = 0;
   qint64 parameters = 0, weightBytes = 0;
   int layers = 0, heads = 0, width = 0, positions = 0, vocab = 0;
-  int inner = 0;  // width of the MLP's hidden layer (4 x width for GPT-2)
+  int inner = 0;                       // width of the MLP's hidden layer (4 x width for GPT-2)
+  QList<ProjectionShape> projections;  // in the order the architecture computes them
   int dtypeBytes = 4;
   bool valid() const { return !name.isEmpty(); }
 };

@@ -22,6 +22,7 @@
 #include "engine_controller.h"
 #include "job_spy.h"
 #include "main_window.h"
+#include "multi_lora/lora_math_panel.h"
 #include "multi_lora_tab.h"
 
 using namespace servelab::ui;
@@ -152,6 +153,49 @@ class TestMultiLoraTab : public QObject {
     tab->setMathAlpha(32);
     tab->setMathRank(8);
     QVERIFY2(tab->mathText().contains(QStringLiteral("α/r = 32/8 = 4")), qPrintable(tab->mathText()));
+  }
+
+  void mathPanelFollowsLlamaMatrices() {
+    // A Llama model's own seven matrices (SmolLM2's shapes: width 576, 3 KV heads of 64, SwiGLU
+    // 1536), as summarize() reads them from Engine::info()'s projection table.
+    LoraMathPanel panel;
+    ModelSummary llama;
+    llama.name = QStringLiteral("llama-shaped");
+    llama.architecture = QStringLiteral("llama");
+    llama.layers = 30;
+    llama.parameters = 134515008;
+    llama.projections = {
+        {QStringLiteral("self_attn.q_proj"), 576, 576}, {QStringLiteral("self_attn.k_proj"), 576, 192},
+        {QStringLiteral("self_attn.v_proj"), 576, 192}, {QStringLiteral("self_attn.o_proj"), 576, 576},
+        {QStringLiteral("mlp.gate_proj"), 576, 1536},   {QStringLiteral("mlp.up_proj"), 576, 1536},
+        {QStringLiteral("mlp.down_proj"), 1536, 576}};
+    panel.setModel(llama);
+    auto* modules = panel.findChild<QComboBox*>(QStringLiteral("loraMathModule"));
+    QCOMPARE(modules->count(), 8);  // the seven matrices and the course's example
+    QCOMPARE(modules->itemText(1), QStringLiteral("self_attn.k_proj (key)"));
+    QVERIFY(modules->findData(QStringLiteral("attn.c_attn")) < 0);  // no GPT-2 names on a Llama
+    panel.setRank(8);
+    panel.setModule(QStringLiteral("self_attn.k_proj"));
+    QCOMPARE(panel.math().in, qint64(576));
+    QCOMPARE(panel.math().out, qint64(192));
+    QVERIFY2(panel.text().contains(QStringLiteral("576 × 192")), qPrintable(panel.text()));
+    panel.setModule(QStringLiteral("mlp.down_proj"));
+    QCOMPARE(panel.math().in, qint64(1536));
+    // Every matrix of every layer: 8 * (1152 + 768 + 768 + 1152 + 2112 * 3) * 30 = 2,442,240.
+    QVERIFY2(panel.text().contains(QStringLiteral("All 210 matrices at r = 8: 2.44 M")),
+             qPrintable(panel.text()));
+    // Back to GPT-2: its own names again, and the module choice falls back to the first.
+    ModelSummary gpt2;
+    gpt2.name = QStringLiteral("gpt2-shaped");
+    gpt2.layers = 12;
+    gpt2.projections = {{QStringLiteral("attn.c_attn"), 768, 2304},
+                        {QStringLiteral("attn.c_proj"), 768, 768},
+                        {QStringLiteral("mlp.c_fc"), 768, 3072},
+                        {QStringLiteral("mlp.c_proj"), 3072, 768}};
+    panel.setModel(gpt2);
+    QCOMPARE(modules->count(), 5);
+    QCOMPARE(modules->currentData().toString(), QStringLiteral("attn.c_attn"));
+    QCOMPARE(panel.math().out, qint64(2304));
   }
 
   void sweepOnTheToyModel() {

@@ -1,10 +1,13 @@
 #include "multi_lora/lora_math_panel.h"
 
 #include <QComboBox>
+#include <QCoreApplication>
 #include <QDoubleSpinBox>
 #include <QEvent>
 #include <QHBoxLayout>
+#include <QHash>
 #include <QLabel>
+#include <QSignalBlocker>
 #include <QSpinBox>
 #include <QTextDocumentFragment>
 #include <QVBoxLayout>
@@ -16,7 +19,33 @@ namespace servelab::ui {
 
 namespace {
 const QString kCourseModule = QStringLiteral("course-1024");
+
+// GPT-2 small's matrices, shown until a model is loaded.
+QList<ProjectionShape> gpt2SmallProjections() {
+  return {{QStringLiteral("attn.c_attn"), 768, 3 * 768},
+          {QStringLiteral("attn.c_proj"), 768, 768},
+          {QStringLiteral("mlp.c_fc"), 768, 4 * 768},
+          {QStringLiteral("mlp.c_proj"), 4 * 768, 768}};
 }
+
+// What a matrix does, for the module list.
+QString roleOf(const QString& name) {
+  static const QHash<QString, const char*> roles = {
+      {QStringLiteral("attn.c_attn"), QT_TRANSLATE_NOOP("LoraMathPanel", "query, key, value")},
+      {QStringLiteral("attn.c_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "attention output")},
+      {QStringLiteral("mlp.c_fc"), QT_TRANSLATE_NOOP("LoraMathPanel", "MLP up")},
+      {QStringLiteral("mlp.c_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "MLP down")},
+      {QStringLiteral("self_attn.q_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "query")},
+      {QStringLiteral("self_attn.k_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "key")},
+      {QStringLiteral("self_attn.v_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "value")},
+      {QStringLiteral("self_attn.o_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "attention output")},
+      {QStringLiteral("mlp.gate_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "MLP gate")},
+      {QStringLiteral("mlp.up_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "MLP up")},
+      {QStringLiteral("mlp.down_proj"), QT_TRANSLATE_NOOP("LoraMathPanel", "MLP down")}};
+  const auto it = roles.find(name);
+  return it == roles.end() ? QString() : QCoreApplication::translate("LoraMathPanel", it.value());
+}
+}  // namespace
 
 QString loraPercent(double ratio) {
   const double p = ratio * 100;
@@ -26,11 +55,7 @@ QString loraPercent(double ratio) {
 LoraMathPanel::LoraMathPanel(QWidget* parent) : QGroupBox(tr("LoRA in one matrix"), parent) {
   module_ = new QComboBox(this);
   module_->setObjectName(QStringLiteral("loraMathModule"));
-  module_->addItem(tr("attn.c_attn (query, key, value)"), QStringLiteral("attn.c_attn"));
-  module_->addItem(tr("attn.c_proj (attention output)"), QStringLiteral("attn.c_proj"));
-  module_->addItem(tr("mlp.c_fc (MLP up)"), QStringLiteral("mlp.c_fc"));
-  module_->addItem(tr("mlp.c_proj (MLP down)"), QStringLiteral("mlp.c_proj"));
-  module_->addItem(tr("the course's example (hidden 1024)"), kCourseModule);
+  fillModules();
   rank_ = makeSpin(this, QStringLiteral("loraMathRank"), 1, 1024, 8);
   rank_->setToolTip(tr("The rank r of A and B"));
   alpha_ = new QDoubleSpinBox(this);
@@ -76,30 +101,39 @@ void LoraMathPanel::setAlpha(double alpha) { alpha_->setValue(alpha); }
 
 void LoraMathPanel::setModel(const ModelSummary& model) {
   model_ = model;
+  fillModules();
   refresh();
 }
 
+QList<ProjectionShape> LoraMathPanel::projections() const {
+  return model_.projections.isEmpty() ? gpt2SmallProjections() : model_.projections;
+}
+
+void LoraMathPanel::fillModules() {
+  // The loaded architecture's own matrices; the choice survives a reload of the same family.
+  const QString current = module_->currentData().toString();
+  const QSignalBlocker quiet(module_);
+  module_->clear();
+  for (const ProjectionShape& p : projections()) {
+    const QString role = roleOf(p.name);
+    module_->addItem(role.isEmpty() ? p.name : tr("%1 (%2)").arg(p.name, role), p.name);
+  }
+  module_->addItem(tr("the course's example (hidden 1024)"), kCourseModule);
+  const int i = module_->findData(current);
+  module_->setCurrentIndex(i >= 0 ? i : 0);
+}
+
 LoraMath LoraMathPanel::math() const {
-  const qint64 width = model_.width > 0 ? model_.width : 768;
-  const qint64 inner = model_.inner > 0 ? model_.inner : 4 * width;
   const QString module = module_->currentData().toString();
   LoraMath m;
   m.rank = rank_->value();
-  if (module == QLatin1String("attn.c_attn")) {
-    m.in = width;
-    m.out = 3 * width;
-  } else if (module == QLatin1String("attn.c_proj")) {
-    m.in = width;
-    m.out = width;
-  } else if (module == QLatin1String("mlp.c_fc")) {
-    m.in = width;
-    m.out = inner;
-  } else if (module == QLatin1String("mlp.c_proj")) {
-    m.in = inner;
-    m.out = width;
-  } else {
-    m.in = 1024;
-    m.out = 1024;
+  m.in = 1024;  // the course's example
+  m.out = 1024;
+  for (const ProjectionShape& p : projections()) {
+    if (p.name == module) {
+      m.in = p.in;
+      m.out = p.out;
+    }
   }
   return m;
 }
@@ -136,17 +170,16 @@ void LoraMathPanel::refresh() {
               .arg(formatCount(m.abParameters()), formatCount(m.wParameters()), loraPercent(m.ratio()));
   if (!course) {
     // Every module of every layer at this rank: what one adapter adds to the whole model.
-    const qint64 width = model_.width > 0 ? model_.width : 768;
-    const qint64 inner = model_.inner > 0 ? model_.inner : 4 * width;
+    const QList<ProjectionShape> matrices = projections();
     const qint64 layers = model_.layers > 0 ? model_.layers : 12;
-    const qint64 perLayer =
-        m.rank * ((width + 3 * width) + (width + width) + (width + inner) + (inner + width));
+    qint64 perLayer = 0;
+    for (const ProjectionShape& p : matrices) perLayer += m.rank * (p.in + p.out);
     const qint64 all = perLayer * layers;
     const qint64 total = model_.parameters > 0 ? model_.parameters : 124439808;
     html += tr("<p style='margin-top:2px; color:%1'>All %2 matrices at r = %3: %4 parameters, %5 of the "
                "model</p>")
                 .arg(muted)
-                .arg(4 * layers)
+                .arg(matrices.size() * layers)
                 .arg(m.rank)
                 .arg(formatMillions(all), loraPercent(static_cast<double>(all) / static_cast<double>(total)));
   } else {

@@ -31,14 +31,14 @@ class LoraMathPanel : public QGroupBox {
  public:
   explicit LoraMathPanel(QWidget* parent = nullptr);
 
-  // module: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, or "course-1024" (the course's example,
-  // a 1024 x 1024 matrix).
+  // module: a matrix of the loaded model as Hugging Face names it (attn.c_attn, self_attn.q_proj,
+  // mlp.down_proj, ...), or "course-1024" (the course's example, a 1024 x 1024 matrix).
   void setModule(const QString& module);
   void setRank(int rank);
   void setAlpha(double alpha);
   LoraMath math() const;
   QString text() const;  // the panel as plain text
-  // GPT-2 small's shapes until a model is loaded.
+  // The model's own matrices (GPT-2 small's until a model is loaded).
   void setModel(const ModelSummary& model);
   // Keys of the tab's settings group.
   void loadSettings(QSettings& settings);
@@ -49,6 +49,8 @@ class LoraMathPanel : public QGroupBox {
 
  private:
   void refresh();
+  void fillModules();
+  QList<ProjectionShape> projections() const;
 
   QComboBox* module_;
   QSpinBox* rank_;
