@@ -30,8 +30,13 @@ std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
 
 constexpr int64_t W = kBlockedWidth;
 
-// The AVX2 tile: 6 rows x 16 outputs (12 accumulators). Measured (bench_linear_kernels' shapes,
-// GPT-2 small, 2 threads, forced AVX2 on the Zen 5 box): see kAvx2TileNote below.
+// The AVX2 tile: 6 rows x 16 outputs (12 accumulators, 2 weight vectors, 1 broadcast). Measured
+// against 4x24, 8x8 and 3x32 (bench_linear_kernels, GPT-2 small, 1 thread, SERVELAB_ISA=avx2 on
+// the Zen 5 box, two alternating rounds on a loaded machine; time over oneDNN's at 8 / 32 / 128
+// rows): 6x16 0.62-0.72 / 0.88-0.90 / 0.97-1.05, 4x24 0.65-0.67 / 0.85-1.11 / 0.94-1.01, 3x32
+// (spills) 0.64-0.70 / 0.84-0.90 / 0.98-1.03, 8x8 0.91-0.97 / 1.04-1.07 / 1.16-1.29
+// (bench/results/avx2-tile-shapes-cpu1-2026-11-26.json). 6x16 and 4x24 are level within the noise;
+// 6x16 keeps registers to spare.
 constexpr int kMicroRowsAvx2 = 6;
 constexpr int kMicroHalvesAvx2 = 2;
 
