@@ -35,6 +35,7 @@
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/tokenizer.h"
+#include "util/cpu_features.h"
 #include "util/device.h"
 #include "util/errors.h"
 #include "util/limits.h"
@@ -57,8 +58,13 @@ struct ModelArgs {
   std::string quant = "none";
   std::string quant_exec = "auto";
   std::string gemm = "auto";
+  std::string isa;
 
   void add_to(CLI::App* app, bool with_quant = true) {
+    app->add_option("--isa", isa,
+                    "force the ISA of our CPU kernels: avx512, avx2 or generic (default: the best this CPU "
+                    "has, or SERVELAB_ISA)")
+        ->check(CLI::IsMember({"avx512", "avx2", "generic"}));
     app->add_option("--model", model,
                     "Hugging Face model folder (GPT-2 or Llama family) or .gguf file (default: the built-in "
                     "SmolLM2-135M-Instruct)");
@@ -71,8 +77,8 @@ struct ModelArgs {
     app->add_option(
         "--gemm", gemm,
         "fp32 GEMMs: aten (addmm), onednn (weights prepacked once by oneDNN; CPU fp32), blocked "
-        "(our AVX-512 kernels over 16-channel weight blocks; CPU fp32), auto (blocked where the CPU "
-        "has AVX-512, else onednn where available)");
+        "(our kernels over 16-channel weight blocks; CPU fp32), auto (blocked where the ISA is avx512 "
+        "or avx2, else onednn where available)");
     if (!with_quant) return;
     app->add_option("--quant", quant,
                     "quantize the weights after loading: none, zp-uint8, int8-channel, int4-g32, int4-g64, "
@@ -87,6 +93,7 @@ struct ModelArgs {
     o.quant_exec = quant_exec;
     o.gemm = gemm;
     if (demo && !model.empty()) throw InputError("give --model or --demo, not both");
+    if (!isa.empty()) set_active_isa(parse_isa(isa, "--isa"), "--isa");
     limits::check_range("--threads", threads, 0, limits::max_threads());
     if (demo) return Engine::load_demo(o);
     return model.empty() ? Engine::load_builtin(o) : Engine::load(model, o);

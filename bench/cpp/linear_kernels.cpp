@@ -3,12 +3,13 @@
 // head once per repeat, kernels taking turns within a repeat; medians. Prints JSON.
 //
 //   build/release/bench/bench_linear_kernels [--threads 2] [--repeats 7] [--rows 1,2,4,8,32]
+//   SERVELAB_ISA=avx2 build/release/bench/bench_linear_kernels ...   (our kernels' AVX2 paths)
 //
-// Kernels: "onednn_packed" (--gemm onednn, the default where the CPU lacks AVX-512: weights
+// Kernels: "onednn_packed" (--gemm onednn, the default under the generic ISA: weights
 // prepacked once),
 // "onednn_plain" (oneDNN on plain [out, in] matrices), "aten_addmm" (the Conv1D layout),
-// "ours" (fp32_linear_cpu over plain [out, in] matrices: the AVX-512 GEMV up to 7 rows, 8-channel
-// tiles beyond), "blocked" (what --gemm blocked runs where the CPU has AVX-512: blocked_linear.h's
+// "ours" (fp32_linear_cpu over plain [out, in] matrices: the GEMV up to 7 rows, 8-channel tiles
+// beyond, AVX-512 or AVX2), "blocked" (what --gemm blocked runs: blocked_linear.h's
 // GEMV and GEMM over 16-channel weight blocks). The floor is the bytes
 // of the matrices over the copy bandwidth (read + write bytes per second of a 256 MiB copy_).
 #include "model/linear_kernels.h"
@@ -32,6 +33,7 @@
 #include "model/gpt2_weights.h"
 #include "model/packed_linear.h"
 #include "quant/dequant_cpu.h"
+#include "util/cpu_features.h"
 
 namespace {
 
@@ -126,7 +128,7 @@ int main(int argc, char** argv) {
   const Gpt2Model plain_model(cfg, w);
   const auto packed_model = pack_linears(plain_model);
   const LinearKernels& packed = *packed_model->kernels();
-  // What --gemm blocked runs (where this CPU has AVX-512).
+  // What --gemm blocked runs.
   std::unique_ptr<Gpt2Model> blocked_model;
   if (blocked_linear_available(at::kCPU, at::kFloat)) blocked_model = pack_blocked_linears(plain_model);
 
@@ -145,11 +147,12 @@ int main(int argc, char** argv) {
     for (const auto& m : mats) at::addmm(m.bias, m.slot == LinearSlot::MlpProj ? xf : xd, m.in_out);
     at::mm(xd, head.t());
   };
-  kernels["ours"] = [&](const at::Tensor& xd, const at::Tensor& xf) {
-    for (const auto& m : mats)
-      fp32_linear_cpu(m.out_in, m.slot == LinearSlot::MlpProj ? xf : xd).add_(m.bias);
-    fp32_linear_cpu(head, xd);
-  };
+  if (fp32_gemv_supported(head))
+    kernels["ours"] = [&](const at::Tensor& xd, const at::Tensor& xf) {
+      for (const auto& m : mats)
+        fp32_linear_cpu(m.out_in, m.slot == LinearSlot::MlpProj ? xf : xd).add_(m.bias);
+      fp32_linear_cpu(head, xd);
+    };
 
   if (blocked_model) {
     kernels["blocked"] = [&, &blocked = *blocked_model->kernels()](const at::Tensor& xd,
@@ -162,9 +165,10 @@ int main(int argc, char** argv) {
 
   const double bw = copy_bandwidth_gbs();
   std::string json =
-      "{\"bench\":\"linear_kernels\",\"threads\":" + std::to_string(at::get_num_threads()) +
-      ",\"repeats\":" + std::to_string(repeats) + ",\"weight_bytes\":" + std::to_string(bytes) +
-      ",\"copy_bandwidth_gbs\":" + std::to_string(bw) +
+      "{\"bench\":\"linear_kernels\",\"cpu\":\"" + cpu_model_name() + "\",\"isa\":\"" +
+      isa_name(active_isa()) + "\",\"blocked_kernel\":\"" + blocked_linear_kernel(active_isa()) +
+      "\",\"threads\":" + std::to_string(at::get_num_threads()) + ",\"repeats\":" + std::to_string(repeats) +
+      ",\"weight_bytes\":" + std::to_string(bytes) + ",\"copy_bandwidth_gbs\":" + std::to_string(bw) +
       ",\"floor_ms\":" + std::to_string(static_cast<double>(bytes) / (bw * 1e6)) + ",\"rows\":[";
   for (size_t ri = 0; ri < rows_list.size(); ++ri) {
     const int64_t rows = rows_list[ri];

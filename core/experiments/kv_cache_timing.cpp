@@ -1,5 +1,6 @@
 #include "experiments/kv_cache_timing.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "experiments/batch_sweep.h"
@@ -14,6 +15,16 @@ nlohmann::json KvCacheTimingResult::to_json() const {
   return {{"experiment", "kv-cache"},
           {"prompt_ids", prompt_ids},
           {"tokens", tokens},
+          {"cache_tokens", cache_tokens},
+          {"comparison", comparison},
+          {"comparison_note", comparison == "exact"
+                                  ? "both runs must produce the same greedy tokens (checked)"
+                                  : "activations are quantized per call (one scale per call): a "
+                                    "cache-free step quantizes the whole prefix's activations, a cached "
+                                    "step only the new token's, so the tokens may part; each run is "
+                                    "checked against its own first repeat and the agreement reported"},
+          {"tokens_agree", tokens_agree},
+          {"agreeing_prefix", agreeing_prefix},
           {"text", text},
           {"no_cache_ms", no_cache_ms},
           {"cache_ms", cache_ms},
@@ -87,16 +98,22 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
   }
   std::vector<std::vector<double>> without(static_cast<size_t>(p.new_tokens)),
       with(static_cast<size_t>(p.new_tokens));
+  const bool exact = !engine.activations_quantized_per_call();
+  r.comparison = exact ? "exact" : "agreement";
   for (int64_t rep = 0; rep < p.repeats; ++rep) {
     for (bool cache : {false, true}) {
       GenerateResult g = run(cache);
       const auto& seq = g.sequences.front();
-      if (rep == 0 && !cache) {
-        r.tokens = seq.generated_ids;
-        r.text = seq.text;
-      } else if (seq.generated_ids != r.tokens) {
-        throw InputError("KV-cache and cache-free generation produced different tokens");
+      std::vector<int32_t>& first = cache ? r.cache_tokens : r.tokens;
+      if (rep == 0) {
+        first = seq.generated_ids;
+        if (!cache) r.text = seq.text;
+      } else if (seq.generated_ids != first) {
+        throw InputError(std::string(cache ? "KV-cache" : "cache-free") +
+                         " generation produced different tokens from one repeat to the next");
       }
+      if (rep == 0 && cache && exact && r.cache_tokens != r.tokens)
+        throw InputError("KV-cache and cache-free generation produced different tokens");
       if (cache) r.kv_cache_bytes = g.kv_cache_bytes;
       auto& dst = cache ? with : without;
       for (size_t i = 0; i < g.step_ms.size(); ++i) dst[i].push_back(g.step_ms[i]);
@@ -116,6 +133,11 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
     }
     control.sink->on_progress(1.0, "medians");
   }
+  r.tokens_agree = r.cache_tokens == r.tokens;
+  while (r.agreeing_prefix < static_cast<int64_t>(std::min(r.tokens.size(), r.cache_tokens.size())) &&
+         r.tokens[static_cast<size_t>(r.agreeing_prefix)] ==
+             r.cache_tokens[static_cast<size_t>(r.agreeing_prefix)])
+    ++r.agreeing_prefix;
   r.no_cache_total_ms = std::accumulate(r.no_cache_ms.begin(), r.no_cache_ms.end(), 0.0);
   r.cache_total_ms = std::accumulate(r.cache_ms.begin(), r.cache_ms.end(), 0.0);
   r.speedup = r.no_cache_total_ms / r.cache_total_ms;

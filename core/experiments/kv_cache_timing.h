@@ -21,7 +21,14 @@ struct KvCacheTimingParams {
 
 struct KvCacheTimingResult {
   std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> tokens;  // generated (identical both ways, checked)
+  std::vector<int32_t> tokens;  // generated without the cache (the same every repeat, checked)
+  // Generated with the cache: identical to tokens (checked) unless the engine quantizes activations
+  // per call (Engine::activations_quantized_per_call), where the two may part and the experiment
+  // reports how far they agree instead of failing.
+  std::vector<int32_t> cache_tokens;
+  std::string comparison;       // "exact" or "agreement"
+  bool tokens_agree = true;     // cache_tokens == tokens
+  int64_t agreeing_prefix = 0;  // leading tokens the two runs share
   std::string text;
   std::vector<double> no_cache_ms;  // median per token over repeats; [0] includes the prefill
   std::vector<double> cache_ms;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "util/cpu_features.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -18,11 +19,9 @@ constexpr std::array<LinearSlot, kLinearSlotCount> kSlots = {
     LinearSlot::Gate, LinearSlot::Up,       LinearSlot::Down};
 static_assert(static_cast<int>(LinearSlot::Down) + 1 == kLinearSlotCount, "kSlots lists every LinearSlot");
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define SERVELAB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define SERVELAB_CLONES
-#endif
+// The loops below are written once and inlined into one wrapper per ISA (compiled for that
+// target), the wrapper picked by active_isa() at each call.
+#define SERVELAB_CLONES inline __attribute__((always_inline))
 
 // Segmented LoRA on the CPU in fp32 for the token rows `rows` of one segment: t = x A (r values),
 // y += scale * t B. A [in, r] and B [r, out] are read once per segment and stay in cache across its
@@ -81,8 +80,9 @@ void lora_rows_any(const float* __restrict x, int64_t in, float* __restrict y, i
   }
 }
 
-void lora_segment_rows(const float* x, int64_t in, float* y, int64_t out, const int64_t* rows, int64_t n,
-                       const float* A, const float* B, int64_t r, float scale, float* t) {
+SERVELAB_CLONES void lora_segment_rows_any_isa(const float* x, int64_t in, float* y, int64_t out,
+                                               const int64_t* rows, int64_t n, const float* A, const float* B,
+                                               int64_t r, float scale, float* t) {
   switch (r) {
     case 1:
       return lora_rows_fixed<1>(x, in, y, out, rows, n, A, B, scale);
@@ -99,6 +99,37 @@ void lora_segment_rows(const float* x, int64_t in, float* y, int64_t out, const 
     default:
       return lora_rows_any(x, in, y, out, rows, n, A, B, r, scale, t);
   }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void lora_segment_rows_avx512(const float* x, int64_t in, float* y,
+                                                                 int64_t out, const int64_t* rows, int64_t n,
+                                                                 const float* A, const float* B, int64_t r,
+                                                                 float scale, float* t) {
+  lora_segment_rows_any_isa(x, in, y, out, rows, n, A, B, r, scale, t);
+}
+__attribute__((target("avx2,fma,f16c"))) void lora_segment_rows_avx2(const float* x, int64_t in, float* y,
+                                                                     int64_t out, const int64_t* rows,
+                                                                     int64_t n, const float* A,
+                                                                     const float* B, int64_t r, float scale,
+                                                                     float* t) {
+  lora_segment_rows_any_isa(x, in, y, out, rows, n, A, B, r, scale, t);
+}
+#endif
+
+void lora_segment_rows(const float* x, int64_t in, float* y, int64_t out, const int64_t* rows, int64_t n,
+                       const float* A, const float* B, int64_t r, float scale, float* t) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  switch (active_isa()) {
+    case Isa::Avx512:
+      return lora_segment_rows_avx512(x, in, y, out, rows, n, A, B, r, scale, t);
+    case Isa::Avx2:
+      return lora_segment_rows_avx2(x, in, y, out, rows, n, A, B, r, scale, t);
+    case Isa::Generic:
+      break;
+  }
+#endif
+  lora_segment_rows_any_isa(x, in, y, out, rows, n, A, B, r, scale, t);
 }
 
 }  // namespace

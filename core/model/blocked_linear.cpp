@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #define SERVELAB_X86 1
 #define SERVELAB_AVX512 __attribute__((target("avx512f")))
+#define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
 #else
 #define SERVELAB_X86 0
 #endif
@@ -25,11 +26,19 @@ namespace servelab {
 
 namespace {
 
-bool has_avx512() { return cpu_has_avx512(); }
-
 std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
 
 constexpr int64_t W = kBlockedWidth;
+
+// The AVX2 tile: 6 rows x 16 outputs (12 accumulators, 2 weight vectors, 1 broadcast). Measured
+// against 4x24, 8x8 and 3x32 (bench_linear_kernels, GPT-2 small, 1 thread, SERVELAB_ISA=avx2 on
+// the Zen 5 box, two alternating rounds on a loaded machine; time over oneDNN's at 8 / 32 / 128
+// rows): 6x16 0.62-0.72 / 0.88-0.90 / 0.97-1.05, 4x24 0.65-0.67 / 0.85-1.11 / 0.94-1.01, 3x32
+// (spills) 0.64-0.70 / 0.84-0.90 / 0.98-1.03, 8x8 0.91-0.97 / 1.04-1.07 / 1.16-1.29
+// (bench/results/avx2-tile-shapes-cpu1-2026-11-26.json). 6x16 and 4x24 are level within the noise;
+// 6x16 keeps registers to spare.
+constexpr int kMicroRowsAvx2 = 6;
+constexpr int kMicroHalvesAvx2 = 2;
 
 #if SERVELAB_X86
 
@@ -152,13 +161,13 @@ struct Tiles {
   static constexpr std::array<std::array<TileFn, MB + 1>, NB + 1> fn = all(std::make_index_sequence<NB>());
 };
 
-at::Tensor gemv(const float* x, int64_t rows, int64_t K, const float* w, int64_t out, const float* bias,
-                at::Tensor y) {
+at::Tensor gemv(const std::array<GemvFn, kBlockedGemvMaxRows + 1>& kernels, const float* x, int64_t rows,
+                int64_t K, const float* w, int64_t out, const float* bias, at::Tensor y) {
   const int64_t blocks = (out + W - 1) / W;
   float* yp = y.data_ptr<float>();
   // At least 64 KiB of weights per task (tiny matrices run on one thread).
   const int64_t grain = std::max<int64_t>(1, 1024 / K);
-  const GemvFn fn = kGemv[static_cast<size_t>(rows)];
+  const GemvFn fn = kernels[static_cast<size_t>(rows)];
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) { fn(x, K, K, w, b0, b1, out, bias, yp); });
   return y;
 }
@@ -212,7 +221,226 @@ at::Tensor gemm(const float* x, int64_t rows, int64_t K, const float* w, int64_t
   });
   return y;
 }
+
+// ---- AVX2 + FMA: a block of 16 outputs is two 8-float vectors (ymm), and there are 16 registers,
+// not 32. The GEMV keeps the AVX-512 loop with U accumulators per row and half of a block each;
+// U shrinks where 2 * M * U would not leave room for the weights and a broadcast.
+template <int M, int U>
+SERVELAB_AVX2 void gemv_blocks_avx2(const float* x, int64_t ldx, int64_t K, const float* w, int64_t b0,
+                                    int64_t b1, int64_t out, const float* bias, float* y) {
+  for (int64_t b = b0; b < b1; ++b) {
+    const float* wb = w + b * K * W;
+    __m256 lo[M][U], hi[M][U];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) lo[m][u] = hi[m][u] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + U <= K; k += U) {
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) {
+        _mm_prefetch(reinterpret_cast<const char*>(wb + (k + u) * W + kGemvPrefetch), _MM_HINT_NTA);
+        const __m256 w0 = _mm256_loadu_ps(wb + (k + u) * W), w1 = _mm256_loadu_ps(wb + (k + u) * W + 8);
+#pragma GCC unroll 8
+        for (int m = 0; m < M; ++m) {
+          const __m256 a = _mm256_broadcast_ss(x + m * ldx + k + u);
+          lo[m][u] = _mm256_fmadd_ps(a, w0, lo[m][u]);
+          hi[m][u] = _mm256_fmadd_ps(a, w1, hi[m][u]);
+        }
+      }
+    }
+    for (; k < K; ++k) {
+      const __m256 w0 = _mm256_loadu_ps(wb + k * W), w1 = _mm256_loadu_ps(wb + k * W + 8);
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) {
+        const __m256 a = _mm256_broadcast_ss(x + m * ldx + k);
+        lo[m][0] = _mm256_fmadd_ps(a, w0, lo[m][0]);
+        hi[m][0] = _mm256_fmadd_ps(a, w1, hi[m][0]);
+      }
+    }
+    const int64_t valid = std::min<int64_t>(W, out - b * W);
+    alignas(32) float bb[W] = {};
+    if (bias)
+      for (int64_t i = 0; i < valid; ++i) bb[i] = bias[b * W + i];
+    const __m256 bl = _mm256_load_ps(bb), bh = _mm256_load_ps(bb + 8);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      __m256 sl = lo[m][0], sh = hi[m][0];
+#pragma GCC unroll 8
+      for (int u = 1; u < U; ++u) {
+        sl = _mm256_add_ps(sl, lo[m][u]);
+        sh = _mm256_add_ps(sh, hi[m][u]);
+      }
+      sl = _mm256_add_ps(sl, bl);
+      sh = _mm256_add_ps(sh, bh);
+      float* dst = y + m * out + b * W;
+      if (valid == W) {
+        _mm256_storeu_ps(dst, sl);
+        _mm256_storeu_ps(dst + 8, sh);
+      } else {
+        alignas(32) float t[W];
+        _mm256_store_ps(t, sl);
+        _mm256_store_ps(t + 8, sh);
+        std::copy(t, t + valid, dst);
+      }
+    }
+  }
+}
+
+// Accumulators per row: 2 * M * U of the 16 ymm registers at most 8-14, leaving two for the
+// weights and one for the broadcast (one row: 4, not AVX-512's 8, which would spill).
+constexpr std::array<GemvFn, kBlockedGemvMaxRows + 1> kGemvAvx2 = {nullptr,
+                                                                   gemv_blocks_avx2<1, 4>,
+                                                                   gemv_blocks_avx2<2, 2>,
+                                                                   gemv_blocks_avx2<3, 2>,
+                                                                   gemv_blocks_avx2<4, 1>,
+                                                                   gemv_blocks_avx2<5, 1>,
+                                                                   gemv_blocks_avx2<6, 1>,
+                                                                   gemv_blocks_avx2<7, 1>};
+
+// ---- AVX2 GEMM tile: MB rows x NH halves of blocks (8 outputs each) in MB * NH ymm registers,
+// NH weight vectors and one broadcast beside them. Half h of the tile is half h % 2 of block h / 2.
+// x packed as for AVX-512 ([K][MB] per row block); y's valid outputs in the tile: `valid`.
+template <int MB, int NH>
+SERVELAB_AVX2 void gemm_tile_avx2(const float* xp, int64_t K, const float* w, int64_t first_half,
+                                  int64_t bstride, const float* bias, int64_t valid, float* y, int64_t ldy,
+                                  const float* pf) {
+  __m256 acc[MB][NH];
+#pragma GCC unroll 16
+  for (int m = 0; m < MB; ++m)
+#pragma GCC unroll 4
+    for (int j = 0; j < NH; ++j) acc[m][j] = _mm256_setzero_ps();
+  const float* wh[NH];
+#pragma GCC unroll 4
+  for (int j = 0; j < NH; ++j) wh[j] = w + ((j + first_half) / 2) * bstride + ((j + first_half) % 2) * 8;
+  for (int64_t k = 0; k < K; ++k) {
+    if (pf) _mm_prefetch(reinterpret_cast<const char*>(pf + k * W), _MM_HINT_T1);
+    __m256 b[NH];
+#pragma GCC unroll 4
+    for (int j = 0; j < NH; ++j) b[j] = _mm256_loadu_ps(wh[j] + k * W);
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) {
+      const __m256 a = _mm256_broadcast_ss(xp + k * MB + m);
+#pragma GCC unroll 4
+      for (int j = 0; j < NH; ++j) acc[m][j] = _mm256_fmadd_ps(a, b[j], acc[m][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NH; ++j) {
+    const int64_t n = std::min<int64_t>(8, valid - j * 8);
+    if (n <= 0) break;
+    alignas(32) float bb[8] = {};
+    if (bias)
+      for (int64_t i = 0; i < n; ++i) bb[i] = bias[j * 8 + i];
+    const __m256 bv = _mm256_load_ps(bb);
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) {
+      const __m256 r = _mm256_add_ps(acc[m][j], bv);
+      if (n == 8) {
+        _mm256_storeu_ps(y + m * ldy + j * 8, r);
+      } else {
+        alignas(32) float t[8];
+        _mm256_store_ps(t, r);
+        std::copy(t, t + n, y + m * ldy + j * 8);
+      }
+    }
+  }
+}
+
+using TileFnAvx2 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, const float*, int64_t,
+                            float*, int64_t, const float*);
+
+template <int MB, int NH>
+struct TilesAvx2 {
+  template <int nh, size_t... I>
+  static constexpr std::array<TileFnAvx2, MB + 1> row(std::index_sequence<I...>) {
+    return {nullptr, gemm_tile_avx2<static_cast<int>(I) + 1, nh>...};
+  }
+  template <size_t... J>
+  static constexpr std::array<std::array<TileFnAvx2, MB + 1>, NH + 1> all(std::index_sequence<J...>) {
+    return {std::array<TileFnAvx2, MB + 1>{},
+            row<static_cast<int>(J) + 1>(std::make_index_sequence<MB>())...};
+  }
+  // fn[nh][mb]: the tile for mb rows (1..MB) and nh halves (1..NH).
+  static constexpr std::array<std::array<TileFnAvx2, MB + 1>, NH + 1> fn =
+      all(std::make_index_sequence<NH>());
+};
+
+// The driver of gemm above with the AVX2 tile: halves of blocks instead of blocks.
+template <int MB, int NH>
+at::Tensor gemm_avx2(const float* x, int64_t rows, int64_t K, const float* w, int64_t out, const float* bias,
+                     at::Tensor y) {
+  const int64_t blocks = (out + W - 1) / W;
+  const int64_t halves = (out + 7) / 8;  // halves holding an output: the zero-padded rest is skipped
+  const int64_t groups = (halves + NH - 1) / NH;
+  const int64_t row_blocks = (rows + MB - 1) / MB;
+  auto first = [&](int64_t r) { return r * rows / row_blocks; };
+  std::unique_ptr<float[]> xbuf(new float[static_cast<size_t>(rows * K)]);
+  float* xp = xbuf.get();
+  at::parallel_for(0, row_blocks, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t m0 = first(r), mb = first(r + 1) - m0;
+      const float* src = x + m0 * K;
+      float* dst = xp + m0 * K;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t m = 0; m < mb; ++m) dst[k * mb + m] = src[m * K + k];
+    }
+  });
+  const int64_t chunk_rb = std::max<int64_t>(1, kChunkRows / MB);
+  const int64_t chunks = (row_blocks + chunk_rb - 1) / chunk_rb;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, groups * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t g = i / chunks, c = i % chunks;
+      const int64_t h0 = g * NH, nh = std::min<int64_t>(NH, halves - h0);
+      const int64_t valid = std::min<int64_t>(nh * 8, out - h0 * 8);
+      const auto& tiles = TilesAvx2<MB, NH>::fn[static_cast<size_t>(nh)];
+      const int64_t r0 = c * chunk_rb, r1 = std::min(row_blocks, r0 + chunk_rb);
+      // The thread's next group of halves into L2 during this group's last chunk, one block per row
+      // block (as the AVX-512 driver does).
+      const bool next = i + 1 < i1 && c + 1 == chunks && g + 1 < groups;
+      const int64_t next_b0 = (g + 1) * NH / 2;
+      const int64_t next_nb = next ? std::min<int64_t>((NH + 1) / 2 + 1, blocks - next_b0) : 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t m0 = first(r), mb = first(r + 1) - m0;
+        const float* pf = r - r0 < next_nb ? w + (next_b0 + r - r0) * K * W : nullptr;
+        tiles[static_cast<size_t>(mb)](xp + m0 * K, K, w + (h0 / 2) * K * W, h0 % 2, K * W,
+                                       bias ? bias + h0 * 8 : nullptr, valid, yp + m0 * out + h0 * 8, out,
+                                       pf);
+      }
+    }
+  });
+  return y;
+}
 #endif
+
+// ---- Portable C++: the blocked layout walked block by block, 16 outputs per step in a plain
+// loop the compiler vectorizes for the baseline ISA (SSE2 on x86-64). One accumulator per
+// output and row, every weight read once per call.
+void gemv_generic(const float* x, int64_t rows, int64_t K, const float* w, int64_t out, const float* bias,
+                  float* y) {
+  const int64_t blocks = (out + W - 1) / W;
+  const int64_t grain = std::max<int64_t>(1, 1024 / std::max<int64_t>(K, 1));
+  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<float> acc(static_cast<size_t>(rows * W));
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* wb = w + b * K * W;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const float* wk = wb + k * W;
+        for (int64_t m = 0; m < rows; ++m) {
+          const float a = x[m * K + k];
+          float* am = acc.data() + m * W;
+          for (int64_t l = 0; l < W; ++l) am[l] += a * wk[l];
+        }
+      }
+      const int64_t valid = std::min<int64_t>(W, out - b * W);
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t l = 0; l < valid; ++l)
+          y[m * out + b * W + l] = acc[static_cast<size_t>(m * W + l)] + (bias ? bias[b * W + l] : 0.0f);
+    }
+  });
+}
 
 void check_weight(const at::Tensor& w, int64_t dims, const char* what) {
   if (!w.defined()) throw InputError(std::string("blocked linear: ") + what + " is undefined");
@@ -235,8 +463,20 @@ bool blocked_linear_available(at::Device device, at::ScalarType dtype, std::stri
   };
   if (!device.is_cpu()) return no("the blocked fp32 kernels are a CPU path");
   if (dtype != at::kFloat) return no("the blocked kernels are fp32 kernels");
-  if (!has_avx512()) return no("the blocked kernels need AVX-512F, which this CPU lacks");
   return true;
+}
+
+std::string blocked_linear_kernel(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return "AVX-512 GEMV (1-7 rows), 8x48 register tiles";
+    case Isa::Avx2:
+      return "AVX2+FMA GEMV (1-7 rows), " + std::to_string(kMicroRowsAvx2) + "x" +
+             std::to_string(kMicroHalvesAvx2 * 8) + " register tiles";
+    case Isa::Generic:
+      break;
+  }
+  return "portable C++ loops over the 16-channel blocks";
 }
 
 BlockedMatrix BlockedMatrix::from_out_in(const at::Tensor& w) {
@@ -280,10 +520,6 @@ at::Tensor blocked_linear(const at::Tensor& x, const BlockedMatrix& w, const at:
       throw InputError("blocked linear: the bias has " + std::to_string(bias.size(0)) +
                        " entries, the weight " + std::to_string(out) + " outputs");
   }
-  std::string why;
-  if (!blocked_linear_available(x.device(), x.scalar_type(), &why))
-    throw InputError("blocked linear: " + why);
-#if SERVELAB_X86
   const int64_t rows = x.size(0);
   at::Tensor y = at::empty({rows, out}, x.options());
   if (rows == 0 || out == 0) return y;
@@ -292,11 +528,20 @@ at::Tensor blocked_linear(const at::Tensor& x, const BlockedMatrix& w, const at:
   const at::Tensor bc = bias.defined() ? bias.contiguous() : at::Tensor();
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   const float* wp = w.packed().data_ptr<float>();
-  if (rows <= kBlockedGemvMaxRows) return gemv(xc.data_ptr<float>(), rows, K, wp, out, bp, y);
-  return gemm(xc.data_ptr<float>(), rows, K, wp, out, bp, y);
-#else
-  throw InputError("blocked linear: an x86-64 CPU path");
+  switch (active_isa()) {
+#if SERVELAB_X86
+    case Isa::Avx512:
+      if (rows <= kBlockedGemvMaxRows) return gemv(kGemv, xc.data_ptr<float>(), rows, K, wp, out, bp, y);
+      return gemm(xc.data_ptr<float>(), rows, K, wp, out, bp, y);
+    case Isa::Avx2:
+      if (rows <= kBlockedGemvMaxRows) return gemv(kGemvAvx2, xc.data_ptr<float>(), rows, K, wp, out, bp, y);
+      return gemm_avx2<kMicroRowsAvx2, kMicroHalvesAvx2>(xc.data_ptr<float>(), rows, K, wp, out, bp, y);
 #endif
+    default:
+      break;
+  }
+  gemv_generic(xc.data_ptr<float>(), rows, K, wp, out, bp, y.data_ptr<float>());
+  return y;
 }
 
 BlockedLinearKernels::BlockedLinearKernels(Gpt2Weights& w) {
@@ -339,7 +584,8 @@ int64_t BlockedLinearKernels::resident_bytes() const {
 }
 
 std::string BlockedLinearKernels::description() const {
-  return "blocked AVX-512 fp32 GEMV/GEMM (16-channel blocks)";
+  return "blocked fp32 GEMV/GEMM (16-channel blocks; " + std::string(isa_name(active_isa())) + ": " +
+         blocked_linear_kernel(active_isa()) + ")";
 }
 
 at::Tensor BlockedLinearKernels::dense_weight(int64_t layer, LinearSlot slot) const {

@@ -9,7 +9,8 @@
 //   independent accumulators per row, every weight read once from memory;
 // - more rows: a kMicroRows x (kMicroBlocks x 16) register tile, each weight vector used for
 //   kMicroRows rows, a group of blocks kept in L2 while every row of x goes past it.
-// AVX-512F at run time only: elsewhere the engine keeps oneDNN's prepacked GEMMs (packed_linear.h).
+// The kernels follow active_isa() (util/cpu_features.h) at every call: AVX-512F; AVX2+FMA (a block
+// is two ymm vectors, a tile of its own shape); or portable C++ loops over the same layout.
 #include <ATen/ATen.h>
 
 #include <array>
@@ -18,14 +19,17 @@
 #include <vector>
 
 #include "model/gpt2_model.h"
+#include "util/cpu_features.h"
 
 namespace servelab {
 
 constexpr int64_t kBlockedWidth = 16;       // output channels per block: one AVX-512 vector
 constexpr int64_t kBlockedGemvMaxRows = 7;  // rows up to this run the GEMV, more the GEMM
 
-// Whether the blocked kernels run here: a CPU with AVX-512F (checked at run time) and fp32.
+// Whether the blocked kernels run here: the CPU and fp32 (every ISA has a path).
 bool blocked_linear_available(at::Device device, at::ScalarType dtype, std::string* why_not = nullptr);
+// What blocked_linear runs under `isa`, in words (engine info).
+std::string blocked_linear_kernel(Isa isa);
 
 // A fp32 weight matrix in the blocked layout. Packing and unpacking are copies: the values come
 // back bit for bit.

@@ -6,16 +6,19 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "model/blocked_linear.h"
 #include "model/gguf_file.h"
 #include "model/gpt2_gguf.h"
 #include "model/gpt2_model.h"
 #include "model/llama_gguf.h"
 #include "model/llama_model.h"
 #include "model/packed_linear.h"
+#include "quant/dequant_cpu.h"
 #include "quant/quantized_llama.h"
 #include "quant/quantized_model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/gguf_tokenizer.h"
+#include "util/cpu_features.h"
 #include "util/device.h"
 #include "util/errors.h"
 #include "util/limits.h"
@@ -321,6 +324,11 @@ std::string Engine::text_caveat() const {
   return is_demo_ ? "random weights: timings are real, text is noise" : "";
 }
 
+bool Engine::activations_quantized_per_call() const {
+  return quant_.is_quantized() && quant_.exec == QuantExec::Native &&
+         quant_.scheme == QuantScheme::PerChannelInt8 && model_->device().is_cpu();
+}
+
 nlohmann::json Engine::info() const {
   nlohmann::json j;
   j["model"] = name_;
@@ -357,6 +365,18 @@ nlohmann::json Engine::info() const {
   j["dtype"] = dtype_label(model_->dtype());
   j["device"] = device_label(model_->device());
   j["threads"] = at::get_num_threads();
+  // The CPU and the ISA our kernels run (active_isa: the best the CPU has unless --isa or
+  // SERVELAB_ISA forced another), and what each path of ours runs under it.
+  const Isa isa = active_isa();
+  j["cpu"] = {{"model", cpu_model_name()},
+              {"isa", isa_name(isa)},
+              {"best_isa", isa_name(best_isa())},
+              {"kernels",
+               {{"fp32_blocked", blocked_linear_kernel(isa)},
+                {"quantized_jit", fused_kernels(isa)},
+                {"lora_segmented", isa == Isa::Generic
+                                       ? "portable C++ loops"
+                                       : std::string(isa_name(isa)) + " loops (compiler-vectorized)"}}}};
   j["tokenizer"] = tokenizer_->kind();
   // The chat template's family, "unrecognised", or null when the model has none.
   if (tokenizer_->chat_template().empty()) {

@@ -26,9 +26,9 @@ struct EngineOptions {
   // Quantize the weights right after loading (quant_spec.h names); "none" keeps them as loaded.
   std::string quant = "none";
   std::string quant_exec = "auto";
-  // fp32 GEMMs: "aten" (addmm), "onednn" (prepacked weights, CPU fp32), "blocked" (our AVX-512
-  // kernels over 16-channel blocks, CPU fp32), "auto" (blocked where the CPU has AVX-512, else onednn
-  // where it exists).
+  // fp32 GEMMs: "aten" (addmm), "onednn" (prepacked weights, CPU fp32), "blocked" (our kernels
+  // over 16-channel blocks, CPU fp32), "auto" (blocked where active_isa() is avx512 or avx2, else
+  // onednn where it exists).
   std::string gemm = "auto";
 };
 
@@ -79,6 +79,10 @@ class Engine {
   // What the faces print beside any generated text.
   std::string text_caveat() const;
   nlohmann::json info() const;
+  // Whether a row's product depends on the other rows of its call: fbgemm's dynamic int8 on the CPU
+  // quantizes each call's activations with one scale, so a cache-free pass over a whole prefix and
+  // a cached one-token step see different scales, and their greedy tokens may part.
+  bool activations_quantized_per_call() const;
 
  private:
   Engine() = default;

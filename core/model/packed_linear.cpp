@@ -188,8 +188,9 @@ GemmBackend resolve_gemm_backend(GemmBackend requested, at::Device device, at::S
     case GemmBackend::Auto:
       break;
   }
-  // Chosen at load: our kernels where AVX-512 exists at run time, oneDNN's elsewhere.
-  if (blocked_linear_available(device, dtype)) return GemmBackend::Blocked;
+  // Chosen at load: our kernels where the active ISA has vector kernels of ours, oneDNN's elsewhere
+  // (its own JIT beats our portable loops).
+  if (blocked_linear_available(device, dtype) && active_isa() != Isa::Generic) return GemmBackend::Blocked;
   if (packed_linear_available(device, dtype)) return GemmBackend::OneDnn;
   return GemmBackend::Aten;
 }

@@ -3,7 +3,7 @@
 // layout (libtorch's mkldnn::_reorder_linear_weight / _linear_pointwise, what its own compiler
 // uses for frozen CPU models). Batched steps gain most (bench/batching.py, bench/compare_hf.py
 // with --gemm aten against --gemm onednn); the README has the figures. The default where the CPU
-// lacks AVX-512; elsewhere our own blocked layout runs (blocked_linear.h).
+// has no vector ISA of ours (active_isa() generic); elsewhere our blocked layout runs (blocked_linear.h).
 #include <array>
 #include <memory>
 
@@ -30,8 +30,8 @@ std::unique_ptr<Gpt2Model> pack_linears(const Gpt2Model& model);
 at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // GEMM backends an engine can be asked for: "aten" (addmm over the Conv1D layout), "onednn"
-// (prepacked), "blocked" (our AVX-512 kernels over 16-channel blocks, blocked_linear.h), "auto"
-// (blocked where the CPU has AVX-512, else onednn where available, else aten).
+// (prepacked), "blocked" (our kernels over 16-channel blocks, blocked_linear.h), "auto"
+// (blocked where active_isa() is avx512 or avx2, else onednn where available, else aten).
 enum class GemmBackend { Aten, OneDnn, Blocked, Auto };
 GemmBackend parse_gemm_backend(const std::string& name);
 const char* gemm_backend_name(GemmBackend backend);

@@ -23,35 +23,10 @@ namespace servelab {
 
 namespace {
 
-// Plain loops the compiler vectorizes; on x86-64 one clone per instruction set, picked at load.
 #if SERVELAB_X86
-#define SERVELAB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define SERVELAB_AVX512 __attribute__((target("avx512f")))
-#else
-#define SERVELAB_CLONES
+#define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
-
-SERVELAB_CLONES
-void int4_row(const uint8_t* packed, const float* scale, const float* minimum, int64_t groups, int64_t group,
-              float* out) {
-  const int64_t half = group / 2;
-  for (int64_t g = 0; g < groups; ++g) {
-    const float s = scale[g], m = minimum[g];
-    const uint8_t* p = packed + g * half;
-    float* o = out + g * group;
-    for (int64_t j = 0; j < half; ++j) {
-      o[2 * j] = static_cast<float>(p[j] & 15) * s + m;
-      o[2 * j + 1] = static_cast<float>(p[j] >> 4) * s + m;
-    }
-  }
-}
-
-SERVELAB_CLONES
-void uint8_row(const uint8_t* q, float scale, float zero, int64_t cols, float* out) {
-  for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(q[j]) * scale + zero;
-}
-
-bool has_avx512() { return cpu_has_avx512(); }
 
 // One stored matrix, row by row: pointers into a QuantizedTensor's contiguous CPU tensors.
 struct Rows {
@@ -92,8 +67,64 @@ struct Rows {
   const uint8_t* row(int64_t r) const { return values + r * row_bytes; }
 };
 
+// Row r as fp32 in portable C++, every scheme: the same arithmetic as QuantizedTensor::dequantize
+// (a multiply, then an add; this file is compiled without FMA contraction), so every ISA's rows
+// are equal bit for bit. The compiler vectorizes the loops for the baseline ISA.
+void dequantize_row_generic(const Rows& s, int64_t r, float* out) {
+  const uint8_t* v = s.row(r);
+  const int64_t cols = s.cols;
+  switch (s.scheme) {
+    case QuantScheme::ZeroPointUint8:
+      for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(v[j]) * s.tensor_scale + s.tensor_zero;
+      return;
+    case QuantScheme::PerChannelInt8: {
+      const int8_t* q = reinterpret_cast<const int8_t*>(v);
+      for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(q[j]);
+      return;
+    }
+    case QuantScheme::Int4Group: {
+      const int64_t half = s.group / 2;
+      for (int64_t g = 0; g < s.groups; ++g) {
+        const float sc = s.scale[r * s.groups + g], m = s.minimum[r * s.groups + g];
+        const uint8_t* p = v + g * half;
+        float* o = out + g * s.group;
+        for (int64_t j = 0; j < half; ++j) {
+          o[2 * j] = static_cast<float>(p[j] & 15) * sc + m;
+          o[2 * j + 1] = static_cast<float>(p[j] >> 4) * sc + m;
+        }
+      }
+      return;
+    }
+    case QuantScheme::Int8Group: {
+      const int8_t* q = reinterpret_cast<const int8_t*>(v);
+      for (int64_t g = 0; g < s.groups; ++g) {
+        const float sc = s.scale[r * s.groups + g];
+        for (int64_t j = 0; j < s.group; ++j)
+          out[g * s.group + j] = static_cast<float>(q[g * s.group + j]) * sc;
+      }
+      return;
+    }
+    case QuantScheme::Fp16: {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(v);
+      for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(c10::Half(h[j], c10::Half::from_bits()));
+      return;
+    }
+    case QuantScheme::Bf16: {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(v);
+      for (int64_t j = 0; j < cols; ++j) {
+        const uint32_t bits = static_cast<uint32_t>(h[j]) << 16;
+        std::memcpy(out + j, &bits, sizeof(float));
+      }
+      return;
+    }
+    case QuantScheme::None:
+      std::memcpy(out, v, static_cast<size_t>(cols) * sizeof(float));
+      return;
+  }
+}
+
 #if SERVELAB_X86
-// The same arithmetic as the loops above, 16 values per instruction.
+// The same arithmetic as dequantize_row_generic, 16 values per instruction.
 SERVELAB_AVX512 void uint8_row_avx512(const uint8_t* q, float scale, float zero, int64_t cols, float* out) {
   const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zero);
   int64_t j = 0;
@@ -183,7 +214,7 @@ SERVELAB_AVX512 void dequantize_row_avx512(const Rows& s, int64_t r, float* out)
       if (s.group % 32 == 0)
         int4_row_avx512(v, s.scale + r * s.groups, s.minimum + r * s.groups, s.groups, s.group, out);
       else
-        int4_row(v, s.scale + r * s.groups, s.minimum + r * s.groups, s.groups, s.group, out);
+        dequantize_row_generic(s, r, out);
       return;
     case QuantScheme::Int8Group:
       int8_group_row_avx512(reinterpret_cast<const int8_t*>(v), s.scale + r * s.groups, s.groups, s.group,
@@ -315,49 +346,169 @@ SERVELAB_AVX512 void gemv_dispatch(int64_t rows, const Rows& s, const float* x, 
   static constexpr auto table = gemv_table<S>(std::make_integer_sequence<int, kFusedGemvMaxRows>());
   table[static_cast<size_t>(rows - 1)](s, x, c0, c1, out_scale, y, out);
 }
+
+// ---- AVX2 + FMA + F16C: the same kernels in 8-float vectors. load32_avx2 gives 32 consecutive
+// weights of row r from column j as four vectors, dequantized exactly as load32 does.
+SERVELAB_AVX2 inline __m256 u8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+SERVELAB_AVX2 inline __m256 i8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+SERVELAB_AVX2 inline __m256 bf16x8(const uint16_t* h) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+template <QuantScheme S>
+SERVELAB_AVX2 inline void load32_avx2(const Rows& s, int64_t r, int64_t j, __m256 (&a)[4]) {
+  const uint8_t* v = s.row(r);
+  if constexpr (S == QuantScheme::ZeroPointUint8) {
+    const __m256 sc = _mm256_set1_ps(s.tensor_scale), z = _mm256_set1_ps(s.tensor_zero);
+    for (int i = 0; i < 4; ++i) a[i] = _mm256_add_ps(_mm256_mul_ps(u8x8(v + j + 8 * i), sc), z);
+  } else if constexpr (S == QuantScheme::PerChannelInt8) {
+    for (int i = 0; i < 4; ++i) a[i] = i8x8(v + j + 8 * i);
+  } else if constexpr (S == QuantScheme::Int4Group) {
+    // 16 bytes, 32 nibbles: low nibble = even column, high = odd; interleaved back into column
+    // order as bytes, then widened 8 at a time.
+    const int64_t g = r * s.groups + j / s.group;
+    const __m256 sc = _mm256_set1_ps(s.scale[g]), m = _mm256_set1_ps(s.minimum[g]);
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j / 2));
+    const __m128i mask = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(b, mask), hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+    const __m128i c0 = _mm_unpacklo_epi8(lo, hi), c1 = _mm_unpackhi_epi8(lo, hi);
+    const __m128i parts[4] = {c0, _mm_srli_si128(c0, 8), c1, _mm_srli_si128(c1, 8)};
+    for (int i = 0; i < 4; ++i)
+      a[i] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i])), sc), m);
+  } else if constexpr (S == QuantScheme::Int8Group) {
+    const __m256 sc = _mm256_set1_ps(s.scale[r * s.groups + j / s.group]);
+    for (int i = 0; i < 4; ++i) a[i] = _mm256_mul_ps(i8x8(v + j + 8 * i), sc);
+  } else if constexpr (S == QuantScheme::Fp16) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(v) + j;
+    for (int i = 0; i < 4; ++i)
+      a[i] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8 * i)));
+  } else if constexpr (S == QuantScheme::None) {
+    const float* f = reinterpret_cast<const float*>(v) + j;
+    for (int i = 0; i < 4; ++i) a[i] = _mm256_loadu_ps(f + 8 * i);
+  } else {
+    static_assert(S == QuantScheme::Bf16);
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(v) + j;
+    for (int i = 0; i < 4; ++i) a[i] = bf16x8(h + 8 * i);
+  }
+}
+
+SERVELAB_AVX2 inline float hsum_avx2(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+// Channels [c0, c1) for M rows: two accumulators per row up to 4 rows (8 chains hide the FMA
+// latency), one beyond (M chains already do; 2 * 7 + 4 weights would not fit in 16 registers).
+template <QuantScheme S, int M>
+SERVELAB_AVX2 void gemv_channels_avx2(const Rows& s, const float* x, int64_t c0, int64_t c1,
+                                      const float* out_scale, float* y, int64_t out) {
+  constexpr int A = M <= 4 ? 2 : 1;
+  const int64_t cols = s.cols;
+  for (int64_t c = c0; c < c1; ++c) {
+    __m256 acc[M][A];
+    for (int m = 0; m < M; ++m)
+      for (int i = 0; i < A; ++i) acc[m][i] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < cols; j += 32) {
+      __m256 w[4];
+      load32_avx2<S>(s, c, j, w);
+      for (int m = 0; m < M; ++m)
+        for (int i = 0; i < 4; ++i)
+          acc[m][i % A] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + m * cols + j + 8 * i), acc[m][i % A]);
+    }
+    for (int m = 0; m < M; ++m) {
+      __m256 t = acc[m][0];
+      for (int i = 1; i < A; ++i) t = _mm256_add_ps(t, acc[m][i]);
+      const float v = hsum_avx2(t);
+      y[m * out + c] = out_scale ? v * out_scale[c] : v;
+    }
+  }
+}
+
+template <QuantScheme S, int... I>
+constexpr auto gemv_table_avx2(std::integer_sequence<int, I...>) {
+  return std::array{&gemv_channels_avx2<S, I + 1>...};
+}
+
+template <QuantScheme S>
+SERVELAB_AVX2 void gemv_dispatch_avx2(int64_t rows, const Rows& s, const float* x, int64_t c0, int64_t c1,
+                                      const float* out_scale, float* y, int64_t out) {
+  static constexpr auto table = gemv_table_avx2<S>(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+  table[static_cast<size_t>(rows - 1)](s, x, c0, c1, out_scale, y, out);
+}
+
+// Row r as fp32 32 values at a time where the row allows it (columns, and groups, in multiples of
+// 32), else the portable loop: the same values either way.
+template <QuantScheme S>
+SERVELAB_AVX2 void dequantize_row_avx2_as(const Rows& s, int64_t r, float* out) {
+  for (int64_t j = 0; j < s.cols; j += 32) {
+    __m256 a[4];
+    load32_avx2<S>(s, r, j, a);
+    for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + j + 8 * i, a[i]);
+  }
+}
+
+SERVELAB_AVX2 void dequantize_row_avx2(const Rows& s, int64_t r, float* out) {
+  const bool grouped = s.scheme == QuantScheme::Int4Group || s.scheme == QuantScheme::Int8Group;
+  if (s.cols % 32 != 0 || (grouped && s.group % 32 != 0)) return dequantize_row_generic(s, r, out);
+  switch (s.scheme) {
+    case QuantScheme::ZeroPointUint8:
+      return dequantize_row_avx2_as<QuantScheme::ZeroPointUint8>(s, r, out);
+    case QuantScheme::PerChannelInt8:
+      return dequantize_row_avx2_as<QuantScheme::PerChannelInt8>(s, r, out);
+    case QuantScheme::Int4Group:
+      return dequantize_row_avx2_as<QuantScheme::Int4Group>(s, r, out);
+    case QuantScheme::Int8Group:
+      return dequantize_row_avx2_as<QuantScheme::Int8Group>(s, r, out);
+    case QuantScheme::Fp16:
+      return dequantize_row_avx2_as<QuantScheme::Fp16>(s, r, out);
+    case QuantScheme::Bf16:
+      return dequantize_row_avx2_as<QuantScheme::Bf16>(s, r, out);
+    case QuantScheme::None:
+      std::memcpy(out, s.row(r), static_cast<size_t>(s.cols) * sizeof(float));
+      return;
+  }
+}
+
+// The AVX2 GEMM kernel: 4 output channels (rows of w) times 8 * V rows of x (V <= 3): 4 * V
+// accumulators, V vectors of x and one broadcast weight, 16 registers at V = 3. The 8-channel tile
+// of tiled_linear runs it twice.
+constexpr int kTileAvx2Channels = 4;
+constexpr int64_t kRowsPerPassAvx2 = 24;
+
+template <int V>
+SERVELAB_AVX2 void tile_kernel_avx2(const float* w, int64_t ldw, const float* xt, int64_t ldx, int64_t cols,
+                                    float* acc_out, const char* prefetch, int64_t prefetch_step) {
+  __m256 acc[kTileAvx2Channels][V];
+  for (int n = 0; n < kTileAvx2Channels; ++n)
+    for (int v = 0; v < V; ++v) acc[n][v] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < cols; ++k) {
+    _mm_prefetch(prefetch + k * prefetch_step, _MM_HINT_T0);
+    __m256 xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = _mm256_loadu_ps(xt + k * ldx + 8 * v);
+    for (int n = 0; n < kTileAvx2Channels; ++n) {
+      const __m256 b = _mm256_broadcast_ss(w + n * ldw + k);
+      for (int v = 0; v < V; ++v) acc[n][v] = _mm256_fmadd_ps(b, xv[v], acc[n][v]);
+    }
+  }
+  for (int n = 0; n < kTileAvx2Channels; ++n)
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc_out + n * kRowsPerPass + 8 * v, acc[n][v]);
+}
 #endif
 
 }  // namespace
 
-bool fused_dequant_supported(const QuantizedTensor& q) {
-  if (!q.values.device().is_cpu() || q.shape.size() != 2 || !q.values.is_contiguous()) return false;
-  // The portable loops cover int4 and the course's uint8; AVX-512 converts every scheme (per-channel
-  // int8 to its integers: the JIT path scales the product instead).
-  return q.scheme == QuantScheme::Int4Group || q.scheme == QuantScheme::ZeroPointUint8 ||
-         (has_avx512() && q.scheme != QuantScheme::None);
-}
+namespace {
 
-void dequantize_rows_cpu(const QuantizedTensor& q, int64_t begin, at::Tensor& out) {
-  if (!fused_dequant_supported(q) || out.scalar_type() != at::kFloat || !out.is_contiguous() ||
-      out.dim() != 2 || out.size(1) != q.cols() || begin < 0 || begin + out.size(0) > q.rows())
-    throw InputError("fused dequantization: unsupported tensor or output block");
-  const int64_t cols = q.cols(), rows = out.size(0);
-  float* dst = out.data_ptr<float>();
-  const Rows s(q);
-#if SERVELAB_X86
-  const bool avx512 = has_avx512();
-#endif
-  at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t row = begin + r;
-      float* o = dst + r * cols;
-#if SERVELAB_X86
-      if (avx512) {
-        dequantize_row_avx512(s, row, o);
-        continue;
-      }
-#endif
-      if (s.scheme == QuantScheme::Int4Group)
-        int4_row(s.row(row), s.scale + row * s.groups, s.minimum + row * s.groups, s.groups, s.group, o);
-      else
-        uint8_row(s.row(row), s.tensor_scale, s.tensor_zero, cols, o);
-    }
-  });
-}
-
-bool fused_linear_supported(const QuantizedTensor& w) {
-  if (!has_avx512() || !w.values.defined() || !w.values.device().is_cpu() || w.shape.size() != 2 ||
-      !w.values.is_contiguous())
+// The scheme's tensors as the row kernels read them (contiguous scales and minimums).
+bool rows_readable(const QuantizedTensor& w) {
+  if (!w.values.defined() || !w.values.device().is_cpu() || w.shape.size() != 2 || !w.values.is_contiguous())
     return false;
   switch (w.scheme) {
     case QuantScheme::ZeroPointUint8:
@@ -375,11 +526,62 @@ bool fused_linear_supported(const QuantizedTensor& w) {
   return false;
 }
 
+// The ISA whose vector kernels run the fused paths now: Generic has none of ours (the callers
+// dequantize rows and leave the product to ATen).
+bool vector_isa() {
+#if SERVELAB_X86
+  return active_isa() != Isa::Generic;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool fused_dequant_supported(const QuantizedTensor& q) {
+  // Every ISA converts every scheme (per-channel int8 to its integers: the JIT path scales the
+  // product instead).
+  return rows_readable(q);
+}
+
+void dequantize_rows_cpu(const QuantizedTensor& q, int64_t begin, at::Tensor& out) {
+  if (!fused_dequant_supported(q) || out.scalar_type() != at::kFloat || !out.is_contiguous() ||
+      out.dim() != 2 || out.size(1) != q.cols() || begin < 0 || begin + out.size(0) > q.rows())
+    throw InputError("fused dequantization: unsupported tensor or output block");
+  const int64_t cols = q.cols(), rows = out.size(0);
+  float* dst = out.data_ptr<float>();
+  const Rows s(q);
+  void (*row_fn)(const Rows&, int64_t, float*) = dequantize_row_generic;
+#if SERVELAB_X86
+  if (active_isa() == Isa::Avx512) row_fn = dequantize_row_avx512;
+  if (active_isa() == Isa::Avx2) row_fn = dequantize_row_avx2;
+#endif
+  at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) row_fn(s, begin + r, dst + r * cols);
+  });
+}
+
+bool fused_linear_supported(const QuantizedTensor& w) { return vector_isa() && rows_readable(w); }
+
+std::string fused_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return "AVX-512 GEMV in registers (1-7 rows), 8-channel x 32-row tiles";
+    case Isa::Avx2:
+      return "AVX2+FMA+F16C GEMV in registers (1-7 rows), 4-channel x 24-row tiles";
+    case Isa::Generic:
+      break;
+  }
+  return "portable C++ row dequantization, then ATen's GEMM";
+}
+
 #if SERVELAB_X86
 namespace {
 // x [rows, s.cols] times the matrix s ([out, s.cols]) transposed, 8 output channels at a time:
 // each thread converts 8 rows of the matrix into an L1 buffer and runs tile_kernel over them.
-at::Tensor tiled_linear(const Rows& s, int64_t out, const float* out_scale, const at::Tensor& x) {
+// avx2: the AVX2 kernels (dequantize_row_avx2, tile_kernel_avx2 over each half of the 8 channels, 24
+// rows a pass), else the AVX-512 ones.
+at::Tensor tiled_linear(const Rows& s, int64_t out, const float* out_scale, const at::Tensor& x, bool avx2) {
   const int64_t rows = x.size(0), cols = s.cols;
   at::Tensor y = at::empty({rows, out}, x.options());
   if (rows == 0 || out == 0) return y;
@@ -402,7 +604,8 @@ at::Tensor tiled_linear(const Rows& s, int64_t out, const float* out_scale, cons
     alignas(64) float acc[kTile * kRowsPerPass];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t r0 = t * kTile, n = std::min<int64_t>(kTile, out - r0);
-      for (int64_t r = 0; r < n; ++r) dequantize_row_avx512(s, r0 + r, wbuf.data() + r * ldw);
+      for (int64_t r = 0; r < n; ++r)
+        (avx2 ? dequantize_row_avx2 : dequantize_row_avx512)(s, r0 + r, wbuf.data() + r * ldw);
       // The next tile's bytes, prefetched during this one's products (its int4 scales and minimums
       // here, they are few).
       const int64_t next = t + 1 < t1 ? std::min<int64_t>(kTile, out - r0 - kTile) : 0;
@@ -417,9 +620,24 @@ at::Tensor tiled_linear(const Rows& s, int64_t out, const float* out_scale, cons
           _mm_prefetch(mn + b, _MM_HINT_T0);
         }
       }
-      for (int64_t m0 = 0; m0 < rows; m0 += kRowsPerPass) {
-        const int64_t mw = std::min<int64_t>(kRowsPerPass, rows - m0);
-        if (mw > 16)
+      const int64_t pass = avx2 ? kRowsPerPassAvx2 : kRowsPerPass;
+      for (int64_t m0 = 0; m0 < rows; m0 += pass) {
+        const int64_t mw = std::min<int64_t>(pass, rows - m0);
+        if (avx2) {
+          // Each half of the tile takes half of the next tile's bytes to prefetch.
+          const int64_t half_step = m0 == 0 ? (step + 1) / 2 : 0;
+          for (int h = 0; h < 2; ++h) {
+            const float* wh = wbuf.data() + h * kTileAvx2Channels * ldw;
+            float* ah = acc + h * kTileAvx2Channels * kRowsPerPass;
+            const char* ph = prefetch + h * cols * half_step;
+            if (mw > 16)
+              tile_kernel_avx2<3>(wh, ldw, xt.data() + m0, ldx, cols, ah, ph, half_step);
+            else if (mw > 8)
+              tile_kernel_avx2<2>(wh, ldw, xt.data() + m0, ldx, cols, ah, ph, half_step);
+            else
+              tile_kernel_avx2<1>(wh, ldw, xt.data() + m0, ldx, cols, ah, ph, half_step);
+          }
+        } else if (mw > 16)
           tile_kernel<2>(wbuf.data(), ldw, xt.data() + m0, ldx, cols, acc, prefetch, m0 == 0 ? step : 0);
         else
           tile_kernel<1>(wbuf.data(), ldw, xt.data() + m0, ldx, cols, acc, prefetch, m0 == 0 ? step : 0);
@@ -447,7 +665,8 @@ at::Tensor fused_linear_cpu(const QuantizedTensor& w, const at::Tensor& x) {
     throw InputError("fused quantized linear: unsupported matrix or input");
 #if SERVELAB_X86
   const Rows s(w);
-  return tiled_linear(s, w.rows(), w.scheme == QuantScheme::PerChannelInt8 ? s.scale : nullptr, x);
+  return tiled_linear(s, w.rows(), w.scheme == QuantScheme::PerChannelInt8 ? s.scale : nullptr, x,
+                      active_isa() == Isa::Avx2);
 #else
   throw InputError("fused quantized linear: an x86-64 CPU path");
 #endif
@@ -471,20 +690,20 @@ at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {
   float* yp = y.data_ptr<float>();
   const Rows s(w);
   const float* out_scale = w.scheme == QuantScheme::PerChannelInt8 ? s.scale : nullptr;
+  const bool avx2 = active_isa() == Isa::Avx2;
   at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) {
     switch (s.scheme) {
-      case QuantScheme::ZeroPointUint8:
-        return gemv_dispatch<QuantScheme::ZeroPointUint8>(rows, s, xp, c0, c1, out_scale, yp, out);
-      case QuantScheme::PerChannelInt8:
-        return gemv_dispatch<QuantScheme::PerChannelInt8>(rows, s, xp, c0, c1, out_scale, yp, out);
-      case QuantScheme::Int4Group:
-        return gemv_dispatch<QuantScheme::Int4Group>(rows, s, xp, c0, c1, out_scale, yp, out);
-      case QuantScheme::Int8Group:
-        return gemv_dispatch<QuantScheme::Int8Group>(rows, s, xp, c0, c1, out_scale, yp, out);
-      case QuantScheme::Fp16:
-        return gemv_dispatch<QuantScheme::Fp16>(rows, s, xp, c0, c1, out_scale, yp, out);
-      case QuantScheme::Bf16:
-        return gemv_dispatch<QuantScheme::Bf16>(rows, s, xp, c0, c1, out_scale, yp, out);
+#define SERVELAB_GEMV(SCHEME)                                                                      \
+  case QuantScheme::SCHEME:                                                                        \
+    return avx2 ? gemv_dispatch_avx2<QuantScheme::SCHEME>(rows, s, xp, c0, c1, out_scale, yp, out) \
+                : gemv_dispatch<QuantScheme::SCHEME>(rows, s, xp, c0, c1, out_scale, yp, out);
+      SERVELAB_GEMV(ZeroPointUint8)
+      SERVELAB_GEMV(PerChannelInt8)
+      SERVELAB_GEMV(Int4Group)
+      SERVELAB_GEMV(Int8Group)
+      SERVELAB_GEMV(Fp16)
+      SERVELAB_GEMV(Bf16)
+#undef SERVELAB_GEMV
       case QuantScheme::None:
         break;
     }
@@ -501,14 +720,14 @@ at::Tensor fp32_linear_cpu(const at::Tensor& w, const at::Tensor& x) {
       x.size(1) != w.size(1))
     throw InputError("fp32 linear: unsupported matrix or input");
 #if SERVELAB_X86
-  return tiled_linear(Rows(w), w.size(0), nullptr, x);
+  return tiled_linear(Rows(w), w.size(0), nullptr, x, active_isa() == Isa::Avx2);
 #else
   throw InputError("fp32 linear: an x86-64 CPU path");
 #endif
 }
 
 bool fp32_gemv_supported(const at::Tensor& w) {
-  return has_avx512() && w.defined() && w.device().is_cpu() && w.dim() == 2 &&
+  return vector_isa() && w.defined() && w.device().is_cpu() && w.dim() == 2 &&
          w.scalar_type() == at::kFloat && w.is_contiguous() && w.size(1) % 32 == 0;
 }
 
@@ -523,8 +742,12 @@ at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x) {
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const Rows s(w);
+  const bool avx2 = active_isa() == Isa::Avx2;
   at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) {
-    gemv_dispatch<QuantScheme::None>(rows, s, xp, c0, c1, nullptr, yp, out);
+    if (avx2)
+      gemv_dispatch_avx2<QuantScheme::None>(rows, s, xp, c0, c1, nullptr, yp, out);
+    else
+      gemv_dispatch<QuantScheme::None>(rows, s, xp, c0, c1, nullptr, yp, out);
   });
   return y;
 #else

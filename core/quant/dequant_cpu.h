@@ -3,26 +3,31 @@
 // - dequantize_rows_cpu: a block of rows before a GEMM (ATen would need five or six passes for
 //   int4: mask, shift, interleave, convert, scale, shift; and two for the course's format);
 // - fused_linear_cpu: the whole product for a batch of rows, each thread dequantizing a few output
-//   channels at a time into a buffer that stays in L1 and multiplying them with an AVX-512 kernel
-//   right away, so that no fp32 block ever travels through the caches or memory.
+//   channels at a time into a buffer that stays in L1 and multiplying them with a register-tiled
+//   kernel right away, so that no fp32 block ever travels through the caches or memory.
+// Every kernel follows active_isa() (util/cpu_features.h) when it is called: AVX-512F, AVX2 + FMA
+// + F16C, or (Generic) portable C++ row dequantization, the fused products then unsupported.
 // Both run over libtorch's intra-op threads, and both dequantize exactly as
 // QuantizedTensor::dequantize does (a multiply, then an add: no fused multiply-add), so that the
 // weights they multiply equal the dequantize-once ones bit for bit.
 #include <ATen/ATen.h>
 
+#include <string>
+
 #include "quant/quantizer.h"
+#include "util/cpu_features.h"
 
 namespace servelab {
 
-// Whether dequantize_rows_cpu handles this tensor: a contiguous CPU matrix of int4 groups or the
-// course's uint8, and of every scheme on a CPU with AVX-512F.
+// Whether dequantize_rows_cpu handles this tensor: a contiguous CPU matrix of any quantized scheme
+// (every ISA, Generic included).
 bool fused_dequant_supported(const QuantizedTensor& q);
 // Rows [begin, begin + out.size(0)) of q into out (fp32, [rows, cols], contiguous). Per-channel
 // int8 gives its integers (the caller scales the product).
 void dequantize_rows_cpu(const QuantizedTensor& q, int64_t begin, at::Tensor& out);
 
-// Whether fused_linear_cpu handles this matrix: a CPU with AVX-512F, and a contiguous CPU matrix of
-// any quantized scheme (the course's uint8, per-channel int8, int4 groups, fp16, bf16).
+// Whether fused_linear_cpu handles this matrix: active_isa() avx512 or avx2, and a contiguous CPU
+// matrix of any quantized scheme (the course's uint8, per-channel int8, int4 groups, fp16, bf16).
 bool fused_linear_supported(const QuantizedTensor& w);
 // x [rows, cols] (fp32) times the dequantized w transposed: [rows, w.rows()], fp32, without bias.
 // Per-channel int8 multiplies its integers and applies the scale to the output (one rounding, as
@@ -31,9 +36,11 @@ bool fused_linear_supported(const QuantizedTensor& w);
 at::Tensor fused_linear_cpu(const QuantizedTensor& w, const at::Tensor& x);
 
 // The decode product, 1 to kFusedGemvMaxRows rows of x: each weight dequantized in registers and
-// used at once, so only the quantized bytes travel. Needs AVX-512F, columns in multiples of 32 and
-// (int4) groups of a multiple of 32. Per-channel int8 scales the output, as fused_linear_cpu does.
+// used at once, so only the quantized bytes travel. Needs avx512 or avx2 active, columns in multiples of 32
+// and (int4) groups of a multiple of 32. Per-channel int8 scales the output, as fused_linear_cpu does.
 constexpr int64_t kFusedGemvMaxRows = 7;
+// What the fused kernels run under `isa`, in words (engine info).
+std::string fused_kernels(Isa isa);
 bool fused_gemv_supported(const QuantizedTensor& w);
 at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x);
 // The same kernel over a plain fp32 matrix w [out, in] (contiguous, in a multiple of 32):

@@ -69,9 +69,9 @@ class QuantKernelsBase : public LinearKernels {
 // then write and read four bytes per weight again: slower than fp32 and, for the LM head, a
 // 150 MB temporary. So the weights are dequantized a few output channels at a time, into buffers
 // the cache holds, right before they are multiplied: memory traffic stays at the quantized size.
-// - 1 to 7 rows (decode) on a CPU with AVX-512: fused_gemv_cpu, each weight dequantized in registers
+// - 1 to 7 rows (decode) with AVX-512 or AVX2 active: fused_gemv_cpu, each weight dequantized in registers
 //   and multiplied at once: only the quantized bytes are read, nothing is written but the output;
-// - 8 to 128 rows (a batch, a short prefill) on a CPU with AVX-512: fused_linear_cpu, each intra-op
+// - 8 to 128 rows (a batch, a short prefill) with AVX-512 or AVX2 active: fused_linear_cpu, each intra-op
 //   thread dequantizing 8 channels into an L1 buffer and multiplying them by all rows with a
 //   register-blocked kernel (as fast as oneDNN on its prepacked fp32 weights here);
 // - otherwise blocks of channels: dequantized (in parallel) into a scratch block, then a GEMM:
@@ -109,12 +109,13 @@ class JitKernels final : public QuantKernelsBase {
         if (w->scheme == QuantScheme::None && t.defined() && t.scheme != QuantScheme::None) w = &t;
     if (w->scheme == QuantScheme::None)
       return act_ == at::kFloat && fp32_gemv_supported(w->values)
-                 ? "fp32: AVX-512 GEMV for 1-" + std::to_string(kFusedGemvMaxRows) + " rows, else aten linear"
+                 ? "fp32: " + std::string(isa_name(active_isa())) + " GEMV for 1-" +
+                       std::to_string(kFusedGemvMaxRows) + " rows, else aten linear"
                  : "aten linear";
     const std::string blocks = std::to_string(block_bytes_ >> 10) + " KiB blocks, then a GEMM";
     if (act_ != at::kFloat || !fused_dequant_supported(*w)) return "JIT dequantization in " + blocks;
     if (!fused_linear_supported(*w)) return "fused JIT dequantization in " + blocks;
-    return "fused JIT dequantization (AVX-512): " +
+    return "fused JIT dequantization (" + std::string(isa_name(active_isa())) + "): " +
            (fused_gemv_supported(*w) ? "1-" + std::to_string(kFusedGemvMaxRows) + " rows in registers, "
                                      : "") +
            std::to_string(kFusedRows) + "-" + std::to_string(kFusedMaxRows) +

@@ -48,6 +48,53 @@ class TestCli : public QObject {
     QVERIFY(j["caveat"].toString().contains("random weights"));
   }
 
+  void info_reports_the_isa() {
+    // The CPU and the ISA our kernels run, the best the CPU has by default; --isa and SERVELAB_ISA
+    // force one the CPU has, and refuse (exit 1, one line naming the option) one it lacks.
+    Run r = cli({"info", "--demo"});
+    QCOMPARE(r.code, 0);
+    const QJsonObject cpu = QJsonDocument::fromJson(r.out.toUtf8()).object()["cpu"].toObject();
+    QVERIFY(!cpu["model"].toString().isEmpty());
+    const QString best = cpu["best_isa"].toString();
+    QCOMPARE(cpu["isa"].toString(), best);
+    const QStringList order = {"avx512", "avx2", "generic"};
+    QVERIFY2(order.contains(best), qPrintable(best));
+    for (const QString& isa : order) {
+      Run f = cli({"info", "--demo", "--isa", isa});
+      if (order.indexOf(isa) < order.indexOf(best)) {
+        QCOMPARE(f.code, 1);
+        QVERIFY2(f.err.contains("--isa") && f.err.contains("cannot run " + isa), qPrintable(f.err));
+        continue;
+      }
+      QCOMPARE(f.code, 0);
+      const QJsonObject j = QJsonDocument::fromJson(f.out.toUtf8()).object();
+      QCOMPARE(j["cpu"].toObject()["isa"].toString(), isa);
+      const QJsonObject kernels = j["cpu"].toObject()["kernels"].toObject();
+      QVERIFY(kernels.contains("fp32_blocked") && kernels.contains("quantized_jit"));
+      // The fp32 model's projections run what the ISA has: our blocked kernels where it has vector
+      // kernels of ours, oneDNN under generic.
+      const QString gemm = j["gemm"].toString();
+      QVERIFY2(isa == "generic" ? !gemm.contains("blocked") : gemm.contains(isa), qPrintable(gemm));
+    }
+    QCOMPARE(cli({"info", "--demo", "--isa", "sse9"}).code, 2);  // not an ISA: a usage error
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SERVELAB_ISA", "sse9");
+    p.setProcessEnvironment(env);
+    p.start(SERVELAB_CLI, {"info", "--demo"});
+    QVERIFY(p.waitForFinished(300000));
+    QCOMPARE(p.exitCode(), 1);
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    QVERIFY2(err.contains("SERVELAB_ISA") && err.contains("sse9"), qPrintable(err));
+    env.insert("SERVELAB_ISA", "generic");
+    p.setProcessEnvironment(env);
+    p.start(SERVELAB_CLI, {"info", "--demo"});
+    QVERIFY(p.waitForFinished(300000));
+    QCOMPARE(p.exitCode(), 0);
+    QCOMPARE(QJsonDocument::fromJson(p.readAllStandardOutput()).object()["cpu"].toObject()["isa"].toString(),
+             QString("generic"));
+  }
+
   void tokenize_json() {
     Run r =
         cli({"tokenize", "--demo", "--json", "The quick brown fox jumped over the", "What comes up must"});
@@ -97,6 +144,19 @@ class TestCli : public QObject {
     QJsonObject k = QJsonDocument::fromJson(kv.out.toUtf8()).object();
     QCOMPARE(k["cache_ms"].toArray().size(), 3);
     QCOMPARE(k["no_cache_ms"].toArray().size(), 3);
+    QCOMPARE(k["comparison"].toString(), QString("exact"));  // fp32: the same tokens both ways, checked
+    QVERIFY(k["tokens_agree"].toBool());
+    // fbgemm's dynamic int8 quantizes each call's activations with one scale: a cache-free step
+    // and a cached one may pick different tokens. The experiment reports how far they agree.
+    Run q = cli({"bench", "kv-cache", "--demo", "--quant", "int8-channel", "--new-tokens", "24", "--repeats",
+                 "1", "--json"});
+    QCOMPARE(q.code, 0);
+    QJsonObject qk = QJsonDocument::fromJson(q.out.toUtf8()).object();
+    QCOMPARE(qk["comparison"].toString(), QString("agreement"));
+    QCOMPARE(qk["cache_tokens"].toArray().size(), 24);
+    const int agree = qk["agreeing_prefix"].toInt();
+    QVERIFY(agree >= 0 && agree <= 24);
+    QCOMPARE(qk["tokens_agree"].toBool(), agree == 24);
     Run sw = cli({"bench", "batch-sweep", "--demo", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats",
                   "1", "--json"});
     QCOMPARE(sw.code, 0);

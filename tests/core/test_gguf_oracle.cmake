@@ -15,3 +15,13 @@ servelab_add_qtest(test_gguf_oracle
 set_target_properties(test_gguf_oracle PROPERTIES AUTOMOC ON)
 set_property(TEST test_gguf_oracle APPEND PROPERTY ENVIRONMENT
              "SERVELAB_GGUF_LLAMA_ORACLE_DIR=${CMAKE_BINARY_DIR}/oracle-gguf-llama")
+# The same parity under each ISA our kernels have below the best (issue 21): SERVELAB_ISA forces
+# the JIT GEMV and tiles (Q4_0/Q4_1 as int4-g32, Q8_0, F16) and the fp32 GEMV to their AVX2 and
+# portable paths; skipped where this CPU lacks the ISA (the engine then refuses to load and says so).
+foreach(_isa avx2 generic)
+  add_test(NAME test_gguf_oracle_${_isa} COMMAND test_gguf_oracle)
+  set_tests_properties(test_gguf_oracle_${_isa} PROPERTIES TIMEOUT 180
+    FIXTURES_REQUIRED gguf_llama_oracle
+    SKIP_REGULAR_EXPRESSION "SERVELAB_ISA: this CPU"
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;SERVELAB_ISA=${_isa};SERVELAB_GGUF_LLAMA_ORACLE_DIR=${CMAKE_BINARY_DIR}/oracle-gguf-llama")
+endforeach()

@@ -25,6 +25,7 @@
 #include "model/packed_linear.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
+#include "util/cpu_features.h"
 
 using namespace servelab;
 namespace fs = std::filesystem;
@@ -137,13 +138,26 @@ class TestLora : public QObject {
 
   void strategies_agree_on_mixed_batches_data() {
     QTest::addColumn<int>("tokens");
-    QTest::newRow("decode (1 token per row)") << 1;
-    QTest::newRow("prefill (5 tokens per row)") << 5;
-    QTest::newRow("long prefill (40 tokens: GEMM segments)") << 40;
+    QTest::addColumn<int>("isa");  // the segmented kernel's build for each ISA (util/cpu_features.h)
+    for (const Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Generic}) {
+      const std::string i = std::string(", ") + isa_name(isa);
+      const int n = static_cast<int>(isa);
+      QTest::newRow(("decode (1 token per row)" + i).c_str()) << 1 << n;
+      QTest::newRow(("prefill (5 tokens per row)" + i).c_str()) << 5 << n;
+      QTest::newRow(("long prefill (40 tokens: GEMM segments)" + i).c_str()) << 40 << n;
+    }
   }
   void strategies_agree_on_mixed_batches() {
     // Rows without an adapter, ranks 2, 4 and 8, an adapter shared by non-adjacent rows.
     QFETCH(int, tokens);
+    QFETCH(int, isa);
+    if (!cpu_supports(static_cast<Isa>(isa))) QSKIP("this CPU lacks the ISA");
+    const Isa before = active_isa();
+    set_active_isa(static_cast<Isa>(isa), "test");
+    struct Restore {
+      Isa isa;
+      ~Restore() { set_active_isa(isa, "test"); }
+    } restore{before};
     c10::InferenceMode guard;
     at::Generator g = at::make_generator<at::CPUGeneratorImpl>(2);
     const int64_t in = 48, out = 80, T = tokens;

@@ -34,6 +34,7 @@
 #include "quant/quantized_model.h"
 #include "quant/quantizer.h"
 #include "test_support.h"
+#include "util/cpu_features.h"
 
 using namespace servelab;
 using nlohmann::json;
@@ -257,7 +258,29 @@ struct ModeRecorder : QuantizationSink {
   }
 };
 
+// Every ISA of our kernels (util/cpu_features.h); the test rows of one this CPU lacks skip.
+const std::vector<Isa> kIsas = {Isa::Avx512, Isa::Avx2, Isa::Generic};
+
+// Runs the kernels under `isa` for the scope, then restores the ISA they ran before.
+class IsaScope {
+ public:
+  explicit IsaScope(Isa isa) : before_(active_isa()) { set_active_isa(isa, "test"); }
+  ~IsaScope() { set_active_isa(before_, "test"); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+
+ private:
+  Isa before_;
+};
+
 }  // namespace
+
+// The data row's ISA, forced for the test's scope; a skip where this CPU lacks it.
+#define FORCE_DATA_ISA()                                                              \
+  QFETCH(int, isa);                                                                   \
+  if (!cpu_supports(static_cast<Isa>(isa)))                                           \
+    QSKIP(qPrintable(QString("this CPU has no ") + isa_name(static_cast<Isa>(isa)))); \
+  IsaScope isa_scope(static_cast<Isa>(isa))
 
 class TestQuant : public QObject {
   Q_OBJECT
@@ -691,11 +714,18 @@ class TestQuant : public QObject {
   void fused_kernels_equal_dequant_once_data() {
     QTest::addColumn<QString>("mode");
     QTest::addColumn<qint64>("group");  // int4 only: the mode's, or 16 (not a multiple of 32)
-    for (const auto& m : kModes) QTest::newRow(m.c_str()) << QString::fromStdString(m) << qint64{0};
-    QTest::newRow("int4-g16") << QString("int4-g32") << qint64{16};
-    // GGUF's Q8_0 as stored (no CLI mode of its own): int8 groups of 32, and of 16 (refused by the GEMV).
-    QTest::newRow("int8-g32") << QString("int8-g") << qint64{32};
-    QTest::newRow("int8-g16") << QString("int8-g") << qint64{16};
+    QTest::addColumn<int>("isa");       // each row under every ISA of ours
+    for (const Isa isa : kIsas) {
+      const std::string i = std::string("/") + isa_name(isa);
+      const int n = static_cast<int>(isa);
+      for (const auto& m : kModes)
+        QTest::newRow((m + i).c_str()) << QString::fromStdString(m) << qint64{0} << n;
+      QTest::newRow(("int4-g16" + i).c_str()) << QString("int4-g32") << qint64{16} << n;
+      // GGUF's Q8_0 as stored (no CLI mode of its own): int8 groups of 32, and of 16 (refused by the
+      // GEMV).
+      QTest::newRow(("int8-g32" + i).c_str()) << QString("int8-g") << qint64{32} << n;
+      QTest::newRow(("int8-g16" + i).c_str()) << QString("int8-g") << qint64{16} << n;
+    }
   }
   // The data rows' matrix: a CLI mode, or int4 / int8 groups of the given size.
   static QuantizedTensor quantize_row(const QString& mode, qint64 group, const at::Tensor& m) {
@@ -705,10 +735,13 @@ class TestQuant : public QObject {
   }
   void fused_kernels_equal_dequant_once() {
     // The JIT path's CPU kernels on their own, at the edges of their tiling: 37 output channels
-    // (4 tiles of 8 and a partial one), rows of x from 1 to 128 (passes of 32 and of 16, partial
-    // ones), rows of 100 columns (the conversions' scalar tails; int4 takes 128).
+    // (4 tiles of 8 and a partial one), rows of x from 1 to 130 (AVX-512's passes of 32 and of 16,
+    // AVX2's of 24, 16 and 8, partial ones), rows of 100 columns (the conversions' scalar tails;
+    // int4 takes 128). Row dequantization is bitwise under every ISA (a multiply, then an add, no
+    // contraction); the products within 1e-6 of at::mm (the order of the sums differs).
     QFETCH(QString, mode);
     QFETCH(qint64, group);
+    FORCE_DATA_ISA();
     const QuantSpec spec =
         mode == "int8-g" ? QuantSpec{QuantScheme::Int8Group} : parse_quant_mode(mode.toStdString());
     const bool grouped = spec.scheme == QuantScheme::Int4Group || group;
@@ -726,11 +759,18 @@ class TestQuant : public QObject {
       const bool integers = spec.scheme == QuantScheme::PerChannelInt8;
       QVERIFY(
           at::equal(block, integers ? w.values.narrow(0, 20, 13).to(at::kFloat) : dense.narrow(0, 20, 13)));
+    } else
+      QFAIL("every ISA dequantizes rows of every scheme");
+    if (static_cast<Isa>(isa) == Isa::Generic) {
+      // No fused product of ours: the JIT path dequantizes rows and ATen multiplies.
+      QVERIFY(!fused_linear_supported(w));
+      QVERIFY_THROWS_EXCEPTION(InputError, fused_linear_cpu(w, at::ones({9, cols})));
+      return;
     }
-    if (!fused_linear_supported(w)) QSKIP("no AVX-512 on this CPU: the JIT path runs blocks and GEMMs");
-    const at::Tensor x = pattern(128 * cols, 2.0, 1.0).view({128, cols});
+    QVERIFY(fused_linear_supported(w));
+    const at::Tensor x = pattern(130 * cols, 2.0, 1.0).view({130, cols});
     const at::Tensor all = fused_linear_cpu(w, x);
-    for (int64_t rows : {1, 8, 16, 17, 33, 100, 128}) {
+    for (int64_t rows : {1, 8, 9, 16, 17, 23, 24, 25, 33, 48, 49, 100, 128, 130}) {
       const at::Tensor xr = x.narrow(0, 0, rows);
       const at::Tensor y = fused_linear_cpu(w, xr), want = at::mm(xr, dense.t());
       QCOMPARE(y.sizes().vec(), want.sizes().vec());
@@ -744,9 +784,10 @@ class TestQuant : public QObject {
   void fused_gemv_equals_dequant_once_data() { fused_kernels_equal_dequant_once_data(); }
   void fused_gemv_equals_dequant_once() {
     // The decode kernel (1 to 7 rows, weights dequantized in registers): 45 output channels split
-    // over the threads unevenly, 256 columns (8 steps of 32, 2 to 8 int4 groups).
+    // over the threads unevenly, 256 columns (8 steps of 32, 2 to 8 int4 groups), under each ISA.
     QFETCH(QString, mode);
     QFETCH(qint64, group);
+    FORCE_DATA_ISA();
     const int64_t out = 45, cols = 256;
     c10::InferenceMode guard;
     const at::Tensor m =
@@ -758,7 +799,11 @@ class TestQuant : public QObject {
       QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols})));
       return;
     }
-    if (!fused_gemv_supported(w)) QSKIP("no AVX-512 on this CPU: the JIT path runs blocks and GEMMs");
+    if (static_cast<Isa>(isa) == Isa::Generic) {
+      QVERIFY(!fused_gemv_supported(w));  // the JIT path dequantizes rows and ATen multiplies
+      return;
+    }
+    QVERIFY(fused_gemv_supported(w));
     const at::Tensor dense = w.dequantize(at::kFloat);
     const at::Tensor x = pattern(kFusedGemvMaxRows * cols, 1.3, 0.5).view({kFusedGemvMaxRows, cols});
     for (int64_t rows = 1; rows <= kFusedGemvMaxRows; ++rows) {
@@ -774,15 +819,24 @@ class TestQuant : public QObject {
     QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols}, at::kDouble)));
   }
 
+  void fp32_kernels_equal_mm_data() {
+    QTest::addColumn<int>("isa");
+    for (const Isa isa : kIsas) QTest::newRow(isa_name(isa)) << static_cast<int>(isa);
+  }
   void fp32_kernels_equal_mm() {
     // The same kernels over a plain fp32 matrix (bench/cpp/linear_kernels.cpp times them against
     // oneDNN): the GEMV up to 7 rows, the 8-channel tiles beyond, 45 channels of 256 columns.
+    FORCE_DATA_ISA();
     c10::InferenceMode guard;
     const int64_t out = 45, cols = 256;
     const at::Tensor w = pattern(out * cols, 0.9, 0.2).view({out, cols});
-    if (!fp32_gemv_supported(w)) QSKIP("no AVX-512 on this CPU");
+    if (static_cast<Isa>(isa) == Isa::Generic) {
+      QVERIFY(!fp32_gemv_supported(w));  // ATen's linear runs these matrices
+      return;
+    }
+    QVERIFY(fp32_gemv_supported(w));
     const at::Tensor x = pattern(130 * cols, 0.2, 1.5).view({130, cols});
-    for (int64_t rows : {1, 2, 7, 8, 17, 33, 130}) {
+    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 17, 23, 24, 25, 33, 130}) {
       const at::Tensor xr = x.narrow(0, 0, rows);
       const double rel = relative_diff(at::mm(xr, w.t()), fp32_linear_cpu(w, xr));
       QVERIFY2(rel <= 1e-6, qPrintable(QString("%1 rows: max |diff| / max |y| = %2").arg(rows).arg(rel)));
@@ -796,19 +850,28 @@ class TestQuant : public QObject {
   void blocked_linear_equals_addmm_data() {
     QTest::addColumn<qint64>("out");
     QTest::addColumn<qint64>("in");
+    QTest::addColumn<int>("isa");
     // Outputs that fill their last block of 16 and ones that do not (50, GPT-2's 50257 scaled down
-    // to 503, 2304 = c_attn), odd inner widths (GEMV and GEMM both run a tail of single steps).
-    QTest::newRow("50x37") << qint64{50} << qint64{37};
-    QTest::newRow("503x129") << qint64{503} << qint64{129};
-    QTest::newRow("2304x96") << qint64{2304} << qint64{96};
-    QTest::newRow("16x1") << qint64{16} << qint64{1};
-    QTest::newRow("7x768") << qint64{7} << qint64{768};
+    // to 503, 2304 = c_attn; 8 and 7 fill or not AVX2's half block), odd inner widths (GEMV and
+    // GEMM both run a tail of single steps), under every ISA.
+    for (const Isa isa : kIsas) {
+      const std::string i = std::string("/") + isa_name(isa);
+      const int n = static_cast<int>(isa);
+      QTest::newRow(("50x37" + i).c_str()) << qint64{50} << qint64{37} << n;
+      QTest::newRow(("503x129" + i).c_str()) << qint64{503} << qint64{129} << n;
+      QTest::newRow(("2304x96" + i).c_str()) << qint64{2304} << qint64{96} << n;
+      QTest::newRow(("16x1" + i).c_str()) << qint64{16} << qint64{1} << n;
+      QTest::newRow(("7x768" + i).c_str()) << qint64{7} << qint64{768} << n;
+      QTest::newRow(("8x33" + i).c_str()) << qint64{8} << qint64{33} << n;
+      QTest::newRow(("40x5" + i).c_str()) << qint64{40} << qint64{5} << n;
+    }
   }
   void blocked_linear_equals_addmm() {
     // x W^T + b through the 16-channel blocked layout equals addmm within fp32 rounding for every
     // row count the GEMV (1..7) and the GEMM tiles (8 per tile, and every remainder) see.
     QFETCH(qint64, out);
     QFETCH(qint64, in);
+    FORCE_DATA_ISA();
     c10::InferenceMode guard;
     const at::Tensor w =
         pattern(out * in, 0.9, 0.2).view({out, in}) - pattern(out * in, 0.3, 0.1).view({in, out}).t();
@@ -828,7 +891,7 @@ class TestQuant : public QObject {
     std::string why;
     if (!blocked_linear_available(at::kCPU, at::kFloat, &why)) QSKIP(why.c_str());
     const at::Tensor x = pattern(130 * in, 0.2, 1.5).view({130, in});
-    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 33, 64, 128, 130}) {
+    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 31, 33, 64, 127, 128, 129, 130}) {
       const at::Tensor xr = x.narrow(0, 0, rows);
       const at::Tensor want = at::addmm(bias, xr, w.t());
       const at::Tensor y = blocked_linear(xr, b, bias);

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Batch-1 decode of our CPU kernels under each ISA they have (issue 21), interleaved in one run:
+`servelab-cli bench kv-cache --isa X` for every ISA this CPU can run, round after round, on the
+built-in SmolLM2 GGUF (Q4_1/Q8_0 as stored: the JIT dequantizing GEMV) and on the GPT-2-small
+shape with random weights in fp32 (the blocked fp32 GEMV); and, where the `ctranslate2` package is
+installed, CTranslate2 on the same exported GPT-2 weights in the same rounds, forced to the same
+ISA (CT2_FORCE_CPU_ISA). Prints JSON (medians, ratios to the best ISA, every run); names the CPU.
+
+  .venv/bin/python bench/isa_decode.py [--models builtin,demo] [--isas avx512,avx2,generic]
+                                       [--threads 2] [--new-tokens 32] [--rounds 5] [--no-ct2]
+
+A decode step is the median of a run's per-token times after the first (the prefill); a run's
+figure is that median; the reported figure the median over rounds, and max/min over the rounds
+shows how stable a path is run to run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI = os.environ.get("SERVELAB_CLI", os.path.join(ROOT, "build", "release", "app", "servelab-cli"))
+MODEL_ARGS = {"builtin": [], "demo": ["--demo"]}
+PROMPT = "The quick brown fox jumped over the"
+
+
+def machine():
+    cpu, flags = "unknown", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and cpu == "unknown":
+                cpu = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    best = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma", "f16c"} <= flags else "generic"
+    return {"cpu": cpu, "best_isa": best, "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg()[0]}
+
+
+def ours(model, isa, a):
+    out = subprocess.run([CLI, "bench", "kv-cache", *MODEL_ARGS[model], "--isa", isa, "--threads", str(a.threads),
+                          "--new-tokens", str(a.new_tokens), "--repeats", "1", "--prompt", PROMPT, "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    cpu = r["engine"]["cpu"]
+    assert cpu["isa"] == isa, (cpu["isa"], isa)
+    return statistics.median(r["cache_ms"][1:]), {"gemm": r["engine"]["gemm"], "kernels": cpu["kernels"],
+                                                  "quantization": r["engine"].get("quantization")}
+
+
+# CTranslate2 in a child process (its ISA is read once, from the environment, at import).
+CT2_CHILD = r"""
+import json, os, sys, time, ctranslate2
+path, threads, n, ids = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+vocab = json.load(open(path + "/vocabulary.json"))
+gen = ctranslate2.Generator(path, device="cpu", compute_type="float32", intra_threads=threads, inter_threads=1)
+prompt = [vocab[i] for i in ids]
+list(gen.generate_tokens(prompt, max_length=2, min_length=2))  # warm
+t, steps = time.perf_counter(), []
+for _ in gen.generate_tokens(prompt, max_length=n, min_length=n, end_token=[]):
+    now = time.perf_counter()
+    steps.append((now - t) * 1e3)
+    t = now
+print(json.dumps({"step_ms": steps}), flush=True)
+os._exit(0)  # the generator's worker threads abort the interpreter's own teardown
+"""
+
+CT2_ISA = {"avx512": "AVX512", "avx2": "AVX2", "generic": "GENERIC"}
+
+
+def ct2(model_dir, isa, ids, a):
+    env = dict(os.environ, CT2_FORCE_CPU_ISA=CT2_ISA[isa])
+    p = subprocess.run([sys.executable, "-c", CT2_CHILD, model_dir, str(a.threads), str(a.new_tokens),
+                        json.dumps(ids)], capture_output=True, text=True, env=env)
+    if p.returncode:
+        raise RuntimeError(f"CTranslate2 ({isa}) failed: {p.stderr.strip()[-2000:]}")
+    out = p.stdout
+    steps = json.loads(out)["step_ms"]
+    return statistics.median(steps[1:])
+
+
+def prepare_ct2(work):
+    """GPT-2 small with our demo weights as a HF folder, converted by ct2-transformers-converter."""
+    hf, ct = os.path.join(work, "demo-hf"), os.path.join(work, "demo-ct2")
+    subprocess.run([CLI, "export-demo", "--out", hf], check=True, capture_output=True)
+    conv = os.path.join(os.path.dirname(sys.executable), "ct2-transformers-converter")
+    subprocess.run([conv, "--model", hf, "--output_dir", ct, "--quantization", "float32", "--force"], check=True,
+                   capture_output=True)
+    toks = subprocess.run([CLI, "tokenize", "--demo", "--json", PROMPT], check=True, capture_output=True,
+                          text=True).stdout
+    return ct, json.loads(toks.splitlines()[0])["ids"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="builtin,demo")
+    ap.add_argument("--isas", default="avx512,avx2,generic")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even where it is installed")
+    a = ap.parse_args()
+    m = machine()
+    order = ["avx512", "avx2", "generic"]
+    isas = [i for i in a.isas.split(",") if order.index(i) >= order.index(m["best_isa"])]
+    models = a.models.split(",")
+    try:
+        import ctranslate2  # noqa: F401
+        have_ct2 = not a.no_ct2
+    except ImportError:
+        have_ct2 = False
+    with tempfile.TemporaryDirectory() as work:
+        ct_dir, ids = prepare_ct2(work) if have_ct2 and "demo" in models else (None, None)
+        runs, kernels = {}, {}
+        for model in models:  # warm the file cache and each path once
+            for isa in isas:
+                ours(model, isa, a)
+        for _ in range(a.rounds):
+            for model in models:
+                for isa in isas:
+                    ms, k = ours(model, isa, a)
+                    runs.setdefault(f"{model}/ours/{isa}", []).append(ms)
+                    kernels[f"{model}/ours/{isa}"] = k
+                    if ct_dir and model == "demo" and isa != "generic":
+                        runs.setdefault(f"demo/ct2/{isa}", []).append(ct2(ct_dir, isa, ids, a))
+    result = {}
+    for key, v in runs.items():
+        med = statistics.median(v)
+        result[key] = {"decode_ms_median": med, "max_over_min": max(v) / min(v), "runs": v,
+                       **({"engine": kernels[key]} if key in kernels else {})}
+    for key, r in result.items():
+        model, engine, isa = key.split("/")
+        best = result.get(f"{model}/ours/{isas[0]}")
+        if best and engine == "ours":
+            r["over_" + isas[0]] = r["decode_ms_median"] / best["decode_ms_median"]
+        if engine == "ours" and f"{model}/ct2/{isa}" in result:
+            r["over_ct2_same_isa"] = r["decode_ms_median"] / result[f"{model}/ct2/{isa}"]["decode_ms_median"]
+    print(json.dumps({"machine": {**m, "threads": a.threads, "load_average_end": os.getloadavg()[0]}, "new_tokens": a.new_tokens, "rounds": a.rounds,
+                      "isas": isas, "ct2": "ctranslate2 (CT2_FORCE_CPU_ISA per ISA)" if ct_dir else "not run",
+                      "statistic": "median over rounds of each run's median decode step (prefill excluded)",
+                      "results": result}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
