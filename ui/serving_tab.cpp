@@ -136,10 +136,11 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   buttons->addWidget(start_);
   buttons->addWidget(stop_);
   sf->addRow(buttons);
+  // The URL gets the panel's whole width: it is the one thing people copy from here.
   auto* urlRow = new QHBoxLayout;
   urlRow->addWidget(url_edit_, 1);
   urlRow->addWidget(copy_);
-  sf->addRow(tr("URL"), urlRow);
+  sf->addRow(urlRow);
   sf->addRow(serverStatus_);
 
   // --- Load generator ---
@@ -244,7 +245,9 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   right->addWidget(top);
   right->addWidget(grid);
   right->setStretchFactor(0, 2);
-  right->setStretchFactor(1, 5);
+  right->setStretchFactor(1, 3);
+  right->setSizes({190, 460});  // the charts need the height; the table scrolls
+  table_->setMinimumHeight(120);
 
   auto* layout = new QHBoxLayout(this);
   layout->addWidget(leftScroll);
@@ -518,8 +521,11 @@ bool ServingTab::startLoad() {
   loadChart_->setAxisLabels(sweep ? tr("throughput (tokens/s)") : tr("token index"),
                             sweep ? tr("latency (ms)") : tr("ms since the request was sent"));
   loadChart_->setLogY(sweep);
+  // The sweep's points reach every corner: its four series go in one row under the plot.
+  loadChart_->setLegendColumns(sweep ? 4 : 0);
+  loadChart_->setLegendBelow(sweep);
   if (sweep)
-    for (const QString& s : {tr("TTFT p50"), tr("TTFT p99"), tr("inter-token p50"), tr("inter-token p99")})
+    for (const QString& s : {tr("TTFT p50"), tr("TTFT p99"), tr("ITL p50"), tr("ITL p99")})
       loadChart_->addSeries(s);
   loadSummary_->setText(
       tr("Running %1 against %2…").arg(scenario_->currentText(), QString::fromStdString(target.url)));
@@ -573,6 +579,11 @@ void ServingTab::onLoadLevel(const servelab::LoadLevel& l) {
   loadChart_->append(1, l.tokens_per_s, l.ttft_p99_ms);
   loadChart_->append(2, l.tokens_per_s, l.itl_p50_ms);
   loadChart_->append(3, l.tokens_per_s, l.itl_p99_ms);
+  // Which level each point is (c: clients, lambda: Poisson rate): the sweep's x is what the server
+  // did, not what was asked.
+  loadChart_->addVerticalMarker(l.tokens_per_s, l.arrival == "closed"
+                                                    ? QStringLiteral("c=%1").arg(l.level)
+                                                    : QStringLiteral("\u03bb=%1/s").arg(l.level));
 }
 
 void ServingTab::onLoadDone(const servelab::LoadReport& report, const QString& error) {
