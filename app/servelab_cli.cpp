@@ -32,6 +32,7 @@
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
 #include "serve/http_server.h"
+#include "serve/load_generator.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -736,6 +737,83 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
   return 0;
 }
 
+// loadgen: the course's serving scenarios against any LoRAX/TGI- or OpenAI-compatible URL.
+struct LoadgenArgs {
+  LoadTarget target;
+  LoadOptions options;
+  std::string api = "lorax", clients = "1,2,4", schema_file;
+  std::vector<std::string> headers;  // "Key: value"
+  bool json_out = false;
+};
+
+int cmd_loadgen(LoadgenArgs a) {
+  std::signal(SIGPIPE, SIG_IGN);
+  a.target.api = parse_load_api(a.api);
+  for (const std::string& h : a.headers) {
+    const size_t colon = h.find(':');
+    if (colon == std::string::npos || colon == 0)
+      throw UsageError("--header takes 'Key: value', got '" + h + "'");
+    std::string value = h.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    a.target.headers.emplace_back(h.substr(0, colon), value);
+  }
+  a.options.levels.clear();
+  std::stringstream levels(a.clients);
+  for (std::string item; std::getline(levels, item, ',');) {
+    try {
+      size_t used = 0;
+      a.options.levels.push_back(std::stod(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::logic_error&) {
+      throw UsageError("--clients takes numbers separated by commas, got '" + a.clients + "'");
+    }
+  }
+  if (!a.schema_file.empty()) {
+    std::ifstream f(a.schema_file);
+    if (!f) throw InputError("cannot read the schema file '" + a.schema_file + "'");
+    a.options.request.json_schema.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const LoadReport r = run_load(a.target, a.options);
+  const json j = json::parse(load_report_json(r));
+  if (a.json_out) {
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << "loadgen " << r.scenario << " against " << r.url << " (" << r.api << ")\n";
+    for (const StreamTiming& s : r.streams) {
+      std::cout << "  stream " << s.index << (s.adapter.empty() ? "" : " [" + s.adapter + "]") << ": ";
+      if (!s.ok) {
+        std::cout << "failed: " << s.error << "\n";
+        continue;
+      }
+      std::printf("%lld tokens, TTFT %.1f ms, %.1f tokens/s, %s\n", static_cast<long long>(s.tokens()),
+                  s.ttft_ms, s.tokens_per_s(), s.finish_reason.c_str());
+      std::cout << "    " << one_line(s.text) << "\n";
+    }
+    for (const LoadLevel& l : r.levels)
+      std::printf(
+          "  %s %g: %lld/%lld ok, %.1f tokens/s, TTFT p50 %.0f p99 %.0f ms, inter-token p50 %.1f p99 %.1f "
+          "ms\n",
+          l.arrival.c_str(), l.level, static_cast<long long>(l.ok), static_cast<long long>(l.requests),
+          l.tokens_per_s, l.ttft_p50_ms, l.ttft_p99_ms, l.itl_p50_ms, l.itl_p99_ms);
+    std::cout << std::flush;
+  }
+  if (r.timed_out)
+    std::cerr << "servelab-cli loadgen: stopped at --max-seconds " << a.options.max_seconds << "\n";
+  // Every request failed: the target is not serving (the JSON still says why, per stream).
+  const int64_t failed = j["failed"].get<int64_t>();
+  int64_t total = static_cast<int64_t>(r.streams.size());
+  for (const LoadLevel& l : r.levels) total += l.requests;
+  if (total > 0 && failed == total) {
+    const std::string why = !r.streams.empty() ? r.streams.front().error
+                            : !r.levels.empty() && !r.levels.front().errors.empty()
+                                ? r.levels.front().errors.front()
+                                : "no request was sent";
+    std::cerr << "servelab-cli loadgen: every request failed: " << one_line(why) << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -936,6 +1014,33 @@ int main(int argc, char** argv) {
       "--shutdown-grace", sv.grace_s,
       "seconds running requests may take to finish after SIGINT/SIGTERM before they are cancelled");
 
+  LoadgenArgs lg;
+  auto* loadgen = app.add_subcommand(
+      "loadgen", "Replay the course's serving scenarios against a LoRAX/TGI- or OpenAI-compatible URL");
+  loadgen->add_option("--url", lg.target.url, "the server, http(s)://host:port[/prefix]")->required();
+  loadgen->add_option("--api", lg.api, "lorax (default), tgi or openai");
+  loadgen->add_option("--header", lg.headers,
+                      "'Key: value' sent with every request, e.g. an API key (repeatable)");
+  loadgen->add_option("--model", lg.target.model,
+                      "openai: the base model's name (default: the first listed)");
+  loadgen->add_option("--scenario", lg.options.scenario,
+                      "single, three_streams, adapters, structured or sweep");
+  loadgen->add_option("--prompt", lg.options.request.prompt, "the prompt of every request");
+  loadgen->add_option("--max-new-tokens", lg.options.request.max_new_tokens, "tokens per request");
+  loadgen->add_flag("--ignore-eos", lg.options.request.ignore_eos, "ask for every token of the budget");
+  loadgen->add_option("--adapter", lg.options.adapters,
+                      "adapters scenario: an adapter name (repeatable; default: those /v1/models lists)");
+  loadgen->add_option("--schema", lg.schema_file,
+                      "structured scenario: a JSON Schema file (default: Person)");
+  loadgen->add_option("--clients", lg.clients,
+                      "sweep levels, comma-separated: clients (closed) or requests per second (poisson)");
+  loadgen->add_option("--arrival", lg.options.arrival, "sweep: closed (default) or poisson");
+  loadgen->add_option("--requests", lg.options.requests, "sweep: requests per level");
+  loadgen->add_option("--max-seconds", lg.options.max_seconds,
+                      "the whole run at most; open streams are cut off");
+  loadgen->add_option("--timeout", lg.target.read_timeout_s, "seconds of silence a stream may take");
+  loadgen->add_flag("--json", lg.json_out, "compact JSON");
+
   try {
     check_subcommands(app, argc, argv);
     app.parse(argc, argv);
@@ -983,6 +1088,10 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);
     if (*serve) return cmd_serve(margs, sv);
+    if (*loadgen) return cmd_loadgen(lg);
+  } catch (const UsageError& e) {  // a value only a subcommand can check
+    std::cerr << "servelab-cli: " << one_line(e.what()) << " (see --help)\n";
+    return 2;
   } catch (const Error& e) {
     std::cerr << "servelab-cli: " << error_kind_name(e.kind()) << ": " << one_line(e.what()) << "\n";
     return 1;

@@ -38,6 +38,7 @@
 #include "kv_cache_tab.h"
 #include "multi_lora_tab.h"
 #include "quantization_tab.h"
+#include "serving_tab.h"
 #include "text_format.h"
 
 namespace servelab::ui {
@@ -98,6 +99,11 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   tabs_ << new GenerateTab(engine_, this) << new KvCacheTab(engine_, this) << new BatchingTab(engine_, this)
         << new ContinuousTab(engine_, this) << new QuantizationTab(engine_, this)
         << new MultiLoraTab(engine_, this);
+  // Serving registers the Multi-LoRA tab's adapters when its server starts.
+  auto* serving = new ServingTab(engine_, this);
+  serving->setAdapterProvider(
+      [lora = qobject_cast<MultiLoraTab*>(tabs_.back())] { return lora->adapterSources(); });
+  tabs_ << serving;
   for (ExperimentTab* t : tabs_) {
     t->setObjectName(t->tabId() + QStringLiteral("Tab"));
     tabWidget_->addTab(t, t->title());

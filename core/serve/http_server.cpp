@@ -1,6 +1,7 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -783,6 +784,13 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
           ? m.options.threads
           : static_cast<int>(scheduler.options().max_batch + scheduler.options().max_queue + 8);
   s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  // httplib's default sets SO_REUSEPORT, with which a second server binds a port already in use
+  // and the kernel splits the connections between the two: SO_REUSEADDR alone refuses that and
+  // still lets a restarted server take its port back from TIME_WAIT.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   s.set_payload_max_length(static_cast<size_t>(m.options.max_body_bytes));
   s.set_keep_alive_timeout(1);
   s.set_read_timeout(30);
@@ -805,6 +813,10 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   s.Get("/v1/models", [&m](const httplib::Request&, httplib::Response& res) { m.models(res); });
+  s.Get("/metrics", [&m](const httplib::Request&, httplib::Response& res) {
+    res.set_content(prometheus_text(m.scheduler.metrics(), m.options.model_id),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
   // httplib's own refusals (413 body too large, 404, 400) get a JSON body too.
   s.set_error_handler([&m](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

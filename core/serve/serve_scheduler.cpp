@@ -85,7 +85,16 @@ struct Entry {
   std::optional<Sampler> sampler;
   std::shared_ptr<const LoraAdapter> adapter;
   std::unique_ptr<TokenConstraint> constraint;
+  // What the table and /metrics see.
+  ServeRequestInfo info;
+  std::chrono::steady_clock::time_point submitted, first_token, last_token;
 };
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 RequestResult unstarted_result(const Entry& e, const std::string& reason) {
   RequestResult r;
@@ -109,7 +118,11 @@ struct ServeScheduler::Impl {
   bool cancel_all = false;  // the engine cancels everything it holds
   bool quit = false;        // the engine thread ends
   int64_t next_id = 0;
-  ServeStats stats;  // running / waiting as of the engine's last look
+  ServeStats stats;                      // running / waiting as of the engine's last look
+  ServeMetrics metrics;                  // as of the engine's last look
+  int64_t rejected = 0;                  // refused at submit (queue full)
+  std::vector<ServeRequestInfo> active;  // waiting and running, as of the engine's last look
+  std::deque<ServeRequestInfo> ended;    // the last ones to end, oldest first
 
   // The engine thread's own.
   std::unique_ptr<KvMemoryManager> kv;
@@ -209,11 +222,19 @@ std::shared_ptr<RequestStream> ServeScheduler::submit(BatchRequest request,
     if (impl_->stopping) throw OverloadedError("the server is shutting down", true);
     const int64_t queued = impl_->stats.waiting + static_cast<int64_t>(impl_->inbox.size());
     const int64_t free_slots = options_.max_batch - impl_->stats.running;
-    if (queued >= options_.max_queue + std::max<int64_t>(free_slots, 0))
+    if (queued >= options_.max_queue + std::max<int64_t>(free_slots, 0)) {
+      ++impl_->rejected;
       throw OverloadedError("the queue is full: " + std::to_string(queued) + " requests waiting (max queue " +
                                 std::to_string(options_.max_queue) + ")",
                             false);
+    }
     entry->id = impl_->next_id++;
+    entry->submitted = Clock::now();
+    entry->info.id = entry->id;
+    entry->info.state = "waiting";
+    entry->info.adapter = request.adapter;
+    entry->info.prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
+    entry->info.submitted_s = seconds_between(impl_->start, entry->submitted);
     entry->request = std::move(request);
     impl_->inbox.push_back(std::move(entry));
     ++impl_->stats.submitted;
@@ -248,6 +269,28 @@ ServeStats ServeScheduler::stats() const {
   return s;
 }
 
+ServeMetrics ServeScheduler::metrics() const {
+  std::lock_guard lock(impl_->mutex);
+  ServeMetrics m = impl_->metrics;
+  m.waiting += static_cast<int64_t>(impl_->inbox.size());
+  m.rejected = impl_->rejected;
+  return m;
+}
+
+std::vector<ServeRequestInfo> ServeScheduler::requests(size_t keep_ended) const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<ServeRequestInfo> out;
+  const size_t skip = impl_->ended.size() > keep_ended ? impl_->ended.size() - keep_ended : 0;
+  out.insert(out.end(), impl_->ended.begin() + static_cast<std::ptrdiff_t>(skip), impl_->ended.end());
+  out.insert(out.end(), impl_->active.begin(), impl_->active.end());
+  for (const auto& e : impl_->inbox) out.push_back(e->info);
+  const double now_s = seconds_between(impl_->start, Clock::now());
+  for (ServeRequestInfo& r : out)
+    if (r.state == "waiting") r.elapsed_ms = (now_s - r.submitted_s) * 1000;
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
+}
+
 int64_t ServeScheduler::drain(std::chrono::milliseconds grace) {
   {
     std::lock_guard lock(impl_->mutex);
@@ -280,6 +323,26 @@ void ServeScheduler::loop() {
   c10::InferenceMode guard;
   Impl& s = *impl_;
   int64_t cancelled = 0, finished = 0, failed = 0, generated = 0, steps = 0;
+  ServeMetrics em;  // the engine's own, published under the lock
+  em.max_batch = options_.max_batch;
+  em.max_queue = options_.max_queue;
+  em.kv_positions_total = options_.max_batch * max_total_tokens_;
+  std::vector<ServeRequestInfo> ended;  // since the last publish
+
+  // A request leaves the scheduler: its row in the table and its counters.
+  auto ended_as = [&](Entry& e, const std::string& state, const std::string& reason) {
+    e.info.state = state;
+    e.info.finish_reason = reason;
+    if (state == "failed") {
+      ++em.failed;
+    } else {
+      ++em.finished[state == "cancelled" ? "abort" : reason == "length" ? "length" : "stop"];
+      if (state == "finished" && e.info.generated > 0)
+        em.e2e.observe(seconds_between(e.submitted, e.last_token));
+    }
+    if (e.info.generated == 0) e.info.elapsed_ms = seconds_between(e.submitted, Clock::now()) * 1000;
+    ended.push_back(e.info);
+  };
 
   // Ends a running request: its memory, its adapter pin, its stream.
   auto retire = [&](Entry& e) {
@@ -294,6 +357,7 @@ void ServeScheduler::loop() {
     for (auto& e : s.running) {
       retire(*e);
       e->stream->fail(message, "generation");
+      ended_as(*e, "failed", message);
       ++failed;
     }
     s.running.clear();
@@ -318,8 +382,22 @@ void ServeScheduler::loop() {
     const at::Tensor lp = at::log_softmax(l, -1).gather(1, index).view({-1});
     const auto lp_a = lp.accessor<float, 1>();
     const double ms = s.now_ms();
+    const Clock::time_point now = Clock::now();
     for (size_t i = 0; i < rows.size(); ++i) {
       Entry& e = *rows[i];
+      if (e.info.generated == 0) {
+        e.first_token = now;
+        e.info.ttft_ms = seconds_between(e.submitted, now) * 1000;
+        em.ttft.observe(seconds_between(e.submitted, now));
+      } else {
+        em.inter_token.observe(seconds_between(e.last_token, now));
+      }
+      e.last_token = now;
+      ++e.info.generated;
+      e.info.elapsed_ms = seconds_between(e.submitted, now) * 1000;
+      const double decode_s = seconds_between(e.first_token, now);
+      e.info.tokens_per_s = decode_s > 0 ? static_cast<double>(e.info.generated - 1) / decode_s : 0.0;
+      ++em.generation_tokens;
       const int32_t id = static_cast<int32_t>(chosen[i]);
       if (e.constraint) e.constraint->accept(id);
       ServeToken t;
@@ -343,6 +421,20 @@ void ServeScheduler::loop() {
     s.stats.failed = failed;
     s.stats.generated_tokens = generated;
     s.stats.steps = steps;
+    em.running = s.stats.running;
+    em.waiting = s.stats.waiting;
+    em.steps = steps;
+    em.kv_bytes = s.kv->bytes();
+    em.kv_positions_used = 0;
+    for (const auto& e : s.running) em.kv_positions_used += e->info.prompt_tokens + e->info.generated;
+    em.adapters = s.adapters->stats();
+    s.metrics = em;
+    s.active.clear();
+    for (const auto& e : s.waiting) s.active.push_back(e->info);
+    for (const auto& e : s.running) s.active.push_back(e->info);
+    for (ServeRequestInfo& r : ended) s.ended.push_back(std::move(r));
+    ended.clear();
+    while (s.ended.size() > 1024) s.ended.pop_front();
   };
 
   for (;;) {
@@ -367,6 +459,7 @@ void ServeScheduler::loop() {
     for (auto it = s.waiting.begin(); it != s.waiting.end();) {
       if (cancel_all || (*it)->stream->cancelled()) {
         (*it)->stream->finish(unstarted_result(**it, "cancelled"));
+        ended_as(**it, "cancelled", "cancelled");
         ++cancelled;
         it = s.waiting.erase(it);
       } else {
@@ -378,6 +471,7 @@ void ServeScheduler::loop() {
       retire(*e);
       e->tracker->finish("cancelled");
       e->stream->finish(e->tracker->result());
+      ended_as(*e, "cancelled", "cancelled");
       ++cancelled;
       return true;
     });
@@ -393,6 +487,7 @@ void ServeScheduler::loop() {
         } catch (const std::exception& ex) {
           e.stream->fail("adapter '" + e.request.adapter + "' could not be loaded: " + ex.what(),
                          "generation");
+          ended_as(e, "failed", std::string("adapter could not be loaded: ") + ex.what());
           ++failed;
           s.waiting.pop_front();
           continue;
@@ -402,6 +497,9 @@ void ServeScheduler::loop() {
         s.held[e.id] = e.adapter.get();
       }
       e.tracker = std::make_unique<RequestTracker>(tokenizer_, e.request, e.id, s.stop_ids);
+      e.info.state = "running";
+      em.queue_time.observe(seconds_between(e.submitted, Clock::now()));
+      em.prompt_tokens += e.info.prompt_tokens;
       e.sampler.emplace(e.request.sampling);
       admitted.push_back({e.id, &e.request.prompt_ids, e.request.max_new_tokens});
       admitted_rows.push_back(&e);
@@ -440,13 +538,23 @@ void ServeScheduler::loop() {
       continue;
     }
     ++steps;
-    std::erase_if(s.running, [&](const std::unique_ptr<Entry>& e) {
+    em.batch_rows += static_cast<int64_t>(s.running.size());
+    std::vector<std::unique_ptr<Entry>> done;
+    std::erase_if(s.running, [&](std::unique_ptr<Entry>& e) {
       if (!e->tracker->finished()) return false;
       retire(*e);
-      e->stream->finish(e->tracker->result());
+      ended_as(*e, "finished", e->tracker->result().finish_reason);
       ++finished;
+      done.push_back(std::move(e));
       return true;
     });
+    if (done.empty()) continue;
+    // The counters first: a client that has its answer finds it counted in /metrics.
+    {
+      std::lock_guard lock(s.mutex);
+      publish();
+    }
+    for (auto& e : done) e->stream->finish(e->tracker->result());
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "generate/continuous_batching.h"
 #include "lora/lora_spec.h"
+#include "serve/serve_metrics.h"
 #include "serve/structured_output.h"
 
 namespace servelab {
@@ -98,6 +99,20 @@ struct ServeStats {
   int64_t steps = 0, generated_tokens = 0;
 };
 
+// One request as the Serving tab's table shows it.
+struct ServeRequestInfo {
+  int64_t id = 0;
+  std::string state;  // "waiting", "running", "finished", "cancelled", "failed"
+  std::string adapter;
+  int64_t prompt_tokens = 0;
+  int64_t generated = 0;
+  double submitted_s = 0;     // since the scheduler started
+  double ttft_ms = -1;        // -1: no token yet
+  double elapsed_ms = 0;      // submit -> last token (or now, while waiting)
+  double tokens_per_s = 0;    // after the first token: (generated - 1) / (last - first token)
+  std::string finish_reason;  // "length", "eos", "stop", "cancelled", or the error
+};
+
 class ServeScheduler {
  public:
   // Starts the engine thread. InputError for bad options.
@@ -131,6 +146,10 @@ class ServeScheduler {
   int64_t max_total_tokens() const { return max_total_tokens_; }
   const ServeOptions& options() const { return options_; }
   ServeStats stats() const;
+  // What /metrics shows, as of the engine's last step.
+  ServeMetrics metrics() const;
+  // The waiting and running requests and the last ended ones (at most keep_ended), by id.
+  std::vector<ServeRequestInfo> requests(size_t keep_ended = 256) const;
 
  private:
   struct Impl;

@@ -140,6 +140,11 @@ def post(srv, path, body, timeout=120, raw=None):
     return requests.post(srv.url + path, json=body, timeout=timeout)
 
 
+def post_get(srv, path):
+    import requests
+    return requests.get(srv.url + path, timeout=30).json()
+
+
 def info(srv):
     import requests
     return requests.get(srv.url + "/info", timeout=30).json()
@@ -423,6 +428,14 @@ class BadInput(unittest.TestCase):
         self.assertEqual(r.status_code, 200, r.text)
         self.assertIsInstance(r.json(), list)
 
+    def test_port_in_use(self):
+        srv = server("demo")
+        p = subprocess.run([CLI, "serve", "--demo", "--threads", "1", "--port", str(srv.port)],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn(f"cannot listen on 127.0.0.1:{srv.port}", p.stderr)
+        self.assertEqual(p.stdout, "")
+
     def test_openai_errors(self):
         srv = server("demo")
         r = self.check(srv, "/v1/completions", {"prompt": "x", "max_tokens": "many"}, 422, "max_tokens")
@@ -446,6 +459,294 @@ class BadInput(unittest.TestCase):
             "type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}}, 422, "schema cannot be used")
         self.check(srv, "/", {"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "a+"}}}, 422,
                    "regex is not supported")
+
+
+# ---- /metrics ------------------------------------------------------------------------------------
+
+METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
+
+
+def metrics(srv):
+    """GET /metrics parsed strictly: {(name, frozenset of extra labels): value}; every sample has
+    a # TYPE for its family and the model_name label."""
+    import requests
+    r = requests.get(srv.url + "/metrics", timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), r.headers
+    types, out = {}, {}
+    for line in r.text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            types[name] = kind
+            continue
+        if line.startswith("#") or not line:
+            continue
+        m = METRIC_LINE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        name, labels, value = m.groups()
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in types else name
+        assert family in types, f"{name} has no # TYPE line"
+        pairs = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels or ""))
+        assert "model_name" in pairs, line
+        del pairs["model_name"]
+        out[(name, frozenset(pairs.items()))] = float(value)
+    return out
+
+
+def metric(ms, name, **labels):
+    return ms[(name, frozenset(labels.items()))]
+
+
+class Metrics(unittest.TestCase):
+    def test_counters_move_with_a_request(self):
+        srv = server("demo")
+        before = metrics(srv)
+        for h in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"):
+            buckets = sorted((float(dict(k[1])["le"]), v) for k, v in before.items()
+                             if k[0] == h + "_bucket")
+            self.assertEqual(buckets[-1][0], float("inf"))
+            self.assertEqual(buckets[-1][1], metric(before, h + "_count"))
+            self.assertEqual([v for _, v in buckets], sorted(v for _, v in buckets))  # cumulative
+        r = post(srv, "/generate", {"inputs": "The rain in Spain", "parameters": {
+            "max_new_tokens": 6, "details": True, "ignore_eos_token": True}})
+        self.assertEqual(r.status_code, 200, r.text)
+        prompt = r.json()["details"]["prompt_tokens"]
+        after = metrics(srv)
+        delta = lambda name, **kw: metric(after, name, **kw) - metric(before, name, **kw)
+        self.assertEqual(delta("vllm:prompt_tokens_total"), prompt)
+        self.assertEqual(delta("vllm:generation_tokens_total"), 6)
+        self.assertEqual(delta("vllm:time_to_first_token_seconds_count"), 1)
+        self.assertEqual(delta("vllm:inter_token_latency_seconds_count"), 5)
+        self.assertEqual(delta("vllm:e2e_request_latency_seconds_count"), 1)
+        self.assertEqual(delta("vllm:request_success_total", finished_reason="length"), 1)
+        self.assertGreater(delta("vllm:time_to_first_token_seconds_sum"), 0)
+        self.assertGreater(delta("servelab:engine_steps_total"), 0)
+        self.assertEqual(metric(after, "vllm:num_requests_running"), 0)
+        self.assertEqual(metric(after, "vllm:kv_cache_usage_perc"), 0)
+        self.assertGreater(metric(after, "servelab:kv_cache_bytes"), 0)
+
+    def test_adapter_cache_counters(self):
+        srv = server("demo")
+        before = metrics(srv)
+        for _ in range(2):
+            r = post(srv, "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2, "adapter_id": "mine"}})
+            self.assertEqual(r.status_code, 200, r.text)
+        after = metrics(srv)
+        loads = metric(after, "servelab:lora_cache_loads_total") - metric(before, "servelab:lora_cache_loads_total")
+        hits = metric(after, "servelab:lora_cache_hits_total") - metric(before, "servelab:lora_cache_hits_total")
+        self.assertEqual(loads + hits, 2)  # each admission either loads the adapter or finds it
+        self.assertGreaterEqual(hits, 1)
+        self.assertGreaterEqual(metric(after, "servelab:lora_cache_resident"), 1)
+
+
+# ---- the load generator ----------------------------------------------------------------------------
+
+def loadgen(url, *args, timeout=300):
+    """servelab-cli loadgen --json; returns (exit code, report or None, stderr)."""
+    p = subprocess.run([CLI, "loadgen", "--url", url, "--json", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    report = json.loads(p.stdout) if p.returncode == 0 or p.stdout.strip().startswith("{") else None
+    return p.returncode, report, p.stderr
+
+
+class StubTgi(threading.Thread):
+    """An independent minimal TGI stream server (http.server): records each request's headers and
+    body and answers three tokens, so that what loadgen sends is checked by someone else's parser."""
+    def __init__(self):
+        super().__init__(daemon=True)
+        import http.server
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append((self.path, dict(self.headers), body))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for i, text in enumerate([" a", " b", " c"]):
+                    last = i == 2
+                    ev = {"token": {"id": i, "text": text, "logprob": -1.0, "special": False},
+                          "generated_text": " a b c" if last else None,
+                          "details": {"finish_reason": "length", "generated_tokens": 3} if last else None}
+                    self.wfile.write(b"data:" + json.dumps(ev).encode() + b"\n\n")
+                    self.wfile.flush()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+
+    def run(self):
+        self.httpd.serve_forever()
+
+
+class LoadGenerator(unittest.TestCase):
+    def test_single_stream(self):
+        srv = server("demo")
+        rc, r, err = loadgen(srv.url, "--scenario", "single", "--max-new-tokens", "12", "--ignore-eos")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual((r["scenario"], r["api"], r["failed"]), ("single", "lorax", 0))
+        (s,) = r["streams"]
+        self.assertTrue(s["ok"], s)
+        self.assertEqual((s["tokens"], len(s["token_ms"]), s["finish_reason"]), (12, 12, "length"))
+        self.assertEqual(s["ttft_ms"], s["token_ms"][0])
+        self.assertEqual(s["token_ms"], sorted(s["token_ms"]))
+        self.assertGreater(s["tokens_per_s"], 0)
+        # The same greedy text the server gives that prompt alone.
+        ref = post(srv, "/generate", {"inputs": "What is deep learning?", "parameters": {
+            "max_new_tokens": 12, "ignore_eos_token": True}}).json()["generated_text"]
+        self.assertEqual(s["text"], ref)
+
+    def test_three_streams_interleave(self):
+        srv = server("demo")
+        rc, r, err = loadgen(srv.url, "--scenario", "three_streams", "--ignore-eos")
+        self.assertEqual(rc, 0, err)
+        long, a, b = r["streams"]
+        self.assertEqual([s["tokens"] for s in (long, a, b)], [100, 10, 10])
+        # Continuous batching: the short streams end while the long one still runs.
+        for short in (a, b):
+            self.assertLess(short["start_ms"] + short["token_ms"][-1], long["start_ms"] + long["token_ms"][-1])
+            self.assertLess(long["start_ms"] + long["token_ms"][0], short["start_ms"] + short["token_ms"][-1])
+
+    def test_adapters_at_once(self):
+        srv = server("demo")
+        rc, r, err = loadgen(srv.url, "--scenario", "adapters", "--max-new-tokens", "6", "--ignore-eos")
+        self.assertEqual(rc, 0, err)
+        listed = [m["id"] for m in post_get(srv, "/v1/models")["data"]][1:]
+        self.assertEqual([s["adapter"] for s in r["streams"]], listed)
+        self.assertIn("mine", listed)
+        for s in r["streams"]:
+            if s["adapter"] == "broken/adapter":  # registered by BadInput, its config cut off
+                self.assertFalse(s["ok"])
+                self.assertIn("HTTP 424: adapter 'broken/adapter' could not be loaded", s["error"])
+                continue
+            self.assertTrue(s["ok"], s)
+            self.assertEqual(s["tokens"], 6)
+            ref = post(srv, "/generate", {"inputs": "What is deep learning?", "parameters": {
+                "max_new_tokens": 6, "ignore_eos_token": True, "adapter_id": s["adapter"]}}).json()
+            self.assertEqual(s["text"], ref["generated_text"], s["adapter"])
+        rc, r, err = loadgen(srv.url, "--scenario", "adapters", "--adapter", "mine", "--adapter", "nobody/none",
+                             "--max-new-tokens", "2")
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(r["streams"][0]["ok"])
+        self.assertFalse(r["streams"][1]["ok"])
+        self.assertIn("HTTP 422", r["streams"][1]["error"])
+        self.assertIn("unknown adapter 'nobody/none'", r["streams"][1]["error"])
+
+    def test_structured_output(self):
+        srv = server("demo")
+        if not info(srv)["structured_output"]["available"]:
+            raise unittest.SkipTest("no structured output in this build")
+        for api in ("lorax", "tgi", "openai"):
+            rc, r, err = loadgen(srv.url, "--api", api, "--scenario", "structured", "--max-new-tokens", "60")
+            self.assertEqual(rc, 0, err)
+            (s,) = r["streams"]
+            self.assertTrue(s["ok"], s)
+            if s["finish_reason"] in ("eos_token", "stop"):
+                self.assertTrue(s["json_valid"], s["text"])
+                value = json.loads(s["text"])
+                self.assertEqual(set(value), {"name", "age"})
+
+    def test_openai_api(self):
+        srv = server("demo")
+        rc, r, err = loadgen(srv.url, "--api", "openai", "--scenario", "single", "--max-new-tokens", "8",
+                             "--ignore-eos")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(r["model"], "servelab-demo-gpt2")  # the first of /v1/models
+        (s,) = r["streams"]
+        self.assertTrue(s["ok"], s)
+        self.assertEqual(s["finish_reason"], "length")
+        self.assertGreaterEqual(s["tokens"], 1)  # OpenAI chunks carry text; an empty piece is no chunk
+        self.assertLessEqual(s["tokens"], 8)
+
+    def test_sweep_closed_and_poisson(self):
+        srv = server("demo")
+        before = metrics(srv)
+        rc, r, err = loadgen(srv.url, "--scenario", "sweep", "--clients", "1,3", "--requests", "4",
+                             "--max-new-tokens", "5", "--ignore-eos")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([(l["clients"], l["requests"], l["ok"]) for l in r["levels"]], [(1, 4, 4), (3, 4, 4)])
+        for l in r["levels"]:
+            self.assertEqual(l["generated_tokens"], 20)
+            self.assertGreater(l["tokens_per_s"], 0)
+            self.assertLessEqual(l["ttft_p50_ms"], l["ttft_p99_ms"])
+            self.assertLessEqual(l["itl_p50_ms"], l["itl_p99_ms"])
+        after = metrics(srv)
+        self.assertEqual(metric(after, "vllm:generation_tokens_total") - metric(before, "vllm:generation_tokens_total"), 40)
+        rc, r, err = loadgen(srv.url, "--scenario", "sweep", "--arrival", "poisson", "--clients", "20",
+                             "--requests", "4", "--max-new-tokens", "3")
+        self.assertEqual(rc, 0, err)
+        (l,) = r["levels"]
+        self.assertEqual((l["arrival"], l["rate_per_s"], l["ok"]), ("poisson", 20, 4))
+
+    def test_headers_and_prefix_reach_another_server(self):
+        stub = StubTgi()
+        stub.start()
+        try:
+            rc, r, err = loadgen(stub.url + "/base/", "--api", "tgi", "--header", "Authorization: Bearer sk-test",
+                                 "--header", "X-Tenant:lab", "--max-new-tokens", "3")
+            self.assertEqual(rc, 0, err)
+            (s,) = r["streams"]
+            self.assertEqual((s["ok"], s["tokens"], s["text"]), (True, 3, " a b c"))
+            path, headers, body = stub.seen[0]
+            self.assertEqual(path, "/base/generate_stream")
+            self.assertEqual(headers["Authorization"], "Bearer sk-test")
+            self.assertEqual(headers["X-Tenant"], "lab")
+            self.assertEqual(body["parameters"]["max_new_tokens"], 3)
+            self.assertNotIn("adapter_id", body["parameters"])
+        finally:
+            stub.httpd.shutdown()
+
+    def test_bad_command_lines(self):
+        srv = server("demo")
+        for args, rc, words in [
+                (["--clients", "1,x"], 2, "--clients takes numbers"),
+                (["--header", "nocolon"], 2, "--header takes 'Key: value'"),
+                (["--api", "grpc"], 1, "unknown API 'grpc'"),
+                (["--scenario", "soak"], 1, "unknown scenario 'soak'"),
+                (["--max-new-tokens", "0"], 1, "max new tokens must be at least 1"),
+                (["--scenario", "sweep", "--clients", "1.5"], 1, "whole numbers")]:
+            p = subprocess.run([CLI, "loadgen", "--url", srv.url, *args], capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, rc, (args, p.stderr))
+            self.assertIn(words, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        p = subprocess.run([CLI, "loadgen", "--url", "ftp://x"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("must start with http:// or https://", p.stderr)
+
+    def test_nothing_listening(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        rc, r, err = loadgen(f"http://127.0.0.1:{port}", "--scenario", "single", timeout=60)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("every request failed: cannot reach", err)
+        self.assertIn("cannot reach", r["streams"][0]["error"])
+
+    def test_server_goes_away_mid_run(self):
+        victim = Server("victim", ["--demo", "--max-batch", "2", "--threads", "1"])
+        try:
+            p = subprocess.Popen([CLI, "loadgen", "--url", victim.url, "--json", "--scenario", "sweep", "--clients", "2",
+                                  "--requests", "6", "--max-new-tokens", "400", "--ignore-eos"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.assertTrue(wait_for(lambda: metrics(victim)[("vllm:generation_tokens_total", frozenset())] >= 4))
+            victim.proc.kill()  # no goodbye: the streams' connections just close
+            out, err = p.communicate(timeout=120)  # no hang
+            r = json.loads(out)
+            (l,) = r["levels"]
+            self.assertEqual(l["ok"], 0)
+            self.assertGreaterEqual(l["failed"], 2)
+            self.assertTrue(any("without its last event" in e for e in l["errors"]), l["errors"])
+            self.assertTrue(all("without its last event" in e or "cannot reach" in e for e in l["errors"]),
+                            l["errors"])
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("every request failed", err)
+        finally:
+            victim.stop()
 
 
 # ---- queue, disconnects, shutdown ----------------------------------------------------------------
@@ -499,8 +800,13 @@ class Lifecycle(unittest.TestCase):
         b, fb = open_stream(srv, 900)  # waiting, the only queue place
         if not wait_for(lambda: info(srv)["waiting"] == 1):
             self.fail(diagnose(srv, (b, fb)))
+        m = metrics(srv)
+        self.assertEqual((metric(m, "vllm:num_requests_running"), metric(m, "vllm:num_requests_waiting")), (1, 1))
+        self.assertGreater(metric(m, "vllm:kv_cache_usage_perc"), 0)
+        aborted = metric(m, "vllm:request_success_total", finished_reason="abort")
         r = post(srv, "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}})
         self.assertEqual(r.status_code, 429, r.text)
+        self.assertEqual(metric(metrics(srv), "servelab:request_rejected_total"), 1)
         self.assertEqual(r.json()["error_type"], "overloaded")
         self.assertEqual(r.headers.get("Retry-After"), "1")
         # Both clients leave: the running request is cancelled at its next token (its write fails)
@@ -511,6 +817,10 @@ class Lifecycle(unittest.TestCase):
         self.assertTrue(wait_for(lambda: info(srv)["requests"]["cancelled"] == 2, 120), info(srv))
         i = info(srv)
         self.assertEqual((i["running"], i["waiting"]), (0, 0))
+        m = metrics(srv)  # the slots freed by the disconnects, as a scraper sees them
+        self.assertEqual((metric(m, "vllm:num_requests_running"), metric(m, "vllm:num_requests_waiting")), (0, 0))
+        self.assertEqual(metric(m, "vllm:request_success_total", finished_reason="abort") - aborted, 2)
+        self.assertEqual(metric(m, "vllm:kv_cache_usage_perc"), 0)
         r = post(srv, "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}})
         self.assertEqual(r.status_code, 200, r.text)
 
@@ -570,7 +880,8 @@ def main():
     if args.k:
         loader.testNamePatterns = [f"*{args.k}*"]
     suite = unittest.TestSuite(loader.loadTestsFromTestCase(c)
-                               for c in (Lesson7, OpenAIClient, GreedyParity, BadInput, Lifecycle))
+                               for c in (Lesson7, OpenAIClient, GreedyParity, BadInput, Metrics, LoadGenerator,
+                                                                  Lifecycle))
     result = unittest.TextTestRunner(verbosity=2 if args.v else 1).run(suite)
     ok = result.wasSuccessful()
     for name, srv in list(SERVERS.items()):

@@ -1,0 +1,722 @@
+#include "serving_tab.h"
+
+#include <QApplication>
+#include <QCheckBox>
+#include <QClipboard>
+#include <QComboBox>
+#include <QFontDatabase>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QVBoxLayout>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "chart_view.h"
+#include "engine_controller.h"
+#include "form_widgets.h"
+#include "model/engine.h"
+#include "serve/http_server.h"
+#include "util/errors.h"
+
+namespace servelab::ui {
+
+namespace {
+
+constexpr int kSnapshotMs = 250;
+
+// What the server job returns when Stop ends it.
+struct ServeSessionResult {
+  int port = 0;
+  servelab::ServeStats stats;
+  int64_t cancelledAtStop = 0;
+};
+
+QString ms(double v, int decimals = 0) {
+  return v < 0 ? QStringLiteral("–") : QString::number(v, 'f', decimals);
+}
+
+// The counters of a Prometheus text, without its comments and histogram buckets (the sums and
+// counts stay): what a person reads; scrapers read GET /metrics.
+QString readableCounters(const QString& text) {
+  QStringList out;
+  for (const QString& line : text.split(QLatin1Char('\n'))) {
+    if (line.isEmpty() || line.startsWith(QLatin1Char('#')) || line.contains(QLatin1String("_bucket{")))
+      continue;
+    QString l = line;
+    l.remove(QRegularExpression(QStringLiteral("model_name=\"[^\"]*\",?")));
+    l.replace(QStringLiteral("{}"), QString());
+    out << l;
+  }
+  return out.join(QLatin1Char('\n'));
+}
+
+QComboBox* makeCombo(QWidget* parent, const QString& name, const QStringList& items) {
+  auto* c = new QComboBox(parent);
+  c->setObjectName(name);
+  c->addItems(items);
+  return c;
+}
+
+QLineEdit* makeLine(QWidget* parent, const QString& name, const QString& text, const QString& placeholder) {
+  auto* e = new QLineEdit(text, parent);
+  e->setObjectName(name);
+  e->setPlaceholderText(placeholder);
+  return e;
+}
+
+ChartView* makeChart(QWidget* parent, const QString& name, const QString& title, const QString& x,
+                     const QString& y) {
+  auto* c = new ChartView(parent);
+  c->setObjectName(name);
+  c->setTitle(title);
+  c->setAxisLabels(x, y);
+  c->setMinimumHeight(180);
+  return c;
+}
+
+}  // namespace
+
+ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
+  // --- Server ---
+  port_ = makeSpin(this, QStringLiteral("servingPort"), 0, 65535, 8080);
+  port_->setSpecialValueText(tr("any free"));
+  port_->setToolTip(tr("Port on 127.0.0.1 (this machine only); 0 picks a free one"));
+  maxBatch_ = makeSpin(this, QStringLiteral("servingMaxBatch"), 1, 256, 8);
+  maxBatch_->setToolTip(tr("Requests running at once (batch places, each with its KV slot)"));
+  maxQueue_ = makeSpin(this, QStringLiteral("servingMaxQueue"), 0, 4096, 64);
+  maxQueue_->setToolTip(tr("Requests waiting at most; one more gets 429 with Retry-After"));
+  positions_ = makeSpin(this, QStringLiteral("servingPositions"), 0, 8192, 1024);
+  positions_->setSpecialValueText(tr("model's"));
+  positions_->setToolTip(tr("Prompt + new tokens per request (each KV slot holds this many)"));
+  useAdapters_ = new QCheckBox(tr("Adapters from the Multi-LoRA tab"), this);
+  useAdapters_->setObjectName(QStringLiteral("servingUseAdapters"));
+  useAdapters_->setChecked(true);
+  useAdapters_->setToolTip(
+      tr("Register the Multi-LoRA tab's adapters: requests name them as adapter_id or model"));
+  start_ = new QPushButton(tr("Start server"), this);
+  start_->setObjectName(QStringLiteral("servingStart"));
+  stop_ = new QPushButton(tr("Stop"), this);
+  stop_->setObjectName(QStringLiteral("servingStop"));
+  stop_->setToolTip(tr("Stop accepting, cancel what still runs, free the engine"));
+  connect(start_, &QPushButton::clicked, this, [this] { startServer(); });
+  connect(stop_, &QPushButton::clicked, this, [this] { stopServer(); });
+  url_edit_ = makeLine(this, QStringLiteral("servingUrl"), QString(), tr("not serving"));
+  url_edit_->setReadOnly(true);
+  copy_ = new QPushButton(tr("Copy"), this);
+  copy_->setObjectName(QStringLiteral("servingCopyUrl"));
+  copy_->setToolTip(tr("Copy the URL (endpoint_url in the lesson's client code)"));
+  connect(copy_, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(url_); });
+  serverStatus_ = new QLabel(tr("Start the server on the loaded model."), this);
+  serverStatus_->setObjectName(QStringLiteral("servingStatus"));
+  serverStatus_->setWordWrap(true);
+  serverStatus_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  auto* serverBox = new QGroupBox(tr("Server (LoRAX/TGI + OpenAI API)"), this);
+  auto* sf = new QFormLayout(serverBox);
+  sf->addRow(tr("Port"), port_);
+  sf->addRow(tr("Max batch"), maxBatch_);
+  sf->addRow(tr("Max queue"), maxQueue_);
+  sf->addRow(tr("Positions"), positions_);
+  sf->addRow(useAdapters_);
+  auto* buttons = new QHBoxLayout;
+  buttons->addWidget(start_);
+  buttons->addWidget(stop_);
+  sf->addRow(buttons);
+  // The URL gets the panel's whole width: it is the one thing people copy from here.
+  auto* urlRow = new QHBoxLayout;
+  urlRow->addWidget(url_edit_, 1);
+  urlRow->addWidget(copy_);
+  sf->addRow(urlRow);
+  sf->addRow(serverStatus_);
+
+  // --- Load generator ---
+  target_ = makeLine(this, QStringLiteral("servingLoadUrl"), QString(), tr("this server"));
+  target_->setToolTip(
+      tr("Any LoRAX/TGI- or OpenAI-compatible server: empty targets the server started here"));
+  api_ = makeCombo(this, QStringLiteral("servingLoadApi"),
+                   {QStringLiteral("lorax"), QStringLiteral("tgi"), QStringLiteral("openai")});
+  header_ = makeLine(this, QStringLiteral("servingLoadHeader"), QString(), tr("Authorization: Bearer …"));
+  header_->setToolTip(tr("One extra header sent with every request, e.g. an API key"));
+  scenario_ = makeCombo(this, QStringLiteral("servingScenario"),
+                        {QStringLiteral("single"), QStringLiteral("three_streams"),
+                         QStringLiteral("adapters"), QStringLiteral("structured"), QStringLiteral("sweep")});
+  scenario_->setToolTip(
+      tr("single: one stream's per-token times; three_streams: 100/10/10 tokens at once; adapters: the "
+         "prompt through every adapter at once; structured: the Person schema; sweep: throughput against "
+         "latency"));
+  clients_ =
+      makeLine(this, QStringLiteral("servingClients"), QStringLiteral("1,2,4,8"), QStringLiteral("1,2,4"));
+  clients_->setToolTip(tr("Sweep levels: clients (closed loop) or requests per second (Poisson)"));
+  arrival_ = makeCombo(this, QStringLiteral("servingArrival"),
+                       {QStringLiteral("closed"), QStringLiteral("poisson")});
+  loadRequests_ = makeSpin(this, QStringLiteral("servingLoadRequests"), 1, 1000, 8);
+  loadRequests_->setToolTip(tr("Sweep: requests per level"));
+  loadTokens_ = makeSpin(this, QStringLiteral("servingLoadTokens"), 1, 4096, 32);
+  loadRun_ = new QPushButton(tr("Run load"), this);
+  loadRun_->setObjectName(QStringLiteral("servingLoadRun"));
+  loadStop_ = new QPushButton(tr("Stop load"), this);
+  loadStop_->setObjectName(QStringLiteral("servingLoadStop"));
+  connect(loadRun_, &QPushButton::clicked, this, [this] { startLoad(); });
+  connect(loadStop_, &QPushButton::clicked, this, [this] { stopLoad(); });
+  loadSummary_ = new QLabel(tr("Replay the lesson's scenarios against a server."), this);
+  loadSummary_->setObjectName(QStringLiteral("servingLoadSummary"));
+  loadSummary_->setWordWrap(true);
+  loadSummary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  auto* loadBox = new QGroupBox(tr("Load generator"), this);
+  auto* lf = new QFormLayout(loadBox);
+  lf->addRow(tr("URL"), target_);
+  lf->addRow(tr("API"), api_);
+  lf->addRow(tr("Header"), header_);
+  lf->addRow(tr("Scenario"), scenario_);
+  lf->addRow(tr("New tokens"), loadTokens_);
+  lf->addRow(tr("Levels"), clients_);
+  lf->addRow(tr("Arrival"), arrival_);
+  lf->addRow(tr("Requests"), loadRequests_);
+  auto* loadButtons = new QHBoxLayout;
+  loadButtons->addWidget(loadRun_);
+  loadButtons->addWidget(loadStop_);
+  lf->addRow(loadButtons);
+  lf->addRow(loadSummary_);
+
+  auto* left = new QWidget(this);
+  auto* lv = new QVBoxLayout(left);
+  lv->setContentsMargins(0, 0, 0, 0);
+  lv->addWidget(serverBox);
+  lv->addWidget(loadBox);
+  lv->addStretch(1);
+  auto* leftScroll = new QScrollArea(this);
+  leftScroll->setWidget(left);
+  leftScroll->setWidgetResizable(true);
+  leftScroll->setFrameShape(QFrame::NoFrame);
+  leftScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  leftScroll->setMinimumWidth(300);
+  leftScroll->setMaximumWidth(340);
+
+  // --- Views ---
+  table_ = makeCompactTable(this, QStringLiteral("servingRequests"),
+                            {tr("id"), tr("state"), tr("adapter"), tr("prompt"), tr("TTFT (ms)"),
+                             tr("tokens"), tr("tokens/s"), tr("finish")});
+  table_->setToolTip(tr("Waiting and running requests and the last ones to end, newest first"));
+  metrics_ = new QPlainTextEdit(this);
+  metrics_->setObjectName(QStringLiteral("servingMetrics"));
+  metrics_->setReadOnly(true);
+  metrics_->setLineWrapMode(QPlainTextEdit::NoWrap);
+  metrics_->setPlaceholderText(tr("GET /metrics (Prometheus) while serving"));
+  QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
+  mono.setPointSizeF(mono.pointSizeF() * 0.85);
+  metrics_->setFont(mono);
+  ttftChart_ = makeChart(this, QStringLiteral("servingTtftChart"), tr("Time to first token"), tr("time (s)"),
+                         tr("TTFT (ms)"));
+  itlChart_ = makeChart(this, QStringLiteral("servingItlChart"), tr("Inter-token latency (mean per 250 ms)"),
+                        tr("time (s)"), tr("latency (ms)"));
+  occupancyChart_ = makeChart(this, QStringLiteral("servingOccupancyChart"), tr("Batch occupancy"),
+                              tr("time (s)"), tr("requests"));
+  loadChart_ = makeChart(this, QStringLiteral("servingLoadChart"), tr("Load generator"), tr("token index"),
+                         tr("ms since the request was sent"));
+  resetLiveCharts();
+
+  auto* top = new QSplitter(Qt::Horizontal, this);
+  top->addWidget(table_);
+  top->addWidget(metrics_);
+  top->setStretchFactor(0, 3);
+  top->setStretchFactor(1, 2);
+  auto* grid = new QWidget(this);
+  auto* g = new QGridLayout(grid);
+  g->setContentsMargins(0, 0, 0, 0);
+  g->addWidget(ttftChart_, 0, 0);
+  g->addWidget(itlChart_, 0, 1);
+  g->addWidget(occupancyChart_, 1, 0);
+  g->addWidget(loadChart_, 1, 1);
+  auto* right = new QSplitter(Qt::Vertical, this);
+  right->addWidget(top);
+  right->addWidget(grid);
+  right->setStretchFactor(0, 2);
+  right->setStretchFactor(1, 3);
+  right->setSizes({190, 460});  // the charts need the height; the table scrolls
+  table_->setMinimumHeight(120);
+
+  auto* layout = new QHBoxLayout(this);
+  layout->addWidget(leftScroll);
+  layout->addWidget(right, 1);
+  updateButtons();
+}
+
+ServingTab::~ServingTab() {
+  loadCancel_ = true;
+  if (loadThread_.joinable()) loadThread_.join();
+}
+
+ChartView* ServingTab::primaryChart() const { return loadChart_; }
+
+QList<ChartView*> ServingTab::charts() const { return {ttftChart_, itlChart_, occupancyChart_, loadChart_}; }
+
+void ServingTab::setAdapterProvider(std::function<QVector<servelab::AdapterSource>()> provider) {
+  adapters_ = std::move(provider);
+}
+
+QString ServingTab::serverError() const { return serverError_; }
+QString ServingTab::metricsText() const { return metrics_->toPlainText(); }
+void ServingTab::setPort(int port) { port_->setValue(port); }
+void ServingTab::setMaxBatch(int n) { maxBatch_->setValue(n); }
+void ServingTab::setMaxQueue(int n) { maxQueue_->setValue(n); }
+void ServingTab::setUseAdapters(bool on) { useAdapters_->setChecked(on); }
+
+void ServingTab::setLoadTarget(const QString& url, const QString& api, const QString& header) {
+  target_->setText(url);
+  api_->setCurrentText(api);
+  header_->setText(header);
+}
+void ServingTab::setScenario(const QString& scenario) { scenario_->setCurrentText(scenario); }
+void ServingTab::setClients(const QString& levels) { clients_->setText(levels); }
+void ServingTab::setLoadRequests(int n) { loadRequests_->setValue(n); }
+void ServingTab::setLoadNewTokens(int n) { loadTokens_->setValue(n); }
+
+void ServingTab::setModel(const ModelSummary& model) {
+  model_ = model;
+  for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
+}
+
+void ServingTab::updateButtons() {
+  const bool serving = serverRunning();
+  start_->setEnabled(!serving);
+  stop_->setEnabled(serving);
+  copy_->setEnabled(!url_.isEmpty());
+  for (QWidget* w :
+       {static_cast<QWidget*>(port_), static_cast<QWidget*>(maxBatch_), static_cast<QWidget*>(maxQueue_),
+        static_cast<QWidget*>(positions_), static_cast<QWidget*>(useAdapters_)})
+    w->setEnabled(!serving);
+  loadRun_->setEnabled(!loadRunning_);
+  loadStop_->setEnabled(loadRunning_);
+}
+
+void ServingTab::resetLiveCharts() {
+  for (ChartView* c : {ttftChart_, itlChart_, occupancyChart_}) c->clearAll();
+  ttftChart_->addSeries(tr("TTFT"));
+  ttftChart_->setSeriesStyle(0, ChartView::SeriesStyle::Points);
+  itlChart_->addSeries(tr("inter-token latency"));
+  occupancyChart_->addSeries(tr("running"));
+  occupancyChart_->addSeries(tr("waiting"));
+  occupancyChart_->setSeriesStyle(0, ChartView::SeriesStyle::Steps);
+  occupancyChart_->setSeriesStyle(1, ChartView::SeriesStyle::Steps);
+  occupancyChart_->setIntegerTicks(false, true);
+  ttftSeen_.clear();
+  last_ = servelab::ServeMetrics();
+  lastSeconds_ = 0;
+}
+
+bool ServingTab::startServer() {
+  if (serverRunning()) return refuseRun(tr("the server is already running at %1").arg(url_));
+  if (!model_.valid()) {
+    serverError_ = tr("load a model first");
+    serverStatus_->setText(serverError_);
+    return refuseRun(serverError_);
+  }
+  servelab::ServeOptions so;
+  so.max_batch = maxBatch_->value();
+  so.max_queue = maxQueue_->value();
+  so.max_total_tokens = positions_->value();
+  if (model_.positions > 0 && so.max_total_tokens > model_.positions) so.max_total_tokens = model_.positions;
+  if (useAdapters_->isChecked() && adapters_)
+    for (const servelab::AdapterSource& a : adapters_()) so.adapters.push_back(a);
+  servelab::HttpServerOptions ho;
+  ho.host = "127.0.0.1";
+  ho.port = port_->value();
+  QPointer<ServingTab> self(this);
+  EngineJob* job = engine_->submit(tr("Serving"), [so, ho, self](JobContext& c) mutable {
+    const servelab::Engine& e = c.engine();
+    servelab::ServeScheduler scheduler(e.model(), e.tokenizer(), so);
+    ho.model_id = e.is_demo() ? "servelab-demo-gpt2" : e.name();
+    ho.model_info = e.info().dump();
+    servelab::HttpServer server(scheduler, e.tokenizer(), ho);
+    const int port = server.bind();  // a port in use: InputError, the job's failure
+    std::thread http([&server] { server.serve(); });
+    for (int i = 0; i < 500 && !server.running(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    c.post([self, port](EngineJob*) {
+      if (self) self->onListening(port);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto snapshot = [&] {
+      ServeSnapshot s;
+      s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      s.metrics = scheduler.metrics();
+      s.requests = scheduler.requests(200);
+      s.prometheus = QString::fromStdString(servelab::prometheus_text(s.metrics, ho.model_id));
+      c.post([self, s](EngineJob*) {
+        if (self) self->onSnapshot(s);
+      });
+    };
+    while (!c.cancel()->load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kSnapshotMs));
+      snapshot();
+    }
+    server.stop();
+    ServeSessionResult r;
+    r.port = port;
+    r.cancelledAtStop = scheduler.drain(std::chrono::milliseconds(0));
+    http.join();
+    snapshot();
+    r.stats = scheduler.stats();
+    return r;
+  });
+  if (!job) {
+    serverError_ = tr("the engine is busy: stop its run first");
+    serverStatus_->setText(serverError_);
+    return refuseRun(serverError_);
+  }
+  serverJob_ = job;
+  serverError_.clear();
+  serverStatus_->setText(
+      tr("starting on port %1…").arg(ho.port == 0 ? tr("(any free)") : QString::number(ho.port)));
+  resetLiveCharts();
+  table_->setRowCount(0);
+  metrics_->clear();
+  connect(job, &EngineJob::failed, this, [this](const QString& kind, const QString& message) {
+    serverJob_ = nullptr;
+    url_.clear();
+    url_edit_->clear();
+    serverError_ = message;
+    serverStatus_->setText(QStringLiteral("<span style='color:#c0392b'><b>%1</b></span>")
+                               .arg(tr("Could not serve (%1): %2").arg(kind, message).toHtmlEscaped()));
+    updateButtons();
+    Q_EMIT serverStopped(false, message);
+    if (scripted_) {
+      scripted_ = false;
+      running_ = false;
+      Q_EMIT runFinished(false, message);
+    }
+  });
+  job->onResult<ServeSessionResult>(this, [this](const ServeSessionResult& r) {
+    serverJob_ = nullptr;
+    url_.clear();
+    url_edit_->clear();
+    serverStatus_->setText(tr("Stopped (port %1): %2 requests finished, %3 cancelled at Stop, %4 failed.")
+                               .arg(r.port)
+                               .arg(r.stats.finished)
+                               .arg(r.cancelledAtStop)
+                               .arg(r.stats.failed));
+    updateButtons();
+    Q_EMIT serverStopped(true, QString());
+  });
+  updateButtons();
+  return true;
+}
+
+void ServingTab::stopServer() {
+  if (serverRunning()) engine_->stop();
+}
+
+void ServingTab::onListening(int port) {
+  url_ = QStringLiteral("http://127.0.0.1:%1").arg(port);
+  url_edit_->setText(url_);
+  serverStatus_->setText(tr("Serving %1 at %2: POST / (LoRAX), /generate, /generate_stream, /v1/completions, "
+                            "/v1/chat/completions; GET /metrics.")
+                             .arg(model_.name, url_));
+  updateButtons();
+  Q_EMIT serverStarted(url_);
+}
+
+void ServingTab::onSnapshot(const ServeSnapshot& snap) {
+  const servelab::ServeMetrics& m = snap.metrics;
+  // Requests: newest first.
+  const int n = static_cast<int>(snap.requests.size());
+  table_->setRowCount(n);
+  for (int i = 0; i < n; ++i) {
+    const servelab::ServeRequestInfo& r = snap.requests[static_cast<size_t>(n - 1 - i)];
+    const QStringList cells = {
+        QString::number(r.id),
+        QString::fromStdString(r.state),
+        r.adapter.empty() ? tr("base") : QString::fromStdString(r.adapter),
+        QString::number(r.prompt_tokens),
+        ms(r.ttft_ms, 1),
+        QString::number(r.generated),
+        r.generated > 1 ? QString::number(r.tokens_per_s, 'f', 1) : QStringLiteral("–"),
+        QString::fromStdString(r.finish_reason)};
+    for (int col = 0; col < cells.size(); ++col) {
+      QTableWidgetItem* item = table_->item(i, col);
+      if (!item) {
+        item = tableCell(cells[col], col != 1 && col != 2 && col != 7);
+        table_->setItem(i, col, item);
+      } else if (item->text() != cells[col]) {
+        item->setText(cells[col]);
+      }
+    }
+    if (r.ttft_ms >= 0 && !ttftSeen_.contains(r.id)) {
+      ttftSeen_.insert(r.id);
+      ttftChart_->append(0, r.submitted_s + r.ttft_ms / 1000.0, r.ttft_ms);
+    }
+  }
+  // Inter-token latency: the histogram's mean over the last interval.
+  const int64_t tokens = m.inter_token.count - last_.inter_token.count;
+  if (tokens > 0)
+    itlChart_->append(0, snap.seconds, (m.inter_token.sum - last_.inter_token.sum) * 1000.0 / tokens);
+  occupancyChart_->append(0, snap.seconds, static_cast<double>(m.running));
+  occupancyChart_->append(1, snap.seconds, static_cast<double>(m.waiting));
+  last_ = m;
+  lastSeconds_ = snap.seconds;
+  const int scroll = metrics_->verticalScrollBar() ? metrics_->verticalScrollBar()->value() : 0;
+  metrics_->setPlainText(readableCounters(snap.prometheus));
+  if (metrics_->verticalScrollBar()) metrics_->verticalScrollBar()->setValue(scroll);
+}
+
+// ---- load generator ----------------------------------------------------------------------------
+
+bool ServingTab::startLoad() {
+  if (loadRunning_) return refuseRun(tr("a load run is in progress"));
+  servelab::LoadTarget target;
+  target.url = target_->text().trimmed().toStdString();
+  if (target.url.empty()) target.url = url_.toStdString();
+  if (target.url.empty()) {
+    loadSummary_->setText(tr("Start the server, or give the URL of another one."));
+    return refuseRun(loadSummary_->text());
+  }
+  servelab::LoadOptions o;
+  try {
+    target.api = servelab::parse_load_api(api_->currentText().toStdString());
+    const QString header = header_->text().trimmed();
+    if (!header.isEmpty()) {
+      const int colon = static_cast<int>(header.indexOf(QLatin1Char(':')));
+      if (colon <= 0) throw servelab::InputError("the header must be 'Key: value'");
+      target.headers.emplace_back(header.left(colon).trimmed().toStdString(),
+                                  header.mid(colon + 1).trimmed().toStdString());
+    }
+    o.scenario = scenario_->currentText().toStdString();
+    o.arrival = arrival_->currentText().toStdString();
+    o.requests = loadRequests_->value();
+    o.request.max_new_tokens = loadTokens_->value();
+    o.levels.clear();
+    for (const QString& item : clients_->text().split(QLatin1Char(','), Qt::SkipEmptyParts)) {
+      bool ok = false;
+      const double v = item.trimmed().toDouble(&ok);
+      if (!ok) throw servelab::InputError("levels must be numbers separated by commas");
+      o.levels.push_back(v);
+    }
+  } catch (const servelab::InputError& e) {
+    loadSummary_->setText(QString::fromUtf8(e.what()));
+    return refuseRun(loadSummary_->text());
+  }
+  o.max_seconds = 600;
+  if (loadThread_.joinable()) loadThread_.join();
+  loadCancel_ = false;
+  loadRunning_ = true;
+  report_ = servelab::LoadReport();
+  loadChart_->clearAll();
+  const bool sweep = o.scenario == "sweep";
+  loadChart_->setTitle(sweep ? tr("Throughput against latency")
+                             : tr("Per-token times (%1)").arg(scenario_->currentText()));
+  loadChart_->setAxisLabels(sweep ? tr("throughput (tokens/s)") : tr("token index"),
+                            sweep ? tr("latency (ms)") : tr("ms since the request was sent"));
+  loadChart_->setLogY(sweep);
+  // The sweep's points reach every corner: its four series go in one row under the plot.
+  loadChart_->setLegendColumns(sweep ? 4 : 0);
+  loadChart_->setLegendBelow(sweep);
+  if (sweep)
+    for (const QString& s : {tr("TTFT p50"), tr("TTFT p99"), tr("ITL p50"), tr("ITL p99")})
+      loadChart_->addSeries(s);
+  loadSummary_->setText(
+      tr("Running %1 against %2…").arg(scenario_->currentText(), QString::fromStdString(target.url)));
+  updateButtons();
+
+  struct Relay : servelab::LoadSink {
+    ServingTab* tab;
+    explicit Relay(ServingTab* t) : tab(t) {}
+    void on_stream(const servelab::StreamTiming& s) override {
+      QMetaObject::invokeMethod(
+          tab, [t = tab, s] { t->onLoadStream(s); }, Qt::QueuedConnection);
+    }
+    void on_level(const servelab::LoadLevel& l) override {
+      QMetaObject::invokeMethod(
+          tab, [t = tab, l] { t->onLoadLevel(l); }, Qt::QueuedConnection);
+    }
+  };
+  loadThread_ = std::thread([this, target, o] {
+    Relay relay(this);
+    servelab::LoadReport report;
+    QString error;
+    try {
+      report = servelab::run_load(target, o, &loadCancel_, &relay);
+    } catch (const std::exception& e) {
+      error = QString::fromUtf8(e.what());
+    }
+    QMetaObject::invokeMethod(
+        this, [this, report, error] { onLoadDone(report, error); }, Qt::QueuedConnection);
+  });
+  return true;
+}
+
+void ServingTab::stopLoad() { loadCancel_ = true; }
+
+void ServingTab::onLoadStream(const servelab::StreamTiming& s) {
+  if (scenario_->currentText() == QLatin1String("sweep")) return;
+  QString name = tr("stream %1").arg(s.index);
+  if (!s.adapter.empty()) name += QStringLiteral(" (%1)").arg(QString::fromStdString(s.adapter));
+  if (!s.ok) name += tr(" failed");
+  const int series = loadChart_->addSeries(name);
+  QVector<double> x, y;
+  for (size_t i = 0; i < s.token_ms.size(); ++i) {
+    x << static_cast<double>(i);
+    y << s.token_ms[i];
+  }
+  loadChart_->setSeriesData(series, x, y);
+}
+
+void ServingTab::onLoadLevel(const servelab::LoadLevel& l) {
+  loadChart_->append(0, l.tokens_per_s, l.ttft_p50_ms);
+  loadChart_->append(1, l.tokens_per_s, l.ttft_p99_ms);
+  loadChart_->append(2, l.tokens_per_s, l.itl_p50_ms);
+  loadChart_->append(3, l.tokens_per_s, l.itl_p99_ms);
+  // Which level each point is (c: clients, lambda: Poisson rate): the sweep's x is what the server
+  // did, not what was asked.
+  loadChart_->addVerticalMarker(l.tokens_per_s, l.arrival == "closed"
+                                                    ? QStringLiteral("c=%1").arg(l.level)
+                                                    : QStringLiteral("\u03bb=%1/s").arg(l.level));
+}
+
+void ServingTab::onLoadDone(const servelab::LoadReport& report, const QString& error) {
+  if (loadThread_.joinable()) loadThread_.join();
+  loadRunning_ = false;
+  report_ = report;
+  int64_t failed = 0, total = 0;
+  QStringList lines;
+  for (const servelab::StreamTiming& s : report.streams) {
+    ++total;
+    if (!s.ok) {
+      ++failed;
+      lines << tr("stream %1: %2").arg(s.index).arg(QString::fromStdString(s.error));
+      continue;
+    }
+    lines << tr("stream %1%2: %3 tokens, TTFT %4 ms, %5 tokens/s%6")
+                 .arg(s.index)
+                 .arg(s.adapter.empty() ? QString()
+                                        : QStringLiteral(" [%1]").arg(QString::fromStdString(s.adapter)))
+                 .arg(s.tokens())
+                 .arg(ms(s.ttft_ms))
+                 .arg(s.tokens_per_s(), 0, 'f', 1)
+                 .arg(report.scenario == "structured"
+                          ? (s.json_valid ? tr(", valid JSON") : tr(", NOT valid JSON"))
+                          : QString());
+  }
+  for (const servelab::LoadLevel& l : report.levels) {
+    total += l.requests;
+    failed += l.failed;
+    lines << tr("%1 %2: %3 tokens/s, TTFT p50 %4 / p99 %5 ms, inter-token p50 %6 / p99 %7 ms%8")
+                 .arg(QString::fromStdString(l.arrival))
+                 .arg(l.level)
+                 .arg(l.tokens_per_s, 0, 'f', 1)
+                 .arg(ms(l.ttft_p50_ms))
+                 .arg(ms(l.ttft_p99_ms))
+                 .arg(ms(l.itl_p50_ms, 1))
+                 .arg(ms(l.itl_p99_ms, 1))
+                 .arg(l.failed ? tr(", %1 failed").arg(l.failed) : QString());
+  }
+  const bool ok = error.isEmpty() && failed == 0 && !report.cancelled;
+  QString message = !error.isEmpty()   ? error
+                    : report.cancelled ? tr("stopped")
+                    : failed           ? tr("%1 of %2 requests failed").arg(failed).arg(total)
+                                       : QString();
+  loadSummary_->setText((message.isEmpty() ? QString() : message + QLatin1Char('\n')) +
+                        lines.join(QLatin1Char('\n')));
+  updateButtons();
+  Q_EMIT loadFinished(ok, message);
+  if (scripted_) {
+    scripted_ = false;
+    running_ = false;
+    Q_EMIT runFinished(ok, message);
+  }
+}
+
+bool ServingTab::run() {
+  refusal_.clear();
+  if (loadRunning_) return refuseRun(tr("a load run is in progress"));
+  scripted_ = true;
+  running_ = true;
+  if (serverRunning() && !url_.isEmpty()) {
+    if (startLoad()) return true;
+  } else if (!serverRunning() && startServer()) {
+    // The load starts once the server listens.
+    connect(
+        this, &ServingTab::serverStarted, this,
+        [this] {
+          if (scripted_ && !startLoad()) {
+            scripted_ = running_ = false;
+            Q_EMIT runFinished(false, refusal_);
+          }
+        },
+        Qt::SingleShotConnection);
+    return true;
+  }
+  scripted_ = running_ = false;
+  return false;
+}
+
+// ---- settings and results -------------------------------------------------------------------------
+
+void ServingTab::loadSettings(QSettings& s) {
+  s.beginGroup(QStringLiteral("serving"));
+  loadSpin(s, QStringLiteral("port"), port_);
+  loadSpin(s, QStringLiteral("maxBatch"), maxBatch_);
+  loadSpin(s, QStringLiteral("maxQueue"), maxQueue_);
+  loadSpin(s, QStringLiteral("positions"), positions_);
+  loadSpin(s, QStringLiteral("requests"), loadRequests_);
+  loadSpin(s, QStringLiteral("newTokens"), loadTokens_);
+  useAdapters_->setChecked(s.value(QStringLiteral("useAdapters"), useAdapters_->isChecked()).toBool());
+  target_->setText(s.value(QStringLiteral("target"), target_->text()).toString());
+  // QSettings' INI format reads "1,2,4" as a list of three strings.
+  const QVariant levels = s.value(QStringLiteral("levels"), clients_->text());
+  clients_->setText(levels.typeId() == QMetaType::QStringList ? levels.toStringList().join(QLatin1Char(','))
+                                                              : levels.toString());
+  for (auto [key, box] :
+       {std::pair{QStringLiteral("api"), api_}, std::pair{QStringLiteral("scenario"), scenario_},
+        std::pair{QStringLiteral("arrival"), arrival_}}) {
+    if (!s.contains(key)) continue;
+    const QString v = s.value(key).toString();
+    if (box->findText(v) < 0)
+      settingsIssues() << QStringLiteral("serving/%1 = %2 is not one of the choices").arg(key, v);
+    else
+      box->setCurrentText(v);
+  }
+  s.endGroup();
+}
+
+void ServingTab::saveSettings(QSettings& s) const {
+  s.beginGroup(QStringLiteral("serving"));
+  s.setValue(QStringLiteral("port"), port_->value());
+  s.setValue(QStringLiteral("maxBatch"), maxBatch_->value());
+  s.setValue(QStringLiteral("maxQueue"), maxQueue_->value());
+  s.setValue(QStringLiteral("positions"), positions_->value());
+  s.setValue(QStringLiteral("requests"), loadRequests_->value());
+  s.setValue(QStringLiteral("newTokens"), loadTokens_->value());
+  s.setValue(QStringLiteral("useAdapters"), useAdapters_->isChecked());
+  s.setValue(QStringLiteral("target"), target_->text());
+  s.setValue(QStringLiteral("levels"), clients_->text());
+  s.setValue(QStringLiteral("api"), api_->currentText());
+  s.setValue(QStringLiteral("scenario"), scenario_->currentText());
+  s.setValue(QStringLiteral("arrival"), arrival_->currentText());
+  s.endGroup();
+}
+
+QJsonObject ServingTab::lastResult() const {
+  nlohmann::json j = nlohmann::json::parse(servelab::load_report_json(report_));
+  j["server_url"] = url_.toStdString();
+  j["server_metrics"] = {{"generation_tokens", last_.generation_tokens},
+                         {"prompt_tokens", last_.prompt_tokens},
+                         {"running", last_.running},
+                         {"waiting", last_.waiting}};
+  return toQJsonObject(j);
+}
+
+}  // namespace servelab::ui
