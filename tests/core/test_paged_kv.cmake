@@ -7,3 +7,5 @@ servelab_add_qtest(test_paged_kv
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_paged_kv.cpp
   LIBS servelab_core TIMEOUT 900)
 set_target_properties(test_paged_kv PROPERTIES AUTOMOC ON)
+target_compile_definitions(test_paged_kv PRIVATE SERVELAB_CLI="$<TARGET_FILE:servelab-cli>")
+add_dependencies(test_paged_kv servelab-cli)

@@ -4,16 +4,24 @@
 // cancellation; logits equal a cache-free forward step by step; budget errors name the request.
 #include <c10/core/InferenceMode.h>
 
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
 #include <QtTest>
 #include <map>
 
+#include "cli_runner.h"
+#include "experiments/paged_kv.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
 #include "generate/paged_kv_memory.h"
 #include "lora/lora_adapter.h"
+#include "model/engine.h"
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
 #include "model/llama_model.h"
+#include "model/model_export.h"
 #include "quant/quant_spec.h"
 #include "quant/quantized_model.h"
 #include "test_support.h"
@@ -419,6 +427,79 @@ class TestPagedKv : public QObject {
     o.kv_blocks = 24;
     o.max_batch = 5;
     check_equals_solo(*q, rs, run_continuous_batching(*q, tok, rs, o));
+  }
+
+  void experiment_and_cli_report_every_method() {
+    const std::string shared = test::env_or_empty("SERVELAB_SHARED");
+    QTemporaryDir tmp;
+    const std::string dir = tmp.filePath("tiny").toStdString();
+    export_random_gpt2_folder(dir, tiny_gpt2_config(), 3, shared.empty() ? "" : shared + "/data/gpt2");
+    auto engine = Engine::load_folder(dir, {});
+    PagedKvParams p;
+    p.requests = 6;
+    p.max_batch = 6;
+    p.long_every = 3;
+    p.long_tokens = 8;
+    p.short_tokens = 3;
+    p.prompt_tokens_min = 2;
+    p.prompt_tokens_max = 6;
+    p.shared_prefix_tokens = 16;
+    p.block_size = 4;
+    p.budget_blocks = 12;  // 48 positions: one slot of the longest request (16 + 6 + 8 = 30 at most)
+    p.decode_batch = 2;
+    p.decode_context = 8;
+    p.decode_steps = 3;
+    p.warmup = false;
+    const PagedKvResult r = run_paged_kv(*engine, p);
+    QCOMPARE(r.methods.size(), size_t{3});
+    QCOMPARE(r.methods[0].method, std::string("slot KV"));
+    QCOMPARE(r.methods[0].capacity_requests,
+             r.budget_bytes / engine->model().kv_cache_bytes(1, r.longest_positions));
+    QCOMPARE(r.methods[0].max_running, r.methods[0].capacity_requests);
+    QCOMPARE(r.methods[1].kv_blocks, int64_t{12});
+    QVERIFY(r.methods[1].max_running > r.methods[0].max_running);
+    QCOMPARE(r.concurrency_ratio,
+             static_cast<double>(r.methods[1].max_running) / static_cast<double>(r.methods[0].max_running));
+    QCOMPARE(r.methods[1].prefix_hit_tokens, int64_t{0});
+    QVERIFY(r.methods[2].prefix_hit_tokens >= 4);  // later requests find the system prompt's blocks
+    QCOMPARE(r.methods[2].prefix_hit_rate, static_cast<double>(r.methods[2].prefix_hit_tokens) /
+                                               static_cast<double>(r.methods[2].prompt_tokens));
+    for (const PagedKvMethod& m : r.methods) {
+      QVERIFY2(m.same_as_solo, m.method.c_str());
+      QCOMPARE(m.generated_tokens, int64_t{2 * 8 + 4 * 3});
+      QVERIFY(m.kv_peak_used_bytes <= m.kv_peak_reserved_bytes);
+      QVERIFY(m.kv_peak_reserved_bytes <= m.kv_allocated_bytes);
+      QVERIFY(m.kv_fragmentation >= 0 && m.kv_fragmentation < 1);
+      QVERIFY(m.total_ms > 0 && m.ttft_p50 > 0 && m.ttft_p99 >= m.ttft_p50);
+    }
+    // Slot KV reserves its slot's whole length; blocks waste at most a block per request.
+    QVERIFY(r.methods[0].kv_fragmentation > r.methods[1].kv_fragmentation);
+    QVERIFY(r.decode.slot_ms > 0 && r.decode.paged_in_place_ms > 0 && r.decode.paged_gather_ms > 0);
+    const nlohmann::json j = r.to_json();
+    QCOMPARE(j["experiment"].get<std::string>(), std::string("paged-kv"));
+    QCOMPARE(j["runs"].size(), size_t{3});
+    QVERIFY(j["runs"][2]["kv_steps"].size() == r.runs[2].steps.size());
+
+    // The CLI parses and prints; bad command lines exit 2, a budget too small for slot KV exits 1.
+    const QString cli = SERVELAB_CLI;
+    const QStringList base = {"bench",          "paged-kv", "--model",          QString::fromStdString(dir),
+                              "--requests",     "3",        "--long-tokens",    "4",
+                              "--short-tokens", "2",        "--block-size",     "4",
+                              "--decode-batch", "2",        "--decode-context", "8",
+                              "--decode-steps", "2"};
+    test::CliRun ok = test::run_cli(cli, base + QStringList{"--budget-blocks", "12", "--json"});
+    QVERIFY2(ok.code == 0, qPrintable(ok.err));
+    const QJsonObject o = QJsonDocument::fromJson(ok.out.toUtf8()).object();
+    QCOMPARE(o["methods"].toArray().size(), 3);
+    for (const auto& m : o["methods"].toArray()) QVERIFY(m.toObject()["same_as_solo"].toBool());
+    test::CliRun none = test::run_cli(cli, base);
+    QCOMPARE(none.code, 2);
+    QVERIFY2(none.err.contains("needs a KV budget"), qPrintable(none.err));
+    test::CliRun both = test::run_cli(cli, base + QStringList{"--budget-blocks", "12", "--budget-mb", "3"});
+    QCOMPARE(both.code, 2);
+    test::CliRun small = test::run_cli(cli, base + QStringList{"--budget-blocks", "1"});
+    QCOMPARE(small.code, 1);
+    QVERIFY2(small.err.contains("holds no slot"), qPrintable(small.err));
   }
 };
 
