@@ -22,6 +22,7 @@
 #include "experiments/course_benchmark.h"
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"
+#include "experiments/paged_kv.h"
 #include "experiments/quantization.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
@@ -394,6 +395,88 @@ int cmd_bench_course(const ModelArgs& m, const CourseBenchmarkParams& p, bool as
                 row.throughput_vs_baseline > 0 ? 'x' : ' ', static_cast<long long>(row.max_batch),
                 row.avg_batch, static_cast<long long>(row.tokens),
                 static_cast<long long>(row.inference_calls));
+  return 0;
+}
+
+// bench paged-kv: its options, registered on the bench command, and the run.
+struct PagedKvCli {
+  PagedKvParams p;
+  bool json = false, no_solo = false;
+  CLI::App* cmd = nullptr;
+};
+
+void add_bench_paged_kv(CLI::App* bench, ModelArgs& margs, PagedKvCli& a) {
+  a.cmd =
+      bench->add_subcommand("paged-kv",
+                            "How many requests fit: slot KV vs paged KV (with and without prefix caching) "
+                            "under one KV memory budget");
+  margs.add_to(a.cmd);
+  CLI::App* c = a.cmd;
+  c->add_option("--requests", a.p.requests, "requests in the queue");
+  c->add_option("--max-batch", a.p.max_batch, "requests running at once, whatever the memory");
+  auto* mb = c->add_option("--budget-mb", a.p.budget_mb, "KV memory budget in megabytes (1e6 bytes)");
+  auto* blocks = c->add_option("--budget-blocks", a.p.budget_blocks, "KV memory budget in blocks");
+  mb->excludes(blocks);
+  c->add_option("--block-size", a.p.block_size, "positions per KV block");
+  c->add_option("--shared-prefix-tokens", a.p.shared_prefix_tokens,
+                "a system prompt of this many tokens in front of every prompt");
+  c->add_option("--prompt", a.p.prompt, "words of every request's prompt");
+  c->add_option("--long-every", a.p.long_every, "every n-th request is a long one");
+  c->add_option("--long-tokens", a.p.long_tokens, "new tokens of a long request");
+  c->add_option("--short-tokens", a.p.short_tokens, "new tokens of the others");
+  c->add_option("--prompt-tokens-min", a.p.prompt_tokens_min, "own prompt length: lower bound");
+  c->add_option("--prompt-tokens-max", a.p.prompt_tokens_max, "own prompt length: upper bound");
+  c->add_option("--arrival-rate", a.p.arrival_rate, "Poisson arrivals per second (0: all at the start)");
+  c->add_option("--seed", a.p.seed, "seed of prompt lengths and arrivals");
+  c->add_option("--rounds", a.p.rounds, "runs of each method, interleaved (medians reported)");
+  c->add_option("--decode-batch", a.p.decode_batch, "decode-step comparison: rows");
+  c->add_option("--decode-context", a.p.decode_context, "decode-step comparison: positions cached per row");
+  c->add_option("--decode-steps", a.p.decode_steps, "decode-step comparison: steps timed per layout");
+  c->add_flag("--no-solo-check", a.no_solo, "skip comparing every request with its solo generation");
+  c->add_flag("--json", a.json, "compact JSON");
+}
+
+int cmd_bench_paged_kv(const ModelArgs& m, PagedKvCli& a) {
+  PagedKvParams& p = a.p;
+  p.check_solo = !a.no_solo;
+  at_most("--requests", p.requests, limits::kMaxRequests);
+  at_most("--max-batch", p.max_batch, limits::kMaxBatch);
+  at_most("--long-tokens", p.long_tokens, limits::kMaxTokens);
+  at_most("--short-tokens", p.short_tokens, limits::kMaxTokens);
+  auto engine = m.load();
+  const PagedKvResult r = run_paged_kv(*engine, p);
+  json j = r.to_json();
+  j["engine"] = engine->info();
+  if (a.json) {
+    print_json(j);
+    return 0;
+  }
+  std::printf("KV budget %.1f MB: %lld slots of %lld positions, or %lld blocks of %lld\n",
+              static_cast<double>(r.budget_bytes) / 1e6,
+              static_cast<long long>(r.methods[0].capacity_requests),
+              static_cast<long long>(r.longest_positions), static_cast<long long>(r.methods[1].kv_blocks),
+              static_cast<long long>(p.block_size));
+  std::printf("%-24s %8s %9s %8s %8s %9s %9s %10s %9s %9s %9s %6s\n", "method", "most held", "avg batch",
+              "preempt", "hit rate", "TTFT p50", "TTFT p99", "total ms", "tokens/s", "used MB", "frag",
+              "solo");
+  for (const PagedKvMethod& s : r.methods)
+    std::printf("%-24s %8lld %9.2f %8lld %8.2f %9.1f %9.1f %10.1f %9.1f %9.1f %9.2f %6s\n", s.method.c_str(),
+                static_cast<long long>(s.max_running), s.average_batch, static_cast<long long>(s.preemptions),
+                s.prefix_hit_rate, s.ttft_p50, s.ttft_p99, s.total_ms, s.tokens_per_s,
+                static_cast<double>(s.kv_peak_used_bytes) / 1e6, s.kv_fragmentation,
+                !p.check_solo    ? "-"
+                : s.same_as_solo ? "same"
+                                 : "DIFFER");
+  std::printf(
+      "paged holds %.2fx the requests of slot KV and finishes %.2fx sooner; prefix caching cuts median "
+      "TTFT %.2fx\n",
+      r.concurrency_ratio, r.speedup, r.ttft_p50_cut);
+  std::printf(
+      "decode step, batch %lld x %lld positions: slot %.2f ms, paged in place %.2f ms (%.2fx), paged "
+      "gather %.2f ms (%.2fx)\n",
+      static_cast<long long>(r.decode.batch), static_cast<long long>(r.decode.context), r.decode.slot_ms,
+      r.decode.paged_in_place_ms, r.decode.in_place_vs_slot, r.decode.paged_gather_ms,
+      r.decode.gather_vs_slot);
   return 0;
 }
 
@@ -916,6 +999,8 @@ int main(int argc, char** argv) {
   bool sb_no_baseline = false;
   bench_course->add_flag("--no-baseline", sb_no_baseline, "run the batched queries only");
   bench_course->add_flag("--json", sb_json, "compact JSON");
+  PagedKvCli paged_kv;
+  add_bench_paged_kv(bench, margs, paged_kv);
 
   QuantizationParams qp;
   std::string q_modes;
@@ -1052,6 +1137,8 @@ int main(int argc, char** argv) {
     for (const char* flag : {"--top-k", "--top-p", "--seed"})
       if (gen->count(flag) && !gargs.sampling)
         throw UsageError(std::string(flag) + " needs --temperature (without it generation is greedy)");
+    if (*paged_kv.cmd && !paged_kv.cmd->count("--budget-mb") && !paged_kv.cmd->count("--budget-blocks"))
+      throw UsageError("bench paged-kv needs a KV budget: --budget-mb M or --budget-blocks B");
   } catch (const UsageError& e) {
     std::cerr << "servelab-cli: " << one_line(e.what()) << " (see --help)\n";
     return 2;
@@ -1074,6 +1161,7 @@ int main(int argc, char** argv) {
       svc.naive = !svc_no_naive;
       return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
     }
+    if (*paged_kv.cmd) return cmd_bench_paged_kv(margs, paged_kv);
     if (*bench_course) {
       sb.baseline = !sb_no_baseline;
       return cmd_bench_course(margs, sb, sb_json);

@@ -18,7 +18,9 @@
 namespace servelab {
 
 const char* kv_strategy_name(KvStrategy strategy) {
-  return strategy == KvStrategy::SlotKv ? "slot KV" : "merge/filter";
+  return strategy == KvStrategy::SlotKv  ? "slot KV"
+         : strategy == KvStrategy::Paged ? "paged KV"
+                                         : "merge/filter";
 }
 
 void check_batch_requests(const Model& model, const std::vector<BatchRequest>& requests,
@@ -62,6 +64,18 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
   for (const BatchRequest& r : requests)
     longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens);
   const int64_t slots = std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size()));
+  if (options.kv == KvStrategy::Paged) {
+    limits::check_range("KV block size", options.kv_block_size, 1, 4096);
+    if (options.kv_blocks < 0)
+      throw InputError("KV blocks must be 0 (as much as slot KV) or more, got " +
+                       std::to_string(options.kv_blocks));
+    if (options.kv_blocks > 0) {
+      if (model.device().is_cpu())
+        limits::check_fits_in_memory("a paged KV pool of " + std::to_string(options.kv_blocks) + " blocks",
+                                     model.kv_cache_bytes(options.kv_blocks, options.kv_block_size));
+      return;
+    }
+  }
   if (model.device().is_cpu())
     limits::check_fits_in_memory(
         "a KV cache for max batch " + std::to_string(slots) + " x " + std::to_string(longest) + " positions",
@@ -86,7 +100,9 @@ ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tok
                    [&](int64_t a, int64_t b) { return requests[a].arrival_ms < requests[b].arrival_ms; });
   waiting_.assign(order.begin(), order.end());
   const int64_t slots = std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size()));
-  kv_ = make_kv_memory_manager(options.kv, model, slots, capacity, padding_id(model, tokenizer));
+  kv_ = make_kv_memory_manager(options.kv, model, slots, capacity, padding_id(model, tokenizer),
+                               PagedKvConfig{options.kv_blocks, options.kv_block_size, options.prefix_caching,
+                                             options.paged_attention});
   result_.method = std::string("continuous (") + kv_strategy_name(options.kv) + ")";
   if (!options.adapters.empty()) {
     adapters_ = std::make_unique<AdapterCache>(model, options.adapters, options.adapter_cache_capacity);
@@ -124,12 +140,24 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   BatchStep s;
   s.step = static_cast<int64_t>(result_.steps.size());
   s.start_ms = clock.elapsed_ms();
-  // Admit: arrived requests, in arrival order, into free batch places.
+  // Admit: arrived requests, in arrival order, into free batch places (and, for paged KV, only
+  // when their prompt's blocks fit: the queue then waits, first come first served).
   std::vector<PrefillRequest> admitted;
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch &&
          requests_[static_cast<size_t>(waiting_.front())].arrival_ms <= s.start_ms) {
     const int64_t id = waiting_.front();
     const BatchRequest& r = requests_[static_cast<size_t>(id)];
+    RequestTracker& t = trackers_[static_cast<size_t>(id)];
+    // A preempted request recomputes its prompt and the tokens it has so far.
+    const auto context = contexts_.find(id);
+    const std::vector<int32_t>& prompt = context == contexts_.end() ? r.prompt_ids : context->second;
+    const int64_t left = r.max_new_tokens - static_cast<int64_t>(t.result().generated_ids.size());
+    const PrefillRequest pr{id, &prompt, left, adapter_key(r.adapter)};
+    if (const std::string why = kv_->never_fits(pr); !why.empty()) {
+      waiting_.pop_front();
+      reject(id, why, s);
+      continue;
+    }
     if (!r.adapter.empty()) {
       // Its adapter must be loaded first; when the cache is full of adapters running requests
       // need, the queue waits for a retirement (first come, first served).
@@ -137,12 +165,27 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
       if (!adapter) break;
       held_[id] = std::move(adapter);
     }
-    trackers_[static_cast<size_t>(id)].result().adapter = r.adapter;
+    if (!kv_->reserve(pr)) {
+      if (held_.erase(id)) adapters_->release(r.adapter);
+      break;
+    }
+    t.result().adapter = r.adapter;
     waiting_.pop_front();
-    running_.push_back({id, Sampler(r.sampling)});
-    admitted.push_back({id, &r.prompt_ids, r.max_new_tokens});
+    if (const auto p = preempted_.find(id); p != preempted_.end()) {
+      running_.push_back({id, std::move(p->second)});
+      preempted_.erase(p);
+    } else {
+      running_.push_back({id, Sampler(r.sampling)});
+    }
+    admitted.push_back(pr);
     s.admitted.push_back(id);
-    s.prefill_tokens += static_cast<int64_t>(r.prompt_ids.size());
+    s.prefill_tokens += static_cast<int64_t>(prompt.size());
+    const int64_t cached = kv_->cached_tokens(id);
+    s.prefix_hit_tokens += cached;
+    result_.prompt_tokens += static_cast<int64_t>(prompt.size());
+    result_.prefix_hit_tokens += cached;
+    if (t.result().admitted_step < 0) t.result().cached_tokens = cached;
+    if (cached > 0 && sink_) sink_->on_prefix_hit(id, cached, s.step);
   }
   if (running_.empty()) return false;
   s.running = static_cast<int64_t>(running_.size());
@@ -167,13 +210,38 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
     const double ms = clock.elapsed_ms();
     for (Running* r : rows) {
       const int64_t slot = kv_->slot_of(r->id);
-      trackers_[static_cast<size_t>(r->id)].admitted(slot, s.step, s.start_ms);
+      RequestTracker& t = trackers_[static_cast<size_t>(r->id)];
+      if (t.result().admitted_step < 0) t.admitted(slot, s.step, s.start_ms);
       if (sink_) sink_->on_admit(r->id, slot, s.step, s.start_ms);
     }
     take_tokens(logits, rows, ms, s);
+    for (int64_t id : s.admitted) contexts_.erase(id);  // a recomputation's context served its prefill
   }
   // Decode: the merged batch, the just-admitted included (the course's prefill, merge, decode).
   auto decoding = rows_of([&](const Running& r) { return !trackers_[static_cast<size_t>(r.id)].finished(); });
+  if (options_.kv == KvStrategy::Paged) {
+    // Requests that finished in their prefill need no more memory: free it before anyone grows.
+    std::vector<int64_t> done;
+    for (const Running& r : running_)
+      if (trackers_[static_cast<size_t>(r.id)].finished()) done.push_back(r.id);
+    kv_->retire(done);
+    // Every decoding request needs room for its next position. When the pool runs out, the
+    // latest admitted running request is preempted (vLLM's recompute policy) until the older ones
+    // fit; the oldest always fits, as it fits the pool alone.
+    for (Running* r : decoding) {
+      if (r->evicted) continue;
+      const int32_t last = trackers_[static_cast<size_t>(r->id)].result().generated_ids.back();
+      while (!kv_->grow(r->id, last)) {
+        Running* victim = nullptr;
+        for (Running& c : running_)
+          if (!c.evicted && !trackers_[static_cast<size_t>(c.id)].finished()) victim = &c;
+        preempt(*victim, s, clock.elapsed_ms());
+        if (victim == r) break;
+      }
+    }
+    decoding = rows_of(
+        [&](const Running& r) { return !r.evicted && !trackers_[static_cast<size_t>(r.id)].finished(); });
+  }
   if (!decoding.empty()) {
     std::vector<int64_t> ids;
     std::vector<int32_t> last;
@@ -188,6 +256,7 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
     take_tokens(logits, decoding, clock.elapsed_ms(), s);
   }
   result_.kv_cache_bytes = std::max(result_.kv_cache_bytes, kv_->bytes());
+  result_.max_running = std::max(result_.max_running, s.running - static_cast<int64_t>(s.preempted.size()));
   // Retire: finished requests leave the batch and free their memory.
   for (const Running& r : running_)
     if (trackers_[static_cast<size_t>(r.id)].finished()) s.retired.push_back(r.id);
@@ -203,7 +272,17 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
     result_.adapter_cache = s.adapter_cache;
   }
   kv_->retire(s.retired);
-  std::erase_if(running_, [&](const Running& r) { return trackers_[static_cast<size_t>(r.id)].finished(); });
+  for (Running& r : running_)
+    if (r.evicted) preempted_.emplace(r.id, std::move(r.sampler));
+  std::erase_if(running_, [&](const Running& r) {
+    return r.evicted || trackers_[static_cast<size_t>(r.id)].finished();
+  });
+  const KvMemoryManager::Usage usage = kv_->usage();
+  s.kv_reserved_bytes = usage.reserved_bytes;
+  s.kv_used_bytes = usage.used_bytes;
+  s.kv_total_bytes = usage.total_bytes;
+  s.kv_blocks_used = usage.blocks_used;
+  s.kv_blocks_cached = usage.blocks_cached;
   s.ms = timer.elapsed_ms();
   const KvMemoryManager::CopyStats later = kv_->take_copy_stats();
   s.kv_copy_bytes = copied.bytes + later.bytes;
@@ -217,6 +296,35 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   if (sink_) sink_->on_step(s);
   result_.steps.push_back(std::move(s));
   return true;
+}
+
+int64_t ContinuousBatchScheduler::adapter_key(const std::string& adapter) const {
+  for (size_t i = 0; i < options_.adapters.size(); ++i)
+    if (options_.adapters[i].name == adapter) return static_cast<int64_t>(i) + 1;
+  return 0;
+}
+
+void ContinuousBatchScheduler::preempt(Running& r, BatchStep& step, double ms) {
+  RequestTracker& t = trackers_[static_cast<size_t>(r.id)];
+  r.evicted = true;
+  kv_->retire({r.id});
+  std::vector<int32_t> context = t.request().prompt_ids;
+  context.insert(context.end(), t.result().generated_ids.begin(), t.result().generated_ids.end());
+  contexts_[r.id] = std::move(context);
+  waiting_.push_front(r.id);
+  if (held_.erase(r.id)) adapters_->release(t.request().adapter);
+  ++t.result().preemptions;
+  ++result_.preemptions;
+  step.preempted.push_back(r.id);
+  if (sink_) sink_->on_preempt(r.id, step.step, ms);
+}
+
+void ContinuousBatchScheduler::reject(int64_t id, const std::string& why, BatchStep& step) {
+  RequestTracker& t = trackers_[static_cast<size_t>(id)];
+  t.result().error = why;
+  t.finish("error");
+  t.result().finished_step = step.step;
+  if (sink_) sink_->on_retire(t.result());
 }
 
 BatchRunResult ContinuousBatchScheduler::run() {

@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "generate/continuous_batching.h"
@@ -31,11 +32,18 @@ class ContinuousBatchScheduler {
   struct Running {
     int64_t id;
     Sampler sampler;
+    bool evicted = false;  // preempted this step (paged KV)
   };
   // Runs one step; false when there was nothing to run yet (no request has arrived).
   bool step(const DeviceTimer& clock);
   // Picks each row's next token and hands it to its request; ms: when the tokens were ready.
   void take_tokens(const at::Tensor& logits, const std::vector<Running*>& rows, double ms, BatchStep& step);
+  // Paged KV: frees a running request's memory and puts it back at the head of the queue, to be
+  // recomputed (prompt + tokens so far) when memory allows.
+  void preempt(Running& r, BatchStep& step, double ms);
+  // Ends a request that can never fit the KV memory, with the reason, without running it.
+  void reject(int64_t id, const std::string& why, BatchStep& step);
+  int64_t adapter_key(const std::string& adapter) const;
 
   const Model& model_;
   const Tokenizer& tokenizer_;
@@ -50,6 +58,9 @@ class ContinuousBatchScheduler {
   // Adapters of the run (when it has any) and the one each running request holds.
   std::unique_ptr<AdapterCache> adapters_;
   std::map<int64_t, std::shared_ptr<const LoraAdapter>> held_;
+  // Preempted requests: their samplers (state kept) and what their recomputation prefills.
+  std::map<int64_t, Sampler> preempted_;
+  std::map<int64_t, std::vector<int32_t>> contexts_;
 };
 
 }  // namespace servelab

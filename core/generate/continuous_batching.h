@@ -38,7 +38,16 @@ enum class KvStrategy {
   // The course's: one left-padded cache; admitting re-pads and concatenates every cache, retiring
   // filters rows and trims padding, copying everything each time.
   NaiveMergeFilter,
+  // vLLM's PagedAttention: a pool of fixed-size blocks handed out as a request grows, a block
+  // table per request, full blocks shared between requests with the same prefix (prefix caching).
+  // Admission waits for blocks; when decoding runs out, the latest admitted request is preempted
+  // and recomputed later.
+  Paged,
 };
+
+// How paged KV's decode attention reads the blocks: in place (CPU kernel), or gathered into a
+// contiguous copy for SDPA (the baseline, and the CUDA path). Auto: in place on the CPU.
+enum class PagedAttentionKernel { Auto, InPlace, Gather };
 const char* kv_strategy_name(KvStrategy strategy);
 
 struct BatchOptions {
@@ -51,6 +60,12 @@ struct BatchOptions {
   std::vector<AdapterSource> adapters;
   int64_t adapter_cache_capacity = 0;
   MultiLoraStrategy lora_strategy = MultiLoraStrategy::Segmented;
+  // Paged KV: a pool of kv_blocks blocks of kv_block_size positions (0 blocks: enough for max_batch
+  // requests of the longest, i.e. slot KV's memory), with or without prefix caching.
+  int64_t kv_blocks = 0;
+  int64_t kv_block_size = 16;
+  bool prefix_caching = true;
+  PagedAttentionKernel paged_attention = PagedAttentionKernel::Auto;
 };
 
 // What happened to one request. Times are milliseconds since the start of the run.
@@ -61,6 +76,9 @@ struct RequestResult {
   std::string text;           // decoded generated text (stop string cut off)
   std::string finish_reason;  // "length", "eos", "stop" or "cancelled"
   int64_t slot = -1;          // batch place it ran in (-1: never admitted)
+  int64_t preemptions = 0;    // times paged KV evicted it to be recomputed
+  int64_t cached_tokens = 0;  // prompt positions found in the prefix cache at its (first) admission
+  std::string error;          // why it never ran (finish_reason "error"), e.g. too big for the KV budget
   std::string adapter;        // as requested
   double arrival_ms = 0;
   double admitted_ms = -1;
@@ -90,6 +108,17 @@ struct BatchStep {
   // running requests waited for this step beyond newcomers' prompts: decode, copies, bookkeeping.
   double prefill_ms = 0;
   std::vector<int64_t> admitted, retired;
+  // Paged KV: requests evicted this step to be recomputed later (the latest admitted first), and
+  // of prefill_tokens, the prompt positions found cached (their prefill skipped).
+  std::vector<int64_t> preempted;
+  int64_t prefix_hit_tokens = 0;
+  // KV memory after the step: held for running requests (slots, or blocks), holding real
+  // positions (the rest is reserved but unused: fragmentation), and the whole pool or cache.
+  int64_t kv_reserved_bytes = 0;
+  int64_t kv_used_bytes = 0;
+  int64_t kv_total_bytes = 0;
+  int64_t kv_blocks_used = 0;       // paged: blocks referenced by running requests
+  int64_t kv_blocks_cached = 0;     // paged: blocks kept for the prefix cache that nobody uses
   int64_t adapters_in_step = 0;     // distinct adapters among the running requests
   AdapterCacheStats adapter_cache;  // counters after this step
 };
@@ -103,8 +132,12 @@ struct BatchRunResult {
   double average_batch = 0;      // rows per forward pass
   int64_t generated_tokens = 0;  // sum over requests
   double total_ms = 0;
-  int64_t kv_cache_bytes = 0;       // largest KV memory held at once
-  int64_t kv_copy_bytes = 0;        // KV memory moved between caches, over all steps
+  int64_t kv_cache_bytes = 0;  // largest KV memory held at once
+  int64_t kv_copy_bytes = 0;   // KV memory moved between caches, over all steps
+  int64_t max_running = 0;     // most requests holding KV memory at once
+  int64_t preemptions = 0;
+  int64_t prompt_tokens = 0;        // prompt positions admitted (recomputations included)
+  int64_t prefix_hit_tokens = 0;    // of which found in the prefix cache
   AdapterCacheStats adapter_cache;  // at the end of the run
   bool cancelled = false;
 };
@@ -120,6 +153,10 @@ class BatchSink {
                         double /*ms*/) {}
   virtual void on_retire(const RequestResult&) {}
   virtual void on_step(const BatchStep&) {}
+  // Paged KV: a running request evicted to be recomputed (its tokens so far are kept), and an
+  // admission whose first cached_tokens prompt positions came from the prefix cache.
+  virtual void on_preempt(int64_t /*request*/, int64_t /*step*/, double /*ms*/) {}
+  virtual void on_prefix_hit(int64_t /*request*/, int64_t /*cached_tokens*/, int64_t /*step*/) {}
 };
 
 // Passes every event on to another sink (when there is one); experiments derive from it to watch
@@ -141,6 +178,12 @@ class ForwardingBatchSink : public BatchSink {
   }
   void on_step(const BatchStep& s) override {
     if (next_) next_->on_step(s);
+  }
+  void on_preempt(int64_t request, int64_t step, double ms) override {
+    if (next_) next_->on_preempt(request, step, ms);
+  }
+  void on_prefix_hit(int64_t request, int64_t cached_tokens, int64_t step) override {
+    if (next_) next_->on_prefix_hit(request, cached_tokens, step);
   }
 
  private:

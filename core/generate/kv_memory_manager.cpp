@@ -1,8 +1,10 @@
 #include "generate/kv_memory_manager.h"
 
 #include "generate/merge_filter_kv_memory.h"
+#include "generate/paged_kv_memory.h"
 #include "generate/slot_kv_memory.h"
 #include "util/device.h"
+#include "util/errors.h"
 
 namespace servelab {
 
@@ -27,8 +29,16 @@ std::optional<LoraBatch> KvMemoryManager::lora_rows(const std::vector<int64_t>& 
 }
 
 std::unique_ptr<KvMemoryManager> make_kv_memory_manager(KvStrategy strategy, const Model& model,
-                                                        int64_t slots, int64_t capacity, int32_t pad_id) {
+                                                        int64_t slots, int64_t capacity, int32_t pad_id,
+                                                        const PagedKvConfig& paged) {
   if (strategy == KvStrategy::SlotKv) return std::make_unique<SlotKvMemory>(model, slots, capacity, pad_id);
+  if (strategy == KvStrategy::Paged) {
+    PagedKvConfig c = paged;
+    if (c.block_size < 1)
+      throw InputError("KV block size must be at least 1, got " + std::to_string(c.block_size));
+    if (c.num_blocks == 0) c.num_blocks = slots * ((capacity + c.block_size - 1) / c.block_size);
+    return std::make_unique<PagedKvMemory>(model, c, pad_id);
+  }
   return std::make_unique<MergeFilterKvMemory>(model, pad_id);
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,16 @@ struct PrefillRequest {
   int64_t id;                              // the scheduler's request id
   const std::vector<int32_t>* prompt_ids;  // outlives the call
   int64_t max_new_tokens;
+  // Which weights computed its keys and values (0: the base model, else an adapter): prefix caching
+  // shares blocks only between requests with the same key.
+  int64_t adapter_key = 0;
+};
+
+struct PagedKvConfig {
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  bool prefix_caching = true;
+  PagedAttentionKernel kernel = PagedAttentionKernel::Auto;
 };
 
 class KvMemoryManager {
@@ -38,6 +49,26 @@ class KvMemoryManager {
   virtual int64_t slot_of(int64_t id) const = 0;
   // KV bytes held now.
   virtual int64_t bytes() const = 0;
+
+  // Memory that can run out (paged KV). The defaults suit the layouts sized for max batch up front.
+  // Takes KV memory for a request about to be admitted (its prompt's positions); false, changing
+  // nothing, when it does not fit now. prefill() of a request not reserved reserves it first.
+  virtual bool reserve(const PrefillRequest& /*r*/) { return true; }
+  // Why the request can never run in this memory (its prompt and new tokens need more than all
+  // of it), or empty.
+  virtual std::string never_fits(const PrefillRequest& /*r*/) const { return {}; }
+  // Leading prompt positions a reserved request found in the prefix cache.
+  virtual int64_t cached_tokens(int64_t /*id*/) const { return 0; }
+  // Room for the position the request's `token` takes at its next decode; false when memory is
+  // out (the scheduler then preempts).
+  virtual bool grow(int64_t /*id*/, int32_t /*token*/) { return true; }
+  struct Usage {
+    int64_t reserved_bytes = 0;  // held for requests now: their slots or blocks
+    int64_t used_bytes = 0;      // holding cached positions (distinct positions: shared blocks once)
+    int64_t total_bytes = 0;     // the whole cache or pool
+    int64_t blocks_used = 0, blocks_cached = 0, blocks_total = 0;  // paged only
+  };
+  virtual Usage usage() const = 0;
 
   // KV memory copied from one place to another since the last call: bytes, and the
   // device-synchronised milliseconds the copies took. Writing a new token's key and value is not
@@ -70,8 +101,10 @@ class KvMemoryManager {
   LoraRouting lora_;
 };
 
-// slots: the most requests at once; capacity: positions the longest request needs.
+// slots: the most requests at once; capacity: positions the longest request needs; paged: the
+// pool (num_blocks 0: slots x capacity positions' worth).
 std::unique_ptr<KvMemoryManager> make_kv_memory_manager(KvStrategy strategy, const Model& model,
-                                                        int64_t slots, int64_t capacity, int32_t pad_id);
+                                                        int64_t slots, int64_t capacity, int32_t pad_id,
+                                                        const PagedKvConfig& paged = {});
 
 }  // namespace servelab

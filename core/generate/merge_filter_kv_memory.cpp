@@ -113,6 +113,15 @@ at::Tensor MergeFilterKvMemory::decode(const std::vector<int64_t>& ids, const st
   return logits.index_select(0, at::tensor(order, at::kLong).to(dev));
 }
 
+KvMemoryManager::Usage MergeFilterKvMemory::usage() const {
+  Usage u;
+  if (!cache_ || rows_.empty()) return u;
+  const int64_t per_position = cache_->bytes() / (cache_->batch() * cache_->capacity());
+  u.total_bytes = u.reserved_bytes = cache_->bytes();
+  for (const Row& r : rows_) u.used_bytes += r.length * per_position;
+  return u;
+}
+
 void MergeFilterKvMemory::retire(const std::vector<int64_t>& ids) {
   if (ids.empty()) return;
   for (int64_t id : ids) {

@@ -22,6 +22,7 @@ class MergeFilterKvMemory : public KvMemoryManager {
   // request's physical row in the merged cache moves whenever rows before it retire.
   int64_t slot_of(int64_t id) const override;
   int64_t bytes() const override { return cache_ ? cache_->bytes() : 0; }
+  Usage usage() const override;
 
  private:
   struct Row {

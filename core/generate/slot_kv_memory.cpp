@@ -101,6 +101,21 @@ at::Tensor SlotKvMemory::decode(const std::vector<int64_t>& ids, const std::vect
   return logits;
 }
 
+KvMemoryManager::Usage SlotKvMemory::usage() const {
+  // A slot is reserved whole for its request from admission on: capacity positions, of which only
+  // its length hold anything.
+  Usage u;
+  const int64_t slots = static_cast<int64_t>(used_.size());
+  const int64_t per_position = slots > 0 ? cache_.bytes() / (slots * cache_.capacity()) : 0;
+  u.total_bytes = cache_.bytes();
+  for (size_t s = 0; s < used_.size(); ++s) {
+    if (!used_[s]) continue;
+    u.reserved_bytes += cache_.capacity() * per_position;
+    u.used_bytes += length_[s] * per_position;
+  }
+  return u;
+}
+
 void SlotKvMemory::retire(const std::vector<int64_t>& ids) {
   for (int64_t id : ids) {
     const int64_t s = slot_.at(id);

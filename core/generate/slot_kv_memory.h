@@ -18,6 +18,7 @@ class SlotKvMemory : public KvMemoryManager {
   void retire(const std::vector<int64_t>& ids) override;
   int64_t slot_of(int64_t id) const override { return slot_.at(id); }
   int64_t bytes() const override { return cache_.bytes(); }
+  Usage usage() const override;
 
  private:
   const Model& model_;

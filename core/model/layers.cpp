@@ -16,6 +16,8 @@ AttentionMask make_attention_mask(const ForwardInput& in, const KvCache* cache, 
   if (in.lora && in.lora->rows() != B)
     throw InputError("LoRA rows (" + std::to_string(in.lora->rows()) + ") do not match the batch (" +
                      std::to_string(B) + ")");
+  if (in.kv_store && (cache || in.cache_positions.defined()))
+    throw InputError("a forward through a KV store takes no KV cache and no per-row cache positions");
   AttentionMask m;
   m.per_row = in.cache_positions.defined();
   if (m.per_row && (!cache || T != 1 || !in.cache_rows.defined() || in.cache_rows.numel() != B ||
@@ -107,6 +109,7 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 at::Tensor cached_attention(int64_t layer, const at::Tensor& q, at::Tensor k, at::Tensor v, KvCache* cache,
                             const ForwardInput& in, const AttentionMask& m, const AttentionParams& p) {
+  if (in.kv_store) return in.kv_store->attend(layer, q, k, v, p);
   if (!cache) return attend(q, k, v, m, p);
   if (m.per_row) {
     // Continuous batching: the running rows' new keys land in their own cache rows; attention

@@ -15,8 +15,19 @@
 
 namespace servelab {
 
-class LoraBatch;       // lora/multi_lora.h
-struct AttentionMask;  // model/layers.h
+class LoraBatch;         // lora/multi_lora.h
+struct AttentionMask;    // model/layers.h
+struct AttentionParams;  // model/layers.h
+
+// KV memory whose layout the model does not know (paged KV): each layer's attention hands it the
+// forward's new keys and values and gets the attention output back. q [B, H, T, D], k and v
+// [B, H_kv, T, D] -> [B, H, T, D].
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  virtual at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const AttentionParams& params) = 0;
+};
 
 enum class AttentionBackend {
   Sdpa,    // at::scaled_dot_product_attention (fused kernels where libtorch has them)
@@ -42,6 +53,9 @@ struct ForwardInput {
   at::Tensor cache_positions = {};
   // LoRA adapters per input row (lessons 5 and 6): every projection adds its rows' deltas.
   const LoraBatch* lora = nullptr;
+  // Attention through a KV store instead of a KvCache (forward is then called without a cache):
+  // the store knows which positions each row holds, so the model's own mask is not used.
+  KvStore* kv_store = nullptr;
 };
 
 // One weight matrix of a block, as the architecture names it in each file format.

@@ -1,0 +1,278 @@
+#include "generate/paged_kv_memory.h"
+
+#include <algorithm>
+
+#include "generate/paged_attention.h"
+#include "model/layers.h"
+#include "util/device.h"
+#include "util/errors.h"
+#include "util/limits.h"
+
+namespace servelab {
+
+PagedKvMemory::PagedKvMemory(const Model& model, const PagedKvConfig& config, int32_t pad_id)
+    : model_(model),
+      pad_(pad_id),
+      blocks_(config.num_blocks, config.block_size, config.prefix_caching),
+      kernel_(config.kernel) {
+  const at::Device dev = model.device();
+  if (kernel_ == PagedAttentionKernel::Auto)
+    kernel_ = dev.is_cpu() ? PagedAttentionKernel::InPlace : PagedAttentionKernel::Gather;
+  if (kernel_ == PagedAttentionKernel::InPlace && !dev.is_cpu())
+    throw InputError("the in-place paged attention kernel runs on the CPU only; use the gather kernel on " +
+                     dev.str());
+  const ModelShape& s = model.shape();
+  block_bytes_ = model.kv_cache_bytes(1, config.block_size);
+  pool_bytes_ = block_bytes_ * config.num_blocks;
+  const std::string what = "a paged KV pool of " + std::to_string(config.num_blocks) + " blocks of " +
+                           std::to_string(config.block_size) + " positions";
+  if (dev.is_cpu()) limits::check_fits_in_memory(what, pool_bytes_);
+  try {
+    const auto opts = at::TensorOptions().dtype(model.dtype()).device(dev);
+    keys_ = at::zeros({s.n_layer, config.num_blocks * config.block_size, s.n_kv_head, s.head_dim}, opts);
+    values_ = at::zeros_like(keys_);
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e)) throw;
+    throw OutOfMemoryError("out of memory allocating " + what + " on " + dev.str());
+  }
+}
+
+int64_t PagedKvMemory::slot_of(int64_t id) const {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) throw InputError("request " + std::to_string(id) + " holds no KV memory");
+  return it->second.place;
+}
+
+int64_t PagedKvMemory::cached_tokens(int64_t id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second.cached;
+}
+
+std::string PagedKvMemory::never_fits(const PrefillRequest& r) const {
+  // The last generated token is never fed back, so it needs no position.
+  const int64_t prompt = static_cast<int64_t>(r.prompt_ids->size());
+  const int64_t positions = std::max<int64_t>(prompt, prompt + r.max_new_tokens - 1);
+  const int64_t need = blocks_.blocks_for(positions);
+  if (need <= blocks_.num_blocks()) return {};
+  return "request " + std::to_string(r.id + 1) + " needs " + std::to_string(need) + " KV blocks of " +
+         std::to_string(blocks_.block_size()) + " positions (" + std::to_string(prompt) + " prompt + " +
+         std::to_string(r.max_new_tokens) + " new tokens); the KV budget holds " +
+         std::to_string(blocks_.num_blocks());
+}
+
+bool PagedKvMemory::reserve(const PrefillRequest& r) {
+  if (requests_.count(r.id)) return true;
+  const std::optional<int64_t> cached = blocks_.allocate(r.id, *r.prompt_ids, r.adapter_key);
+  if (!cached) return false;
+  Request q;
+  q.cached = q.computed = *cached;
+  const auto free = std::find(place_used_.begin(), place_used_.end(), false);
+  q.place = static_cast<int64_t>(free - place_used_.begin());
+  if (free == place_used_.end()) {
+    place_used_.push_back(true);
+  } else {
+    *free = true;
+  }
+  requests_[r.id] = q;
+  return true;
+}
+
+bool PagedKvMemory::grow(int64_t id, int32_t token) {
+  const Request& q = requests_.at(id);
+  if (blocks_.length(id) > q.computed) return true;  // grown already
+  return blocks_.append(id, token);
+}
+
+at::Tensor PagedKvMemory::slots(int64_t id, int64_t from, int64_t to) const {
+  const std::vector<int64_t>& table = blocks_.block_table(id);
+  const int64_t bs = blocks_.block_size();
+  std::vector<int64_t> s;
+  s.reserve(static_cast<size_t>(to - from));
+  for (int64_t p = from; p < to; ++p) s.push_back(table[static_cast<size_t>(p / bs)] * bs + p % bs);
+  return at::tensor(s, at::kLong).to(model_.device());
+}
+
+at::Tensor PagedKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
+  const at::Device dev = model_.device();
+  for (const PrefillRequest& r : admitted)
+    if (!reserve(r))
+      throw InputError("no room in the paged KV pool for request " + std::to_string(r.id + 1) + " (" +
+                       std::to_string(blocks_.available_blocks()) + " blocks free)");
+  // The rows' uncached suffixes, left-padded so that every row's last position is real.
+  const int64_t B = static_cast<int64_t>(admitted.size());
+  Pass pass;
+  int64_t T = 1;
+  for (const PrefillRequest& r : admitted) {
+    const Request& q = requests_.at(r.id);
+    pass.ids.push_back(r.id);
+    pass.start.push_back(q.computed);
+    pass.count.push_back(static_cast<int64_t>(r.prompt_ids->size()) - q.computed);
+    T = std::max(T, pass.count.back());
+  }
+  at::Tensor input = at::full({B, T}, pad_, at::kLong), positions = at::zeros({B, T}, at::kLong);
+  auto in_a = input.accessor<int64_t, 2>();
+  auto pos_a = positions.accessor<int64_t, 2>();
+  std::vector<int64_t> write_rows;
+  std::vector<at::Tensor> write_slots;
+  for (int64_t i = 0; i < B; ++i) {
+    const std::vector<int32_t>& prompt = *admitted[static_cast<size_t>(i)].prompt_ids;
+    const int64_t start = pass.start[static_cast<size_t>(i)], count = pass.count[static_cast<size_t>(i)];
+    for (int64_t j = 0; j < count; ++j) {
+      in_a[i][T - count + j] = prompt[static_cast<size_t>(start + j)];
+      pos_a[i][T - count + j] = start + j;
+      write_rows.push_back(i * T + T - count + j);
+    }
+    const int64_t id = pass.ids[static_cast<size_t>(i)];
+    write_slots.push_back(slots(id, start, start + count));
+    pass.read_slots.push_back(slots(id, 0, start + count));
+  }
+  pass.write_rows = at::tensor(write_rows, at::kLong).to(dev);
+  pass.write_slots = at::cat(write_slots);
+  pass_ = std::move(pass);
+  ForwardInput in;
+  in.input_ids = input.to(dev);
+  in.position_ids = positions.to(dev);
+  const std::optional<LoraBatch> lora = lora_rows(pass_.ids);
+  in.lora = lora ? &*lora : nullptr;
+  in.kv_store = this;
+  at::Tensor logits = model_.forward(in);
+  for (const PrefillRequest& r : admitted)
+    requests_.at(r.id).computed = static_cast<int64_t>(r.prompt_ids->size());
+  return logits;
+}
+
+at::Tensor PagedKvMemory::decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) {
+  const at::Device dev = model_.device();
+  const int64_t B = static_cast<int64_t>(ids.size());
+  Pass pass;
+  pass.decode = true;
+  std::vector<int64_t> positions, write_slots;
+  const int64_t bs = blocks_.block_size();
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t id = ids[static_cast<size_t>(i)];
+    const Request& q = requests_.at(id);
+    if (!grow(id, tokens[static_cast<size_t>(i)]))
+      throw InputError("the paged KV pool has no free block for request " + std::to_string(id + 1) +
+                       "'s next position");
+    pass.ids.push_back(id);
+    pass.start.push_back(q.computed);
+    pass.count.push_back(1);
+    positions.push_back(q.computed);
+    const std::vector<int64_t>& table = blocks_.block_table(id);
+    write_slots.push_back(table[static_cast<size_t>(q.computed / bs)] * bs + q.computed % bs);
+    pass.tables.push_back(&table);
+    pass.lengths.push_back(q.computed + 1);
+  }
+  pass.write_rows = at::arange(B, at::TensorOptions().dtype(at::kLong).device(dev));
+  pass.write_slots = at::tensor(write_slots, at::kLong).to(dev);
+  if (kernel_ == PagedAttentionKernel::Gather) {
+    // The baseline: every row's context gathered into a [B, width] copy (padding reads slot 0,
+    // masked out) for SDPA.
+    const int64_t width = *std::max_element(pass.lengths.begin(), pass.lengths.end());
+    std::vector<int64_t> gather(static_cast<size_t>(B * width), 0);
+    std::vector<uint8_t> mask(static_cast<size_t>(B * width), 0);
+    for (int64_t i = 0; i < B; ++i) {
+      const std::vector<int64_t>& table = *pass.tables[static_cast<size_t>(i)];
+      for (int64_t p = 0; p < pass.lengths[static_cast<size_t>(i)]; ++p) {
+        gather[static_cast<size_t>(i * width + p)] = table[static_cast<size_t>(p / bs)] * bs + p % bs;
+        mask[static_cast<size_t>(i * width + p)] = 1;
+      }
+    }
+    pass.gather_slots = at::tensor(gather, at::kLong).to(dev);
+    pass.gather_mask = at::tensor(mask, at::kByte).to(at::kBool).view({B, 1, 1, width}).to(dev);
+  }
+  pass_ = std::move(pass);
+  const at::Tensor pos = at::tensor(positions, at::kLong);
+  ForwardInput in;
+  in.input_ids =
+      at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong).view({B, 1}).to(dev);
+  in.position_ids = pos.view({B, 1}).to(dev);
+  const std::optional<LoraBatch> lora = lora_rows(ids);
+  in.lora = lora ? &*lora : nullptr;
+  in.kv_store = this;
+  at::Tensor logits = model_.forward(in);
+  for (int64_t id : ids) ++requests_.at(id).computed;
+  return logits;
+}
+
+at::Tensor PagedKvMemory::attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const AttentionParams& params) {
+  const int64_t B = q.size(0), T = q.size(2), H_kv = k.size(1), D = k.size(3);
+  const at::Tensor kl = keys_.select(0, layer), vl = values_.select(0, layer);
+  // Every row's new positions are stored before any row attends: a request that found another's
+  // prompt blocks in the prefix cache in this same prefill reads them once written.
+  auto store = [&](const at::Tensor& pool, const at::Tensor& x) {
+    pool.index_copy_(0, pass_.write_slots,
+                     x.permute({0, 2, 1, 3}).reshape({B * T, H_kv, D}).index_select(0, pass_.write_rows));
+  };
+  store(kl, k);
+  store(vl, v);
+  if (pass_.decode) {
+    if (kernel_ == PagedAttentionKernel::InPlace)
+      return paged_decode_attention_cpu(q, kl, vl, pass_.tables, pass_.lengths, blocks_.block_size(),
+                                        params.scale);
+    const int64_t width = pass_.gather_mask.size(3);
+    auto gather = [&](const at::Tensor& pool) {
+      return pool.index_select(0, pass_.gather_slots).view({B, width, H_kv, D}).transpose(1, 2);
+    };
+    AttentionMask m;
+    m.mask = pass_.gather_mask;
+    m.keys = width;
+    return servelab::attend(q, gather(kl), gather(vl), m, params);
+  }
+  // Prefill: each row's queries over its whole context, cached prefix included, gathered once.
+  at::Tensor out = at::zeros(q.sizes(), q.options());
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t start = pass_.start[static_cast<size_t>(i)], count = pass_.count[static_cast<size_t>(i)];
+    const int64_t n = start + count;
+    const at::Tensor& read = pass_.read_slots[static_cast<size_t>(i)];
+    const at::Tensor ki = kl.index_select(0, read).permute({1, 0, 2}).unsqueeze(0);
+    const at::Tensor vi = vl.index_select(0, read).permute({1, 0, 2}).unsqueeze(0);
+    AttentionMask m;
+    m.keys = n;
+    if (start == 0) {
+      m.causal = count > 1;
+    } else {
+      m.mask = at::ones({count, n}, at::TensorOptions().dtype(at::kBool).device(q.device()))
+                   .tril(start)
+                   .view({1, 1, count, n});
+    }
+    out.narrow(0, i, 1)
+        .narrow(2, T - count, count)
+        .copy_(servelab::attend(q.narrow(0, i, 1).narrow(2, T - count, count), ki, vi, m, params));
+  }
+  return out;
+}
+
+void PagedKvMemory::retire(const std::vector<int64_t>& ids) {
+  for (int64_t id : ids) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    blocks_.free(id, it->second.computed);
+    place_used_[static_cast<size_t>(it->second.place)] = false;
+    requests_.erase(it);
+  }
+}
+
+KvMemoryManager::Usage PagedKvMemory::usage() const {
+  Usage u;
+  const int64_t bs = blocks_.block_size(), per_position = block_bytes_ / bs;
+  u.total_bytes = pool_bytes_;
+  u.blocks_total = blocks_.num_blocks();
+  u.blocks_used = blocks_.used_blocks();
+  u.blocks_cached = blocks_.cached_unused_blocks();
+  u.reserved_bytes = u.blocks_used * block_bytes_;
+  // Distinct positions: a block shared by several requests counts once.
+  std::map<int64_t, int64_t> fill;
+  for (const auto& [id, q] : requests_) {
+    const std::vector<int64_t>& table = blocks_.block_table(id);
+    for (size_t i = 0; i < table.size(); ++i) {
+      const int64_t f = std::min(bs, q.computed - static_cast<int64_t>(i) * bs);
+      if (f > 0) fill[table[i]] = std::max(fill[table[i]], f);
+    }
+  }
+  for (const auto& [b, f] : fill) u.used_bytes += f * per_position;
+  return u;
+}
+
+}  // namespace servelab

@@ -1,0 +1,75 @@
+#pragma once
+// Paged KV memory (vLLM's PagedAttention): one pool of blocks for every layer, keys and values at
+// [layer][block * block_size + offset, kv_heads, head_dim], and a block table per request kept by
+// the BlockManager. A prefill computes only the positions its prefix cache did not have (the
+// cached blocks' keys and values are reused as they are, the new positions attend to them); a
+// decode step writes one position per request into its current block and attends through the
+// block table, on the CPU with a kernel that reads the blocks in place.
+#include <map>
+
+#include "generate/block_manager.h"
+#include "generate/kv_memory_manager.h"
+
+namespace servelab {
+
+class PagedKvMemory : public KvMemoryManager, private KvStore {
+ public:
+  PagedKvMemory(const Model& model, const PagedKvConfig& config, int32_t pad_id);
+
+  at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
+  at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
+  void retire(const std::vector<int64_t>& ids) override;
+  int64_t slot_of(int64_t id) const override;
+  int64_t bytes() const override { return pool_bytes_; }
+
+  bool reserve(const PrefillRequest& r) override;
+  std::string never_fits(const PrefillRequest& r) const override;
+  int64_t cached_tokens(int64_t id) const override;
+  bool grow(int64_t id, int32_t token) override;
+  Usage usage() const override;
+
+  const BlockManager& blocks() const { return blocks_; }
+  // Bytes of one block: keys and values of block_size positions at every layer.
+  int64_t block_bytes() const { return block_bytes_; }
+  // The decode attention in use (Auto resolved).
+  PagedAttentionKernel kernel() const { return kernel_; }
+
+ private:
+  struct Request {
+    int64_t computed = 0;  // positions whose keys and values are written
+    int64_t cached = 0;    // of the prompt, found in the prefix cache
+    int64_t place = 0;     // batch place, for the Gantt chart
+  };
+  // KvStore: stores this forward's keys and values at the rows' slots, then attends.
+  at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const AttentionParams& params) override;
+  // The pool slots of positions [from, to) of a request, as an int64 tensor on the model's device.
+  at::Tensor slots(int64_t id, int64_t from, int64_t to) const;
+
+  const Model& model_;
+  int32_t pad_;
+  BlockManager blocks_;
+  PagedAttentionKernel kernel_;
+  int64_t block_bytes_ = 0, pool_bytes_ = 0;
+  at::Tensor keys_, values_;  // [layers, blocks * block_size, kv_heads, head_dim]
+  std::map<int64_t, Request> requests_;
+  std::vector<bool> place_used_;
+
+  // The forward in flight (set by prefill/decode for attend()).
+  struct Pass {
+    bool decode = false;
+    std::vector<int64_t> ids;
+    std::vector<int64_t> start, count;   // per row: first position written, positions written
+    at::Tensor write_rows;               // [positions written] rows of k.view(B * T, ...) to store
+    at::Tensor write_slots;              // [positions written] their pool slots
+    std::vector<at::Tensor> read_slots;  // prefill: per row, the slots of positions [0, start + count)
+    // Decode: per row its block table (CPU) and length, for the in-place kernel; gathered slots
+    // [B, width] and key mask [B, 1, 1, width] for the gather baseline.
+    std::vector<const std::vector<int64_t>*> tables;
+    std::vector<int64_t> lengths;
+    at::Tensor gather_slots, gather_mask;
+  };
+  Pass pass_;
+};
+
+}  // namespace servelab
