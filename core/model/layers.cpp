@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "lora/multi_lora.h"
+#include "model/fused_cpu.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -125,6 +126,7 @@ at::Tensor cached_attention(int64_t layer, const at::Tensor& q, at::Tensor k, at
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (fused_cpu::eligible(x) && fused_cpu::eligible(weight)) return fused_cpu::rms_norm(x, weight, eps);
   at::Tensor xf = x.to(at::kFloat);
   xf = xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps);
   return weight * xf.to(x.scalar_type());
@@ -142,6 +144,9 @@ RotaryEmbedding::RotaryEmbedding(const at::Tensor& inv_freq, int64_t context, at
 }
 
 at::Tensor RotaryEmbedding::apply(const at::Tensor& x, const at::Tensor& positions) const {
+  if (x.device().is_cpu() && x.scalar_type() == at::kFloat && x.stride(-1) == 1 &&
+      cos_.scalar_type() == at::kFloat)
+    return fused_cpu::rotary(x, cos_, sin_, positions);
   const int64_t half = x.size(-1) / 2;
   at::Tensor cos =
       cos_.index_select(0, positions.reshape({-1})).view({positions.size(0), 1, positions.size(1), -1});

@@ -14,6 +14,8 @@
 #include "generate/generator.h"
 #include "model/blocked_linear.h"
 #include "model/engine.h"
+#include "model/fused_cpu.h"
+#include "model/layers.h"
 #include "model/model_export.h"
 #include "model/packed_linear.h"
 #include "model/safetensors_file.h"
@@ -203,6 +205,46 @@ class TestEngine : public QObject {
     bad.gemm = "blas";
     msg = error_of(ErrorKind::Input, [&] { Engine::load_demo(bad, tokenizer_dir_); });
     QVERIFY2(msg.find("blas") != std::string::npos && msg.find("blocked") != std::string::npos, msg.c_str());
+  }
+
+  void fused_cpu_loops_equal_libtorch_data() {
+    QTest::addColumn<int>("rows");
+    QTest::addColumn<int>("width");
+    for (int rows : {1, 3, 70})
+      for (int width : {64, 576, 77})
+        QTest::newRow(qPrintable(QString("%1x%2").arg(rows).arg(width))) << rows << width;
+  }
+  void fused_cpu_loops_equal_libtorch() {
+    // The single-pass RMSNorm and rotary loops against the libtorch chains they replace (what CUDA
+    // and half precision still run): a query laid out as the model makes it ([B, T, H, D]
+    // transposed, not contiguous), positions that jump, odd widths.
+    QFETCH(int, rows);
+    QFETCH(int, width);
+    c10::InferenceMode guard;
+    at::manual_seed(rows * 1000 + width);
+    const at::Tensor x = at::randn({rows, 2, width}) * 3;
+    const at::Tensor w = at::randn({width});
+    const at::Tensor chain =
+        w * (x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-5));  // the libtorch path of rms_norm()
+    QVERIFY(fused_cpu::eligible(x));
+    QVERIFY2(test::max_abs_diff(rms_norm(x, w, 1e-5), chain) < 1e-5,
+             qPrintable(QString::number(test::max_abs_diff(rms_norm(x, w, 1e-5), chain))));
+    const int64_t D = width % 2 ? width + 1 : width, B = 2, H = 3, T = rows, context = 300;
+    const at::Tensor inv_freq =
+        1.0 / at::pow(10000.0, at::arange(0, D, 2).to(at::kFloat) / static_cast<double>(D));
+    const RotaryEmbedding rope(inv_freq, context, at::kCPU, at::kFloat);
+    const at::Tensor q = at::randn({B, T, H, D}).transpose(1, 2);
+    QVERIFY(T == 1 || !q.is_contiguous());
+    const at::Tensor positions = at::randint(0, context, {B, T}, at::kLong);
+    // rotate_half as Hugging Face writes it.
+    const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;
+    const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+    const at::Tensor rotated = at::cat({-q.narrow(-1, D / 2, D / 2), q.narrow(-1, 0, D / 2)}, -1);
+    const at::Tensor expected = q * emb.cos() + rotated * emb.sin();
+    const at::Tensor got = rope.apply(q, positions);
+    QVERIFY(got.is_contiguous());
+    QVERIFY2(test::max_abs_diff(got, expected) < 1e-5,
+             qPrintable(QString::number(test::max_abs_diff(got, expected))));
   }
 
   void course_padded_tensors() {

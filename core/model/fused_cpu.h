@@ -1,0 +1,21 @@
+#pragma once
+// Single-pass CPU loops for the element-wise steps around a decode step's matrix products. At batch
+// 1 a step of a small model is mostly host time per libtorch call (about 25 calls per Llama layer:
+// RMSNorm alone is six, a rotary embedding eight), so each loop here replaces a chain of calls and
+// their temporaries with one allocation and one pass. The arithmetic is Hugging Face's, in fp32.
+#include <ATen/ATen.h>
+
+namespace servelab::fused_cpu {
+
+// CPU, fp32 and contiguous: what the loops here take. Anything else runs the libtorch chain.
+bool eligible(const at::Tensor& x);
+
+// x * rsqrt(mean(x^2) + eps) * weight over the last dimension; x contiguous, weight [x.size(-1)].
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// Rotate-half rotary embedding of x [B, H, T, D] (any strides but the last, which must be 1) at
+// positions [B, T] from tables cos, sin [context, D]; a new contiguous [B, H, T, D].
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                  const at::Tensor& positions);
+
+}  // namespace servelab::fused_cpu
