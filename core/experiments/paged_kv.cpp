@@ -127,6 +127,9 @@ PagedKvResult run_paged_kv(const Engine& engine, const PagedKvParams& p, const E
   limits::check_range("decode batch", p.decode_batch, 1, limits::kMaxBatch);
   limits::check_range("decode steps", p.decode_steps, 1, limits::kMaxTokens);
   limits::check_range("decode context", p.decode_context, 1, m.shape().context - p.decode_steps - 1);
+  // Ranges first: a budget converts to bytes and blocks in int64.
+  limits::check_range("KV budget (MB)", p.budget_mb, 0.0, 1e7);
+  limits::check_range("KV budget (blocks)", p.budget_blocks, int64_t{0}, int64_t{1} << 30);
   if ((p.budget_blocks > 0) == (p.budget_mb > 0))
     throw InputError("give the KV budget as blocks or as megabytes (exactly one of them above 0)");
   const std::vector<BatchRequest> requests = make_paged_kv_requests(engine, p);

@@ -237,6 +237,20 @@ class TestBlockManager : public QObject {
     QCOMPARE(m.available_blocks(), int64_t{8});
   }
 
+  void uncomputed_blocks_are_not_kept_cached() {
+    // A request preempted after append() made room for a position its decode never wrote: the
+    // block that position completes must not be offered to later prompts.
+    BlockManager m(8, 2, true);
+    QVERIFY(m.allocate(0, {1, 2, 3}, 0));
+    QVERIFY(m.append(0, 4));  // block 1 is now full and hashed, position 3 not yet computed
+    const int64_t tail = m.block_table(0)[1];
+    QVERIFY(m.is_cached(tail));
+    m.free(0, 3);
+    QVERIFY(!m.is_cached(tail));
+    QCOMPARE(m.eviction_order().size(), size_t{1});  // the first block, fully computed, stays
+    QCOMPARE(m.cached_prefix_blocks({1, 2, 3, 4, 5}, 0), int64_t{1});
+  }
+
   void bad_arguments_are_named() {
     QVERIFY(QString::fromStdString(test::error_of(ErrorKind::Input, [] {
               BlockManager(0, 16, true);

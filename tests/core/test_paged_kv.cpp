@@ -500,6 +500,9 @@ class TestPagedKv : public QObject {
     test::CliRun small = test::run_cli(cli, base + QStringList{"--budget-blocks", "1"});
     QCOMPARE(small.code, 1);
     QVERIFY2(small.err.contains("holds no slot"), qPrintable(small.err));
+    test::CliRun huge = test::run_cli(cli, base + QStringList{"--budget-mb", "1e300"});
+    QCOMPARE(huge.code, 1);
+    QVERIFY2(huge.err.contains("KV budget (MB)"), qPrintable(huge.err));
   }
 };
 
