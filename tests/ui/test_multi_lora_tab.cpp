@@ -93,7 +93,9 @@ class TestMultiLoraTab : public QObject {
   void tabIsRegistered() {
     auto w = makeWindow(QStringLiteral("ids"));
     QVERIFY(w->tabIds().contains(QStringLiteral("multi-lora")));
-    QCOMPARE(w->tabIds().last(), QStringLiteral("multi-lora"));
+    // The course's lesson order: Multi-LoRA (lessons 5 and 6), then Serving (lesson 7).
+    const QStringList ids = w->tabIds();
+    QCOMPARE(ids.indexOf(QStringLiteral("serving")), ids.indexOf(QStringLiteral("multi-lora")) + 1);
     ExperimentTab* tab = w->tab(QStringLiteral("multi-lora"));
     QVERIFY(tab);
     QCOMPARE(tab->title(), QStringLiteral("Multi-LoRA"));
