@@ -117,10 +117,10 @@ __attribute__((target("avx2,fma,f16c"))) void lora_segment_rows_avx2(const float
 }
 #endif
 
-void lora_segment_rows(const float* x, int64_t in, float* y, int64_t out, const int64_t* rows, int64_t n,
-                       const float* A, const float* B, int64_t r, float scale, float* t) {
+void lora_segment_rows(Isa isa, const float* x, int64_t in, float* y, int64_t out, const int64_t* rows,
+                       int64_t n, const float* A, const float* B, int64_t r, float scale, float* t) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  switch (active_isa()) {
+  switch (isa) {
     case Isa::Avx512:
       return lora_segment_rows_avx512(x, in, y, out, rows, n, A, B, r, scale, t);
     case Isa::Avx2:
@@ -307,13 +307,14 @@ at::Tensor LoraBatch::segmented(int64_t layer, LinearSlot slot, const at::Tensor
   // the course's toy model's are ~300, where waking a thread costs more than the work).
   const int64_t work = static_cast<int64_t>(items.front().rows.size()) * items.front().w->rank() * (in + out);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, work));
+  const Isa isa = active_isa();  // asked outside the threads: it may throw (a bad SERVELAB_ISA)
   at::parallel_for(0, static_cast<int64_t>(items.size()), grain, [&](int64_t begin, int64_t end) {
     std::vector<float> t;
     for (int64_t i = begin; i < end; ++i) {
       const Item& it = items[static_cast<size_t>(i)];
       const int64_t r = it.w->rank();
       t.resize(static_cast<size_t>(r));
-      lora_segment_rows(xp, in, yp, out, it.rows.data(), static_cast<int64_t>(it.rows.size()),
+      lora_segment_rows(isa, xp, in, yp, out, it.rows.data(), static_cast<int64_t>(it.rows.size()),
                         it.w->a.data_ptr<float>(), it.w->b.data_ptr<float>(), r,
                         static_cast<float>(it.w->scale), t.data());
     }

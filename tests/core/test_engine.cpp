@@ -20,6 +20,7 @@
 #include "model/packed_linear.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
+#include "util/cpu_features.h"
 #include "util/device.h"
 
 using namespace servelab;
@@ -183,10 +184,22 @@ class TestEngine : public QObject {
   }
 
   void gemm_backend_choice() {
-    // auto: our blocked kernels where the CPU has AVX-512, oneDNN's elsewhere (chosen at load).
+    // auto: our blocked kernels where the ISA has vector kernels of ours (avx512, avx2), oneDNN's
+    // under generic (chosen at load).
     auto e = Engine::load_demo({}, tokenizer_dir_);
     const std::string gemm = e->info()["gemm"].get<std::string>();
-    if (blocked_linear_available(at::kCPU, at::kFloat))
+    for (const Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Generic}) {
+      if (!cpu_supports(isa)) continue;
+      const Isa before = active_isa();
+      set_active_isa(isa, "test");
+      const GemmBackend picked = resolve_gemm_backend(GemmBackend::Auto, at::kCPU, at::kFloat);
+      set_active_isa(before, "test");
+      if (isa != Isa::Generic)
+        QVERIFY2(picked == GemmBackend::Blocked, isa_name(isa));
+      else if (packed_linear_available(at::kCPU, at::kFloat))
+        QVERIFY(picked == GemmBackend::OneDnn);
+    }
+    if (blocked_linear_available(at::kCPU, at::kFloat) && active_isa() != Isa::Generic)
       QVERIFY2(gemm.find("blocked") != std::string::npos, gemm.c_str());
     else if (packed_linear_available(at::kCPU, at::kFloat))
       QVERIFY2(gemm.find("oneDNN") != std::string::npos, gemm.c_str());
