@@ -335,6 +335,8 @@ struct HttpServer::Impl {
                  get_int(body, "seed", ""));
     c.request.stop_strings = get_strings(body, "stop", "");
     if (c.request.stop_strings.size() > 4) throw validation("stop takes at most 4 sequences");
+    // vLLM's extension (llama.cpp's server takes it too): load generators ask for whole budgets.
+    c.request.stop_at_eos = !get_bool(body, "ignore_eos", "").value_or(false);
     if (const auto n = get_int(body, "n", ""); n && *n != 1)
       throw validation("n must be 1 here, got " + std::to_string(*n));
     for (const char* k : {"presence_penalty", "frequency_penalty"})

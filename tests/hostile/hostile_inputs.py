@@ -300,6 +300,8 @@ def make_fixtures(cli, root):
     fx["settings_garbage"] = settings("garbage", "[kv-cache]\nnewTokens=banana\n")
     fx["settings_negative"] = settings("negative", "[batching]\nnewTokens=-5\n")
     fx["settings_temperature"] = settings("temperature", "[generate]\ntemperature=-1\n")
+    fx["settings_scenario"] = settings("scenario", "[serving]\nscenario=soak\n")
+    fx["settings_port"] = settings("port", "[serving]\nport=70000\n")
     return fx
 
 
@@ -526,6 +528,10 @@ def app_cases(fx):
     add("app scripted mode", "--export-chart with an unknown suffix",
         [*run, "--tab", "kv-cache", "--export-chart", "/tmp/chart.bmp"], 1, ["--export-chart", ".bmp"])
     add("app scripted mode", "an unknown tab", ["--demo", "--run", "--tab", "frobnicate"], 1, "frobnicate")
+    add("app scripted mode", "an unknown load scenario",
+        [*run, "--tab", "serving", "--settings", fx["settings_scenario"]], 1, ["serving/scenario", "soak"])
+    add("app scripted mode", "a port beyond 65535",
+        [*run, "--tab", "serving", "--settings", fx["settings_port"]], 1, ["serving/port", "70000"])
     return C
 
 

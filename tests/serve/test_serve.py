@@ -653,9 +653,13 @@ class LoadGenerator(unittest.TestCase):
 
     def test_openai_api(self):
         srv = server("demo")
+        before = metrics(srv)
         rc, r, err = loadgen(srv.url, "--api", "openai", "--scenario", "single", "--max-new-tokens", "8",
                              "--ignore-eos")
         self.assertEqual(rc, 0, err)
+        # ignore_eos (vLLM's extension) holds the request to its whole budget.
+        self.assertEqual(metric(metrics(srv), "vllm:generation_tokens_total")
+                         - metric(before, "vllm:generation_tokens_total"), 8)
         self.assertEqual(r["model"], "servelab-demo-gpt2")  # the first of /v1/models
         (s,) = r["streams"]
         self.assertTrue(s["ok"], s)
