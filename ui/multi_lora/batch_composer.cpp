@@ -31,7 +31,7 @@ BatchComposer::BatchComposer(const AdapterList* adapters, QWidget* parent)
     : QWidget(parent), adapters_(adapters) {
   workload_ = new QComboBox(this);
   workload_->setObjectName(QStringLiteral("loraWorkload"));
-  workload_->addItem(tr("GPT-2 (the loaded model)"), QStringLiteral("gpt2"));
+  workload_->addItem(tr("the loaded model"), QStringLiteral("gpt2"));
   workload_->addItem(tr("the course's toy model"), QStringLiteral("toy"));
   workload_->setToolTip(
       tr("GPT-2: one decode step of the loaded model with an adapter per row, the base model beside it. "
@@ -310,6 +310,10 @@ servelab::MultiLoraParams BatchComposer::params() const {
 }
 
 void BatchComposer::setModel(const ModelSummary& model) {
+  // The engine's model, named: "gpt2" is only the workload's key from before Llama.
+  const int loaded = workload_->findData(QStringLiteral("gpt2"));
+  if (loaded >= 0 && model.valid())
+    workload_->setItemText(loaded, tr("the loaded model (%1)").arg(model.name));
   if (model.positions > 1) {
     context_->setMaximum(std::max(1, model.positions - 1));
     newTokens_->setMaximum(std::max(1, model.positions - 1));
