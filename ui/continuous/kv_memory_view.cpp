@@ -133,16 +133,15 @@ void KvMemoryView::paintEvent(QPaintEvent*) {
     shared += holders_[b].size() > 1 ? 1 : 0;
     cached += cached_[b] ? 1 : 0;
   }
-  const QString title =
-      holders_.isEmpty()
-          ? tr("KV block pool: run with paged KV to see it")
-          : tr("KV block pool after step %1: %2 of %3 blocks held (%4 shared), %5 cached unused, %6 free")
-                .arg(step_)
-                .arg(used)
-                .arg(holders_.size())
-                .arg(shared)
-                .arg(cached)
-                .arg(holders_.size() - used - cached);
+  const QString title = holders_.isEmpty()
+                            ? tr("KV block pool: run with paged KV to see it")
+                            : tr("Step %1: %2 of %3 blocks held (%4 shared), %5 cached, %6 free")
+                                  .arg(step_)
+                                  .arg(used)
+                                  .arg(holders_.size())
+                                  .arg(shared)
+                                  .arg(cached)
+                                  .arg(holders_.size() - used - cached);
   p.drawText(QRect(kMargin, kMargin, width() - 2 * kMargin, fm.height()), Qt::AlignLeft | Qt::AlignVCenter,
              fm.elidedText(title, Qt::ElideRight, width() - 2 * kMargin));
   const Layout l = layout();
@@ -175,9 +174,9 @@ void KvMemoryView::paintEvent(QPaintEvent*) {
     p.drawText(QPoint(x, y + fm.ascent()), label);
     x += fm.horizontalAdvance(label) + 12;
   };
-  key(BatchTimeline::requestColor(0), Qt::SolidPattern, tr("held by a request (its Gantt colour)"));
+  key(BatchTimeline::requestColor(0), Qt::SolidPattern, tr("held (request colour)"));
   key(BatchTimeline::requestColor(0), Qt::BDiagPattern, tr("shared prefix"));
-  key(cachedColor(pal), Qt::SolidPattern, tr("cached, unused"));
+  key(cachedColor(pal), Qt::SolidPattern, tr("cached unused"));
   key(freeColor(pal), Qt::SolidPattern, tr("free"));
 }
 
