@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "chart_view.h"
+#include "continuous/kv_memory_view.h"
 #include "continuous/request_queue_form.h"
 #include "engine_controller.h"
 #include "form_widgets.h"
@@ -167,6 +168,8 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   chartTabs_->setDocumentMode(true);
   chartTabs_->addTab(occupancy_, tr("Batch occupancy"));
   chartTabs_->addTab(latency_, tr("Latency per request"));
+  kvView_ = new KvMemoryView(this);
+  chartTabs_->addTab(kvView_, tr("KV memory"));
 
   // --- Results ---
   comparison_ = makeCentredTable(this, QStringLiteral("continuousComparison"), {});
@@ -227,6 +230,9 @@ void ContinuousTab::setPromptTokens(int min, int max) { queue_->setPromptTokens(
 void ContinuousTab::setArrivalRate(double perSecond) { queue_->setArrivalRate(perSecond); }
 void ContinuousTab::setSeed(int seed) { queue_->setSeed(seed); }
 void ContinuousTab::setNaive(bool on) { queue_->setNaive(on); }
+void ContinuousTab::setPaged(bool on, int blockSize, double budgetMb, bool prefixCaching) {
+  queue_->setPaged(on, blockSize, budgetMb, prefixCaching);
+}
 void ContinuousTab::setCourseQueries(int n) { courseQueries_->setValue(n); }
 void ContinuousTab::setCourseNewTokens(int n) { courseNewTokens_->setValue(n); }
 void ContinuousTab::setCourseMaxBatch(int n) { courseMaxBatch_->setValue(n); }
@@ -333,6 +339,7 @@ int ContinuousTab::ensureSeries(ChartView* chart, const QString& name) {
 void ContinuousTab::onRunStarted(const QString& method, qint64 requests, qint64 slots) {
   flush();  // the previous run's last events
   live_.start(method, requests, slots);
+  kvView_->clear();
   liveTexts_ = QStringList(requests, QString());
   pendingText_ = QVector<QString>(requests);
   drawTimeline(live_, tr("%1 (running)").arg(seriesFor(method)));
@@ -371,6 +378,10 @@ void ContinuousTab::onRetired(const servelab::RequestResult& r) {
 
 void ContinuousTab::onStep(const servelab::BatchStep& s) {
   live_.step(s);
+  if (s.kv_blocks_total > 0) {
+    if (kvView_->step() < 0) chartTabs_->setCurrentWidget(kvView_);
+    kvView_->showStep(s);
+  }
   if (s.step >= 0 && s.step < live_.occupancy().size()) {
     occupancy_->append(ensureSeries(occupancy_, seriesFor(live_.method())), static_cast<double>(s.step),
                        live_.occupancy()[s.step]);
@@ -469,8 +480,13 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
   hasResult_ = true;
   QVector<Shown> next;
   for (const servelab::BatchRunResult& run : r.runs) {
-    Shown s{QString::fromStdString(run.method), BatchTimeline::fromResult(run), {}};
+    Shown s{QString::fromStdString(run.method), BatchTimeline::fromResult(run), {}, false, {}};
     for (const servelab::RequestResult& rr : run.requests) s.texts << QString::fromStdString(rr.text);
+    for (const servelab::BatchStep& step : run.steps)
+      if (step.kv_blocks_total > 0 && (!s.hasKvBlocks || step.kv_blocks_used > s.kvStep.kv_blocks_used)) {
+        s.hasKvBlocks = true;
+        s.kvStep = step;
+      }
     next << s;
   }
   const QVector<Shown> course = shown_.mid(compareShown_);
@@ -500,10 +516,16 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
   resultTabs_->setCurrentWidget(comparison_);
   chartTabs_->setCurrentWidget(occupancy_);
 
-  // Continuous batching (slot KV) is what the tab is about: show its timeline first.
+  // Continuous batching (slot KV) is what the tab is about: show its timeline first, unless paged
+  // KV ran too, whose block pool is then shown.
   int select = 0;
   for (int i = 0; i < compareShown_; ++i)
     if (shown_[i].name == QLatin1String("continuous (slot KV)")) select = i;
+  for (int i = 0; i < compareShown_; ++i)
+    if (shown_[i].hasKvBlocks) {
+      select = i;
+      chartTabs_->setCurrentWidget(kvView_);
+    }
   rebuildSelector(select);
 
   const servelab::ServeSummary* sync = nullptr;
@@ -587,7 +609,7 @@ void ContinuousTab::onCourseFinished(const servelab::CourseBenchmarkResult& r) {
   courseResult_ = r;
   hasCourseResult_ = true;
   shown_ = shown_.mid(0, compareShown_);
-  shown_ << Shown{seriesFor(live_.method()), live_, liveTexts_};
+  shown_ << Shown{seriesFor(live_.method()), live_, liveTexts_, false, {}};
   rebuildSelector(static_cast<int>(shown_.size()) - 1);
   fillCourseTable(r);
   resultTabs_->setCurrentIndex(2);
@@ -669,6 +691,10 @@ void ContinuousTab::showTimeline(int index) {
   }
   const Shown& s = shown_[index];
   drawTimeline(s.timeline, s.name);
+  if (s.hasKvBlocks)
+    kvView_->showStep(s.kvStep);
+  else
+    kvView_->clear();
   pendingText_ = QVector<QString>(s.texts.size());
   resetStream(s.texts);
 }

@@ -1,8 +1,8 @@
 #pragma once
 // Continuous batching (lesson 3): one queue of short and long requests served by synchronous
 // (static) batching and by continuous batching, shown live as a Gantt chart of the batch slots,
-// a token stream per request, the batch occupancy per step and the latency per request; then
-// the two side by side, and the course's benchmark table.
+// a token stream per request, the batch occupancy per step and the latency per request (and, for
+// paged KV, its block pool); then the methods side by side, and the course's benchmark table.
 #include <QStringList>
 #include <QVector>
 
@@ -21,6 +21,7 @@ class QTimer;
 namespace servelab::ui {
 
 class EngineJob;
+class KvMemoryView;
 class RequestQueueForm;
 class RunProgressBar;
 
@@ -53,6 +54,7 @@ class ContinuousTab : public ExperimentTab {
   void setArrivalRate(double perSecond);   // 0: all requests at the start
   void setSeed(int seed);
   void setNaive(bool on);
+  void setPaged(bool on, int blockSize = 16, double budgetMb = 0, bool prefixCaching = true);
   void setCourseQueries(int n);
   void setCourseNewTokens(int n);
   void setCourseMaxBatch(int n);
@@ -69,6 +71,8 @@ class ContinuousTab : public ExperimentTab {
   void showTimeline(int index);
   const BatchTimeline& drawnTimeline() const { return drawn_; }
   QString summaryText() const;
+  // Paged KV's block pool: live during a paged run (kept on Stop), else the shown run's fullest step.
+  const KvMemoryView& kvMemoryView() const { return *kvView_; }
   QString streamText() const;
 
  protected:
@@ -80,6 +84,8 @@ class ContinuousTab : public ExperimentTab {
     QString name;
     BatchTimeline timeline;
     QStringList texts;  // generated text per request
+    bool hasKvBlocks = false;
+    servelab::BatchStep kvStep;  // paged: the pool at its fullest step (most blocks held)
   };
 
   bool startJob(Job job, EngineJob* engineJob);
@@ -118,6 +124,7 @@ class ContinuousTab : public ExperimentTab {
   QTextEdit* stream_;
   ChartView* occupancy_;
   ChartView* latency_;
+  KvMemoryView* kvView_;
   QTabWidget* resultTabs_;
   QTabWidget* chartTabs_;
   QTableWidget* comparison_;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "generate/static_batching.h"
+#include "model/model.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
 #include "util/limits.h"
@@ -218,6 +219,18 @@ SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVs
   BatchOptions o;
   o.max_batch = p.max_batch;
   o.cancel = control.cancel;
+  int64_t paged_blocks = 0;
+  if (p.paged) {
+    limits::check_range("KV block size", p.kv_block_size, int64_t{1}, engine.shape().context);
+    limits::check_range("KV budget (MB)", p.kv_budget_mb, 0.0, 1e7);
+    if (p.kv_budget_mb > 0) {
+      const int64_t block_bytes = engine.model().kv_cache_bytes(1, p.kv_block_size);
+      paged_blocks = static_cast<int64_t>(p.kv_budget_mb * 1e6) / block_bytes;
+      if (paged_blocks < 1)
+        throw InputError("a KV budget of " + fmt(p.kv_budget_mb) + " MB holds no block of " +
+                         std::to_string(block_bytes) + " bytes");
+    }
+  }
   check_batch_requests(engine.model(), requests, o);
   if (p.warmup) {
     std::vector<BatchRequest> w(requests.begin(), requests.begin() + std::min<int64_t>(2, p.requests));
@@ -229,9 +242,15 @@ SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVs
   }
   std::vector<std::pair<bool, KvStrategy>> plan = {{false, KvStrategy::SlotKv}, {true, KvStrategy::SlotKv}};
   if (p.naive) plan.push_back({true, KvStrategy::NaiveMergeFilter});
+  if (p.paged) plan.push_back({true, KvStrategy::Paged});
   SyncVsContinuousResult result;
   for (size_t i = 0; i < plan.size(); ++i) {
     o.kv = plan[i].second;
+    if (o.kv == KvStrategy::Paged) {
+      o.kv_blocks = paged_blocks;
+      o.kv_block_size = p.kv_block_size;
+      o.prefix_caching = p.prefix_caching;
+    }
     const std::string stage =
         plan[i].first ? std::string("continuous (") + kv_strategy_name(o.kv) + ")" : "synchronous";
     Progress progress(control, stage, static_cast<double>(i) / static_cast<double>(plan.size()),

@@ -23,6 +23,12 @@ struct SyncVsContinuousParams {
   double arrival_rate = 0;  // requests per second (Poisson, seeded); 0: all present at the start
   std::uint64_t seed = 42;
   bool naive = true;  // also run the course's merge/filter continuous batching
+  // Also run paged KV: blocks of kv_block_size positions, kv_budget_mb megabytes (1e6 bytes) of
+  // them (0: as much memory as slot KV's), with or without prefix caching.
+  bool paged = false;
+  int64_t kv_block_size = 16;
+  double kv_budget_mb = 0;
+  bool prefix_caching = true;
   bool warmup = true;
 };
 
@@ -41,7 +47,7 @@ struct ServeSummary {
 };
 
 struct SyncVsContinuousResult {
-  std::vector<ServeSummary> methods;  // synchronous, continuous (slot KV)[, continuous (merge/filter)]
+  std::vector<ServeSummary> methods;  // synchronous, continuous (slot KV)[, merge/filter][, paged]
   std::vector<BatchRunResult> runs;   // full per-request and per-step detail, same order
   bool same_tokens = true;            // greedy tokens agree across methods
   double speedup = 0;                 // synchronous total / continuous (slot KV) total

@@ -284,6 +284,7 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   s.kv_blocks_used = usage.blocks_used;
   s.kv_blocks_cached = usage.blocks_cached;
   s.ms = timer.elapsed_ms();
+  kv_->snapshot_blocks(s);
   const KvMemoryManager::CopyStats later = kv_->take_copy_stats();
   s.kv_copy_bytes = copied.bytes + later.bytes;
   s.kv_copy_ms = copied.ms + later.ms;

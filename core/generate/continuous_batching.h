@@ -90,6 +90,12 @@ struct RequestResult {
   std::vector<double> token_ms;  // when each generated token was ready
 };
 
+// Paged KV: one running request's block table after a step (its blocks in position order).
+struct KvBlockTable {
+  int64_t request = 0;
+  std::vector<int64_t> blocks;
+};
+
 // One scheduler step: admissions with their prefill, one decode for the running batch, retirement.
 struct BatchStep {
   int64_t step = 0;
@@ -117,8 +123,14 @@ struct BatchStep {
   int64_t kv_reserved_bytes = 0;
   int64_t kv_used_bytes = 0;
   int64_t kv_total_bytes = 0;
-  int64_t kv_blocks_used = 0;       // paged: blocks referenced by running requests
-  int64_t kv_blocks_cached = 0;     // paged: blocks kept for the prefix cache that nobody uses
+  int64_t kv_blocks_used = 0;    // paged: blocks referenced by running requests
+  int64_t kv_blocks_cached = 0;  // paged: blocks kept for the prefix cache that nobody uses
+  int64_t kv_blocks_total = 0;   // paged: blocks in the pool
+  // Paged: the pool after the step, for the KV memory view: every running request's block table
+  // (a shared prefix block appears in several) and the cached blocks nobody uses, least recently
+  // used first. Taken after ms is measured, so the snapshot is not part of the step's time.
+  std::vector<KvBlockTable> kv_block_tables;
+  std::vector<int64_t> kv_cached_blocks;
   int64_t adapters_in_step = 0;     // distinct adapters among the running requests
   AdapterCacheStats adapter_cache;  // counters after this step
 };

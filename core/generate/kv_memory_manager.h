@@ -69,6 +69,9 @@ class KvMemoryManager {
     int64_t blocks_used = 0, blocks_cached = 0, blocks_total = 0;  // paged only
   };
   virtual Usage usage() const = 0;
+  // Paged: copies the block tables and cached blocks into step (BatchStep::kv_block_tables); the
+  // other layouts have no blocks.
+  virtual void snapshot_blocks(BatchStep& /*step*/) const {}
 
   // KV memory copied from one place to another since the last call: bytes, and the
   // device-synchronised milliseconds the copies took. Writing a new token's key and value is not

@@ -254,6 +254,14 @@ void PagedKvMemory::retire(const std::vector<int64_t>& ids) {
   }
 }
 
+void PagedKvMemory::snapshot_blocks(BatchStep& step) const {
+  step.kv_blocks_total = blocks_.num_blocks();
+  step.kv_block_tables.clear();
+  for (const auto& entry : requests_)
+    step.kv_block_tables.push_back({entry.first, blocks_.block_table(entry.first)});
+  step.kv_cached_blocks = blocks_.eviction_order();
+}
+
 KvMemoryManager::Usage PagedKvMemory::usage() const {
   Usage u;
   const int64_t bs = blocks_.block_size(), per_position = block_bytes_ / bs;

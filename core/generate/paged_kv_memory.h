@@ -27,6 +27,7 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   int64_t cached_tokens(int64_t id) const override;
   bool grow(int64_t id, int32_t token) override;
   Usage usage() const override;
+  void snapshot_blocks(BatchStep& step) const override;
 
   const BlockManager& blocks() const { return blocks_; }
   // Bytes of one block: keys and values of block_size positions at every layer.

@@ -441,6 +441,29 @@ class TestScheduler : public QObject {
     QCOMPARE(j["methods"][0]["inference_calls"].get<int64_t>(), int64_t{14});
     QCOMPARE(j["runs"][1]["requests"].size(), size_t{6});
 
+    // Paged KV as a fourth method, under a budget of 12 blocks of 4 positions: the same tokens, and
+    // every step's pool snapshot (what the GUI's KV memory view draws) is 12 blocks.
+    const int64_t block_bytes = engine->model().kv_cache_bytes(1, 4);
+    sp.paged = true;
+    sp.kv_block_size = 4;
+    sp.kv_budget_mb = static_cast<double>(12 * block_bytes + block_bytes / 2) / 1e6;
+    SyncVsContinuousResult paged = run_sync_vs_continuous(*engine, sp);
+    QVERIFY(paged.same_tokens);
+    QCOMPARE(paged.runs.size(), size_t{4});
+    QVERIFY(!paged.runs[3].steps.empty());
+    for (const BatchStep& s : paged.runs[3].steps) {
+      QCOMPARE(s.kv_blocks_total, int64_t{12});
+      int64_t held = 0;
+      for (const KvBlockTable& t : s.kv_block_tables) held += static_cast<int64_t>(t.blocks.size());
+      QVERIFY(held >= s.kv_blocks_used);  // shared blocks appear in several tables
+    }
+    for (const BatchStep& s : paged.runs[1].steps) QVERIFY(s.kv_block_tables.empty());
+    sp.kv_budget_mb = static_cast<double>(block_bytes / 2) / 1e6;
+    QVERIFY(QString::fromStdString(error_of(ErrorKind::Input, [&] {
+              run_sync_vs_continuous(*engine, sp);
+            })).contains("holds no block"));
+    sp.paged = false;
+
     CourseBenchmarkParams bp;
     bp.queries = 5;
     bp.new_tokens = 4;

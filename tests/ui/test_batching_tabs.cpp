@@ -19,6 +19,7 @@
 #include "batch_timeline.h"
 #include "batching_tab.h"
 #include "chart_view.h"
+#include "continuous/kv_memory_view.h"
 #include "continuous_tab.h"
 #include "engine_controller.h"
 #include "job_spy.h"
@@ -54,6 +55,22 @@ QString cellsText(const QVector<Cell>& cells) {
 QByteArray readAll(const QString& path) {
   QFile f(path);
   return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+// Per block of a paged step: the requests whose block tables hold it (ascending), from the
+// scheduler's snapshot; and which blocks are cached but unused.
+QVector<QVector<qint64>> holdersOf(const servelab::BatchStep& s) {
+  QVector<QVector<qint64>> h(static_cast<int>(s.kv_blocks_total));
+  for (const servelab::KvBlockTable& t : s.kv_block_tables)
+    for (int64_t b : t.blocks)
+      if (!h[static_cast<int>(b)].contains(t.request)) h[static_cast<int>(b)] << t.request;
+  for (QVector<qint64>& v : h) std::sort(v.begin(), v.end());
+  return h;
+}
+QVector<bool> cachedOf(const servelab::BatchStep& s) {
+  QVector<bool> c(static_cast<int>(s.kv_blocks_total), false);
+  for (int64_t b : s.kv_cached_blocks) c[static_cast<int>(b)] = true;
+  return c;
 }
 
 }  // namespace
@@ -373,6 +390,119 @@ class TestBatchingTabs : public QObject {
     }
     QVERIFY(!QImage(tmp_.filePath(QStringLiteral("gantt.png"))).isNull());
     QVERIFY(readAll(tmp_.filePath(QStringLiteral("gantt.svg"))).contains("slot 1"));
+  }
+
+  // Paged KV in the tab: the KV memory view shows, at every step, exactly the block tables the
+  // scheduler recorded (checked live, one step behind, and at the last step from the result);
+  // the snapshot agrees with the step's own block counters; the prefix cache is visible.
+  void pagedRunShowsTheBlockPool() {
+    auto w = tinyWindow(QStringLiteral("paged"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    smallQueue(tab);
+    tab->setPromptTokens(12, 12);  // equal prompts: their full blocks are shared or cached
+    tab->setNaive(false);
+    tab->setPaged(true, 4, 0, true);
+    QCOMPARE(tab->params().paged, true);
+    QCOMPARE(tab->params().kv_block_size, int64_t{4});
+    const KvMemoryView& view = tab->kvMemoryView();
+    QVector<servelab::BatchStep> paged;
+    int checkedLive = 0;
+    onEveryJob(w->engine(), &EngineJob::batchStep, this, [&](const servelab::BatchStep& s) {
+      // This handler runs before the tab's: the view shows the previous paged step.
+      if (!paged.isEmpty() && view.step() == paged.back().step) {
+        if (view.holders() == holdersOf(paged.back()) && view.cachedUnused() == cachedOf(paged.back()))
+          ++checkedLive;
+      }
+      if (s.kv_blocks_total > 0) paged << s;
+    });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    const servelab::SyncVsContinuousResult& r = tab->result();
+    QCOMPARE(r.methods.size(), size_t(3));
+    QVERIFY(r.same_tokens);
+    const servelab::BatchRunResult& run = r.runs.back();
+    QCOMPARE(static_cast<size_t>(paged.size()), run.steps.size());
+    QCOMPARE(checkedLive, static_cast<int>(paged.size()) - 1);
+    bool shared = false, cachedUnused = false;
+    for (qsizetype i = 0; i < paged.size(); ++i) {
+      const servelab::BatchStep& s = paged[i];
+      QCOMPARE(holdersOf(s), holdersOf(run.steps[static_cast<size_t>(i)]));
+      const QVector<QVector<qint64>> h = holdersOf(s);
+      const QVector<bool> c = cachedOf(s);
+      int held = 0, cached = 0;
+      for (qsizetype b = 0; b < h.size(); ++b) {
+        QVERIFY(!(c[b] && !h[b].isEmpty()));  // a cached-unused block has no holder
+        held += h[b].isEmpty() ? 0 : 1;
+        cached += c[b] ? 1 : 0;
+        shared = shared || h[b].size() > 1;
+      }
+      cachedUnused = cachedUnused || cached > 0;
+      QCOMPARE(held, static_cast<int>(s.kv_blocks_used));
+      QCOMPARE(cached, static_cast<int>(s.kv_blocks_cached));
+      for (const servelab::KvBlockTable& t : s.kv_block_tables)
+        QVERIFY(std::find(s.retired.begin(), s.retired.end(), t.request) == s.retired.end());
+    }
+    QVERIFY(run.prefix_hit_tokens > 0);
+    QVERIFY(shared);
+    QVERIFY(cachedUnused);
+    // After the run the paged run is shown, its pool at its fullest step (the first of the most
+    // blocks held).
+    const servelab::BatchStep* fullest = &run.steps.front();
+    for (const servelab::BatchStep& s : run.steps)
+      if (s.kv_blocks_used > fullest->kv_blocks_used) fullest = &s;
+    QCOMPARE(tab->shownTimeline(), 2);
+    QCOMPARE(view.step(), fullest->step);
+    QCOMPARE(view.holders(), holdersOf(*fullest));
+    QCOMPARE(view.cachedUnused(), cachedOf(*fullest));
+    for (int b = 0; b < view.holders().size(); ++b)
+      QVERIFY(view.describeBlock(b).startsWith(QStringLiteral("Block %1: ").arg(b)));
+    // Another run's timeline has no blocks; choosing the paged one again brings them back.
+    tab->showTimeline(1);
+    QCOMPARE(view.step(), qint64{-1});
+    tab->showTimeline(2);
+    QCOMPARE(view.holders(), holdersOf(*fullest));
+    // Settings keep the paged choice.
+    QSettings saved(settingsPath(QStringLiteral("paged-saved")), QSettings::IniFormat);
+    tab->saveSettings(saved);
+    tab->setPaged(false);
+    tab->loadSettings(saved);
+    QCOMPARE(tab->params().paged, true);
+    QCOMPARE(tab->params().kv_block_size, int64_t{4});
+  }
+
+  // Stop during the paged run: the view keeps the last step it was shown.
+  void stopKeepsThePagedPool() {
+    auto w = tinyWindow(QStringLiteral("paged-stop"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    tab->setRequests(16);
+    tab->setMaxBatch(4);
+    tab->setLongEvery(2);
+    tab->setLongTokens(100);
+    tab->setShortTokens(40);
+    tab->setNaive(false);
+    tab->setPaged(true, 4, 0, true);
+    QVector<servelab::BatchStep> paged;
+    onEveryJob(w->engine(), &EngineJob::batchStep, w.get(), [&](const servelab::BatchStep& s) {
+      if (s.kv_blocks_total <= 0) return;
+      paged << s;
+      if (paged.size() == 5) w->stopCurrent();
+    });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QCOMPARE(done.front().at(0).toBool(), false);
+    QVERIFY(!tab->hasResult());
+    QVERIFY(paged.size() >= 5);
+    const KvMemoryView& view = tab->kvMemoryView();
+    QCOMPARE(view.step(), paged.back().step);
+    QCOMPARE(view.holders(), holdersOf(paged.back()));
+    QCOMPARE(view.cachedUnused(), cachedOf(paged.back()));
   }
 
   void stopLeavesTheTabUsable() {

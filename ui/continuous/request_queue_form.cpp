@@ -8,6 +8,7 @@
 #include <QLineEdit>
 #include <QSpinBox>
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 
 #include "form_widgets.h"
@@ -55,6 +56,28 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
   naive_->setToolTip(
       tr("Also serve the queue with the course's continuous batching, which re-pads and copies "
          "the whole KV cache whenever a request joins or leaves"));
+  paged_ = new QCheckBox(tr("Also paged KV"), this);
+  paged_->setObjectName(QStringLiteral("continuousPaged"));
+  paged_->setToolTip(
+      tr("Also serve the queue with vLLM's paged KV: fixed-size blocks handed out as a request "
+         "grows; when they run out the latest admitted request is preempted and recomputed"));
+  blockSize_ = makeSpin(this, QStringLiteral("continuousKvBlockSize"), 1, 1024, 16, tr(" tokens"));
+  blockSize_->setToolTip(tr("Token positions per KV block"));
+  budgetMb_ = new QDoubleSpinBox(this);
+  budgetMb_->setObjectName(QStringLiteral("continuousKvBudget"));
+  budgetMb_->setRange(0, 100000);
+  budgetMb_->setDecimals(2);
+  budgetMb_->setSingleStep(0.5);
+  budgetMb_->setSuffix(tr(" MB"));
+  budgetMb_->setSpecialValueText(tr("as slot KV"));
+  budgetMb_->setToolTip(
+      tr("Memory of the block pool (MB = 10^6 bytes); 0: as much as slot KV reserves for max batch "
+         "requests of the longest"));
+  prefixCaching_ = new QCheckBox(tr("Prefix caching"), this);
+  prefixCaching_->setObjectName(QStringLiteral("continuousPrefixCaching"));
+  prefixCaching_->setChecked(true);
+  prefixCaching_->setToolTip(tr("Requests whose prompts start alike share the full blocks of that prefix"));
+  connect(paged_, &QCheckBox::toggled, this, &RequestQueueForm::updatePagedEnabled);
 
   auto* lengthRow = new QHBoxLayout;
   lengthRow->addWidget(promptMin_);
@@ -74,7 +97,17 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("Arrivals"), arrivalRate_);
   form->addRow(tr("Seed"), seed_);
   form->addRow(naive_);
+  form->addRow(paged_);
+  form->addRow(tr("KV block size"), blockSize_);
+  form->addRow(tr("KV budget"), budgetMb_);
+  form->addRow(prefixCaching_);
   updatePromptLengthEnabled();
+  updatePagedEnabled();
+}
+
+void RequestQueueForm::updatePagedEnabled() {
+  for (QWidget* w : std::initializer_list<QWidget*>{blockSize_, budgetMb_, prefixCaching_})
+    w->setEnabled(paged_->isChecked());
 }
 
 void RequestQueueForm::updatePromptLengthEnabled() {
@@ -98,6 +131,12 @@ void RequestQueueForm::setPromptTokens(int min, int max) {
 void RequestQueueForm::setArrivalRate(double perSecond) { arrivalRate_->setValue(perSecond); }
 void RequestQueueForm::setSeed(int seed) { seed_->setValue(seed); }
 void RequestQueueForm::setNaive(bool on) { naive_->setChecked(on); }
+void RequestQueueForm::setPaged(bool on, int blockSize, double budgetMb, bool prefixCaching) {
+  paged_->setChecked(on);
+  blockSize_->setValue(blockSize);
+  budgetMb_->setValue(budgetMb);
+  prefixCaching_->setChecked(prefixCaching);
+}
 
 servelab::SyncVsContinuousParams RequestQueueForm::params() const {
   servelab::SyncVsContinuousParams p;
@@ -112,6 +151,10 @@ servelab::SyncVsContinuousParams RequestQueueForm::params() const {
   p.arrival_rate = arrivalRate_->value();
   p.seed = static_cast<std::uint64_t>(seed_->value());
   p.naive = naive_->isChecked();
+  p.paged = paged_->isChecked();
+  p.kv_block_size = blockSize_->value();
+  p.kv_budget_mb = budgetMb_->value();
+  p.prefix_caching = prefixCaching_->isChecked();
   return p;
 }
 
@@ -136,6 +179,10 @@ void RequestQueueForm::loadSettings(QSettings& s) {
   randomPrompt_->setChecked(s.value(QStringLiteral("randomPromptLength"), false).toBool());
   loadSpin(s, QStringLiteral("arrivalRate"), arrivalRate_);
   naive_->setChecked(s.value(QStringLiteral("naive"), naive_->isChecked()).toBool());
+  paged_->setChecked(s.value(QStringLiteral("paged"), paged_->isChecked()).toBool());
+  spin(blockSize_, "kvBlockSize");
+  loadSpin(s, QStringLiteral("kvBudgetMb"), budgetMb_);
+  prefixCaching_->setChecked(s.value(QStringLiteral("prefixCaching"), prefixCaching_->isChecked()).toBool());
 }
 
 void RequestQueueForm::saveSettings(QSettings& s) const {
@@ -151,6 +198,10 @@ void RequestQueueForm::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("arrivalRate"), arrivalRate_->value());
   s.setValue(QStringLiteral("seed"), seed_->value());
   s.setValue(QStringLiteral("naive"), naive_->isChecked());
+  s.setValue(QStringLiteral("paged"), paged_->isChecked());
+  s.setValue(QStringLiteral("kvBlockSize"), blockSize_->value());
+  s.setValue(QStringLiteral("kvBudgetMb"), budgetMb_->value());
+  s.setValue(QStringLiteral("prefixCaching"), prefixCaching_->isChecked());
 }
 
 }  // namespace servelab::ui

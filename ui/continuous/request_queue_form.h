@@ -1,6 +1,7 @@
 #pragma once
 // The request queue of the Continuous batching tab: the prompt, how many requests, which are long,
-// prompt lengths, arrivals and the seed, and whether the course's merge/filter runs too. Its params()
+// prompt lengths, arrivals and the seed, and whether the course's merge/filter and paged KV (with
+// its block size, budget and prefix caching) run too. Its params()
 // are the experiment's.
 #include <QSettings>
 #include <QWidget>
@@ -29,6 +30,8 @@ class RequestQueueForm : public QWidget {
   void setArrivalRate(double perSecond);   // 0: all requests at the start
   void setSeed(int seed);
   void setNaive(bool on);
+  // Also paged KV: blocks of blockSize positions, budgetMb megabytes of them (0: slot KV's memory).
+  void setPaged(bool on, int blockSize = 16, double budgetMb = 0, bool prefixCaching = true);
   servelab::SyncVsContinuousParams params() const;
 
   // Token counts up to the model's context.
@@ -39,6 +42,7 @@ class RequestQueueForm : public QWidget {
 
  private:
   void updatePromptLengthEnabled();
+  void updatePagedEnabled();
 
   QLineEdit* prompt_;
   QSpinBox* requests_;
@@ -52,6 +56,10 @@ class RequestQueueForm : public QWidget {
   QDoubleSpinBox* arrivalRate_;
   QSpinBox* seed_;
   QCheckBox* naive_;
+  QCheckBox* paged_;
+  QSpinBox* blockSize_;
+  QDoubleSpinBox* budgetMb_;
+  QCheckBox* prefixCaching_;
 };
 
 }  // namespace servelab::ui
