@@ -13,17 +13,7 @@ import os
 import shlex
 import statistics
 import subprocess
-
-
-def machine():
-    cpu, flags = "unknown", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and cpu == "unknown":
-                cpu = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    return {"cpu": cpu, "isa": "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "baseline"}
+from bench_machine import machine
 
 
 def step_ms(cli, extra, a):

@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from bench_machine import machine as machine_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.environ.get("SERVELAB_CLI", os.path.join(ROOT, "build", "release", "app", "servelab-cli"))
@@ -43,22 +44,6 @@ PROMPTS = ["The quick brown fox jumped over the", "The rain in Spain falls", "Wh
 
 TARGET = {"device": "cpu", "dtype": "fp32", "model_args": ["--demo"]}  # set from the command line in main()
 BUILTIN = os.path.join(ROOT, ".venv", "share", "servelab", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def machine_info():
-    """The CPU model and the vector ISA our kernels can use on it (every benchmark names both)."""
-    model, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model == "unknown":
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "baseline"
-    return {"cpu": model, "isa": isa}
 
 
 def load_hf(a, dtype):

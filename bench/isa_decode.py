@@ -21,22 +21,12 @@ import subprocess
 import sys
 import tempfile
 
+from bench_machine import machine
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.environ.get("SERVELAB_CLI", os.path.join(ROOT, "build", "release", "app", "servelab-cli"))
 MODEL_ARGS = {"builtin": [], "demo": ["--demo"]}
 PROMPT = "The quick brown fox jumped over the"
-
-
-def machine():
-    cpu, flags = "unknown", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and cpu == "unknown":
-                cpu = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    best = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma", "f16c"} <= flags else "generic"
-    return {"cpu": cpu, "best_isa": best, "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg()[0]}
 
 
 def ours(model, isa, a):
@@ -104,7 +94,7 @@ def main():
     a = ap.parse_args()
     m = machine()
     order = ["avx512", "avx2", "generic"]
-    isas = [i for i in a.isas.split(",") if order.index(i) >= order.index(m["best_isa"])]
+    isas = [i for i in a.isas.split(",") if order.index(i) >= order.index(m["isa"])]
     models = a.models.split(",")
     try:
         import ctranslate2  # noqa: F401
