@@ -338,6 +338,21 @@ def top2_gap(logits):
     return (v[..., 0] - v[..., 1]).min().item()
 
 
+def single_prompt_references(model, ref, ref_tensors):
+    """HF's logits at every position and its greedy tokens for each prompt alone, and the smallest
+    top-2 logit gap along those greedy paths."""
+    with torch.no_grad():
+        for i, p in enumerate(PROMPTS):
+            ids = torch.tensor([p])
+            ref_tensors[f"logits_{i}"] = model(input_ids=ids).logits[0].contiguous()
+            g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                               do_sample=False, pad_token_id=EOS, eos_token_id=None,
+                               output_logits=True, return_dict_in_generate=True)
+            ref["single"].append(g.sequences[0, len(p):].tolist())
+            ref["hf_greedy_min_top2_gap"] = min(ref["hf_greedy_min_top2_gap"],
+                                                min(top2_gap(s) for s in g.logits))
+
+
 def write_case(out, name, qtype, tied, seed, vocab):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
@@ -368,16 +383,8 @@ def write_case(out, name, qtype, tied, seed, vocab):
             assert torch.equal(sd[key], source.state_dict()[key]), f"{key} does not round-trip"
     ref = {"prompts": PROMPTS, "new_tokens": NEW_TOKENS, "eos": EOS, "single": [], "oracle": oracle,
            "tied": tied, "tensor_types": types, "hf_greedy_min_top2_gap": float("inf")}
+    single_prompt_references(model, ref, ref_tensors)
     with torch.no_grad():
-        for i, p in enumerate(PROMPTS):
-            ids = torch.tensor([p])
-            ref_tensors[f"logits_{i}"] = model(input_ids=ids).logits[0].contiguous()
-            g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                               do_sample=False, pad_token_id=EOS, eos_token_id=None,
-                               output_logits=True, return_dict_in_generate=True)
-            ref["single"].append(g.sequences[0, len(p):].tolist())
-            ref["hf_greedy_min_top2_gap"] = min(ref["hf_greedy_min_top2_gap"],
-                                                min(top2_gap(s) for s in g.logits))
         padded, first_logits, tokens = greedy_batch(model, PROMPTS, NEW_TOKENS, EOS)
         ref_tensors["batch_last_logits"] = first_logits.contiguous()
         ref["batch"] = {**padded, "tokens": tokens}
@@ -460,15 +467,7 @@ def write_gpt2_case(out, name, qtype, seed, vocab):
     ref_tensors = {"weight.blk.0.attn_qkv": model.state_dict()["transformer.h.0.attn.c_attn.weight"]}
     ref = {"prompts": PROMPTS, "new_tokens": NEW_TOKENS, "eos": EOS, "single": [], "oracle": oracle,
            "tied": True, "tensor_types": dict(counts), "hf_greedy_min_top2_gap": float("inf")}
-    with torch.no_grad():
-        for i, p in enumerate(PROMPTS):
-            ids = torch.tensor([p])
-            ref_tensors[f"logits_{i}"] = model(input_ids=ids).logits[0].contiguous()
-            g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                               do_sample=False, pad_token_id=EOS, eos_token_id=None,
-                               output_logits=True, return_dict_in_generate=True)
-            ref["single"].append(g.sequences[0, len(p):].tolist())
-            ref["hf_greedy_min_top2_gap"] = min(ref["hf_greedy_min_top2_gap"], min(top2_gap(s) for s in g.logits))
+    single_prompt_references(model, ref, ref_tensors)
     assert ref["hf_greedy_min_top2_gap"] > 1e-3, f"{name}: near tie on HF's greedy path; change the seed"
     save_file({k: v.detach().float().contiguous() for k, v in ref_tensors.items()},
               os.path.join(d, "reference.safetensors"))
