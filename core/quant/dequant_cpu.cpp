@@ -278,15 +278,6 @@ SERVELAB_AVX512 inline void load32(const Rows& s, int64_t r, int64_t j, __m512& 
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j));
     a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
     b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
-  } else if constexpr (S == QuantScheme::Int4Group) {
-    const __m512i first = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __m512i second = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-    const int64_t g = r * s.groups + j / s.group;
-    const __m512 sc = _mm512_set1_ps(s.scale[g]), m = _mm512_set1_ps(s.minimum[g]);
-    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j / 2)));
-    const __m512i lo = _mm512_and_si512(bytes, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(bytes, 4);
-    a = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, first, hi)), sc), m);
-    b = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, second, hi)), sc), m);
   } else if constexpr (S == QuantScheme::Int8Group) {
     const __m512 sc = _mm512_set1_ps(s.scale[r * s.groups + j / s.group]);
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j));
@@ -345,6 +336,75 @@ SERVELAB_AVX512 void gemv_dispatch(int64_t rows, const Rows& s, const float* x, 
                                    const float* out_scale, float* y, int64_t out) {
   static constexpr auto table = gemv_table<S>(std::make_integer_sequence<int, kFusedGemvMaxRows>());
   table[static_cast<size_t>(rows - 1)](s, x, c0, c1, out_scale, y, out);
+}
+
+// The int4 decode product with each group's scale and minimum taken out of the inner loop:
+//   sum_j (q_j s + m) x_j = sum_j (q_j s) x_j + m sum_j x_j
+// so the nibbles need only a conversion and a multiply before their FMA, and the minimums meet
+// the groups' sums of x (computed once per call, not once per channel) in one short dot product.
+// x comes permuted per 32 columns (Int4Operand): the 16 even columns, then the 16 odd ones, as the
+// low and high nibbles of 16 bytes unpack, so no weight is shuffled back into column order.
+struct Int4Operand {
+  std::vector<float> x;    // [M, cols], each 32 columns reordered as described above
+  std::vector<float> sum;  // [M, groups]: each group's sum of x
+  Int4Operand(const Rows& s, const float* x_rows, int64_t m)
+      : x(static_cast<size_t>(m * s.cols)), sum(static_cast<size_t>(m * s.groups), 0.0f) {
+    for (int64_t r = 0; r < m; ++r) {
+      const float* src = x_rows + r * s.cols;
+      float* dst = x.data() + r * s.cols;
+      for (int64_t j = 0; j < s.cols; j += 32)
+        for (int64_t k = 0; k < 16; ++k) {
+          dst[j + k] = src[j + 2 * k];
+          dst[j + 16 + k] = src[j + 2 * k + 1];
+        }
+      for (int64_t g = 0; g < s.groups; ++g) {
+        float t = 0;
+        for (int64_t j = 0; j < s.group; ++j) t += src[g * s.group + j];
+        sum[static_cast<size_t>(r * s.groups + g)] = t;
+      }
+    }
+  }
+};
+
+template <int M>
+SERVELAB_AVX512 void gemv_int4_channels(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
+                                        float* y, int64_t out) {
+  const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32;
+  const __m512i low = _mm512_set1_epi32(15);
+  const float* x = op.x.data();
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint8_t* v = s.row(c);
+    const float* scale = s.scale + c * groups;
+    const float* minimum = s.minimum + c * groups;
+    __m512 acc[M][2];
+    for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+    for (int64_t g = 0, j = 0; g < groups; ++g) {
+      const __m512 sc = _mm512_set1_ps(scale[g]);
+      for (int64_t k = 0; k < chunks; ++k, j += 32) {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j / 2)));
+        const __m512 even = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, low)), sc);
+        const __m512 odd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), sc);
+        for (int m = 0; m < M; ++m) {
+          acc[m][0] = _mm512_fmadd_ps(even, _mm512_loadu_ps(x + m * cols + j), acc[m][0]);
+          acc[m][1] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(x + m * cols + j + 16), acc[m][1]);
+        }
+      }
+    }
+    // The minimums' term, 16 groups at a time, into the same accumulators before their one sum.
+    for (int64_t g = 0; g < groups; g += 16) {
+      const __mmask16 live = groups - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (groups - g)) - 1);
+      const __m512 mn = _mm512_maskz_loadu_ps(live, minimum + g);
+      for (int m = 0; m < M; ++m)
+        acc[m][0] =
+            _mm512_fmadd_ps(mn, _mm512_maskz_loadu_ps(live, op.sum.data() + m * groups + g), acc[m][0]);
+    }
+    for (int m = 0; m < M; ++m) y[m * out + c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
+  }
+}
+
+template <int... I>
+constexpr auto gemv_int4_table(std::integer_sequence<int, I...>) {
+  return std::array{&gemv_int4_channels<I + 1>...};
 }
 
 // ---- AVX2 + FMA + F16C: the same kernels in 8-float vectors. load32_avx2 gives 32 consecutive
@@ -441,6 +501,57 @@ SERVELAB_AVX2 void gemv_dispatch_avx2(int64_t rows, const Rows& s, const float* 
                                       const float* out_scale, float* y, int64_t out) {
   static constexpr auto table = gemv_table_avx2<S>(std::make_integer_sequence<int, kFusedGemvMaxRows>());
   table[static_cast<size_t>(rows - 1)](s, x, c0, c1, out_scale, y, out);
+}
+
+// gemv_int4_channels in 8-float vectors: the low nibbles of 16 bytes are x's even columns (two
+// vectors), the high ones its odd columns (two more).
+template <int M>
+SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
+                                           float* y, int64_t out) {
+  constexpr int A = M <= 4 ? 2 : 1;
+  const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32;
+  const __m128i mask = _mm_set1_epi8(15);
+  const float* x = op.x.data();
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint8_t* v = s.row(c);
+    const float* scale = s.scale + c * groups;
+    const float* minimum = s.minimum + c * groups;
+    __m256 acc[M][A];
+    for (int m = 0; m < M; ++m)
+      for (int i = 0; i < A; ++i) acc[m][i] = _mm256_setzero_ps();
+    for (int64_t g = 0, j = 0; g < groups; ++g) {
+      const __m256 sc = _mm256_set1_ps(scale[g]);
+      for (int64_t k = 0; k < chunks; ++k, j += 32) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j / 2));
+        const __m128i lo = _mm_and_si128(b, mask), hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        __m256 w[4];
+        for (int i = 0; i < 4; ++i)
+          w[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i])), sc);
+        for (int m = 0; m < M; ++m)
+          for (int i = 0; i < 4; ++i)
+            acc[m][i % A] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + m * cols + j + 8 * i), acc[m][i % A]);
+      }
+    }
+    for (int64_t g = 0; g < groups; g += 8) {
+      alignas(32) int32_t live[8];
+      for (int i = 0; i < 8; ++i) live[i] = g + i < groups ? -1 : 0;
+      const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(live));
+      const __m256 mn = _mm256_maskload_ps(minimum + g, lanes);
+      for (int m = 0; m < M; ++m)
+        acc[m][0] = _mm256_fmadd_ps(mn, _mm256_maskload_ps(op.sum.data() + m * groups + g, lanes), acc[m][0]);
+    }
+    for (int m = 0; m < M; ++m) {
+      __m256 t = acc[m][0];
+      for (int i = 1; i < A; ++i) t = _mm256_add_ps(t, acc[m][i]);
+      y[m * out + c] = hsum_avx2(t);
+    }
+  }
+}
+
+template <int... I>
+constexpr auto gemv_int4_table_avx2(std::integer_sequence<int, I...>) {
+  return std::array{&gemv_int4_channels_avx2<I + 1>...};
 }
 
 // Row r as fp32 32 values at a time where the row allows it (columns, and groups, in multiples of
@@ -691,6 +802,15 @@ at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {
   const Rows s(w);
   const float* out_scale = w.scheme == QuantScheme::PerChannelInt8 ? s.scale : nullptr;
   const bool avx2 = active_isa() == Isa::Avx2;
+  if (s.scheme == QuantScheme::Int4Group) {
+    const Int4Operand op(s, xp, rows);
+    static constexpr auto table = gemv_int4_table(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+    static constexpr auto table_avx2 =
+        gemv_int4_table_avx2(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+    const auto kernel = (avx2 ? table_avx2 : table)[static_cast<size_t>(rows - 1)];
+    at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) { kernel(s, op, c0, c1, yp, out); });
+    return y;
+  }
   at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) {
     switch (s.scheme) {
 #define SERVELAB_GEMV(SCHEME)                                                                      \
@@ -699,11 +819,11 @@ at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {
                 : gemv_dispatch<QuantScheme::SCHEME>(rows, s, xp, c0, c1, out_scale, yp, out);
       SERVELAB_GEMV(ZeroPointUint8)
       SERVELAB_GEMV(PerChannelInt8)
-      SERVELAB_GEMV(Int4Group)
       SERVELAB_GEMV(Int8Group)
       SERVELAB_GEMV(Fp16)
       SERVELAB_GEMV(Bf16)
 #undef SERVELAB_GEMV
+      case QuantScheme::Int4Group:  // above
       case QuantScheme::None:
         break;
     }
