@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace servelab {
 
@@ -22,6 +23,13 @@ class LinearKernels {
   // x [rows, in] -> x W + bias, [rows, out], in the activations' dtype.
   virtual at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
                             const at::Tensor& bias) const = 0;
+  // The products of several slots of one layer that read the same input (Llama's Q, K, V; Gate,
+  // Up) in one pass, side by side: [rows, the slots' outs summed], no bias. Undefined when these
+  // kernels do not hold those matrices as one; the caller then runs linear() per slot.
+  virtual at::Tensor linear_fused(int64_t /*layer*/, const std::vector<LinearSlot>& /*slots*/,
+                                  const at::Tensor& /*x*/) const {
+    return {};
+  }
   // Whether embed() is used; false leaves the embeddings to the model's own wte / wpe tensors.
   virtual bool handles_embeddings() const { return true; }
   // Token plus position embeddings for ids and positions of the same shape: [..., n_embd].

@@ -141,14 +141,27 @@ at::Tensor LlamaModel::proj(int64_t layer, size_t k, const at::Tensor& x, const 
   return linear(layer, projections_[k].slot, x, w.b[k], lora, [&] { return at::linear(x, w.w[k], w.b[k]); });
 }
 
+std::vector<at::Tensor> LlamaModel::projs(int64_t layer, size_t k0, size_t n, const at::Tensor& x,
+                                          const LoraBatch* lora) const {
+  const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  std::vector<LinearSlot> slots;
+  std::vector<at::Tensor> biases;
+  for (size_t k = k0; k < k0 + n; ++k) {
+    slots.push_back(projections_[k].slot);
+    biases.push_back(w.b[k]);
+  }
+  return linear_same_input(layer, slots, x, biases, lora,
+                           [&](size_t i) { return at::linear(x, w.w[k0 + i], w.b[k0 + i]); });
+}
+
 at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& x, const AttentionMask& mask,
                                  KvCache* cache, const ForwardInput& in, const at::Tensor& positions) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.hidden_size, H = config_.n_head,
                 H_kv = config_.n_kv_head, D = config_.head_dim;
-  const at::Tensor flat = x.reshape({B * T, E});
-  at::Tensor q = proj(layer, 0, flat, in.lora).view({B, T, H, D}).transpose(1, 2);
-  at::Tensor k = proj(layer, 1, flat, in.lora).view({B, T, H_kv, D}).transpose(1, 2);
-  at::Tensor v = proj(layer, 2, flat, in.lora).view({B, T, H_kv, D}).transpose(1, 2);
+  const std::vector<at::Tensor> qkv = projs(layer, 0, 3, x.reshape({B * T, E}), in.lora);
+  at::Tensor q = qkv[0].view({B, T, H, D}).transpose(1, 2);
+  at::Tensor k = qkv[1].view({B, T, H_kv, D}).transpose(1, 2);
+  at::Tensor v = qkv[2].view({B, T, H_kv, D}).transpose(1, 2);
   // Keys are rotated before they are cached: the cache holds them at their absolute positions.
   q = rope_.apply(q, positions);
   k = rope_.apply(k, positions);
@@ -161,9 +174,8 @@ at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& x, const Atten
 
 at::Tensor LlamaModel::mlp(int64_t layer, const at::Tensor& x, const LoraBatch* lora) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.hidden_size;
-  const at::Tensor flat = x.reshape({B * T, E});
-  at::Tensor h = at::silu(proj(layer, 4, flat, lora)) * proj(layer, 5, flat, lora);
-  return proj(layer, 6, h, lora).view({B, T, E});
+  const std::vector<at::Tensor> gate_up = projs(layer, 4, 2, x.reshape({B * T, E}), lora);
+  return proj(layer, 6, at::silu(gate_up[0]) * gate_up[1], lora).view({B, T, E});
 }
 
 at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {

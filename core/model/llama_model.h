@@ -69,6 +69,9 @@ class LlamaModel final : public Model {
 
  private:
   at::Tensor proj(int64_t layer, size_t index, const at::Tensor& x, const LoraBatch* lora) const;
+  // Projections k0 .. k0 + n - 1 of the table over the same x (q, k, v; gate, up).
+  std::vector<at::Tensor> projs(int64_t layer, size_t k0, size_t n, const at::Tensor& x,
+                                const LoraBatch* lora) const;
   at::Tensor attention(int64_t layer, const at::Tensor& x, const AttentionMask& mask, KvCache* cache,
                        const ForwardInput& in, const at::Tensor& positions) const;
   at::Tensor mlp(int64_t layer, const at::Tensor& x, const LoraBatch* lora) const;

@@ -114,6 +114,32 @@ class Model {
     at::Tensor y = kernels_ ? kernels_->linear(layer, slot, x, bias) : dense();
     return lora ? add_lora(layer, slot, x, std::move(y), *lora) : y;
   }
+  // x through several projections of one layer that read it (slots), each with its bias and its
+  // rows' LoRA deltas: one product over their matrices side by side when the kernels hold them so
+  // (one pass over x and one parallel region instead of one per slot), else linear() per slot.
+  // dense(i) is the architecture's product for slots[i].
+  template <typename Dense>
+  std::vector<at::Tensor> linear_same_input(int64_t layer, const std::vector<LinearSlot>& slots,
+                                            const at::Tensor& x, const std::vector<at::Tensor>& biases,
+                                            const LoraBatch* lora, Dense&& dense) const {
+    const at::Tensor fused = kernels_ ? kernels_->linear_fused(layer, slots, x) : at::Tensor();
+    std::vector<at::Tensor> out;
+    out.reserve(slots.size());
+    int64_t column = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      at::Tensor y;
+      if (fused.defined()) {
+        const int64_t n = projection(slots[i]).out;
+        y = fused.narrow(1, column, n);
+        column += n;
+        if (biases[i].defined()) y = y + biases[i];
+      } else {
+        y = kernels_ ? kernels_->linear(layer, slots[i], x, biases[i]) : dense(i);
+      }
+      out.push_back(lora ? add_lora(layer, slots[i], x, std::move(y), *lora) : std::move(y));
+    }
+    return out;
+  }
   static at::Tensor add_lora(int64_t layer, LinearSlot slot, const at::Tensor& x, at::Tensor y,
                              const LoraBatch& lora);
 

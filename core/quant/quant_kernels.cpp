@@ -86,11 +86,19 @@ class JitKernels final : public QuantKernelsBase {
         block_bytes_(block_bytes),
         onednn_(packed_linear_available(q.token_embedding.values.device(), act)) {
     if (block_bytes_ < 1) throw InputError("JIT block size must be positive");
+    fuse({LinearSlot::Q, LinearSlot::K, LinearSlot::V});
+    fuse({LinearSlot::Gate, LinearSlot::Up});
   }
 
   at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
                     const at::Tensor& bias) const override {
     return product(matrix(layer, slot), x, bias);
+  }
+  at::Tensor linear_fused(int64_t layer, const std::vector<LinearSlot>& slots,
+                          const at::Tensor& x) const override {
+    for (const auto& [which, w] : fused_.at(static_cast<size_t>(layer)))
+      if (which == slots) return product(w, x, {});
+    return {};
   }
   at::Tensor lm_head(const at::Tensor& h) const override { return unflat(product(head_, flat(h), {}), h); }
 
@@ -181,8 +189,49 @@ class JitKernels final : public QuantKernelsBase {
     return y;
   }
 
+  // Matrices that read the same input, stored one after another as one matrix (the slots' own
+  // matrices become row ranges of it, no copy kept): a decode step then makes one pass and one
+  // parallel region for q, k and v instead of three. Only where they share a scheme, a width and
+  // per-row states (the course's per-tensor uint8 has one scale per matrix).
+  void fuse(const std::vector<LinearSlot>& slots) {
+    fused_.resize(matrices_.size());
+    for (size_t l = 0; l < matrices_.size(); ++l) {
+      std::vector<const QuantizedTensor*> parts;
+      for (LinearSlot slot : slots) parts.push_back(&matrices_[l][static_cast<size_t>(slot)]);
+      const QuantizedTensor& first = *parts.front();
+      bool same = first.scheme != QuantScheme::ZeroPointUint8;
+      for (const QuantizedTensor* p : parts)
+        same = same && p->defined() && p->scheme == first.scheme && p->shape.size() == 2 && !p->transposed &&
+               p->cols() == first.cols() && p->group_size == first.group_size &&
+               p->values.scalar_type() == first.values.scalar_type() &&
+               p->values.device() == first.values.device();
+      if (!same) continue;
+      auto cat_rows = [&](at::Tensor QuantizedTensor::*field) {
+        if (!(first.*field).defined()) return at::Tensor();
+        std::vector<at::Tensor> t;
+        for (const QuantizedTensor* p : parts) t.push_back(p->*field);
+        return at::cat(t, 0);
+      };
+      QuantizedTensor all = first;
+      all.values = cat_rows(&QuantizedTensor::values);
+      all.scale = cat_rows(&QuantizedTensor::scale);
+      all.offset = cat_rows(&QuantizedTensor::offset);
+      all.shape = {0, first.cols()};
+      for (LinearSlot slot : slots) {
+        QuantizedTensor& m = matrices_[l][static_cast<size_t>(slot)];
+        const int64_t row = all.shape[0], n = m.rows();
+        m.values = all.values.narrow(0, row, n);
+        if (m.scale.defined()) m.scale = all.scale.narrow(0, row, n);
+        if (m.offset.defined()) m.offset = all.offset.narrow(0, row, n);
+        all.shape[0] += n;
+      }
+      fused_[l].emplace_back(slots, std::move(all));
+    }
+  }
+
   int64_t block_bytes_;
   bool onednn_;  // fp32 on a CPU with oneDNN: batched products go through it
+  std::vector<std::vector<std::pair<std::vector<LinearSlot>, QuantizedTensor>>> fused_;
 };
 
 // fbgemm's dynamic int8 linear on the CPU (activations quantized per call, u8 x s8 products with

@@ -16,6 +16,7 @@
 #include "generate/generation.h"
 #include "lora/lora_adapter.h"
 #include "lora/multi_lora.h"
+#include "model/engine.h"
 #include "model/llama_model.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
@@ -205,6 +206,52 @@ class TestLoraLlama : public QObject {
     for (size_t l = 0; l < merged.layers.size(); ++l)
       for (size_t k = 0; k < kLlamaProjections; ++k)
         QVERIFY(test::max_abs_diff(merged.layers[l].w[k], model_->weights().layers[l].w[k]) < 1e-5);
+  }
+
+  void quantized_llama_fuses_projections_and_takes_adapters_data() {
+    QTest::addColumn<QString>("mode");
+    // This Llama is 72 wide: no int4 groups of 32 (the GGUF oracle runs fused Q4_0/Q4_1 matrices).
+    for (const char* m : {"int8-channel", "fp16", "bf16"}) QTest::newRow(m) << QString(m);
+  }
+  void quantized_llama_fuses_projections_and_takes_adapters() {
+    // The JIT kernels hold q, k and v (and gate, up) as one matrix each and run each group as one
+    // product: it must equal one product per matrix, and the model on it must equal the same
+    // weights dequantized once, LoRA deltas (added per slot to the split output) included.
+    require_oracle();
+    QFETCH(QString, mode);
+    c10::InferenceMode guard;
+    EngineOptions o;
+    o.quant = mode.toStdString();
+    o.quant_exec = "jit";
+    auto jit = Engine::load_folder(base_dir(), o);
+    o.quant_exec = "dequant-once";
+    auto once = Engine::load_folder(base_dir(), o);
+    const LinearKernels* k = jit->model().kernels();
+    QVERIFY(k);
+    at::manual_seed(5);
+    for (int64_t rows : {1, 3, 9}) {
+      const at::Tensor x = at::randn({rows, model_->shape().n_embd});
+      for (const std::vector<LinearSlot>& slots :
+           {std::vector<LinearSlot>{LinearSlot::Q, LinearSlot::K, LinearSlot::V},
+            std::vector<LinearSlot>{LinearSlot::Gate, LinearSlot::Up}}) {
+        const at::Tensor fused = k->linear_fused(1, slots, x);
+        QVERIFY(fused.defined());
+        std::vector<at::Tensor> parts;
+        for (LinearSlot s : slots) parts.push_back(k->linear(1, s, x, {}));
+        QVERIFY2(test::max_abs_diff(fused, at::cat(parts, 1)) < 1e-5, std::to_string(rows).c_str());
+      }
+      // Only the groups it holds: any other set runs slot by slot.
+      QVERIFY(!k->linear_fused(1, {LinearSlot::Q, LinearSlot::K}, x).defined());
+    }
+    auto lora = load("all");
+    LoraBatch batch({lora.get(), lora.get()}, MultiLoraStrategy::Segmented);
+    for (const auto& p : prompts()) {
+      const at::Tensor with = batch_logits(jit->model(), p, 2, &batch);
+      QVERIFY(test::max_abs_diff(with, batch_logits(once->model(), p, 2, &batch)) < 1e-4);
+      const at::Tensor without = batch_logits(jit->model(), p, 2, nullptr);
+      QVERIFY(test::max_abs_diff(without, batch_logits(once->model(), p, 2, nullptr)) < 1e-4);
+      QVERIFY(test::max_abs_diff(with, without) > 1e-3);  // the adapter is applied, not lost
+    }
   }
 
   void continuous_batching_gives_each_request_its_adapter_alone_data() {
