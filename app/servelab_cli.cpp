@@ -41,6 +41,7 @@
 #include "util/device.h"
 #include "util/errors.h"
 #include "util/limits.h"
+#include "util/openmp_wait.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -900,6 +901,7 @@ int cmd_loadgen(LoadgenArgs a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_passive_openmp_wait(argv);  // before anything: it may run the program again
   CLI::App app{"ServeLab headless engine: GPT-2 generation, tokenization and serving benchmarks"};
   app.require_subcommand(1);
   ModelArgs margs;

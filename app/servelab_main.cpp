@@ -10,9 +10,11 @@
 #include <memory>
 
 #include "main_window.h"
+#include "util/openmp_wait.h"
 
 int main(int argc, char** argv) {
-  Q_INIT_RESOURCE(servelab);  // resources live in the static servelab_ui library
+  servelab::use_passive_openmp_wait(argv);  // before anything: it may run the program again
+  Q_INIT_RESOURCE(servelab);                // resources live in the static servelab_ui library
   QApplication::setHighDpiScaleFactorRoundingPolicy(Qt::HighDpiScaleFactorRoundingPolicy::PassThrough);
   QApplication app(argc, argv);
   QApplication::setOrganizationName(QStringLiteral("ServeLab"));

@@ -22,6 +22,7 @@
 #include "util/device.h"
 #include "util/errors.h"
 #include "util/limits.h"
+#include "util/openmp_wait.h"
 
 namespace fs = std::filesystem;
 
@@ -370,6 +371,7 @@ nlohmann::json Engine::info() const {
   const Isa isa = active_isa();
   j["cpu"] = {{"model", cpu_model_name()},
               {"isa", isa_name(isa)},
+              {"openmp_wait_policy", openmp_wait_policy()},
               {"best_isa", isa_name(best_isa())},
               {"kernels",
                {{"fp32_blocked", blocked_linear_kernel(isa)},

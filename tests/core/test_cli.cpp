@@ -95,6 +95,29 @@ class TestCli : public QObject {
              QString("generic"));
   }
 
+  void openmp_threads_sleep_unless_told_otherwise() {
+    // libgomp takes its wait policy when it loads: the CLI runs itself again with passive waiting
+    // (threads that spin at barriers starve the thread they wait for on a shared CPU), unless the
+    // user chose a policy, which it keeps.
+    auto policy = [](const QStringList& unset, const QString& key, const QString& value) {
+      QProcess p;
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      for (const QString& k : unset) env.remove(k);
+      if (!key.isEmpty()) env.insert(key, value);
+      p.setProcessEnvironment(env);
+      p.start(SERVELAB_CLI, {"info", "--demo"});
+      if (!p.waitForFinished(300000) || p.exitCode() != 0) return QString("(failed)");
+      return QJsonDocument::fromJson(p.readAllStandardOutput())
+          .object()["cpu"]
+          .toObject()["openmp_wait_policy"]
+          .toString();
+    };
+    const QStringList both = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
+    QCOMPARE(policy(both, "", ""), QString("passive"));
+    QCOMPARE(policy(both, "OMP_WAIT_POLICY", "active"), QString("active"));
+    QCOMPARE(policy(both, "GOMP_SPINCOUNT", "1000"), QString("GOMP_SPINCOUNT"));
+  }
+
   void tokenize_json() {
     Run r =
         cli({"tokenize", "--demo", "--json", "The quick brown fox jumped over the", "What comes up must"});
