@@ -301,22 +301,39 @@ SERVELAB_AVX512 inline void load32(const Rows& s, int64_t r, int64_t j, __m512& 
   }
 }
 
-// Channels [c0, c1) for M rows of x ([M, cols], contiguous) into y ([M, out]); two accumulators
-// per row (the two halves of each 32), one horizontal sum per channel and row at the end.
+// One step of 32 columns of row c into each row's pair of accumulators (the two halves of the 32).
+template <QuantScheme S, int M>
+SERVELAB_AVX512 inline void gemv_step(const Rows& s, int64_t c, const float* x, int64_t cols, int64_t j,
+                                      __m512 (&acc)[M][2]) {
+  __m512 a, b;
+  load32<S>(s, c, j, a, b);
+  for (int m = 0; m < M; ++m) {
+    acc[m][0] = _mm512_fmadd_ps(a, _mm512_loadu_ps(x + m * cols + j), acc[m][0]);
+    acc[m][1] = _mm512_fmadd_ps(b, _mm512_loadu_ps(x + m * cols + j + 16), acc[m][1]);
+  }
+}
+
+// Channels [c0, c1) for M rows of x ([M, cols], contiguous) into y ([M, out]); one horizontal sum
+// per channel and row at the end.
 template <QuantScheme S, int M>
 SERVELAB_AVX512 void gemv_channels(const Rows& s, const float* x, int64_t c0, int64_t c1,
                                    const float* out_scale, float* y, int64_t out) {
   const int64_t cols = s.cols;
   for (int64_t c = c0; c < c1; ++c) {
-    __m512 acc[M][2];
-    for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < cols; j += 32) {
-      __m512 a, b;
-      load32<S>(s, c, j, a, b);
-      for (int m = 0; m < M; ++m) {
-        acc[m][0] = _mm512_fmadd_ps(a, _mm512_loadu_ps(x + m * cols + j), acc[m][0]);
-        acc[m][1] = _mm512_fmadd_ps(b, _mm512_loadu_ps(x + m * cols + j + 16), acc[m][1]);
+    __m512 acc[M][2], more[M][2];
+    for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = more[m][0] = more[m][1] = _mm512_setzero_ps();
+    int64_t j = 0;
+    if constexpr (M <= 2) {
+      // Two pairs of accumulators for few rows: see gemv_int4_channels.
+      for (; j + 64 <= cols; j += 64) {
+        gemv_step<S, M>(s, c, x, cols, j, acc);
+        gemv_step<S, M>(s, c, x, cols, j + 32, more);
       }
+    }
+    for (; j < cols; j += 32) gemv_step<S, M>(s, c, x, cols, j, acc);
+    for (int m = 0; m < M; ++m) {
+      acc[m][0] = _mm512_add_ps(acc[m][0], more[m][0]);
+      acc[m][1] = _mm512_add_ps(acc[m][1], more[m][1]);
     }
     for (int m = 0; m < M; ++m) {
       const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
@@ -366,29 +383,45 @@ struct Int4Operand {
   }
 };
 
+// One chunk of 32 columns of a row of the int4 matrix into each row's pair of accumulators.
+template <int M>
+SERVELAB_AVX512 inline void int4_chunk(const uint8_t* v, const float* x, int64_t cols, int64_t j, __m512 sc,
+                                       __m512 (&acc)[M][2]) {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j / 2)));
+  const __m512 even = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15))), sc);
+  const __m512 odd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), sc);
+  for (int m = 0; m < M; ++m) {
+    acc[m][0] = _mm512_fmadd_ps(even, _mm512_loadu_ps(x + m * cols + j), acc[m][0]);
+    acc[m][1] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(x + m * cols + j + 16), acc[m][1]);
+  }
+}
+
 template <int M>
 SERVELAB_AVX512 void gemv_int4_channels(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
                                         float* y, int64_t out) {
-  const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32;
-  const __m512i low = _mm512_set1_epi32(15);
+  const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32, steps = cols / 32;
   const float* x = op.x.data();
   for (int64_t c = c0; c < c1; ++c) {
     const uint8_t* v = s.row(c);
     const float* scale = s.scale + c * groups;
     const float* minimum = s.minimum + c * groups;
-    __m512 acc[M][2];
-    for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
-    for (int64_t g = 0, j = 0; g < groups; ++g) {
-      const __m512 sc = _mm512_set1_ps(scale[g]);
-      for (int64_t k = 0; k < chunks; ++k, j += 32) {
-        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j / 2)));
-        const __m512 even = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, low)), sc);
-        const __m512 odd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), sc);
-        for (int m = 0; m < M; ++m) {
-          acc[m][0] = _mm512_fmadd_ps(even, _mm512_loadu_ps(x + m * cols + j), acc[m][0]);
-          acc[m][1] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(x + m * cols + j + 16), acc[m][1]);
-        }
+    __m512 acc[M][2], more[M][2];
+    for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = more[m][0] = more[m][1] = _mm512_setzero_ps();
+    int64_t t = 0;
+    if constexpr (M <= 2) {
+      // Few rows give few independent FMA chains: alternate chunks between two pairs of
+      // accumulators, or a row's chain of FMAs (4 cycles each), not the conversions, bounds the loop.
+      for (; t + 1 < steps; t += 2) {
+        int4_chunk<M>(v, x, cols, 32 * t, _mm512_set1_ps(scale[chunks == 1 ? t : t / chunks]), acc);
+        int4_chunk<M>(v, x, cols, 32 * (t + 1), _mm512_set1_ps(scale[chunks == 1 ? t + 1 : (t + 1) / chunks]),
+                      more);
       }
+    }
+    for (; t < steps; ++t)
+      int4_chunk<M>(v, x, cols, 32 * t, _mm512_set1_ps(scale[chunks == 1 ? t : t / chunks]), acc);
+    for (int m = 0; m < M; ++m) {
+      acc[m][0] = _mm512_add_ps(acc[m][0], more[m][0]);
+      acc[m][1] = _mm512_add_ps(acc[m][1], more[m][1]);
     }
     // The minimums' term, 16 groups at a time, into the same accumulators before their one sum.
     for (int64_t g = 0; g < groups; g += 16) {
@@ -464,12 +497,13 @@ SERVELAB_AVX2 inline float hsum_avx2(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
-// Channels [c0, c1) for M rows: two accumulators per row up to 4 rows (8 chains hide the FMA
-// latency), one beyond (M chains already do; 2 * 7 + 4 weights would not fit in 16 registers).
+// Channels [c0, c1) for M rows: one accumulator per vector of a step for 1-2 rows, two per row
+// up to 4 rows (8 chains hide the FMA latency), one beyond (M chains already do; 2 * 7 + 4
+// weights would not fit in 16 registers).
 template <QuantScheme S, int M>
 SERVELAB_AVX2 void gemv_channels_avx2(const Rows& s, const float* x, int64_t c0, int64_t c1,
                                       const float* out_scale, float* y, int64_t out) {
-  constexpr int A = M <= 4 ? 2 : 1;
+  constexpr int A = M <= 2 ? 4 : M <= 4 ? 2 : 1;
   const int64_t cols = s.cols;
   for (int64_t c = c0; c < c1; ++c) {
     __m256 acc[M][A];
@@ -508,7 +542,9 @@ SERVELAB_AVX2 void gemv_dispatch_avx2(int64_t rows, const Rows& s, const float* 
 template <int M>
 SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
                                            float* y, int64_t out) {
-  constexpr int A = M <= 4 ? 2 : 1;
+  // One accumulator per vector of a chunk for 1-2 rows (independent FMA chains), fewer beyond
+  // (16 registers).
+  constexpr int A = M <= 2 ? 4 : M <= 4 ? 2 : 1;
   const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32;
   const __m128i mask = _mm_set1_epi8(15);
   const float* x = op.x.data();
