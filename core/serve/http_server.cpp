@@ -385,6 +385,7 @@ struct HttpServer::Impl {
                 {"failed", s.failed}}},
               {"generated_tokens", s.generated_tokens},
               {"structured_output", structured_json()},
+              {"kv_memory", kv_json()},
               {"steps", s.steps}};
     if (!options.model_info.empty()) j["model"] = json::parse(options.model_info, nullptr, false);
     res.set_content(j.dump(), "application/json");
@@ -395,6 +396,17 @@ struct HttpServer::Impl {
     const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
     return v[k];
+  }
+
+  json kv_json() const {
+    const ServeKvInfo kv = scheduler.kv_info();
+    json j = {{"kind", kv.kind}, {"bytes", kv.bytes}};
+    if (kv.kind == "paged") {
+      j["blocks"] = kv.blocks;
+      j["block_size"] = kv.block_size;
+      j["prefix_caching"] = kv.prefix_caching;
+    }
+    return j;
   }
 
   json structured_json() const {
