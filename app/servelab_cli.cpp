@@ -782,10 +782,10 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
   so.max_queue = a.max_queue;
   so.max_total_tokens = a.max_total_tokens;
   so.adapter_cache_capacity = a.adapter_cache;
-  if (a.kv != "paged" && a.kv != "slot") throw InputError("--kv must be paged or slot, got '" + a.kv + "'");
+  if (a.kv != "paged" && a.kv != "slot") throw UsageError("--kv must be paged or slot, got '" + a.kv + "'");
   so.kv = a.kv == "paged" ? KvStrategy::Paged : KvStrategy::SlotKv;
   if (so.kv == KvStrategy::SlotKv && (a.kv_budget_mb > 0 || a.kv_budget_blocks > 0 || a.no_prefix_cache))
-    throw InputError("--kv-budget-mb, --kv-budget-blocks and --no-prefix-cache are paged KV's (--kv paged)");
+    throw UsageError("--kv-budget-mb, --kv-budget-blocks and --no-prefix-cache are paged KV's (--kv paged)");
   limits::check_range("--kv-budget-mb", a.kv_budget_mb, 0.0, 1e7);
   so.kv_budget_bytes = static_cast<int64_t>(a.kv_budget_mb * 1e6);
   so.kv_blocks = a.kv_budget_blocks;

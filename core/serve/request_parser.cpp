@@ -82,6 +82,13 @@ std::optional<std::string> get_string(const json& obj, const char* key, const st
   return v->get<std::string>();
 }
 
+// An object's "type" when it is a string, else "": the caller's message then names the shapes it
+// takes (json::value() would throw a type_error, a 500, for {"type": 1}).
+std::string type_of(const json& obj) {
+  const auto it = obj.find("type");
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 // A string or a list of strings (stop sequences).
 std::vector<std::string> get_strings(const json& obj, const char* key, const std::string& where) {
   const json* v = field(obj, key);
@@ -197,12 +204,12 @@ class Parser {
       throw validation("parameters.merged_adapters is not supported by this server");
     if (const json* rf = field(p, "response_format")) {
       // LoRAX: {"type": "json_object", "schema": {...}}; no schema: any JSON.
-      if (!rf->is_object() || rf->value("type", "") != "json_object")
+      if (!rf->is_object() || type_of(*rf) != "json_object")
         throw validation("parameters.response_format must be {\"type\": \"json_object\", \"schema\": {...}}");
       c.constraint = json_constraint(field(*rf, "schema"), "parameters.response_format.schema");
     } else if (const json* g = field(p, "grammar")) {
       // TGI: {"type": "json", "value": schema}; regular expressions are not supported.
-      if (!g->is_object() || g->value("type", "") != "json")
+      if (!g->is_object() || type_of(*g) != "json")
         throw validation(
             "parameters.grammar must be {\"type\": \"json\", \"value\": schema} (regex is not supported)");
       c.constraint = json_constraint(field(*g, "value"), "parameters.grammar.value");
@@ -252,7 +259,7 @@ class Parser {
       if (const auto v = get_number(body, k, ""); v && *v != 0)
         throw validation(std::string(k) + " is not supported by this server");
     if (const json* rf = field(body, "response_format")) {
-      const std::string type = rf->is_object() ? rf->value("type", "") : "";
+      const std::string type = rf->is_object() ? type_of(*rf) : "";
       if (type == "json_object") {
         c.constraint = json_constraint(nullptr, "response_format");
       } else if (type == "json_schema") {
@@ -307,7 +314,7 @@ class Parser {
           content = ct->get<std::string>();
         } else if (ct->is_array()) {
           for (const json& part : *ct) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            if (!part.is_object() || type_of(part) != "text" || !part.contains("text") ||
                 !part["text"].is_string())
               throw validation(w + "content parts must be {\"type\": \"text\", \"text\": ...}");
             content += part["text"].get<std::string>();
