@@ -610,8 +610,10 @@ void ServeScheduler::loop() {
         }
         break;
       }
-      em.prefix_cache_queries += static_cast<int64_t>(prompt.size());
-      em.prefix_cache_hits += s.kv->cached_tokens(e.id);
+      if (kv_info_.prefix_caching) {
+        em.prefix_cache_queries += static_cast<int64_t>(prompt.size());
+        em.prefix_cache_hits += s.kv->cached_tokens(e.id);
+      }
       e.info.state = "running";
       if (e.tracker) {
         resumed.push_back(&e);

@@ -454,6 +454,7 @@ class PagedKv(unittest.TestCase):
         m = metrics(srv)
         self.assertEqual(metric(m, "servelab:kv_blocks_total"), 0)
         self.assertEqual(metric(m, "vllm:num_preemptions_total"), 0)
+        self.assertEqual(metric(m, "vllm:prefix_cache_queries_total"), 0)  # no prefix cache to ask
 
     def test_bad_kv_options(self):
         for args, word in ((["--kv", "ring"], "--kv must be paged or slot"),
