@@ -763,6 +763,10 @@ struct ServeArgs {
   std::vector<std::string> adapters;  // NAME=PEFT_DIR
   int http_threads = 0;
   double grace_s = 10;
+  std::string kv = "paged";
+  double kv_budget_mb = 0;
+  int64_t kv_budget_blocks = 0, block_size = 16;
+  bool no_prefix_cache = false;
 };
 
 int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
@@ -779,6 +783,15 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
   so.max_queue = a.max_queue;
   so.max_total_tokens = a.max_total_tokens;
   so.adapter_cache_capacity = a.adapter_cache;
+  if (a.kv != "paged" && a.kv != "slot") throw UsageError("--kv must be paged or slot, got '" + a.kv + "'");
+  so.kv = a.kv == "paged" ? KvStrategy::Paged : KvStrategy::SlotKv;
+  if (so.kv == KvStrategy::SlotKv && (a.kv_budget_mb > 0 || a.kv_budget_blocks > 0 || a.no_prefix_cache))
+    throw UsageError("--kv-budget-mb, --kv-budget-blocks and --no-prefix-cache are paged KV's (--kv paged)");
+  limits::check_range("--kv-budget-mb", a.kv_budget_mb, 0.0, 1e7);
+  so.kv_budget_bytes = static_cast<int64_t>(a.kv_budget_mb * 1e6);
+  so.kv_blocks = a.kv_budget_blocks;
+  so.kv_block_size = a.block_size;
+  so.prefix_caching = !a.no_prefix_cache;
   for (const std::string& spec : a.adapters) {
     const size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
@@ -1097,6 +1110,12 @@ int main(int argc, char** argv) {
   serve->add_option("--http-threads", sv.http_threads,
                     "connection threads; each open stream holds one (0: max batch + max queue + 8)");
   serve->add_option("--max-body-bytes", sv.max_body_bytes, "larger request bodies get 413");
+  serve->add_option("--kv", sv.kv, "KV memory: paged (blocks, prefix caching; default) or slot");
+  auto* kv_mb = serve->add_option("--kv-budget-mb", sv.kv_budget_mb,
+                                  "paged KV pool in megabytes (1e6 bytes; default: slot KV's memory)");
+  serve->add_option("--kv-budget-blocks", sv.kv_budget_blocks, "paged KV pool in blocks")->excludes(kv_mb);
+  serve->add_option("--block-size", sv.block_size, "positions per paged KV block");
+  serve->add_flag("--no-prefix-cache", sv.no_prefix_cache, "paged KV without prefix caching");
   serve->add_option(
       "--shutdown-grace", sv.grace_s,
       "seconds running requests may take to finish after SIGINT/SIGTERM before they are cancelled");

@@ -14,132 +14,13 @@
 #include <optional>
 #include <random>
 
-#include "tokenizer/chat_template.h"
-#include "tokenizer/prompt.h"
+#include "serve/request_parser.h"
 #include "util/errors.h"
 
 namespace servelab {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-namespace {
-
-// An answer other than 200 before the first byte: HTTP status, LoRAX's error_type.
-struct ApiError : std::runtime_error {
-  ApiError(int status, std::string type, const std::string& message)
-      : std::runtime_error(message), status(status), type(std::move(type)) {}
-  int status;
-  std::string type;
-  int retry_after = 0;
-};
-
-ApiError validation(const std::string& message) { return ApiError(422, "validation", message); }
-
-// ---- reading request bodies -------------------------------------------------------------------
-
-const char* json_type(const json& j) {
-  switch (j.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::number_float:
-      return "a number";
-    default:
-      return "an integer";
-  }
-}
-
-// A field of an object; null and absent both mean "default".
-const json* field(const json& obj, const char* key) {
-  const auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::optional<double> get_number(const json& obj, const char* key, const std::string& where) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number()) throw validation(where + key + " must be a number, got " + json_type(*v));
-  return v->get<double>();
-}
-
-std::optional<int64_t> get_int(const json& obj, const char* key, const std::string& where) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
-      std::abs(v->get<double>()) < 1e15)
-    return static_cast<int64_t>(v->get<double>());
-  if (!v->is_number_integer()) throw validation(where + key + " must be an integer, got " + json_type(*v));
-  return v->get<int64_t>();
-}
-
-std::optional<bool> get_bool(const json& obj, const char* key, const std::string& where) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean()) throw validation(where + key + " must be true or false, got " + json_type(*v));
-  return v->get<bool>();
-}
-
-std::optional<std::string> get_string(const json& obj, const char* key, const std::string& where) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_string()) throw validation(where + key + " must be a string, got " + json_type(*v));
-  return v->get<std::string>();
-}
-
-// A string or a list of strings (stop sequences).
-std::vector<std::string> get_strings(const json& obj, const char* key, const std::string& where) {
-  const json* v = field(obj, key);
-  if (!v) return {};
-  if (v->is_string()) return {v->get<std::string>()};
-  if (!v->is_array()) throw validation(where + key + " must be a list of strings, got " + json_type(*v));
-  std::vector<std::string> out;
-  for (const json& s : *v) {
-    if (!s.is_string()) throw validation(where + key + " must hold strings only, got " + json_type(s));
-    out.push_back(s.get<std::string>());
-  }
-  return out;
-}
-
-json parse_body(const httplib::Request& req) {
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    throw validation(std::string("the body is not valid JSON: ") + e.what());
-  }
-  if (!body.is_object())
-    throw validation(std::string("the body must be a JSON object, got ") + json_type(body));
-  return body;
-}
-
-uint64_t fresh_seed() {
-  static std::atomic<uint64_t> counter{0};
-  return (static_cast<uint64_t>(std::random_device{}()) << 20) ^ counter++;
-}
-
-// ---- the parsed request -----------------------------------------------------------------------
-
-struct Call {
-  std::string prompt_text;
-  BatchRequest request;
-  bool stream = false;
-  bool details = false;
-  bool full_text = false;
-  std::optional<uint64_t> seed;  // reported back when sampling
-  std::string model;             // OpenAI: the name asked for
-  bool include_usage = false;
-  std::unique_ptr<TokenConstraint> constraint;  // structured output
-};
-
-}  // namespace
 
 std::string hf_cache_snapshot(const std::string& repo_id, std::string* searched) {
   fs::path hub;
@@ -199,8 +80,9 @@ struct HttpServer::Impl {
       std::string searched;
       const std::string dir = hf_cache_snapshot(id, &searched);
       if (dir.empty() || !fs::exists(fs::path(dir) / "adapter_config.json"))
-        throw validation("unknown adapter '" + id + "': not registered with --adapter and not in the local " +
-                         "Hugging Face cache (looked for " + searched + "/snapshots/*/adapter_config.json)");
+        throw validation_error(
+            "unknown adapter '" + id + "': not registered with --adapter and not in the local " +
+            "Hugging Face cache (looked for " + searched + "/snapshots/*/adapter_config.json)");
       AdapterSource a;
       a.name = id;
       a.peft_dir = dir;
@@ -211,228 +93,30 @@ struct HttpServer::Impl {
       if (scheduler.knows_adapter(id)) return id;
       std::error_code ec;
       if (!fs::exists(fs::path(id) / "adapter_config.json", ec))
-        throw validation("adapter_id '" + id + "' with adapter_source local must be a PEFT folder " +
-                         "(adapter_config.json + adapter_model.safetensors)");
+        throw validation_error("adapter_id '" + id + "' with adapter_source local must be a PEFT folder " +
+                               "(adapter_config.json + adapter_model.safetensors)");
       AdapterSource a;
       a.name = a.peft_dir = id;
       scheduler.register_adapter(a);
       return id;
     }
-    throw validation("adapter_source '" + source + "' is not supported here: use local or hub");
+    throw validation_error("adapter_source '" + source + "' is not supported here: use local or hub");
   }
 
-  // Both APIs: stop strings, sampling, seed.
-  void set_sampling(Call& c, bool sample, std::optional<double> temperature, std::optional<int64_t> top_k,
-                    std::optional<double> top_p, std::optional<int64_t> seed) {
-    SamplingParams& p = c.request.sampling;
-    if (temperature && *temperature < 0)
-      throw validation("temperature must be >= 0, got " + std::to_string(*temperature));
-    if (top_k && *top_k < 1) throw validation("top_k must be > 0, got " + std::to_string(*top_k));
-    if (top_p && !(*top_p > 0 && *top_p <= 1))
-      throw validation("top_p must be in (0, 1], got " + std::to_string(*top_p));
-    if (seed && *seed < 0) throw validation("seed must be >= 0, got " + std::to_string(*seed));
-    p.greedy = !sample || (temperature && *temperature == 0);
-    if (p.greedy) return;
-    p.temperature = temperature.value_or(1.0);
-    p.top_k = top_k.value_or(0);
-    p.top_p = top_p.value_or(1.0);
-    c.seed = seed ? static_cast<uint64_t>(*seed) : fresh_seed();
-    p.seed = *c.seed;
-  }
-
-  void set_prompt(Call& c, std::vector<int32_t> ids) {
-    if (ids.empty()) throw validation("the prompt is empty: it needs at least one token");
-    c.request.prompt_ids = std::move(ids);
-  }
-
-  // LoRAX / TGI: {"inputs", "parameters": {...}, "stream"}.
-  Call parse_lorax(const json& body, bool stream_default) {
-    Call c;
-    const json* inputs = field(body, "inputs");
-    if (!inputs) throw validation("inputs is required: the prompt text");
-    if (!inputs->is_string())
-      throw validation(std::string("inputs must be a string, got ") + json_type(*inputs));
-    c.prompt_text = inputs->get<std::string>();
-    c.stream = get_bool(body, "stream", "").value_or(stream_default);
-    static const json empty = json::object();
-    const json* pp = field(body, "parameters");
-    if (pp && !pp->is_object())
-      throw validation(std::string("parameters must be an object, got ") + json_type(*pp));
-    const json& p = pp ? *pp : empty;
-    const std::string w = "parameters.";
-    const int64_t max_new = get_int(p, "max_new_tokens", w).value_or(20);
-    if (max_new < 1)
-      throw validation("parameters.max_new_tokens must be at least 1, got " + std::to_string(max_new));
-    c.request.max_new_tokens = max_new;
-    const auto temperature = get_number(p, "temperature", w);
-    const auto top_k = get_int(p, "top_k", w);
-    const auto top_p = get_number(p, "top_p", w);
-    const auto typical_p = get_number(p, "typical_p", w);
-    if (typical_p && *typical_p < 1) throw validation("parameters.typical_p is not supported by this server");
-    // TGI samples when asked to, or when any warper is set.
-    const bool sample = get_bool(p, "do_sample", w).value_or(false) || (temperature && *temperature != 1.0) ||
-                        top_k.has_value() || (top_p && *top_p < 1.0);
-    set_sampling(c, sample, temperature, top_k, top_p, get_int(p, "seed", w));
-    c.request.stop_strings = get_strings(p, "stop", w);
-    c.request.stop_at_eos = !get_bool(p, "ignore_eos_token", w).value_or(false);
-    c.details = get_bool(p, "details", w).value_or(false);
-    c.full_text = get_bool(p, "return_full_text", w).value_or(false);
-    if (const auto rp = get_number(p, "repetition_penalty", w); rp && *rp != 1.0)
-      throw validation("parameters.repetition_penalty is not supported by this server (got " +
-                       std::to_string(*rp) + ")");
-    if (const auto best_of = get_int(p, "best_of", w); best_of && *best_of != 1)
-      throw validation("parameters.best_of must be 1 here, got " + std::to_string(*best_of));
-    if (get_bool(p, "watermark", w).value_or(false))
-      throw validation("parameters.watermark is not supported");
-    if (field(p, "merged_adapters"))
-      throw validation("parameters.merged_adapters is not supported by this server");
-    if (const json* rf = field(p, "response_format")) {
-      // LoRAX: {"type": "json_object", "schema": {...}}; no schema: any JSON.
-      if (!rf->is_object() || rf->value("type", "") != "json_object")
-        throw validation("parameters.response_format must be {\"type\": \"json_object\", \"schema\": {...}}");
-      c.constraint = json_constraint(field(*rf, "schema"), "parameters.response_format.schema");
-    } else if (const json* g = field(p, "grammar")) {
-      // TGI: {"type": "json", "value": schema}; regular expressions are not supported.
-      if (!g->is_object() || g->value("type", "") != "json")
-        throw validation(
-            "parameters.grammar must be {\"type\": \"json\", \"value\": schema} (regex is not supported)");
-      c.constraint = json_constraint(field(*g, "value"), "parameters.grammar.value");
-    }
-    if (const auto truncate = get_int(p, "truncate", w); truncate && *truncate < 1)
-      throw validation("parameters.truncate must be at least 1, got " + std::to_string(*truncate));
-    const std::string adapter_id = get_string(p, "adapter_id", w).value_or("");
-    const std::string source = get_string(p, "adapter_source", w).value_or("");
-    c.request.adapter = resolve_adapter(adapter_id, source);
-    std::vector<int32_t> ids = encode_prompt(tokenizer, c.prompt_text);
-    if (const auto truncate = get_int(p, "truncate", w);
-        truncate && static_cast<int64_t>(ids.size()) > *truncate)
-      ids.erase(ids.begin(), ids.end() - *truncate);
-    set_prompt(c, std::move(ids));
-    return c;
-  }
-
-  // The adapter an OpenAI "model" names: the base model (its id, "tgi", or nothing) or an adapter.
-  std::string openai_model(Call& c, const json& body) {
-    c.model = get_string(body, "model", "").value_or(options.model_id);
-    if (c.model.empty() || c.model == options.model_id || c.model == "tgi") {
-      c.model = options.model_id;
-      return "";
-    }
-    return resolve_adapter(c.model, "");
-  }
-
-  void parse_openai_common(Call& c, const json& body, int64_t prompt_tokens, int64_t default_max) {
-    std::optional<int64_t> max = get_int(body, "max_completion_tokens", "");
-    if (!max) max = get_int(body, "max_tokens", "");
-    if (max && *max < 1) throw validation("max_tokens must be at least 1, got " + std::to_string(*max));
-    c.request.max_new_tokens = max.value_or(
-        std::max<int64_t>(1, std::min(default_max, scheduler.max_total_tokens() - prompt_tokens)));
-    const auto temperature = get_number(body, "temperature", "");
-    if (temperature && *temperature > 2)
-      throw validation("temperature must be in [0, 2], got " + std::to_string(*temperature));
-    // OpenAI's default temperature is 1: sampling unless temperature is 0.
-    set_sampling(c, true, temperature.value_or(1.0), std::nullopt, get_number(body, "top_p", ""),
-                 get_int(body, "seed", ""));
-    c.request.stop_strings = get_strings(body, "stop", "");
-    if (c.request.stop_strings.size() > 4) throw validation("stop takes at most 4 sequences");
-    // vLLM's extension (llama.cpp's server takes it too): load generators ask for whole budgets.
-    c.request.stop_at_eos = !get_bool(body, "ignore_eos", "").value_or(false);
-    if (const auto n = get_int(body, "n", ""); n && *n != 1)
-      throw validation("n must be 1 here, got " + std::to_string(*n));
-    for (const char* k : {"presence_penalty", "frequency_penalty"})
-      if (const auto v = get_number(body, k, ""); v && *v != 0)
-        throw validation(std::string(k) + " is not supported by this server");
-    if (const json* rf = field(body, "response_format")) {
-      const std::string type = rf->is_object() ? rf->value("type", "") : "";
-      if (type == "json_object") {
-        c.constraint = json_constraint(nullptr, "response_format");
-      } else if (type == "json_schema") {
-        const json* js = field(*rf, "json_schema");
-        const json* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
-        if (!schema) throw validation("response_format json_schema needs json_schema.schema");
-        c.constraint = json_constraint(schema, "response_format.json_schema.schema");
-      } else if (type != "text") {
-        throw validation("response_format.type must be text, json_object or json_schema");
-      }
-    }
-    c.stream = get_bool(body, "stream", "").value_or(false);
-    if (const json* so = field(body, "stream_options")) {
-      if (!so->is_object())
-        throw validation(std::string("stream_options must be an object, got ") + json_type(*so));
-      c.include_usage = get_bool(*so, "include_usage", "stream_options.").value_or(false);
-    }
-  }
-
-  Call parse_completion(const json& body) {
-    Call c;
-    c.request.adapter = openai_model(c, body);
-    const json* prompt = field(body, "prompt");
-    if (!prompt) throw validation("prompt is required");
-    if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) prompt = &(*prompt)[0];
-    if (!prompt->is_string())
-      throw validation(std::string("prompt must be a string, got ") + json_type(*prompt));
-    c.prompt_text = prompt->get<std::string>();
-    if (get_bool(body, "echo", "").value_or(false)) c.full_text = true;
-    set_prompt(c, encode_prompt(tokenizer, c.prompt_text));
-    parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 16);
-    return c;
-  }
-
-  Call parse_chat(const json& body) {
-    Call c;
-    c.request.adapter = openai_model(c, body);
-    const json* messages = field(body, "messages");
-    if (!messages || !messages->is_array() || messages->empty())
-      throw validation("messages is required: a non-empty list of {role, content}");
-    std::vector<ChatMessage> chat;
-    for (size_t i = 0; i < messages->size(); ++i) {
-      const json& m = (*messages)[i];
-      const std::string w = "messages[" + std::to_string(i) + "].";
-      if (!m.is_object())
-        throw validation(w.substr(0, w.size() - 1) + " must be an object, got " + json_type(m));
-      const auto role = get_string(m, "role", w);
-      if (!role) throw validation(w + "role is required");
-      std::string content;
-      if (const json* ct = field(m, "content")) {
-        if (ct->is_string()) {
-          content = ct->get<std::string>();
-        } else if (ct->is_array()) {
-          for (const json& part : *ct) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-                !part["text"].is_string())
-              throw validation(w + "content parts must be {\"type\": \"text\", \"text\": ...}");
-            content += part["text"].get<std::string>();
-          }
-        } else {
-          throw validation(w + "content must be a string or a list of text parts, got " + json_type(*ct));
-        }
-      }
-      chat.push_back({*role, content});
-    }
-    if (tokenizer.chat_template().empty())
-      throw validation("the model has no chat template: use /v1/completions with plain text");
-    auto spelling = [&](std::optional<int32_t> id) {
-      return id ? tokenizer.token_bytes(*id) : std::string();
+  RequestParserContext parser_context() {
+    RequestParserContext ctx;
+    ctx.tokenizer = &tokenizer;
+    ctx.model_id = options.model_id;
+    ctx.max_total_tokens = scheduler.max_total_tokens();
+    if (StructuredOutput* so = scheduler.structured_output())
+      ctx.json_constraint = [so](const std::string& schema) { return so->json(schema); };
+    ctx.resolve_adapter = [this](const std::string& id, const std::string& source) {
+      return resolve_adapter(id, source);
     };
-    const ChatTemplate tmpl = ChatTemplate::from_jinja(
-        tokenizer.chat_template(), spelling(tokenizer.bos_id()), spelling(tokenizer.eos_id()));
-    c.prompt_text = tmpl.format(chat, true);
-    set_prompt(c, tokenizer.encode(c.prompt_text));
-    parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 1 << 30);
-    return c;
+    return ctx;
   }
 
-  // A JSON constraint: schema (a JSON Schema object) or, when null, any JSON.
-  std::unique_ptr<TokenConstraint> json_constraint(const json* schema, const std::string& what) {
-    if (!scheduler.structured_output())
-      throw validation(
-          "structured output is not available in this build (scripts/build_xgrammar, then configure)");
-    if (schema && !schema->is_object())
-      throw validation(what + " must be a JSON Schema object, got " + json_type(*schema));
-    return scheduler.structured_output()->json(schema ? schema->dump() : "");
-  }
-
-  std::shared_ptr<RequestStream> submit(Call& c) {
+  std::shared_ptr<RequestStream> submit(ParsedRequest& c) {
     try {
       return scheduler.submit(c.request, std::move(c.constraint));
     } catch (const OverloadedError& e) {
@@ -536,13 +220,12 @@ struct HttpServer::Impl {
             {"special", t.special}};
   }
 
-  json seed_json(const Call& c) const { return c.seed ? json(*c.seed) : json(nullptr); }
+  json seed_json(const ParsedRequest& c) const { return c.seed ? json(*c.seed) : json(nullptr); }
 
   // ---- LoRAX / TGI ----
-  void lorax(const httplib::Request& req, httplib::Response& res, bool stream_default, bool as_list,
-             bool force_stream) {
-    Call c = parse_lorax(parse_body(req), stream_default);
-    if (force_stream) c.stream = true;
+  void lorax(const httplib::Request& req, httplib::Response& res, ApiEndpoint endpoint) {
+    const bool as_list = endpoint == ApiEndpoint::LoraxRoot;
+    ParsedRequest c = parse_api_request(endpoint, req.body, parser_context());
     std::shared_ptr<RequestStream> stream = submit(c);
     if (!c.stream) {
       RequestResult r;
@@ -604,8 +287,8 @@ struct HttpServer::Impl {
 
   // ---- OpenAI ----
   void openai(const httplib::Request& req, httplib::Response& res, bool chat) {
-    const json body = parse_body(req);
-    Call c = chat ? parse_chat(body) : parse_completion(body);
+    ParsedRequest c = parse_api_request(chat ? ApiEndpoint::ChatCompletions : ApiEndpoint::Completions,
+                                        req.body, parser_context());
     std::shared_ptr<RequestStream> stream = submit(c);
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
@@ -702,6 +385,7 @@ struct HttpServer::Impl {
                 {"failed", s.failed}}},
               {"generated_tokens", s.generated_tokens},
               {"structured_output", structured_json()},
+              {"kv_memory", kv_json()},
               {"steps", s.steps}};
     if (!options.model_info.empty()) j["model"] = json::parse(options.model_info, nullptr, false);
     res.set_content(j.dump(), "application/json");
@@ -712,6 +396,17 @@ struct HttpServer::Impl {
     const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
     return v[k];
+  }
+
+  json kv_json() const {
+    const ServeKvInfo kv = scheduler.kv_info();
+    json j = {{"kind", kv.kind}, {"bytes", kv.bytes}};
+    if (kv.kind == "paged") {
+      j["blocks"] = kv.blocks;
+      j["block_size"] = kv.block_size;
+      j["prefix_caching"] = kv.prefix_caching;
+    }
+    return j;
   }
 
   json structured_json() const {
@@ -766,7 +461,7 @@ struct HttpServer::Impl {
     try {
       handler();
     } catch (const ApiError& e) {
-      reply(e.status, e.type, e.what(), e.retry_after);
+      reply(e.status(), e.type(), e.what(), e.retry_after);
     } catch (const InputError& e) {
       reply(422, "validation", e.what(), 0);
     } catch (const TokenizerError& e) {
@@ -796,14 +491,14 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
   s.set_payload_max_length(static_cast<size_t>(m.options.max_body_bytes));
   s.set_keep_alive_timeout(1);
   s.set_read_timeout(30);
-  auto lorax = [&m](bool stream_default, bool as_list, bool force_stream) {
-    return [&m, stream_default, as_list, force_stream](const httplib::Request& req, httplib::Response& res) {
-      m.guarded(res, false, [&] { m.lorax(req, res, stream_default, as_list, force_stream); });
+  auto lorax = [&m](ApiEndpoint endpoint) {
+    return [&m, endpoint](const httplib::Request& req, httplib::Response& res) {
+      m.guarded(res, false, [&] { m.lorax(req, res, endpoint); });
     };
   };
-  s.Post("/", lorax(false, true, false));
-  s.Post("/generate", lorax(false, false, false));
-  s.Post("/generate_stream", lorax(true, false, true));
+  s.Post("/", lorax(ApiEndpoint::LoraxRoot));
+  s.Post("/generate", lorax(ApiEndpoint::Generate));
+  s.Post("/generate_stream", lorax(ApiEndpoint::GenerateStream));
   s.Post("/v1/completions", [&m](const httplib::Request& req, httplib::Response& res) {
     m.guarded(res, true, [&] { m.openai(req, res, false); });
   });

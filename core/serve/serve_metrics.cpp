@@ -102,11 +102,24 @@ std::string prometheus_text(const ServeMetrics& m, const std::string& model_name
   auto d = [](int64_t v) { return static_cast<double>(v); };
   w.gauge("vllm:num_requests_running", d(m.running), "Requests in the running batch (vLLM's name).");
   w.gauge("vllm:num_requests_waiting", d(m.waiting), "Requests waiting for a batch place (vLLM's name).");
-  w.gauge("vllm:kv_cache_usage_perc",
-          m.kv_positions_total
-              ? static_cast<double>(m.kv_positions_used) / static_cast<double>(m.kv_positions_total)
-              : 0.0,
-          "Fraction of KV positions holding a running request's token, 0..1 (vLLM's name).");
+  // Paged: blocks some request references over all blocks (cached blocks nobody uses are free, as
+  // in vLLM); slot KV: positions holding a running request's token over all positions.
+  const double usage = m.kv_paged
+                           ? (m.kv_blocks_total ? d(m.kv_blocks_used) / d(m.kv_blocks_total) : 0.0)
+                           : (m.kv_positions_total ? d(m.kv_positions_used) / d(m.kv_positions_total) : 0.0);
+  w.gauge("vllm:kv_cache_usage_perc", usage, "KV cache in use, 0..1 (vLLM's name).");
+  w.gauge("vllm:gpu_cache_usage_perc", usage, "The same, by vLLM's older name (before 0.10).");
+  w.counter("vllm:num_preemptions_total", d(m.preemptions),
+            "Running requests evicted when KV blocks ran out, recomputed later (vLLM's name).");
+  w.counter("vllm:prefix_cache_queries_total", d(m.prefix_cache_queries),
+            "Prompt tokens looked up in the prefix cache (vLLM's name).");
+  w.counter("vllm:prefix_cache_hits_total", d(m.prefix_cache_hits),
+            "Prompt tokens found in the prefix cache (vLLM's name).");
+  w.gauge("servelab:kv_blocks_total", d(m.kv_blocks_total),
+          "KV blocks in the pool (paged KV; 0 for slot KV).");
+  w.gauge("servelab:kv_blocks_used", d(m.kv_blocks_used), "KV blocks referenced by a running request.");
+  w.gauge("servelab:kv_blocks_cached", d(m.kv_blocks_cached),
+          "KV blocks nobody references, kept for the prefix cache (evicted least recently used).");
   w.counter("vllm:prompt_tokens_total", d(m.prompt_tokens), "Prompt tokens prefilled (vLLM's name).");
   w.counter("vllm:generation_tokens_total", d(m.generation_tokens), "Tokens generated (vLLM's name).");
   w.head("vllm:request_success_total", "counter",

@@ -45,7 +45,12 @@ struct ServeMetrics {
   LatencyHistogram queue_time;     // submit -> admitted
   int64_t kv_bytes = 0;            // KV memory held (slot KV: allocated up front)
   int64_t kv_positions_used = 0;   // positions holding a running request's token
-  int64_t kv_positions_total = 0;  // max batch x positions per request
+  int64_t kv_positions_total = 0;  // max batch x positions per request (paged: the pool's)
+  bool kv_paged = false;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;  // paged: the block pool
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache (recomputes included)
+  int64_t prefix_cache_hits = 0;     // of those, found cached
+  int64_t preemptions = 0;           // running requests evicted for blocks, to be recomputed
   AdapterCacheStats adapters;
 
   ServeMetrics();

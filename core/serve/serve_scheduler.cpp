@@ -85,6 +85,9 @@ struct Entry {
   std::optional<Sampler> sampler;
   std::shared_ptr<const LoraAdapter> adapter;
   std::unique_ptr<TokenConstraint> constraint;
+  // Paged KV: a preempted request's prompt and generated tokens, recomputed at its readmission.
+  std::vector<int32_t> context;
+  bool evicted = false;  // preempted in this step; back to the waiting queue after it
   // What the table and /metrics see.
   ServeRequestInfo info;
   std::chrono::steady_clock::time_point submitted, first_token, last_token;
@@ -127,7 +130,8 @@ struct ServeScheduler::Impl {
   // The engine thread's own.
   std::unique_ptr<KvMemoryManager> kv;
   std::unique_ptr<AdapterCache> adapters;
-  std::map<int64_t, const LoraAdapter*> held;  // running request -> its adapter, for the routing
+  std::map<int64_t, const LoraAdapter*> held;   // running request -> its adapter, for the routing
+  std::map<std::string, int64_t> adapter_keys;  // prefix caching shares blocks per adapter only
   std::deque<std::unique_ptr<Entry>> waiting;
   std::vector<std::unique_ptr<Entry>> running;
   std::vector<int32_t> stop_ids;
@@ -158,8 +162,39 @@ ServeScheduler::ServeScheduler(const Model& model, const Tokenizer& tokenizer, S
   s.stop_ids = generation_stop_ids(model, tokenizer);
   if (StructuredOutput::available())
     structured_ = std::make_unique<StructuredOutput>(tokenizer, model.shape().vocab_size, s.stop_ids);
-  s.kv = make_kv_memory_manager(KvStrategy::SlotKv, model, options_.max_batch, max_total_tokens_,
-                                padding_id(model, tokenizer));
+  if (options_.kv != KvStrategy::Paged && options_.kv != KvStrategy::SlotKv)
+    throw InputError(std::string("the server's KV memory must be paged or slot, got ") +
+                     kv_strategy_name(options_.kv));
+  PagedKvConfig paged;
+  kv_info_.kind = options_.kv == KvStrategy::Paged ? "paged" : "slot";
+  if (options_.kv == KvStrategy::Paged) {
+    if (options_.kv_block_size < 1 || options_.kv_block_size > 4096)
+      throw InputError("KV block size must be in [1, 4096] positions, got " +
+                       std::to_string(options_.kv_block_size));
+    if (options_.kv_blocks < 0 || options_.kv_budget_bytes < 0)
+      throw InputError("the KV budget must be positive (0: slot KV's memory)");
+    const int64_t block_bytes = model.kv_cache_bytes(1, options_.kv_block_size);
+    paged.block_size = options_.kv_block_size;
+    paged.prefix_caching = options_.prefix_caching;
+    paged.num_blocks =
+        options_.kv_blocks > 0 ? options_.kv_blocks
+        : options_.kv_budget_bytes > 0
+            ? options_.kv_budget_bytes / block_bytes
+            : options_.max_batch * ((max_total_tokens_ + paged.block_size - 1) / paged.block_size);
+    if (paged.num_blocks < 1)
+      throw InputError("a KV budget of " + std::to_string(options_.kv_budget_bytes) +
+                       " bytes holds no block of " + std::to_string(paged.block_size) + " positions (" +
+                       std::to_string(block_bytes) + " bytes for this model)");
+    if (paged.num_blocks > (int64_t{1} << 24))
+      throw InputError("a KV pool of " + std::to_string(paged.num_blocks) +
+                       " blocks is more than 16M blocks");
+    kv_info_.blocks = paged.num_blocks;
+    kv_info_.block_size = paged.block_size;
+    kv_info_.prefix_caching = paged.prefix_caching;
+  }
+  s.kv = make_kv_memory_manager(options_.kv, model, options_.max_batch, max_total_tokens_,
+                                padding_id(model, tokenizer), paged);
+  kv_info_.bytes = s.kv->usage().total_bytes;
   const int64_t capacity = options_.adapter_cache_capacity > 0 ? options_.adapter_cache_capacity
                                                                : std::numeric_limits<int32_t>::max();
   s.adapters = std::make_unique<AdapterCache>(model, options_.adapters, capacity);
@@ -184,7 +219,14 @@ ServeScheduler::~ServeScheduler() {
   if (impl_->thread.joinable()) impl_->thread.join();
   // Nobody waits forever on a request the engine never saw or never finished.
   for (auto& e : impl_->inbox) e->stream->finish(unstarted_result(*e, "cancelled"));
-  for (auto& e : impl_->waiting) e->stream->finish(unstarted_result(*e, "cancelled"));
+  for (auto& e : impl_->waiting) {
+    if (e->tracker) {  // preempted: it has tokens already
+      e->tracker->finish("cancelled");
+      e->stream->finish(e->tracker->result());
+    } else {
+      e->stream->finish(unstarted_result(*e, "cancelled"));
+    }
+  }
   for (auto& e : impl_->running) {
     e->tracker->finish("cancelled");
     e->stream->finish(e->tracker->result());
@@ -208,6 +250,16 @@ std::shared_ptr<RequestStream> ServeScheduler::submit(BatchRequest request,
         " new tokens are asked for: " + std::to_string(prompt + request.max_new_tokens) + " exceeds the " +
         std::to_string(max_total_tokens_) + " positions a request may use (model context " +
         std::to_string(model_.shape().context) + ")");
+  if (kv_info_.blocks > 0) {
+    // The last generated token is never fed back, so it needs no position.
+    const int64_t positions = std::max<int64_t>(prompt, prompt + request.max_new_tokens - 1);
+    const int64_t need = (positions + kv_info_.block_size - 1) / kv_info_.block_size;
+    if (need > kv_info_.blocks)
+      throw InputError("the request needs " + std::to_string(need) + " KV blocks of " +
+                       std::to_string(kv_info_.block_size) + " positions (" + std::to_string(prompt) +
+                       " prompt + " + std::to_string(request.max_new_tokens) +
+                       " new tokens); the server's KV budget holds " + std::to_string(kv_info_.blocks));
+  }
   request.sampling.validate();
   request.arrival_ms = 0;
   if (constraint) request.stop_at_eos = true;  // a complete JSON text leaves only the stop tokens
@@ -326,7 +378,8 @@ void ServeScheduler::loop() {
   ServeMetrics em;  // the engine's own, published under the lock
   em.max_batch = options_.max_batch;
   em.max_queue = options_.max_queue;
-  em.kv_positions_total = options_.max_batch * max_total_tokens_;
+  em.kv_positions_total =
+      kv_info_.blocks > 0 ? kv_info_.blocks * kv_info_.block_size : options_.max_batch * max_total_tokens_;
   std::vector<ServeRequestInfo> ended;  // since the last publish
 
   // A request leaves the scheduler: its row in the table and its counters.
@@ -353,7 +406,43 @@ void ServeScheduler::loop() {
     }
     if (s.held.erase(e.id)) s.adapters->release(e.request.adapter);
   };
+  // Paged KV: a running request evicted for blocks (vLLM's recompute policy): it frees its blocks
+  // and its adapter pin, and waits to prefill its prompt and tokens again, its stream untouched.
+  std::vector<Entry*> evicted;  // this step's, in preemption order
+  auto preempt = [&](Entry& e) {
+    e.evicted = true;
+    s.kv->retire({e.id});
+    e.context = e.request.prompt_ids;
+    const std::vector<int32_t>& generated = e.tracker->result().generated_ids;
+    e.context.insert(e.context.end(), generated.begin(), generated.end());
+    if (s.held.erase(e.id)) {
+      s.adapters->release(e.request.adapter);
+      e.adapter.reset();
+    }
+    e.info.state = "waiting";
+    ++em.preemptions;
+    evicted.push_back(&e);
+  };
+  // Every decoding request needs room for its next position. When the pool runs out, the latest
+  // admitted running request is preempted until the older ones fit; the oldest always fits, as
+  // every request fits the pool alone (submit checks it).
+  auto grow_or_preempt = [&](std::vector<std::unique_ptr<Entry>>& running) {
+    for (auto& e : running)
+      if (e->tracker->finished()) s.kv->retire({e->id});  // ended in its prefill: free it first
+    for (auto& r : running) {
+      Entry& e = *r;
+      if (e.evicted || e.tracker->finished()) continue;
+      while (!s.kv->grow(e.id, e.tracker->result().generated_ids.back())) {
+        Entry* victim = nullptr;
+        for (auto& c : running)
+          if (!c->evicted && !c->tracker->finished()) victim = c.get();
+        preempt(*victim);
+        if (victim == &e) break;
+      }
+    }
+  };
   auto fail_running = [&](const std::string& message) {
+    evicted.clear();
     for (auto& e : s.running) {
       retire(*e);
       e->stream->fail(message, "generation");
@@ -425,6 +514,11 @@ void ServeScheduler::loop() {
     em.waiting = s.stats.waiting;
     em.steps = steps;
     em.kv_bytes = s.kv->bytes();
+    const KvMemoryManager::Usage usage = s.kv->usage();
+    em.kv_paged = options_.kv == KvStrategy::Paged;
+    em.kv_blocks_total = usage.blocks_total;
+    em.kv_blocks_used = usage.blocks_used;
+    em.kv_blocks_cached = usage.blocks_cached;
     em.kv_positions_used = 0;
     for (const auto& e : s.running) em.kv_positions_used += e->info.prompt_tokens + e->info.generated;
     em.adapters = s.adapters->stats();
@@ -458,7 +552,12 @@ void ServeScheduler::loop() {
     // Cancelled requests leave first: a waiting one never runs, a running one frees its slot now.
     for (auto it = s.waiting.begin(); it != s.waiting.end();) {
       if (cancel_all || (*it)->stream->cancelled()) {
-        (*it)->stream->finish(unstarted_result(**it, "cancelled"));
+        if ((*it)->tracker) {  // preempted: it has tokens already
+          (*it)->tracker->finish("cancelled");
+          (*it)->stream->finish((*it)->tracker->result());
+        } else {
+          (*it)->stream->finish(unstarted_result(**it, "cancelled"));
+        }
         ended_as(**it, "cancelled", "cancelled");
         ++cancelled;
         it = s.waiting.erase(it);
@@ -479,8 +578,15 @@ void ServeScheduler::loop() {
     // Admit waiting requests into free batch places, in arrival order.
     std::vector<PrefillRequest> admitted;
     std::vector<Entry*> admitted_rows;
+    std::vector<Entry*> resumed;  // preempted before: their prefill continues their stream
     while (!s.waiting.empty() && static_cast<int64_t>(s.running.size()) < options_.max_batch) {
       Entry& e = *s.waiting.front();
+      // A preempted request recomputes its prompt and the tokens it has so far.
+      const std::vector<int32_t>& prompt = e.context.empty() ? e.request.prompt_ids : e.context;
+      const int64_t have = e.tracker ? static_cast<int64_t>(e.tracker->result().generated_ids.size()) : 0;
+      int64_t& key = s.adapter_keys[e.request.adapter];
+      if (key == 0 && !e.request.adapter.empty()) key = static_cast<int64_t>(s.adapter_keys.size());
+      const PrefillRequest pr{e.id, &prompt, e.request.max_new_tokens - have, key};
       if (!e.request.adapter.empty()) {
         try {
           e.adapter = s.adapters->acquire(e.request.adapter);
@@ -496,12 +602,28 @@ void ServeScheduler::loop() {
         if (!e.adapter) break;
         s.held[e.id] = e.adapter.get();
       }
-      e.tracker = std::make_unique<RequestTracker>(tokenizer_, e.request, e.id, s.stop_ids);
+      // Paged KV: the prompt's blocks must fit now, else the queue waits (first come, first served).
+      if (!s.kv->reserve(pr)) {
+        if (s.held.erase(e.id)) {
+          s.adapters->release(e.request.adapter);
+          e.adapter.reset();
+        }
+        break;
+      }
+      if (kv_info_.prefix_caching) {
+        em.prefix_cache_queries += static_cast<int64_t>(prompt.size());
+        em.prefix_cache_hits += s.kv->cached_tokens(e.id);
+      }
       e.info.state = "running";
-      em.queue_time.observe(seconds_between(e.submitted, Clock::now()));
-      em.prompt_tokens += e.info.prompt_tokens;
-      e.sampler.emplace(e.request.sampling);
-      admitted.push_back({e.id, &e.request.prompt_ids, e.request.max_new_tokens});
+      if (e.tracker) {
+        resumed.push_back(&e);
+      } else {
+        e.tracker = std::make_unique<RequestTracker>(tokenizer_, e.request, e.id, s.stop_ids);
+        em.queue_time.observe(seconds_between(e.submitted, Clock::now()));
+        em.prompt_tokens += e.info.prompt_tokens;
+        e.sampler.emplace(e.request.sampling);
+      }
+      admitted.push_back(pr);
       admitted_rows.push_back(&e);
       s.running.push_back(std::move(s.waiting.front()));
       s.waiting.pop_front();
@@ -515,14 +637,18 @@ void ServeScheduler::loop() {
     try {
       if (!admitted.empty()) {
         const double ms = s.now_ms();
-        for (Entry* e : admitted_rows) e->tracker->admitted(-1, steps, ms);
+        for (Entry* e : admitted_rows)
+          if (std::find(resumed.begin(), resumed.end(), e) == resumed.end())
+            e->tracker->admitted(-1, steps, ms);
         take_tokens(s.kv->prefill(admitted), admitted_rows);
+        for (Entry* e : admitted_rows) e->context.clear();  // a recomputation's context served its prefill
       }
+      if (options_.kv == KvStrategy::Paged) grow_or_preempt(s.running);
       std::vector<Entry*> decoding;
       std::vector<int64_t> ids;
       std::vector<int32_t> last;
       for (auto& e : s.running) {
-        if (e->tracker->finished()) continue;
+        if (e->tracker->finished() || e->evicted) continue;
         decoding.push_back(e.get());
         ids.push_back(e->id);
         last.push_back(e->tracker->result().generated_ids.back());
@@ -538,7 +664,16 @@ void ServeScheduler::loop() {
       continue;
     }
     ++steps;
-    em.batch_rows += static_cast<int64_t>(s.running.size());
+    em.batch_rows += static_cast<int64_t>(s.running.size() - evicted.size());
+    // The preempted wait at the head of the queue, the earliest admitted first.
+    for (Entry* v : evicted) {
+      const auto it =
+          std::find_if(s.running.begin(), s.running.end(), [&](const auto& e) { return e.get() == v; });
+      v->evicted = false;
+      s.waiting.push_front(std::move(*it));
+      s.running.erase(it);
+    }
+    evicted.clear();
     std::vector<std::unique_ptr<Entry>> done;
     std::erase_if(s.running, [&](std::unique_ptr<Entry>& e) {
       if (!e->tracker->finished()) return false;

@@ -90,6 +90,23 @@ struct ServeOptions {
   std::vector<AdapterSource> adapters;  // registered at start (--adapter NAME=DIR)
   int64_t adapter_cache_capacity = 8;   // adapters loaded at once (0: no limit)
   MultiLoraStrategy lora_strategy = MultiLoraStrategy::Segmented;
+  // KV memory: paged (vLLM's blocks, admission by free blocks, preemption by recompute, prefix
+  // caching) or slot (a row of max_total_tokens positions per batch place).
+  KvStrategy kv = KvStrategy::Paged;
+  // Paged pool: kv_blocks blocks, else kv_budget_bytes' worth, else slot KV's memory (max batch x
+  // max total tokens).
+  int64_t kv_blocks = 0;
+  int64_t kv_budget_bytes = 0;
+  int64_t kv_block_size = 16;
+  bool prefix_caching = true;
+};
+
+// The KV memory a server runs on, as /info names it.
+struct ServeKvInfo {
+  std::string kind;  // "paged" or "slot"
+  int64_t bytes = 0;
+  int64_t blocks = 0, block_size = 0;  // paged only
+  bool prefix_caching = false;
 };
 
 // Counters, read by /info and the log.
@@ -144,6 +161,7 @@ class ServeScheduler {
   StructuredOutput* structured_output() const { return structured_.get(); }
 
   int64_t max_total_tokens() const { return max_total_tokens_; }
+  ServeKvInfo kv_info() const { return kv_info_; }
   const ServeOptions& options() const { return options_; }
   ServeStats stats() const;
   // What /metrics shows, as of the engine's last step.
@@ -159,6 +177,7 @@ class ServeScheduler {
   const Tokenizer& tokenizer_;
   ServeOptions options_;
   int64_t max_total_tokens_ = 0;
+  ServeKvInfo kv_info_;
   std::unique_ptr<StructuredOutput> structured_;
   std::unique_ptr<Impl> impl_;
 };

@@ -116,8 +116,11 @@ StructuredOutput::StructuredOutput(const Tokenizer& tokenizer, int64_t model_voc
   }
   const xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, static_cast<int>(model_vocab),
                                      stop_ids);
-  impl_->compiler =
-      std::make_unique<xgrammar::GrammarCompiler>(info, /*max_threads=*/2, /*cache_enabled=*/true);
+  // The cache is bounded: every distinct schema a client sends would otherwise stay compiled for
+  // the server's lifetime (a memory leak any client can drive).
+  constexpr int64_t kCacheBytes = int64_t{64} << 20;
+  impl_->compiler = std::make_unique<xgrammar::GrammarCompiler>(info, /*max_threads=*/2,
+                                                                /*cache_enabled=*/true, kCacheBytes);
   impl_->vocab = model_vocab;
 }
 

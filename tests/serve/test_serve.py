@@ -84,6 +84,11 @@ def server(name):
         elif name == "small":
             SERVERS[name] = Server("small", ["--demo", "--max-batch", "1", "--max-queue", "1", "--threads", "2",
                                              "--shutdown-grace", "1"])
+        elif name == "paged_tight":  # 8 blocks of 16 positions for 8 batch places: preemption
+            SERVERS[name] = Server("paged_tight", ["--demo", "--max-batch", "8", "--threads", "2",
+                                                   "--kv-budget-blocks", "8", "--block-size", "16"])
+        elif name == "slot":
+            SERVERS[name] = Server("slot", ["--demo", "--max-batch", "4", "--threads", "2", "--kv", "slot"])
         elif name == "smol":
             SERVERS[name] = Server("smol", ["--threads", "2", "--max-batch", "4", "--max-total-tokens", "1024"])
     return SERVERS[name]
@@ -379,6 +384,92 @@ class GreedyParity(unittest.TestCase):
         self.assertEqual(len({tuple(v) for v in outs.values()}), 4, outs)
 
 
+# ---- paged KV ------------------------------------------------------------------------------------
+
+class PagedKv(unittest.TestCase):
+    """Paged KV is the default (demo above runs on it); a pool too small for the load preempts,
+    prefix caching hits on shared prompts, slot KV stays selectable."""
+
+    def test_info_names_the_kv_memory(self):
+        kv = info(server("demo"))["kv_memory"]
+        self.assertEqual((kv["kind"], kv["block_size"], kv["prefix_caching"]), ("paged", 16, True))
+        self.assertEqual(kv["blocks"], 8 * 1024 // 16)  # slot KV's memory: max batch x max total tokens
+        self.assertEqual(info(server("slot"))["kv_memory"]["kind"], "slot")
+
+    def test_preemption_keeps_every_stream_its_solo_tokens(self):
+        srv = server("paged_tight")
+        rng = random.Random(17)
+        reqs = [(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 30))), rng.randint(20, 60), i % 2 == 0)
+                for i in range(16)]
+        before = metrics(srv)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(lambda r: generate_ids(srv, r[0], r[1], None, r[2]), reqs))
+        after = metrics(srv)
+        preempted = metric(after, "vllm:num_preemptions_total") - metric(before, "vllm:num_preemptions_total")
+        self.assertGreater(preempted, 0, "8 requests of up to 90 positions in 128 must preempt")
+        alone = [generate_ids(srv, p, n) for p, n, _ in reqs]
+        for i, (t, a) in enumerate(zip(together, alone)):
+            self.assertEqual(t, a, f"request {i} {reqs[i][1:]}: tokens under preemption differ from its solo run")
+        m = metrics(srv)
+        self.assertEqual(metric(m, "servelab:kv_blocks_total"), 8)
+        self.assertEqual(metric(m, "servelab:kv_blocks_used"), 0)  # all returned when idle
+        self.assertEqual(metric(m, "vllm:kv_cache_usage_perc"), 0)
+        self.assertLessEqual(metric(m, "servelab:kv_blocks_cached"), 8)
+
+    def test_request_larger_than_the_pool_is_refused_alone(self):
+        srv = server("paged_tight")
+        r = post(srv, "/generate", {"inputs": "hello", "parameters": {"max_new_tokens": 200}})
+        self.assertEqual(r.status_code, 422, r.text)
+        self.assertIn("needs 13 KV blocks of 16 positions", r.json()["error"])
+        self.assertIn("holds 8", r.json()["error"])
+        self.assertEqual(len(generate_ids(srv, "hello", 5)), 5)  # the next one is served
+
+    def test_shared_system_prompt_hits_the_prefix_cache(self):
+        srv = server("demo")
+        system = " ".join(WORDS[i % len(WORDS)] for i in range(60))  # several full blocks
+        first = post(srv, "/generate", {"inputs": system + " first question", "parameters": {
+            "max_new_tokens": 3, "details": True}})
+        self.assertEqual(first.status_code, 200, first.text)
+        before = metrics(srv)
+        second = post(srv, "/generate", {"inputs": system + " another question", "parameters": {
+            "max_new_tokens": 3, "details": True}})
+        self.assertEqual(second.status_code, 200, second.text)
+        after = metrics(srv)
+        prompt = second.json()["details"]["prompt_tokens"]
+        hits = metric(after, "vllm:prefix_cache_hits_total") - metric(before, "vllm:prefix_cache_hits_total")
+        queries = metric(after, "vllm:prefix_cache_queries_total") - metric(before, "vllm:prefix_cache_queries_total")
+        self.assertEqual(queries, prompt)
+        self.assertGreaterEqual(hits, 32)  # at least two full blocks of the shared prefix
+        self.assertEqual(hits % 16, 0)  # only full blocks are shared
+        self.assertLess(hits, prompt)
+
+    def test_slot_kv_parity(self):
+        srv = server("slot")
+        rng = random.Random(18)
+        reqs = [(" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 20))), rng.randint(2, 16), i % 2 == 1)
+                for i in range(10)]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(lambda r: generate_ids(srv, r[0], r[1], None, r[2]), reqs))
+        self.assertEqual(together, [generate_ids(srv, p, n) for p, n, _ in reqs])
+        m = metrics(srv)
+        self.assertEqual(metric(m, "servelab:kv_blocks_total"), 0)
+        self.assertEqual(metric(m, "vllm:num_preemptions_total"), 0)
+        self.assertEqual(metric(m, "vllm:prefix_cache_queries_total"), 0)  # no prefix cache to ask
+
+    def test_bad_kv_options(self):
+        for args, word in ((["--kv", "ring"], "--kv must be paged or slot"),
+                           (["--kv", "slot", "--kv-budget-blocks", "4"], "paged KV's"),
+                           (["--kv-budget-mb", "5", "--kv-budget-blocks", "4"], "excludes")):
+            p = subprocess.run([CLI, "serve", "--demo", "--port", "0", *args], capture_output=True, text=True,
+                               timeout=120)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(word, p.stderr)
+        p = subprocess.run([CLI, "serve", "--demo", "--port", "0", "--kv-budget-mb", "0.01"], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("holds no block of 16 positions", p.stderr)
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 
 class BadInput(unittest.TestCase):
@@ -422,6 +513,15 @@ class BadInput(unittest.TestCase):
             self.assertEqual(r.json()["error_type"], "generation")
         self.check(srv, "/generate", None, 413, "larger than", raw=b'{"inputs": "' + b"x" * (3 << 20) + b'"}')
         r = self.check(srv, "/nothing", {}, 404, "no such endpoint")
+        # Found by fuzz_serve_request: numbers past double's range were a 500; nesting is bounded
+        # before anything recurses over it; integers past int64 are named, not wrapped.
+        self.check(srv, "/", None, 422, "not valid JSON", raw=b'{"inputs": "x", "parameters": {"seed": 1e309}}')
+        self.check(srv, "/", None, 422, "nests deeper than 64", raw=b'{"inputs": "x", "p": ' + b"[" * 100000 + b"]" * 100000 + b"}")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"max_new_tokens": 18446744073709551615}}, 422,
+                   "max_new_tokens is too large")
+        # A non-string "type" was a json type_error (500); the fuzz harness confirms the fix.
+        self.check(srv, "/", {"inputs": "x", "parameters": {"response_format": {"type": 1}}}, 422, "response_format")
+        self.check(srv, "/", {"inputs": "x", "parameters": {"grammar": {"type": None, "value": {}}}}, 422, "grammar")
         # The client's own nulls are fine, and the server still answers.
         r = post(srv, "/", {"inputs": "x", "parameters": {"adapter_id": None, "response_format": None,
                                                           "max_new_tokens": 2, "stop": []}, "stream": False})
@@ -448,6 +548,10 @@ class BadInput(unittest.TestCase):
                    "no chat template")
         self.check(srv, "/v1/completions", None, 422, "not valid JSON", raw=b"{")
         self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "xml"}}, 422,
+                   "response_format.type")
+        self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": 7}]}]}, 422,
+                   "content parts")
+        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": ["json_object"]}}, 422,
                    "response_format.type")
         self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "json_schema"}}, 422,
                    "json_schema.schema")
@@ -884,7 +988,7 @@ def main():
     if args.k:
         loader.testNamePatterns = [f"*{args.k}*"]
     suite = unittest.TestSuite(loader.loadTestsFromTestCase(c)
-                               for c in (Lesson7, OpenAIClient, GreedyParity, BadInput, Metrics, LoadGenerator,
+                               for c in (Lesson7, OpenAIClient, GreedyParity, PagedKv, BadInput, Metrics, LoadGenerator,
                                                                   Lifecycle))
     result = unittest.TextTestRunner(verbosity=2 if args.v else 1).run(suite)
     ok = result.wasSuccessful()
