@@ -25,6 +25,7 @@
 #include "job_spy.h"
 #include "main_window.h"
 #include "model/model_export.h"
+#include "text_format.h"
 
 using namespace servelab::ui;
 using Cell = ChartView::Cell;
@@ -71,6 +72,14 @@ QVector<bool> cachedOf(const servelab::BatchStep& s) {
   QVector<bool> c(static_cast<int>(s.kv_blocks_total), false);
   for (int64_t b : s.kv_cached_blocks) c[static_cast<int>(b)] = true;
   return c;
+}
+
+// The comparison table's cell for a figure (its row header) and a method column.
+QString tableCell(QTableWidget* table, const QString& figure, int column) {
+  for (int row = 0; row < table->rowCount(); ++row)
+    if (table->verticalHeaderItem(row) && table->verticalHeaderItem(row)->text() == figure)
+      return table->item(row, column) ? table->item(row, column)->text() : QString();
+  return QStringLiteral("<no row %1>").arg(figure);
 }
 
 }  // namespace
@@ -373,7 +382,7 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(table->columnCount(), 3);
     QCOMPARE(table->horizontalHeaderItem(0)->text(), QStringLiteral("synchronous"));
     QCOMPARE(table->horizontalHeaderItem(1)->text(), QStringLiteral("continuous\n(slot KV)"));
-    QCOMPARE(table->rowCount(), 14);
+    QCOMPARE(table->rowCount(), 17);
     QCOMPARE(table->item(2, 0)->text(), QStringLiteral("1.00×"));  // speed-up of synchronous over itself
     QCOMPARE(table->item(9, 1)->text(), QString::number(r.methods[1].inference_calls));
     for (int row = 0; row < table->rowCount(); ++row)
@@ -472,6 +481,151 @@ class TestBatchingTabs : public QObject {
     tab->loadSettings(saved);
     QCOMPARE(tab->params().paged, true);
     QCOMPARE(tab->params().kv_block_size, int64_t{4});
+  }
+
+  // "How many requests fit in N MB?": the preset keeps the budget in the box, sets the course's mix
+  // with slot KV held to that budget and no prefix caching, and runs; the summary line, the
+  // comparison table and the KV utilisation chart show the engine's own figures.
+  void presetHowManyFit() {
+    auto w = tinyWindow(QStringLiteral("preset-fit"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    tab->setNaive(true);
+    tab->setPaged(false, 4, 0, true);
+    tab->applyPreset(ContinuousTab::Preset::FitInBudget);
+    QCOMPARE(tab->params().kv_budget_mb, ContinuousTab::kPresetBudgetMb);  // 0 in the box: the default
+    // The tiny model's KV is 512 bytes a position: 0.08 MB holds two slots of the longest request
+    // (20 + 48 positions) and nine blocks of 16.
+    tab->setPaged(true, 16, 0.08, true);
+    tab->applyPreset(ContinuousTab::Preset::FitInBudget);
+    const servelab::SyncVsContinuousParams p = tab->params();
+    QCOMPARE(p.requests, int64_t{24});
+    QCOMPARE(p.max_batch, int64_t{16});
+    QCOMPARE(p.long_every, int64_t{6});
+    QCOMPARE(p.long_tokens, int64_t{48});
+    QCOMPARE(p.short_tokens, int64_t{8});
+    QCOMPARE(p.prompt_tokens_min, int64_t{4});
+    QCOMPARE(p.prompt_tokens_max, int64_t{20});
+    QCOMPARE(p.naive, false);
+    QCOMPARE(p.paged, true);
+    QCOMPARE(p.kv_block_size, int64_t{16});
+    QCOMPARE(p.kv_budget_mb, 0.08);
+    QCOMPARE(p.prefix_caching, false);
+    QCOMPARE(p.slots_in_budget, true);
+    QCOMPARE(p.paged_uncached_too, false);
+
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->runPreset(ContinuousTab::Preset::FitInBudget));
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    const servelab::SyncVsContinuousResult& r = tab->result();
+    QCOMPARE(r.runs.size(), size_t{3});
+    QVERIFY(r.same_tokens);
+    const servelab::BatchRunResult& slot = r.runs[1];
+    const servelab::BatchRunResult& paged = r.runs[2];
+    QCOMPARE(slot.method, std::string("continuous (slot KV)"));
+    QCOMPARE(paged.method, std::string("continuous (paged KV)"));
+    QCOMPARE(slot.max_running, int64_t{2});
+    QVERIFY(paged.max_running > slot.max_running);
+    const QString line = QStringLiteral(
+                             "In the same 0.08 MB of KV memory: slot KV held at most %1 requests at once, "
+                             "paged KV %2.</b> Average batch %3 vs %4; paged KV preempted %5 times.")
+                             .arg(slot.max_running)
+                             .arg(paged.max_running)
+                             .arg(slot.average_batch, 0, 'f', 2)
+                             .arg(paged.average_batch, 0, 'f', 2)
+                             .arg(paged.preemptions);
+    QVERIFY2(tab->summaryText().contains(line), qPrintable(tab->summaryText()));
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousComparison"));
+    for (int c = 0; c < 3; ++c) {
+      const servelab::BatchRunResult& run = r.runs[static_cast<size_t>(c)];
+      QCOMPARE(tableCell(table, QStringLiteral("most requests at once"), c),
+               QString::number(run.max_running));
+      QCOMPARE(tableCell(table, QStringLiteral("preemptions"), c), QString::number(run.preemptions));
+      QCOMPARE(tableCell(table, QStringLiteral("average batch"), c),
+               QString::number(run.average_batch, 'f', 2));
+    }
+    // Utilisation over time: one point per scheduler step of each continuous run, equal to its
+    // snapshots; paged KV's blocks on the right axis.
+    const ChartView& usage = tab->kvUsageChart();
+    QCOMPARE(usage.seriesIndex(QStringLiteral("synchronous: held")), -1);
+    for (const servelab::BatchRunResult* run : {&slot, &paged}) {
+      const QString m = QString::fromStdString(run->method);
+      const QVector<QPointF> held = usage.seriesPoints(usage.seriesIndex(m + QStringLiteral(": held")));
+      const QVector<QPointF> used = usage.seriesPoints(usage.seriesIndex(m + QStringLiteral(": used")));
+      QCOMPARE(held.size(), static_cast<qsizetype>(run->steps.size()));
+      QCOMPARE(used.size(), static_cast<qsizetype>(run->steps.size()));
+      for (size_t i = 0; i < run->steps.size(); ++i) {
+        const servelab::BatchStep& s = run->steps[i];
+        QCOMPARE(held[static_cast<qsizetype>(i)].x(), static_cast<double>(s.step));
+        QCOMPARE(held[static_cast<qsizetype>(i)].y(),
+                 static_cast<double>(s.kv_reserved_bytes) / (1024.0 * 1024.0));
+        QCOMPARE(used[static_cast<qsizetype>(i)].y(),
+                 static_cast<double>(s.kv_used_bytes) / (1024.0 * 1024.0));
+      }
+    }
+    QCOMPARE(usage.seriesIndex(QStringLiteral("continuous (slot KV): blocks held")), -1);
+    const QVector<QPointF> blocks =
+        usage.seriesPoints(usage.seriesIndex(QStringLiteral("continuous (paged KV): blocks held")));
+    QCOMPARE(blocks.size(), static_cast<qsizetype>(paged.steps.size()));
+    for (size_t i = 0; i < paged.steps.size(); ++i)
+      QCOMPARE(blocks[static_cast<qsizetype>(i)].y(), static_cast<double>(paged.steps[i].kv_blocks_used));
+    // The exported result carries the same counts.
+    const QJsonArray runs = tab->lastResult()[QStringLiteral("runs")].toArray();
+    QCOMPARE(runs[2].toObject()[QStringLiteral("max_running")].toInteger(), paged.max_running);
+  }
+
+  // "Shared system prompt": prompts that share 128 tokens, paged KV without and with prefix caching;
+  // the hits in tokens and both median TTFTs come from the result.
+  void presetSharedSystemPrompt() {
+    auto w = tinyWindow(QStringLiteral("preset-shared"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    tab->setNaive(true);
+    tab->setPaged(false, 4, 3, false);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->runPreset(ContinuousTab::Preset::SharedSystemPrompt));
+    const servelab::SyncVsContinuousParams p = tab->params();
+    QCOMPARE(p.requests, int64_t{16});
+    QCOMPARE(p.max_batch, int64_t{4});
+    QCOMPARE(p.prompt_tokens_min, int64_t{128});
+    QCOMPARE(p.prompt_tokens_max, int64_t{160});
+    QVERIFY(QString::fromStdString(p.prompt).startsWith(QStringLiteral("You are a careful assistant")));
+    QCOMPARE(p.naive, false);
+    QCOMPARE(p.paged, true);
+    QCOMPARE(p.kv_block_size, int64_t{16});
+    QCOMPARE(p.kv_budget_mb, 0.0);
+    QCOMPARE(p.prefix_caching, true);
+    QCOMPARE(p.paged_uncached_too, true);
+    QCOMPARE(p.slots_in_budget, false);
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    const servelab::SyncVsContinuousResult& r = tab->result();
+    QCOMPARE(r.runs.size(), size_t{4});
+    QVERIFY(r.same_tokens);
+    const servelab::BatchRunResult& uncached = r.runs[2];
+    const servelab::BatchRunResult& cached = r.runs[3];
+    QCOMPARE(uncached.method, std::string("continuous (paged KV, no prefix cache)"));
+    QCOMPARE(cached.method, std::string("continuous (paged KV + prefix cache)"));
+    QCOMPARE(uncached.prefix_hit_tokens, int64_t{0});
+    QVERIFY(cached.prefix_hit_tokens >= 12 * 112);  // every request after the first 4 hits 7 blocks or more
+    const QString line =
+        QStringLiteral(
+            "Prefix cache: %1 of %2 prompt tokens were hits</b> (without it: 0); median "
+            "time to first token %3 → %4 ms.")
+            .arg(cached.prefix_hit_tokens)
+            .arg(cached.prompt_tokens)
+            .arg(formatMsCoarse(r.methods[2].ttft_p50), formatMsCoarse(r.methods[3].ttft_p50));
+    QVERIFY2(tab->summaryText().contains(line), qPrintable(tab->summaryText()));
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousComparison"));
+    QCOMPARE(table->horizontalHeaderItem(3)->text(), QStringLiteral("continuous\n(paged KV + prefix cache)"));
+    QCOMPARE(tableCell(table, QStringLiteral("prefix-cache hits (tokens)"), 3),
+             QStringLiteral("%1 / %2").arg(cached.prefix_hit_tokens).arg(cached.prompt_tokens));
+    QCOMPARE(tableCell(table, QStringLiteral("TTFT p50 (ms)"), 2), formatMsCoarse(r.methods[2].ttft_p50));
+    QCOMPARE(tab->timelineNames().size(), 4);
+    QCOMPARE(tab->timelineNames()[2], QStringLiteral("continuous (paged KV, no prefix cache)"));
   }
 
   // Stop during the paged run: the view keeps the last step it was shown.
