@@ -352,6 +352,11 @@ bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
           [this](qint64 r, int, const QString& piece, qint64 step, double) { onToken(r, piece, step); });
   connect(engineJob, &EngineJob::batchRetired, this, &ContinuousTab::onRetired);
   connect(engineJob, &EngineJob::batchStep, this, &ContinuousTab::onStep);
+  connect(engineJob, &EngineJob::batchPrefixHit, this, [this](qint64 r, qint64 cached, qint64) {
+    live_.prefixHit(r, cached);
+    timelineDirty_ = true;
+    scheduleFlush();
+  });
   connect(engineJob, &EngineJob::failed, this, &ContinuousTab::onFailed);
   progress_->follow(engineJob);
   runStarted();

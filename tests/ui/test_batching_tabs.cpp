@@ -120,7 +120,7 @@ class TestBatchingTabs : public QObject {
   static void checkTimelineMatches(const QVector<Cell>& cells, const servelab::BatchRunResult& run) {
     const bool rowIsSlot = run.method != "continuous (merge/filter)";
     int prefills = 0;
-    for (const Cell& c : cells) prefills += c.style == Style::Solid ? 1 : 0;
+    for (const Cell& c : cells) prefills += c.style == Style::Solid || c.style == Style::Cached ? 1 : 0;
     QCOMPARE(prefills, static_cast<int>(run.requests.size()));
     for (const servelab::RequestResult& r : run.requests) {
       const QVector<Cell> mine = cellsOf(cells, r.id);
@@ -626,6 +626,95 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(tableCell(table, QStringLiteral("TTFT p50 (ms)"), 2), formatMsCoarse(r.methods[2].ttft_p50));
     QCOMPARE(tab->timelineNames().size(), 4);
     QCOMPARE(tab->timelineNames()[2], QStringLiteral("continuous (paged KV, no prefix cache)"));
+    // On the Gantt, the cached run's prefills are hatched where the cache served part of the prompt,
+    // the hover text giving the result's count; the uncached run has none.
+    tab->showTimeline(3);
+    const QVector<Cell> cells = tab->primaryChart()->cells();
+    int hits = 0;
+    for (const servelab::RequestResult& rr : cached.requests) {
+      const QVector<Cell> mine = cellsOf(cells, rr.id);
+      QVERIFY(!mine.isEmpty());
+      QCOMPARE(mine.front().style, rr.cached_tokens > 0 ? Style::Cached : Style::Solid);
+      if (rr.cached_tokens > 0) {
+        ++hits;
+        QVERIFY2(mine.front().info.contains(
+                     QStringLiteral("%1 of its %2 prompt tokens came from the prefix cache: only %3 computed")
+                         .arg(rr.cached_tokens)
+                         .arg(rr.prompt_ids.size())
+                         .arg(static_cast<qint64>(rr.prompt_ids.size()) - rr.cached_tokens)),
+                 qPrintable(mine.front().info));
+      }
+    }
+    QVERIFY(hits >= 12);
+    tab->showTimeline(2);
+    for (const Cell& c : tab->primaryChart()->cells()) QVERIFY(c.style != Style::Cached);
+  }
+
+  // A KV budget too small for three requests at once: paged KV preempts the latest admitted one; its
+  // bar stops at that step with a crossed-out mark (the hover text says so) and resumes when it is
+  // admitted again, on the live timeline and on the one rebuilt from the result alike.
+  void preemptionIsMarkedOnTheGantt() {
+    auto w = tinyWindow(QStringLiteral("preempt"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    smallQueue(tab);
+    tab->setPromptTokens(12, 12);
+    tab->setNaive(false);
+    tab->setMaxBatch(3);
+    // 512 bytes a position: 0.02 MB holds 9 blocks of 4 positions. Three 12-token prompts take all 9
+    // at admission, and the first decode needs a fourth block each.
+    tab->setPaged(true, 4, 0.02, false);
+    // The same events the tab gets, into a timeline of the test's own: the last run's is paged KV's.
+    BatchTimeline live;
+    onEveryJob(w->engine(), &EngineJob::batchRunStarted, this,
+               [&](const QString& m, qint64 n, qint64 slots) { live.start(m, n, slots); });
+    onEveryJob(w->engine(), &EngineJob::batchAdmitted, this,
+               [&](qint64 id, qint64 slot, qint64 step, double) { live.admit(id, slot, step); });
+    onEveryJob(w->engine(), &EngineJob::batchToken, this,
+               [&](qint64 id, int, const QString&, qint64 step, double) { live.token(id, step); });
+    onEveryJob(w->engine(), &EngineJob::batchRetired, this,
+               [&](const servelab::RequestResult& rr) { live.retire(rr); });
+    onEveryJob(w->engine(), &EngineJob::batchStep, this, [&](const servelab::BatchStep& s) { live.step(s); });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    const servelab::SyncVsContinuousResult& r = tab->result();
+    QVERIFY(r.same_tokens);
+    const servelab::BatchRunResult& run = r.runs.back();
+    QVERIFY(run.preemptions > 0);
+    QCOMPARE(tab->shownTimeline(), 2);
+    const QVector<Cell> cells = tab->primaryChart()->cells();
+    int marks = 0;
+    for (const servelab::BatchStep& s : run.steps)
+      for (int64_t id : s.preempted) {
+        const QVector<Cell> mine = cellsOf(cells, id);
+        const auto mark = std::find_if(mine.begin(), mine.end(), [&](const Cell& c) {
+          return c.style == Style::Preempted && c.x0 == s.step - 0.5;
+        });
+        QVERIFY2(mark != mine.end(), qPrintable(cellsText(mine)));
+        QVERIFY(mark->info.contains(QStringLiteral("preempted at step %1").arg(s.step)));
+        ++marks;
+      }
+    QCOMPARE(marks, static_cast<int>(run.preemptions));
+    for (const servelab::RequestResult& rr : run.requests) {
+      const QVector<Cell> mine = cellsOf(cells, rr.id);
+      QCOMPARE(static_cast<int64_t>(std::count_if(mine.begin(), mine.end(),
+                                                  [](const Cell& c) { return c.style == Style::Preempted; })),
+               rr.preemptions);
+      QCOMPARE(mine.back().x1, rr.finished_step + 0.5);  // it still finishes, on its last run's row
+    }
+    const auto marksOf = [](const QVector<Cell>& all) {
+      QStringList out;
+      for (const Cell& c : all)
+        if (c.style == Style::Preempted)
+          out << QStringLiteral("%1 %2").arg(c.x0).arg(c.info.section(u'·', 0, 0));
+      out.sort();
+      return out;
+    };
+    QCOMPARE(live.method(), QStringLiteral("continuous (paged KV)"));
+    QCOMPARE(marksOf(live.cells()), marksOf(cells));
   }
 
   // Stop during the paged run: the view keeps the last step it was shown.
