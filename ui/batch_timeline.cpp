@@ -205,12 +205,13 @@ QStringList BatchTimeline::rowLabels() const {
 }
 
 QVector<ChartView::CellKey> BatchTimeline::legend() {
+  // Short names, one row under the chart: the caption and each cell's hover text say the rest.
   const QColor sample = requestColor(0);
-  return {{tr("prefill + first token"), sample, ChartView::CellStyle::Solid},
-          {tr("decode (a colour per request)"), sample, ChartView::CellStyle::Tint},
-          {tr("padding: done, waiting for its batch"), QColor(Qt::gray), ChartView::CellStyle::Muted},
-          {tr("prefill from the prefix cache (paged)"), sample, ChartView::CellStyle::Cached},
-          {tr("preempted, recomputed later (paged)"), sample, ChartView::CellStyle::Preempted}};
+  return {{tr("prefill + 1st token"), sample, ChartView::CellStyle::Solid},
+          {tr("decode"), sample, ChartView::CellStyle::Tint},
+          {tr("padding (batch wait)"), QColor(Qt::gray), ChartView::CellStyle::Muted},
+          {tr("prefix-cache hit"), sample, ChartView::CellStyle::Cached},
+          {tr("preempted"), sample, ChartView::CellStyle::Preempted}};
 }
 
 QVector<ChartView::Cell> BatchTimeline::cells() const {

@@ -155,6 +155,7 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   gantt_->setAxisLabels(tr("scheduler step"), QString());
   gantt_->setCellRows(BatchTimeline().rowLabels());
   gantt_->setCellKeys(BatchTimeline::legend());
+  gantt_->setLegendColumns(static_cast<int>(BatchTimeline::legend().size()));
   auto* selectorRow = new QHBoxLayout;
   selectorRow->addWidget(new QLabel(tr("Timeline of"), this));
   selectorRow->addWidget(selector_);
@@ -734,24 +735,20 @@ void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
   for (int c = 0; c < static_cast<int>(r.methods.size()); ++c) {
     const servelab::ServeSummary& m = r.methods[static_cast<size_t>(c)];
     const servelab::BatchRunResult& run = r.runs[static_cast<size_t>(c)];
+    const bool sync = run.method == "synchronous";
     const QStringList values = {
-        formatMsCoarse(m.total_ms),
-        QString::number(m.tokens_per_s, 'f', 0),
+        formatMsCoarse(m.total_ms), QString::number(m.tokens_per_s, 'f', 0),
         m.total_ms > 0 && syncMs > 0 ? QStringLiteral("%1×").arg(syncMs / m.total_ms, 0, 'f', 2) : QString(),
-        formatMsCoarse(m.ttft_p50),
-        formatMsCoarse(m.ttft_p90),
-        formatMsCoarse(m.ttft_p99),
-        formatMsCoarse(m.latency_p50),
-        formatMsCoarse(m.latency_p90),
-        formatMsCoarse(m.latency_p99),
-        QString::number(m.inference_calls),
-        QString::number(m.average_batch, 'f', 2),
-        QString::number(m.max_batch),
-        QString::number(static_cast<double>(m.kv_cache_bytes) / kMiB, 'f', 2),
+        formatMsCoarse(m.ttft_p50), formatMsCoarse(m.ttft_p90), formatMsCoarse(m.ttft_p99),
+        formatMsCoarse(m.latency_p50), formatMsCoarse(m.latency_p90), formatMsCoarse(m.latency_p99),
+        QString::number(m.inference_calls), QString::number(m.average_batch, 'f', 2),
+        QString::number(m.max_batch), QString::number(static_cast<double>(m.kv_cache_bytes) / kMiB, 'f', 2),
         QString::number(static_cast<double>(m.kv_copy_bytes) / kMiB, 'f', 2),
-        QString::number(run.max_running),
-        QString::number(run.preemptions),
-        QStringLiteral("%1 / %2").arg(run.prefix_hit_tokens).arg(run.prompt_tokens)};
+        // Synchronous batching keeps no count of these: its batch is max batch requests.
+        sync ? QStringLiteral("—") : QString::number(run.max_running),
+        sync ? QStringLiteral("—") : QString::number(run.preemptions),
+        sync ? QStringLiteral("—")
+             : QStringLiteral("%1 / %2").arg(run.prefix_hit_tokens).arg(run.prompt_tokens)};
     for (int row = 0; row < values.size(); ++row) {
       auto* item = new QTableWidgetItem(values[row]);
       item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
