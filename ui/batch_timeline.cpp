@@ -137,31 +137,27 @@ BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
       if (r->finished >= 0) r->lastToken = std::min(r->lastToken, r->finished);
     }
   }
-  // Rows in the order the requests were admitted, as the live timeline chose them.
-  std::vector<qint64> order;
-  for (qint64 id = 0; id < t.requests_.size(); ++id)
-    if (t.requests_[id].admitted >= 0) order.push_back(id);
-  std::stable_sort(order.begin(), order.end(), [&](qint64 a, qint64 b) {
-    const Request& x = t.requests_[a];
-    const Request& y = t.requests_[b];
-    return x.admitted != y.admitted ? x.admitted < y.admitted : x.slot < y.slot;
-  });
-  // Rows for the runs a preemption cut short first (earliest first), then for the last runs.
-  std::vector<std::pair<qint64, qsizetype>> cut;  // (admission step, request * 1024 + run) order
-  for (qint64 id = 0; id < t.requests_.size(); ++id)
-    for (qsizetype k = 0; k < t.requests_[id].interrupted.size(); ++k)
-      cut.emplace_back(t.requests_[id].interrupted[k].admitted, id * 1024 + k);
-  std::stable_sort(cut.begin(), cut.end());
-  for (const auto& [step, key] : cut) {
-    Request& r = t.requests_[key / 1024];
-    Request::Interrupted& i = r.interrupted[key % 1024];
-    i.lane = t.freeLane(i.admitted == r.interrupted.front().admitted ? r.slot : -1, step, -1);
-    t.slots_ = std::max(t.slots_, i.lane + 1);
+  // Rows in the order the runs were admitted, as the live timeline chose them: a request's first
+  // run prefers the slot it was given, a readmission (after a preemption) takes the first free row.
+  struct Admission {
+    qint64 step, slot, id;
+    qsizetype run;  // index in interrupted, or -1 for its last run
+  };
+  std::vector<Admission> admitted;
+  for (qint64 id = 0; id < t.requests_.size(); ++id) {
+    const Request& r = t.requests_[id];
+    for (qsizetype k = 0; k < r.interrupted.size(); ++k)
+      admitted.push_back({r.interrupted[k].admitted, k == 0 ? r.slot : -1, id, k});
+    if (r.admitted >= 0) admitted.push_back({r.admitted, r.interrupted.isEmpty() ? r.slot : -1, id, -1});
   }
-  for (qint64 id : order) {
-    Request& r = t.requests_[id];
-    r.lane = t.freeLane(r.interrupted.isEmpty() ? r.slot : -1, r.admitted, id);
-    t.slots_ = std::max(t.slots_, r.lane + 1);
+  std::stable_sort(admitted.begin(), admitted.end(), [](const Admission& a, const Admission& b) {
+    return a.step != b.step ? a.step < b.step : a.slot < b.slot;
+  });
+  for (const Admission& a : admitted) {
+    Request& r = t.requests_[a.id];
+    qint64& lane = a.run < 0 ? r.lane : r.interrupted[a.run].lane;
+    lane = t.freeLane(a.slot, a.step, -1);
+    t.slots_ = std::max(t.slots_, lane + 1);
   }
   for (const servelab::BatchStep& s : run.steps) {
     if (s.step >= t.steps_.size()) t.steps_.resize(s.step + 1);
@@ -254,17 +250,19 @@ QVector<ChartView::Cell> BatchTimeline::cells() const {
       const Request::Interrupted& i = r.interrupted[k];
       const int irow = static_cast<int>(i.lane);
       const QString iname = tr("request #%1 · slot %2").arg(id).arg(i.lane);
+      // Evicted in the step that admitted it: the prefill and the mark share the step's cell.
+      const double split = i.preempted == i.admitted ? static_cast<double>(i.admitted) : i.admitted + 0.5;
       out.push_back(
-          {i.admitted - 0.5, i.admitted + 0.5, irow, color,
-           k == 0 ? firstPrefill : ChartView::CellStyle::Solid, QString(),
+          {i.admitted - 0.5, split, irow, color, k == 0 ? firstPrefill : ChartView::CellStyle::Solid,
+           QString(),
            tr("%1\nstep %2: admitted, prefill of its prompt and its first token").arg(iname).arg(i.admitted) +
                (k == 0 ? cacheNote : QString())});
       if (i.preempted - 1 > i.admitted)
         out.push_back({i.admitted + 0.5, i.preempted - 0.5, irow, color, ChartView::CellStyle::Tint,
                        QStringLiteral("#%1").arg(id),
                        tr("%1\ndecode, steps %2–%3").arg(iname).arg(i.admitted + 1).arg(i.preempted - 1)});
-      out.push_back({i.preempted - 0.5, i.preempted + 0.5, irow, color, ChartView::CellStyle::Preempted,
-                     QStringLiteral("✕"),
+      out.push_back({std::max(split, i.preempted - 0.5), i.preempted + 0.5, irow, color,
+                     ChartView::CellStyle::Preempted, QStringLiteral("✕"),
                      tr("%1\npreempted at step %2: the KV pool ran out, so this latest admitted request "
                         "gave its blocks back; its prompt and %3 tokens are recomputed when it is "
                         "admitted again")

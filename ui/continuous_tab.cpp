@@ -193,7 +193,7 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   kvUsage_ = new ChartView(this);
   kvUsage_->setObjectName(QStringLiteral("continuousKvUsage"));
   kvUsage_->setTitle(tr("KV memory held vs used"));
-  kvUsage_->setAxisLabels(tr("scheduler step"), tr("KV memory (MiB)"), tr("paged: blocks held"));
+  kvUsage_->setAxisLabels(tr("scheduler step"), tr("KV memory (MiB)"));
   kvUsage_->setLegendBelow(true);
   chartTabs_->addTab(kvUsage_, tr("KV utilisation"));
 
@@ -474,12 +474,6 @@ void ContinuousTab::appendKvUsage(const QString& method, const servelab::BatchSt
                    static_cast<double>(s.kv_reserved_bytes) / kMiB);
   kvUsage_->append(ensureSeries(kvUsage_, tr("%1: used").arg(method)), x,
                    static_cast<double>(s.kv_used_bytes) / kMiB);
-  if (s.kv_blocks_total > 0) {
-    const QString blocks = tr("%1: blocks held").arg(method);
-    int i = kvUsage_->seriesIndex(blocks);
-    if (i < 0) i = kvUsage_->addSeries(blocks, ChartView::Axis::Right);
-    kvUsage_->append(i, x, static_cast<double>(s.kv_blocks_used));
-  }
 }
 
 void ContinuousTab::scheduleFlush() {

@@ -85,7 +85,7 @@ class ContinuousTab : public ExperimentTab {
   const KvMemoryView& kvMemoryView() const { return *kvView_; }
   QString streamText() const;
   // KV memory per scheduler step of each continuous run (the runs' BatchStep snapshots): MiB held
-  // for requests and MiB holding real positions (left axis), and paged KV's blocks held (right).
+  // for requests (slots, or blocks) and MiB holding real positions; the gap is fragmentation.
   const ChartView& kvUsageChart() const { return *kvUsage_; }
 
  protected:
