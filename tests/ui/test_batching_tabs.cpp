@@ -479,10 +479,16 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(view.holders(), holdersOf(*fullest));
     // Settings keep the paged choice.
     QSettings saved(settingsPath(QStringLiteral("paged-saved")), QSettings::IniFormat);
+    tab->setSlotsInBudget(true);
+    tab->setPagedUncachedToo(true);
     tab->saveSettings(saved);
     tab->setPaged(false);
+    tab->setSlotsInBudget(false);
+    tab->setPagedUncachedToo(false);
     tab->loadSettings(saved);
     QCOMPARE(tab->params().paged, true);
+    QCOMPARE(tab->params().slots_in_budget, true);
+    QCOMPARE(tab->params().paged_uncached_too, true);
     QCOMPARE(tab->params().kv_block_size, int64_t{4});
   }
 
