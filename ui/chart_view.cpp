@@ -1196,6 +1196,8 @@ void ChartView::setLegendColumns(int columns) {
   legendColumns_ = std::max(0, columns);
   if (legendBelow_) {
     plot_->legend->setWrap(legendColumns_ > 0 ? legendColumns_ : cellRows_.isEmpty() ? 2 : 4);
+    // The wrap applies to entries added later: lay out those already there again.
+    plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
     replotSoon();
   }
 }
