@@ -40,6 +40,8 @@ qint64 BatchTimeline::freeLane(qint64 preferred, qint64 step, qint64 self) const
       if (id != self && o.lane == lane && o.admitted >= 0 && o.admitted <= step &&
           (o.finished < 0 || o.finished >= step))
         return true;
+      for (const Request::Interrupted& i : o.interrupted)
+        if (i.lane == lane && i.admitted <= step && i.preempted >= step) return true;
     }
     return false;
   };
@@ -56,6 +58,10 @@ void BatchTimeline::admit(qint64 request, qint64 slot, qint64 step) {
     r->lane = freeLane(slot, step, request);
     slots_ = std::max(slots_, r->lane + 1);
   }
+}
+
+void BatchTimeline::prefixHit(qint64 request, qint64 cachedTokens) {
+  if (Request* r = find(request); r && r->interrupted.isEmpty()) r->cachedTokens = cachedTokens;
 }
 
 void BatchTimeline::token(qint64 request, qint64 step) {
@@ -76,6 +82,12 @@ void BatchTimeline::step(const servelab::BatchStep& s) {
     occupancy_.resize(s.step + 1);
   }
   steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms, s.prefill_ms};
+  for (int64_t id : s.preempted)
+    if (Request* r = find(id); r && r->admitted >= 0) {
+      r->interrupted.push_back({r->lane, r->admitted, s.step, r->lastToken, r->tokens});
+      r->admitted = -1;
+      r->lane = -1;
+    }
   int generating = 0;
   for (const Request& r : requests_) generating += r.lastToken == s.step ? 1 : 0;
   occupancy_[s.step] = generating;
@@ -85,6 +97,14 @@ BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
   BatchTimeline t;
   t.method_ = QString::fromStdString(run.method);
   t.requests_ = QVector<Request>(static_cast<qsizetype>(run.requests.size()));
+  // Paged KV: each admission and preemption of a request, in step order.
+  QVector<QVector<qint64>> admissions(t.requests_.size()), preemptions(t.requests_.size());
+  for (const servelab::BatchStep& s : run.steps) {
+    for (int64_t id : s.admitted)
+      if (id >= 0 && id < t.requests_.size()) admissions[id] << s.step;
+    for (int64_t id : s.preempted)
+      if (id >= 0 && id < t.requests_.size()) preemptions[id] << s.step;
+  }
   for (const servelab::RequestResult& rr : run.requests) {
     Request* r = t.find(rr.id);
     if (!r) continue;
@@ -92,35 +112,65 @@ BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
     r->admitted = rr.admitted_step;
     r->finished = rr.finished_step;
     r->tokens = static_cast<qint64>(rr.generated_ids.size());
+    r->cachedTokens = rr.cached_tokens;
+    r->promptTokens = static_cast<qint64>(rr.prompt_ids.size());
+    qint64 before = 0;  // tokens it had when last preempted
+    const QVector<qint64>& in = admissions[rr.id];
+    const QVector<qint64>& out = preemptions[rr.id];
+    for (qsizetype k = 0; k < out.size() && k + 1 < in.size(); ++k) {
+      // Admitted at a: a token from its prefill and one per decode until the step it was evicted
+      // in, which decoded it no more.
+      const qint64 a = in[k], p = out[k];
+      Request::Interrupted i;
+      i.admitted = a;
+      i.preempted = p;
+      i.tokens = std::min(r->tokens, before + (p - a) + 1);
+      i.lastToken = std::max(a, p - 1);
+      r->interrupted << i;
+      before = i.tokens;
+      r->admitted = in[k + 1];
+    }
     if (r->admitted >= 0 && r->tokens > 0) {
       // A request gets a token at every step from its admission on (continuous batching gives it
       // two in its first step) and leaves at its last one, unless its synchronous batch holds it.
-      r->lastToken = r->admitted + r->tokens - 1;
+      r->lastToken = r->admitted + std::max<qint64>(r->tokens - before, 1) - 1;
       if (r->finished >= 0) r->lastToken = std::min(r->lastToken, r->finished);
     }
   }
-  // Rows in the order the requests were admitted, as the live timeline chose them.
-  std::vector<qint64> order;
-  for (qint64 id = 0; id < t.requests_.size(); ++id)
-    if (t.requests_[id].admitted >= 0) order.push_back(id);
-  std::stable_sort(order.begin(), order.end(), [&](qint64 a, qint64 b) {
-    const Request& x = t.requests_[a];
-    const Request& y = t.requests_[b];
-    return x.admitted != y.admitted ? x.admitted < y.admitted : x.slot < y.slot;
+  // Rows in the order the runs were admitted, as the live timeline chose them: a request's first
+  // run prefers the slot it was given, a readmission (after a preemption) takes the first free row.
+  struct Admission {
+    qint64 step, slot, id;
+    qsizetype run;  // index in interrupted, or -1 for its last run
+  };
+  std::vector<Admission> admitted;
+  for (qint64 id = 0; id < t.requests_.size(); ++id) {
+    const Request& r = t.requests_[id];
+    for (qsizetype k = 0; k < r.interrupted.size(); ++k)
+      admitted.push_back({r.interrupted[k].admitted, k == 0 ? r.slot : -1, id, k});
+    if (r.admitted >= 0) admitted.push_back({r.admitted, r.interrupted.isEmpty() ? r.slot : -1, id, -1});
+  }
+  std::stable_sort(admitted.begin(), admitted.end(), [](const Admission& a, const Admission& b) {
+    return a.step != b.step ? a.step < b.step : a.slot < b.slot;
   });
-  for (qint64 id : order) {
-    Request& r = t.requests_[id];
-    r.lane = t.freeLane(r.slot, r.admitted, id);
-    t.slots_ = std::max(t.slots_, r.lane + 1);
+  for (const Admission& a : admitted) {
+    Request& r = t.requests_[a.id];
+    qint64& lane = a.run < 0 ? r.lane : r.interrupted[a.run].lane;
+    lane = t.freeLane(a.slot, a.step, -1);
+    t.slots_ = std::max(t.slots_, lane + 1);
   }
   for (const servelab::BatchStep& s : run.steps) {
     if (s.step >= t.steps_.size()) t.steps_.resize(s.step + 1);
     if (s.step >= 0) t.steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms, s.prefill_ms};
   }
   t.occupancy_ = QVector<int>(t.steps_.size(), 0);
-  for (const Request& r : t.requests_)
+  for (const Request& r : t.requests_) {
     for (qint64 s = std::max<qint64>(r.admitted, 0); r.admitted >= 0 && s <= r.lastToken; ++s)
       if (s < t.occupancy_.size()) ++t.occupancy_[s];
+    for (const Request::Interrupted& i : r.interrupted)
+      for (qint64 s = i.admitted; s <= i.lastToken && s < i.preempted; ++s)
+        if (s >= 0 && s < t.occupancy_.size()) ++t.occupancy_[s];
+  }
   return t;
 }
 
@@ -151,10 +201,13 @@ QStringList BatchTimeline::rowLabels() const {
 }
 
 QVector<ChartView::CellKey> BatchTimeline::legend() {
+  // Short names, one row under the chart: the caption and each cell's hover text say the rest.
   const QColor sample = requestColor(0);
-  return {{tr("prefill + first token"), sample, ChartView::CellStyle::Solid},
-          {tr("decode (a colour per request)"), sample, ChartView::CellStyle::Tint},
-          {tr("padding: done, waiting for its batch"), QColor(Qt::gray), ChartView::CellStyle::Muted}};
+  return {{tr("prefill + 1st token"), sample, ChartView::CellStyle::Solid},
+          {tr("decode"), sample, ChartView::CellStyle::Tint},
+          {tr("padding (batch wait)"), QColor(Qt::gray), ChartView::CellStyle::Muted},
+          {tr("prefix-cache hit"), sample, ChartView::CellStyle::Cached},
+          {tr("preempted"), sample, ChartView::CellStyle::Preempted}};
 }
 
 QVector<ChartView::Cell> BatchTimeline::cells() const {
@@ -181,7 +234,49 @@ QVector<ChartView::Cell> BatchTimeline::cells() const {
         prefillInfo +=
             tr("; %1 of KV cache copied (%2 ms)").arg(formatBytes(s.kvCopyBytes)).arg(s.kvCopyMs, 0, 'f', 2);
     }
-    out.push_back({r.admitted - 0.5, r.admitted + 0.5, row, color, ChartView::CellStyle::Solid,
+    // Its first prefill, hatched where the prefix cache gave it part of its prompt.
+    QString cacheNote;
+    if (r.cachedTokens > 0)
+      cacheNote = r.promptTokens > 0
+                      ? tr("\n%1 of its %2 prompt tokens came from the prefix cache: only %3 computed")
+                            .arg(r.cachedTokens)
+                            .arg(r.promptTokens)
+                            .arg(r.promptTokens - r.cachedTokens)
+                      : tr("\n%1 of its prompt tokens came from the prefix cache").arg(r.cachedTokens);
+    const ChartView::CellStyle firstPrefill =
+        r.cachedTokens > 0 ? ChartView::CellStyle::Cached : ChartView::CellStyle::Solid;
+    // The runs a preemption cut short, on the rows they held then.
+    for (qsizetype k = 0; k < r.interrupted.size(); ++k) {
+      const Request::Interrupted& i = r.interrupted[k];
+      const int irow = static_cast<int>(i.lane);
+      const QString iname = tr("request #%1 · slot %2").arg(id).arg(i.lane);
+      // Evicted in the step that admitted it: the prefill and the mark share the step's cell.
+      const double split = i.preempted == i.admitted ? static_cast<double>(i.admitted) : i.admitted + 0.5;
+      out.push_back(
+          {i.admitted - 0.5, split, irow, color, k == 0 ? firstPrefill : ChartView::CellStyle::Solid,
+           QString(),
+           tr("%1\nstep %2: admitted, prefill of its prompt and its first token").arg(iname).arg(i.admitted) +
+               (k == 0 ? cacheNote : QString())});
+      if (i.preempted - 1 > i.admitted)
+        out.push_back({i.admitted + 0.5, i.preempted - 0.5, irow, color, ChartView::CellStyle::Tint,
+                       QStringLiteral("#%1").arg(id),
+                       tr("%1\ndecode, steps %2–%3").arg(iname).arg(i.admitted + 1).arg(i.preempted - 1)});
+      out.push_back({std::max(split, i.preempted - 0.5), i.preempted + 0.5, irow, color,
+                     ChartView::CellStyle::Preempted, QStringLiteral("✕"),
+                     tr("%1\npreempted at step %2: the KV pool ran out, so this latest admitted request "
+                        "gave its blocks back; its prompt and %3 tokens are recomputed when it is "
+                        "admitted again")
+                         .arg(iname)
+                         .arg(i.preempted)
+                         .arg(i.tokens)});
+    }
+    if (r.interrupted.isEmpty())
+      prefillInfo += cacheNote;
+    else
+      prefillInfo += tr("\nreadmitted after %1 preemption(s): its prompt and tokens so far recomputed")
+                         .arg(r.interrupted.size());
+    out.push_back({r.admitted - 0.5, r.admitted + 0.5, row, color,
+                   r.interrupted.isEmpty() ? firstPrefill : ChartView::CellStyle::Solid,
                    decode.empty() ? QStringLiteral("#%1").arg(id) : QString(), prefillInfo});
     if (!decode.empty()) {
       out.push_back({decode.first - 0.5, decode.last + 0.5, row, color, ChartView::CellStyle::Tint,

@@ -22,6 +22,13 @@ class BatchTimeline {
     qint64 lastToken = -1;  // the step of its latest token
     qint64 finished = -1;   // the step it left its slot (-1: still there)
     qint64 tokens = 0;
+    // Paged KV: prompt positions its first admission found in the prefix cache (of promptTokens),
+    // and its runs before each preemption (the blocks freed, its tokens recomputed on readmission).
+    qint64 cachedTokens = 0, promptTokens = 0;
+    struct Interrupted {
+      qint64 lane = -1, admitted = -1, preempted = -1, lastToken = -1, tokens = 0;
+    };
+    QVector<Interrupted> interrupted;
   };
   struct Step {
     double ms = 0;
@@ -41,6 +48,8 @@ class BatchTimeline {
   void token(qint64 request, qint64 step);
   void retire(const servelab::RequestResult& result);
   void step(const servelab::BatchStep& step);
+  // Paged KV: the live run's requests whose first admission hit the prefix cache.
+  void prefixHit(qint64 request, qint64 cachedTokens);
   // After the run: the same timeline from its result.
   static BatchTimeline fromResult(const servelab::BatchRunResult& run);
 

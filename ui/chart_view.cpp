@@ -367,7 +367,28 @@ class CellPlottable : public QCPAbstractPlottable, public ChartData {
         *brush = QBrush(blend(muted, background, 0.22));
         *label = muted;
         break;
+      case ChartView::CellStyle::Cached:
+        *pen = QPen(color.darker(150), 1);
+        *brush = QBrush(color.darker(170), Qt::BDiagPattern);
+        *label = text;
+        break;
+      case ChartView::CellStyle::Preempted:
+        *pen = QPen(QColor(0xc0, 0x20, 0x20), 1.5);
+        *brush = QBrush(QColor(0xc0, 0x20, 0x20), Qt::DiagCrossPattern);
+        *label = text;
+        break;
     }
+  }
+
+  // Pattern brushes are transparent between their lines: the cell's tint goes underneath.
+  void fillUnder(QCPPainter* painter, ChartView::CellStyle style, const QColor& color,
+                 const QRectF& r) const {
+    if (style != ChartView::CellStyle::Cached && style != ChartView::CellStyle::Preempted) return;
+    painter->setPen(Qt::NoPen);
+    painter->setBrush(style == ChartView::CellStyle::Cached
+                          ? blend(color, background, 0.42)
+                          : blend(QColor(0xc0, 0x20, 0x20), background, 0.15));
+    painter->drawRect(r);
   }
 
  protected:
@@ -386,6 +407,7 @@ class CellPlottable : public QCPAbstractPlottable, public ChartData {
       QColor labelColor;
       styleFor(c.style, c.color, &pen, &brush, &labelColor);
       applyDefaultAntialiasingHint(painter);
+      fillUnder(painter, c.style, c.color, r);
       painter->setPen(r.width() > 3 ? pen : Qt::NoPen);
       painter->setBrush(brush);
       painter->drawRect(r);
@@ -405,6 +427,9 @@ class CellPlottable : public QCPAbstractPlottable, public ChartData {
     painter->setBrush(brush);
     const QRectF box(rect.left(), rect.center().y() - rect.height() * 0.35, rect.width(),
                      rect.height() * 0.7);
+    fillUnder(painter, key.style, key.color, box);
+    painter->setPen(pen);
+    painter->setBrush(brush);
     painter->drawRect(box);
   }
 };
@@ -1171,6 +1196,8 @@ void ChartView::setLegendColumns(int columns) {
   legendColumns_ = std::max(0, columns);
   if (legendBelow_) {
     plot_->legend->setWrap(legendColumns_ > 0 ? legendColumns_ : cellRows_.isEmpty() ? 2 : 4);
+    // The wrap applies to entries added later: lay out those already there again.
+    plot_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
     replotSoon();
   }
 }

@@ -110,9 +110,11 @@ class ChartView : public QWidget {
   // Timeline cells (a Gantt chart): rectangles from x0 to x1 on a row, in a colour and a style,
   // labelled inside when the label fits. Rows are categories on the y axis, the first on top.
   enum class CellStyle {
-    Solid,  // the colour itself
-    Tint,   // the colour lightened towards the background, outlined in the colour
-    Muted,  // grey and dashed, whatever the colour: time a row holds without doing work
+    Solid,      // the colour itself
+    Tint,       // the colour lightened towards the background, outlined in the colour
+    Muted,      // grey and dashed, whatever the colour: time a row holds without doing work
+    Cached,     // the colour, hatched: work the row skipped because it was already done (a cache hit)
+    Preempted,  // crossed out: the row's work was thrown away here, to be done again later
   };
   struct Cell {
     double x0 = 0, x1 = 0;

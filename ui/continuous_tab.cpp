@@ -76,8 +76,27 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   summary_->setObjectName(QStringLiteral("continuousSummary"));
   summary_->setWordWrap(true);
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  auto* presetFit = new QPushButton(tr("How many requests fit in N MB?"), this);
+  presetFit->setObjectName(QStringLiteral("continuousPresetFit"));
+  presetFit->setToolTip(
+      tr("One queue served by slot KV and by paged KV under the same KV budget (the budget box; "
+         "%1 MB when it is 0): how many requests each holds at once")
+          .arg(kPresetBudgetMb));
+  connect(presetFit, &QPushButton::clicked, this, [this] { runPreset(Preset::FitInBudget); });
+  auto* presetShared = new QPushButton(tr("Shared system prompt"), this);
+  presetShared->setObjectName(QStringLiteral("continuousPresetShared"));
+  presetShared->setToolTip(
+      tr("Requests whose prompts share a long system prompt, served by paged KV without and with "
+         "prefix caching: cache hits and time to first token"));
+  connect(presetShared, &QPushButton::clicked, this, [this] { runPreset(Preset::SharedSystemPrompt); });
+  auto* presets = new QVBoxLayout;
+  presets->setSpacing(2);
+  presets->addWidget(new QLabel(tr("Experiment presets (set the queue, then run):"), this));
+  presets->addWidget(presetFit);
+  presets->addWidget(presetShared);
   auto* queueBox = new QGroupBox(tr("Request queue"), this);
   auto* qv = new QVBoxLayout(queueBox);
+  qv->addLayout(presets);
   qv->addWidget(queue_);
   qv->addLayout(buttons);
   qv->addWidget(progress_);
@@ -136,6 +155,7 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   gantt_->setAxisLabels(tr("scheduler step"), QString());
   gantt_->setCellRows(BatchTimeline().rowLabels());
   gantt_->setCellKeys(BatchTimeline::legend());
+  gantt_->setLegendColumns(static_cast<int>(BatchTimeline::legend().size()));
   auto* selectorRow = new QHBoxLayout;
   selectorRow->addWidget(new QLabel(tr("Timeline of"), this));
   selectorRow->addWidget(selector_);
@@ -170,6 +190,12 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   chartTabs_->addTab(latency_, tr("Latency per request"));
   kvView_ = new KvMemoryView(this);
   chartTabs_->addTab(kvView_, tr("KV memory"));
+  kvUsage_ = new ChartView(this);
+  kvUsage_->setObjectName(QStringLiteral("continuousKvUsage"));
+  kvUsage_->setTitle(tr("KV memory held vs used"));
+  kvUsage_->setAxisLabels(tr("scheduler step"), tr("KV memory (MiB)"));
+  kvUsage_->setLegendBelow(true);
+  chartTabs_->addTab(kvUsage_, tr("KV utilisation"));
 
   // --- Results ---
   comparison_ = makeCentredTable(this, QStringLiteral("continuousComparison"), {});
@@ -233,6 +259,8 @@ void ContinuousTab::setNaive(bool on) { queue_->setNaive(on); }
 void ContinuousTab::setPaged(bool on, int blockSize, double budgetMb, bool prefixCaching) {
   queue_->setPaged(on, blockSize, budgetMb, prefixCaching);
 }
+void ContinuousTab::setSlotsInBudget(bool on) { queue_->setSlotsInBudget(on); }
+void ContinuousTab::setPagedUncachedToo(bool on) { queue_->setPagedUncachedToo(on); }
 void ContinuousTab::setCourseQueries(int n) { courseQueries_->setValue(n); }
 void ContinuousTab::setCourseNewTokens(int n) { courseNewTokens_->setValue(n); }
 void ContinuousTab::setCourseMaxBatch(int n) { courseMaxBatch_->setValue(n); }
@@ -257,6 +285,47 @@ void ContinuousTab::setModel(const ModelSummary& model) {
 }
 
 // --- Runs ------------------------------------------------------------------------------------
+
+void ContinuousTab::applyPreset(Preset preset) {
+  setArrivalRate(0);
+  setSeed(42);
+  setNaive(false);
+  if (preset == Preset::FitInBudget) {
+    // The course's mix of short and long requests: slot KV reserves the longest for each of them.
+    const double budget = params().kv_budget_mb > 0 ? params().kv_budget_mb : kPresetBudgetMb;
+    setPrompt(QStringLiteral("The quick brown fox jumped over the"));
+    setRequests(24);
+    setMaxBatch(16);
+    setLongEvery(6);
+    setLongTokens(48);
+    setShortTokens(8);
+    setPromptTokens(4, 20);
+    // No prefix caching: the prompts repeat one sentence, and hits would blur the memory contrast.
+    setPaged(true, 16, budget, false);
+    setSlotsInBudget(true);
+    setPagedUncachedToo(false);
+  } else {
+    // Every prompt is the system prompt repeated to 128-160 tokens: the first 128 are shared.
+    setPrompt(QStringLiteral(
+        "You are a careful assistant for a university library. Answer in plain words, cite the "
+        "catalogue entry you used, and say so when you do not know."));
+    setRequests(16);
+    setMaxBatch(4);
+    setLongEvery(4);
+    setLongTokens(24);
+    setShortTokens(8);
+    setPromptTokens(128, 160);
+    setPaged(true, 16, 0, true);
+    setSlotsInBudget(false);
+    setPagedUncachedToo(true);
+  }
+}
+
+bool ContinuousTab::runPreset(Preset preset) {
+  if (running_) return false;
+  applyPreset(preset);
+  return run();
+}
 
 bool ContinuousTab::run() {
   EngineJob* job = engine_->submit(tr("synchronous vs continuous batching"), [p = params()](JobContext& c) {
@@ -284,6 +353,11 @@ bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
           [this](qint64 r, int, const QString& piece, qint64 step, double) { onToken(r, piece, step); });
   connect(engineJob, &EngineJob::batchRetired, this, &ContinuousTab::onRetired);
   connect(engineJob, &EngineJob::batchStep, this, &ContinuousTab::onStep);
+  connect(engineJob, &EngineJob::batchPrefixHit, this, [this](qint64 r, qint64 cached, qint64) {
+    live_.prefixHit(r, cached);
+    timelineDirty_ = true;
+    scheduleFlush();
+  });
   connect(engineJob, &EngineJob::failed, this, &ContinuousTab::onFailed);
   progress_->follow(engineJob);
   runStarted();
@@ -297,6 +371,7 @@ bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
     hasResult_ = false;
     occupancy_->clearAll();
     latency_->clearAll();
+    kvUsage_->clearAll();
   } else {
     hasCourseResult_ = false;
   }
@@ -382,12 +457,23 @@ void ContinuousTab::onStep(const servelab::BatchStep& s) {
     if (kvView_->step() < 0) chartTabs_->setCurrentWidget(kvView_);
     kvView_->showStep(s);
   }
+  if (job_ == Job::Compare) appendKvUsage(live_.method(), s);
   if (s.step >= 0 && s.step < live_.occupancy().size()) {
     occupancy_->append(ensureSeries(occupancy_, seriesFor(live_.method())), static_cast<double>(s.step),
                        live_.occupancy()[s.step]);
   }
   timelineDirty_ = true;
   scheduleFlush();
+}
+
+void ContinuousTab::appendKvUsage(const QString& method, const servelab::BatchStep& s) {
+  // Synchronous batching keeps no running batch's memory worth comparing.
+  if (s.kv_total_bytes <= 0 || method == QLatin1String("synchronous")) return;
+  const double x = static_cast<double>(s.step);
+  kvUsage_->append(ensureSeries(kvUsage_, tr("%1: held").arg(method)), x,
+                   static_cast<double>(s.kv_reserved_bytes) / kMiB);
+  kvUsage_->append(ensureSeries(kvUsage_, tr("%1: used").arg(method)), x,
+                   static_cast<double>(s.kv_used_bytes) / kMiB);
 }
 
 void ContinuousTab::scheduleFlush() {
@@ -512,6 +598,10 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
     latency_->setSeriesData(ensureSeries(latency_, QString::fromStdString(m.method)), ids, latency);
   }
   latency_->rescale();
+  kvUsage_->clearAll();
+  for (const servelab::BatchRunResult& run : r.runs)
+    for (const servelab::BatchStep& step : run.steps) appendKvUsage(QString::fromStdString(run.method), step);
+  kvUsage_->rescale();
   fillComparison(r);
   resultTabs_->setCurrentWidget(comparison_);
   chartTabs_->setCurrentWidget(occupancy_);
@@ -554,6 +644,7 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
                 .arg(static_cast<double>(cont->kv_copy_bytes) / kMiB, 0, 'f', 1)
                 .arg(formatMsCoarse(naive->total_ms));
   }
+  text += pagedSummary(r);
   text += r.same_tokens ? tr("<p>Every method generated the same tokens ✓</p>")
                         : tr("<p><b>The methods generated different tokens.</b></p>");
   summary_->setText(text);
@@ -561,16 +652,72 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
   finishJob(true, QString());
 }
 
+QString ContinuousTab::pagedSummary(const servelab::SyncVsContinuousResult& r) const {
+  const servelab::SyncVsContinuousParams p = params();
+  const servelab::BatchRunResult* slot = nullptr;
+  const servelab::BatchRunResult* paged = nullptr;
+  const servelab::BatchRunResult* uncached = nullptr;
+  const servelab::ServeSummary* pagedSummary = nullptr;
+  const servelab::ServeSummary* uncachedSummary = nullptr;
+  for (size_t i = 0; i < r.runs.size() && i < r.methods.size(); ++i) {
+    const std::string& m = r.runs[i].method;
+    if (m == "continuous (slot KV)") slot = &r.runs[i];
+    if (m == "continuous (paged KV)" || m == "continuous (paged KV + prefix cache)") {
+      paged = &r.runs[i];
+      pagedSummary = &r.methods[i];
+    }
+    if (m == "continuous (paged KV, no prefix cache)") {
+      uncached = &r.runs[i];
+      uncachedSummary = &r.methods[i];
+    }
+  }
+  QString text;
+  if (slot && paged) {
+    const QString budget = p.kv_budget_mb > 0 && p.slots_in_budget
+                               ? tr("In the same %1 MB of KV memory").arg(p.kv_budget_mb, 0, 'g', 4)
+                               : tr("With max batch %1").arg(p.max_batch);
+    text += tr("<p><b>%1: slot KV held at most %2 requests at once, paged KV %3.</b> Average batch %4 vs %5; "
+               "paged KV preempted %6 times.</p>")
+                .arg(budget)
+                .arg(slot->max_running)
+                .arg(paged->max_running)
+                .arg(slot->average_batch, 0, 'f', 2)
+                .arg(paged->average_batch, 0, 'f', 2)
+                .arg(paged->preemptions);
+  }
+  if (paged && uncached && pagedSummary && uncachedSummary) {
+    text += tr("<p><b>Prefix cache: %1 of %2 prompt tokens were hits</b> (without it: %3); median time to "
+               "first token %4 → %5 ms.</p>")
+                .arg(paged->prefix_hit_tokens)
+                .arg(paged->prompt_tokens)
+                .arg(uncached->prefix_hit_tokens)
+                .arg(formatMsCoarse(uncachedSummary->ttft_p50), formatMsCoarse(pagedSummary->ttft_p50));
+  }
+  return text;
+}
+
 void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
   double syncMs = 0;
   for (const servelab::ServeSummary& m : r.methods)
     if (m.method == "synchronous") syncMs = m.total_ms;
   // Methods side by side: a column each, a row per figure.
-  const QStringList figures = {tr("total time (ms)"),  tr("tokens/s"),         tr("speed-up vs synchronous"),
-                               tr("TTFT p50 (ms)"),    tr("TTFT p90 (ms)"),    tr("TTFT p99 (ms)"),
-                               tr("latency p50 (ms)"), tr("latency p90 (ms)"), tr("latency p99 (ms)"),
-                               tr("inference calls"),  tr("average batch"),    tr("max batch"),
-                               tr("KV cache (MiB)"),   tr("KV copied (MiB)")};
+  const QStringList figures = {tr("total time (ms)"),
+                               tr("tokens/s"),
+                               tr("speed-up vs synchronous"),
+                               tr("TTFT p50 (ms)"),
+                               tr("TTFT p90 (ms)"),
+                               tr("TTFT p99 (ms)"),
+                               tr("latency p50 (ms)"),
+                               tr("latency p90 (ms)"),
+                               tr("latency p99 (ms)"),
+                               tr("inference calls"),
+                               tr("average batch"),
+                               tr("max batch"),
+                               tr("KV cache (MiB)"),
+                               tr("KV copied (MiB)"),
+                               tr("most requests at once"),
+                               tr("preemptions"),
+                               tr("prefix-cache hits (tokens)")};
   comparison_->clear();
   comparison_->setRowCount(static_cast<int>(figures.size()));
   comparison_->setColumnCount(static_cast<int>(r.methods.size()));
@@ -581,21 +728,21 @@ void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
   comparison_->setHorizontalHeaderLabels(methods);
   for (int c = 0; c < static_cast<int>(r.methods.size()); ++c) {
     const servelab::ServeSummary& m = r.methods[static_cast<size_t>(c)];
+    const servelab::BatchRunResult& run = r.runs[static_cast<size_t>(c)];
+    const bool sync = run.method == "synchronous";
     const QStringList values = {
-        formatMsCoarse(m.total_ms),
-        QString::number(m.tokens_per_s, 'f', 0),
+        formatMsCoarse(m.total_ms), QString::number(m.tokens_per_s, 'f', 0),
         m.total_ms > 0 && syncMs > 0 ? QStringLiteral("%1×").arg(syncMs / m.total_ms, 0, 'f', 2) : QString(),
-        formatMsCoarse(m.ttft_p50),
-        formatMsCoarse(m.ttft_p90),
-        formatMsCoarse(m.ttft_p99),
-        formatMsCoarse(m.latency_p50),
-        formatMsCoarse(m.latency_p90),
-        formatMsCoarse(m.latency_p99),
-        QString::number(m.inference_calls),
-        QString::number(m.average_batch, 'f', 2),
-        QString::number(m.max_batch),
-        QString::number(static_cast<double>(m.kv_cache_bytes) / kMiB, 'f', 2),
-        QString::number(static_cast<double>(m.kv_copy_bytes) / kMiB, 'f', 2)};
+        formatMsCoarse(m.ttft_p50), formatMsCoarse(m.ttft_p90), formatMsCoarse(m.ttft_p99),
+        formatMsCoarse(m.latency_p50), formatMsCoarse(m.latency_p90), formatMsCoarse(m.latency_p99),
+        QString::number(m.inference_calls), QString::number(m.average_batch, 'f', 2),
+        QString::number(m.max_batch), QString::number(static_cast<double>(m.kv_cache_bytes) / kMiB, 'f', 2),
+        QString::number(static_cast<double>(m.kv_copy_bytes) / kMiB, 'f', 2),
+        // Synchronous batching keeps no count of these: its batch is max batch requests.
+        sync ? QStringLiteral("—") : QString::number(run.max_running),
+        sync ? QStringLiteral("—") : QString::number(run.preemptions),
+        sync ? QStringLiteral("—")
+             : QStringLiteral("%1 / %2").arg(run.prefix_hit_tokens).arg(run.prompt_tokens)};
     for (int row = 0; row < values.size(); ++row) {
       auto* item = new QTableWidgetItem(values[row]);
       item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);

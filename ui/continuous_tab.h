@@ -33,11 +33,19 @@ class ContinuousTab : public ExperimentTab {
   QString tabId() const override { return QStringLiteral("continuous"); }
   QString title() const override { return tr("Continuous batching"); }
   ChartView* primaryChart() const override { return gantt_; }
-  QList<ChartView*> charts() const override { return {gantt_, occupancy_, latency_}; }
+  QList<ChartView*> charts() const override { return {gantt_, occupancy_, latency_, kvUsage_}; }
   // Serves the queue synchronously, then with continuous batching (and the course's merge/filter).
   bool run() override;
   // The course's benchmark: N queries one at a time, then continuously batched.
   bool runCourseBenchmark();
+  // Experiment presets: each sets the queue's controls (left for the user to see and change) and
+  // runs the Run button's job. FitInBudget: one budget of KV memory, slot KV vs paged KV (the
+  // budget spin box's value, or kPresetBudgetMb when it is 0). SharedSystemPrompt: prompts that
+  // share a long prefix, paged KV without and with prefix caching.
+  enum class Preset { FitInBudget, SharedSystemPrompt };
+  static constexpr double kPresetBudgetMb = 12;
+  void applyPreset(Preset preset);
+  bool runPreset(Preset preset);
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
@@ -55,6 +63,8 @@ class ContinuousTab : public ExperimentTab {
   void setSeed(int seed);
   void setNaive(bool on);
   void setPaged(bool on, int blockSize = 16, double budgetMb = 0, bool prefixCaching = true);
+  void setSlotsInBudget(bool on);
+  void setPagedUncachedToo(bool on);
   void setCourseQueries(int n);
   void setCourseNewTokens(int n);
   void setCourseMaxBatch(int n);
@@ -74,6 +84,9 @@ class ContinuousTab : public ExperimentTab {
   // Paged KV's block pool: live during a paged run (kept on Stop), else the shown run's fullest step.
   const KvMemoryView& kvMemoryView() const { return *kvView_; }
   QString streamText() const;
+  // KV memory per scheduler step of each continuous run (the runs' BatchStep snapshots): MiB held
+  // for requests (slots, or blocks) and MiB holding real positions; the gap is fragmentation.
+  const ChartView& kvUsageChart() const { return *kvUsage_; }
 
  protected:
   void changeEvent(QEvent* event) override;
@@ -108,6 +121,8 @@ class ContinuousTab : public ExperimentTab {
   void fillComparison(const servelab::SyncVsContinuousResult& r);
   void fillCourseTable(const servelab::CourseBenchmarkResult& r);
   void rebuildSelector(int select);
+  void appendKvUsage(const QString& method, const servelab::BatchStep& step);
+  QString pagedSummary(const servelab::SyncVsContinuousResult& r) const;
 
   // Request queue.
   RequestQueueForm* queue_;
@@ -125,6 +140,7 @@ class ContinuousTab : public ExperimentTab {
   ChartView* occupancy_;
   ChartView* latency_;
   KvMemoryView* kvView_;
+  ChartView* kvUsage_;
   QTabWidget* resultTabs_;
   QTabWidget* chartTabs_;
   QTableWidget* comparison_;

@@ -80,6 +80,9 @@ class BatchRelay : public servelab::BatchSink {
   void on_step(const servelab::BatchStep& s) override {
     c_.post([s](EngineJob* j) { Q_EMIT j->batchStep(s); });
   }
+  void on_prefix_hit(int64_t request, int64_t cached_tokens, int64_t step) override {
+    c_.post([=](EngineJob* j) { Q_EMIT j->batchPrefixHit(request, cached_tokens, step); });
+  }
 
  private:
   const JobContext& c_;

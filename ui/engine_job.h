@@ -50,6 +50,8 @@ class EngineJob : public QObject {
   void batchToken(qint64 request, int id, const QString& piece, qint64 step, double ms);
   void batchRetired(const servelab::RequestResult& request);
   void batchStep(const servelab::BatchStep& step);
+  // Paged KV: an admission whose first cachedTokens prompt positions came from the prefix cache.
+  void batchPrefixHit(qint64 request, qint64 cachedTokens, qint64 step);
   // Each quantization mode as soon as it is measured; its greedy pieces are readable tokens.
   void quantizationMode(const servelab::QuantModeResult& mode);
   // The end: exactly one of these, after every other signal of the run.

@@ -56,6 +56,16 @@ ModelSummary summarize(const servelab::Engine& engine, const QString& folder) {
     s.projections.append({QString::fromStdString(p["name"].get<std::string>()), p["in"].get<qint64>(),
                           p["out"].get<qint64>()});
   s.dtypeBytes = static_cast<int>(engine.dtype_bytes());
+  if (j.contains("cpu") && j["cpu"].is_object()) {
+    const nlohmann::json& cpu = j["cpu"];
+    s.cpuModel = QString::fromStdString(cpu.value("model", std::string()));
+    s.cpuIsa = QString::fromStdString(cpu.value("isa", std::string()));
+    if (cpu.contains("kernels") && cpu["kernels"].is_object())
+      for (const auto& [path, kernel] : cpu["kernels"].items())
+        if (kernel.is_string())
+          s.cpuKernels << QStringLiteral("%1: %2").arg(QString::fromStdString(path),
+                                                       QString::fromStdString(kernel.get<std::string>()));
+  }
   return s;
 }
 

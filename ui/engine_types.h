@@ -3,6 +3,7 @@
 // carried by EngineJob's signals). They hold Qt value types or core's torch-free structs only.
 #include <QList>
 #include <QString>
+#include <QStringList>
 #include <QVector>
 
 #include "experiments/adapter_serving.h"
@@ -47,6 +48,9 @@ struct ModelSummary {
   int inner = 0;                       // width of the MLP's hidden layer (4 x width for GPT-2)
   QList<ProjectionShape> projections;  // in the order the architecture computes them
   int dtypeBytes = 4;
+  // The CPU and the ISA our kernels dispatch to (engine info's "cpu"), and what each path runs.
+  QString cpuModel, cpuIsa;
+  QStringList cpuKernels;  // "fp32_blocked: AVX-512 GEMV ...", one per path
   bool valid() const { return !name.isEmpty(); }
 };
 

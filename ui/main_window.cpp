@@ -401,7 +401,11 @@ void MainWindow::onModelLoaded(const ModelSummary& m) {
           .arg(m.positions)
           .arg(m.vocab)
           .arg(QLocale().toString(m.parameters))
-          .arg(m.folder.isEmpty() ? QString() : QStringLiteral("\n") + m.folder));
+          .arg(m.folder.isEmpty() ? QString() : QStringLiteral("\n") + m.folder) +
+      (m.cpuIsa.isEmpty() ? QString()
+                          : tr("\nCPU kernels dispatch to ISA %1 on %2:\n  %3")
+                                .arg(m.cpuIsa, m.cpuModel.isEmpty() ? tr("an unnamed CPU") : m.cpuModel,
+                                     m.cpuKernels.join(QStringLiteral("\n  ")))));
   deviceStatus_->setText(tr("device: %1").arg(m.device));
   dtypeStatus_->setText(tr("dtype: %1").arg(m.dtype));
   threadsStatus_->setText(tr("threads: %1").arg(m.threads));

@@ -25,6 +25,11 @@ class Progress : public ForwardingBatchSink {
         done_(done),
         share_(share),
         requests_(requests) {}
+  // The run's own name for the live views, when the scheduler's (its KV memory) is not enough.
+  void rename(std::string method) { method_ = std::move(method); }
+  void on_run_start(const std::string& method, int64_t requests, int64_t slots) override {
+    ForwardingBatchSink::on_run_start(method_.empty() ? method : method_, requests, slots);
+  }
   void on_retire(const RequestResult& r) override {
     ForwardingBatchSink::on_retire(r);
     ++retired_;
@@ -38,6 +43,7 @@ class Progress : public ForwardingBatchSink {
   std::string stage_;
   double done_, share_;
   size_t requests_, retired_ = 0;
+  std::string method_;
 };
 
 }  // namespace
@@ -117,6 +123,10 @@ nlohmann::json batch_run_json(const BatchRunResult& run) {
           {"total_ms", run.total_ms},
           {"kv_cache_bytes", run.kv_cache_bytes},
           {"kv_copy_bytes", run.kv_copy_bytes},
+          {"max_running", run.max_running},
+          {"preemptions", run.preemptions},
+          {"prompt_tokens", run.prompt_tokens},
+          {"prefix_hit_tokens", run.prefix_hit_tokens},
           {"cancelled", run.cancelled},
           {"requests", reqs},
           {"steps", steps}};
@@ -220,6 +230,7 @@ SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVs
   o.max_batch = p.max_batch;
   o.cancel = control.cancel;
   int64_t paged_blocks = 0;
+  int64_t slot_batch = p.max_batch;  // the methods other than paged KV
   if (p.paged) {
     limits::check_range("KV block size", p.kv_block_size, int64_t{1}, engine.shape().context);
     limits::check_range("KV budget (MB)", p.kv_budget_mb, 0.0, 1e7);
@@ -229,6 +240,18 @@ SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVs
       if (paged_blocks < 1)
         throw InputError("a KV budget of " + fmt(p.kv_budget_mb) + " MB holds no block of " +
                          std::to_string(block_bytes) + " bytes");
+      if (p.slots_in_budget) {
+        // A slot is sized for the longest request, as slot KV reserves it.
+        int64_t longest = 0;
+        for (const BatchRequest& r : requests)
+          longest = std::max(longest, static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens);
+        const int64_t slot_bytes = engine.model().kv_cache_bytes(1, longest);
+        const int64_t slots = static_cast<int64_t>(p.kv_budget_mb * 1e6) / slot_bytes;
+        if (slots < 1)
+          throw InputError("a KV budget of " + fmt(p.kv_budget_mb) + " MB holds no slot KV slot of " +
+                           std::to_string(longest) + " positions (" + std::to_string(slot_bytes) + " bytes)");
+        slot_batch = std::min(p.max_batch, slots);
+      }
     }
   }
   check_batch_requests(engine.model(), requests, o);
@@ -242,23 +265,32 @@ SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVs
   }
   std::vector<std::pair<bool, KvStrategy>> plan = {{false, KvStrategy::SlotKv}, {true, KvStrategy::SlotKv}};
   if (p.naive) plan.push_back({true, KvStrategy::NaiveMergeFilter});
+  const bool uncached_too = p.paged && p.prefix_caching && p.paged_uncached_too;
+  if (uncached_too) plan.push_back({true, KvStrategy::Paged});
   if (p.paged) plan.push_back({true, KvStrategy::Paged});
   SyncVsContinuousResult result;
   for (size_t i = 0; i < plan.size(); ++i) {
     o.kv = plan[i].second;
+    o.max_batch = o.kv == KvStrategy::Paged ? p.max_batch : slot_batch;
     if (o.kv == KvStrategy::Paged) {
       o.kv_blocks = paged_blocks;
       o.kv_block_size = p.kv_block_size;
-      o.prefix_caching = p.prefix_caching;
+      // The uncached run comes first: the last run is the one the budget and options describe.
+      o.prefix_caching = p.prefix_caching && !(uncached_too && i + 1 < plan.size());
     }
-    const std::string stage =
+    std::string stage =
         plan[i].first ? std::string("continuous (") + kv_strategy_name(o.kv) + ")" : "synchronous";
+    if (uncached_too && o.kv == KvStrategy::Paged)
+      stage = o.prefix_caching ? "continuous (paged KV + prefix cache)"
+                               : "continuous (paged KV, no prefix cache)";
     Progress progress(control, stage, static_cast<double>(i) / static_cast<double>(plan.size()),
                       1.0 / static_cast<double>(plan.size()), requests.size());
+    if (uncached_too && o.kv == KvStrategy::Paged) progress.rename(stage);
     BatchRunResult run =
         plan[i].first ? run_continuous_batching(engine.model(), engine.tokenizer(), requests, o, &progress)
                       : run_static_batching(engine.model(), engine.tokenizer(), requests, o, &progress);
     if (run.cancelled) throw CancelledError("sync-vs-continuous cancelled during " + stage);
+    run.method = stage;
     result.methods.push_back(summarize(run));
     result.runs.push_back(std::move(run));
   }

@@ -29,6 +29,12 @@ struct SyncVsContinuousParams {
   int64_t kv_block_size = 16;
   double kv_budget_mb = 0;
   bool prefix_caching = true;
+  // With paged and prefix_caching: paged KV also runs without prefix caching on the same pool, so
+  // the cache's hits and time to first token show side by side.
+  bool paged_uncached_too = false;
+  // With paged and a budget: the other methods get only the slots that kv_budget_mb holds (each as
+  // long as the longest request), so slot KV and paged KV share one memory budget.
+  bool slots_in_budget = false;
   bool warmup = true;
 };
 

@@ -462,6 +462,34 @@ class TestScheduler : public QObject {
     QVERIFY(QString::fromStdString(error_of(ErrorKind::Input, [&] {
               run_sync_vs_continuous(*engine, sp);
             })).contains("holds no block"));
+    // One budget for both memories: slot KV gets the slots 2.5 of the longest request's fit, paged
+    // KV runs without and then with prefix caching on that many bytes of blocks.
+    int64_t longest = 0;
+    for (const BatchRequest& r : make_sync_vs_continuous_requests(*engine, sp))
+      longest = std::max(longest, static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens);
+    sp.max_batch = 6;
+    sp.kv_budget_mb = 2.5 * static_cast<double>(engine->model().kv_cache_bytes(1, longest)) / 1e6;
+    sp.slots_in_budget = true;
+    sp.paged_uncached_too = true;
+    SyncVsContinuousResult budget = run_sync_vs_continuous(*engine, sp);
+    QVERIFY(budget.same_tokens);
+    QCOMPARE(budget.runs.size(), size_t{5});
+    QCOMPARE(budget.runs[3].method, std::string("continuous (paged KV, no prefix cache)"));
+    QCOMPARE(budget.runs[4].method, std::string("continuous (paged KV + prefix cache)"));
+    for (size_t m = 0; m < 3; ++m) QCOMPARE(budget.runs[m].max_batch, int64_t{2});
+    QCOMPARE(budget.runs[1].max_running, int64_t{2});
+    QCOMPARE(budget.runs[3].prefix_hit_tokens, int64_t{0});
+    QVERIFY(budget.runs[3].max_running > 2);  // short requests hold few blocks
+    const nlohmann::json bj = budget.to_json();
+    QCOMPARE(bj["runs"][4]["prefix_hit_tokens"].get<int64_t>(), budget.runs[4].prefix_hit_tokens);
+    QCOMPARE(bj["runs"][1]["max_running"].get<int64_t>(), int64_t{2});
+    sp.kv_budget_mb = 0.5 * static_cast<double>(engine->model().kv_cache_bytes(1, longest)) / 1e6;
+    QVERIFY(QString::fromStdString(error_of(ErrorKind::Input, [&] {
+              run_sync_vs_continuous(*engine, sp);
+            })).contains("holds no slot KV slot"));
+    sp.max_batch = 2;
+    sp.slots_in_budget = false;
+    sp.paged_uncached_too = false;
     sp.paged = false;
 
     CourseBenchmarkParams bp;

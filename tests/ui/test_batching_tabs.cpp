@@ -25,6 +25,7 @@
 #include "job_spy.h"
 #include "main_window.h"
 #include "model/model_export.h"
+#include "text_format.h"
 
 using namespace servelab::ui;
 using Cell = ChartView::Cell;
@@ -73,6 +74,14 @@ QVector<bool> cachedOf(const servelab::BatchStep& s) {
   return c;
 }
 
+// The comparison table's cell for a figure (its row header) and a method column.
+QString tableCell(QTableWidget* table, const QString& figure, int column) {
+  for (int row = 0; row < table->rowCount(); ++row)
+    if (table->verticalHeaderItem(row) && table->verticalHeaderItem(row)->text() == figure)
+      return table->item(row, column) ? table->item(row, column)->text() : QString();
+  return QStringLiteral("<no row %1>").arg(figure);
+}
+
 }  // namespace
 
 class TestBatchingTabs : public QObject {
@@ -111,7 +120,7 @@ class TestBatchingTabs : public QObject {
   static void checkTimelineMatches(const QVector<Cell>& cells, const servelab::BatchRunResult& run) {
     const bool rowIsSlot = run.method != "continuous (merge/filter)";
     int prefills = 0;
-    for (const Cell& c : cells) prefills += c.style == Style::Solid ? 1 : 0;
+    for (const Cell& c : cells) prefills += c.style == Style::Solid || c.style == Style::Cached ? 1 : 0;
     QCOMPARE(prefills, static_cast<int>(run.requests.size()));
     for (const servelab::RequestResult& r : run.requests) {
       const QVector<Cell> mine = cellsOf(cells, r.id);
@@ -127,6 +136,9 @@ class TestBatchingTabs : public QObject {
         if (i > 0) QVERIFY(mine[i].style != Style::Solid);
       }
     }
+    checkNoOverlap(cells);
+  }
+  static void checkNoOverlap(const QVector<Cell>& cells) {
     QVector<Cell> sorted = cells;
     std::sort(sorted.begin(), sorted.end(),
               [](const Cell& a, const Cell& b) { return a.row != b.row ? a.row < b.row : a.x0 < b.x0; });
@@ -373,7 +385,7 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(table->columnCount(), 3);
     QCOMPARE(table->horizontalHeaderItem(0)->text(), QStringLiteral("synchronous"));
     QCOMPARE(table->horizontalHeaderItem(1)->text(), QStringLiteral("continuous\n(slot KV)"));
-    QCOMPARE(table->rowCount(), 14);
+    QCOMPARE(table->rowCount(), 17);
     QCOMPARE(table->item(2, 0)->text(), QStringLiteral("1.00×"));  // speed-up of synchronous over itself
     QCOMPARE(table->item(9, 1)->text(), QString::number(r.methods[1].inference_calls));
     for (int row = 0; row < table->rowCount(); ++row)
@@ -467,11 +479,256 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(view.holders(), holdersOf(*fullest));
     // Settings keep the paged choice.
     QSettings saved(settingsPath(QStringLiteral("paged-saved")), QSettings::IniFormat);
+    tab->setSlotsInBudget(true);
+    tab->setPagedUncachedToo(true);
     tab->saveSettings(saved);
     tab->setPaged(false);
+    tab->setSlotsInBudget(false);
+    tab->setPagedUncachedToo(false);
     tab->loadSettings(saved);
     QCOMPARE(tab->params().paged, true);
+    QCOMPARE(tab->params().slots_in_budget, true);
+    QCOMPARE(tab->params().paged_uncached_too, true);
     QCOMPARE(tab->params().kv_block_size, int64_t{4});
+  }
+
+  // "How many requests fit in N MB?": the preset keeps the budget in the box, sets the course's mix
+  // with slot KV held to that budget and no prefix caching, and runs; the summary line, the
+  // comparison table and the KV utilisation chart show the engine's own figures.
+  void presetHowManyFit() {
+    auto w = tinyWindow(QStringLiteral("preset-fit"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    tab->setNaive(true);
+    tab->setPaged(false, 4, 0, true);
+    tab->applyPreset(ContinuousTab::Preset::FitInBudget);
+    QCOMPARE(tab->params().kv_budget_mb, ContinuousTab::kPresetBudgetMb);  // 0 in the box: the default
+    // The tiny model's KV is 512 bytes a position: 0.08 MB holds two slots of the longest request
+    // (20 + 48 positions) and nine blocks of 16.
+    tab->setPaged(true, 16, 0.08, true);
+    tab->applyPreset(ContinuousTab::Preset::FitInBudget);
+    const servelab::SyncVsContinuousParams p = tab->params();
+    QCOMPARE(p.requests, int64_t{24});
+    QCOMPARE(p.max_batch, int64_t{16});
+    QCOMPARE(p.long_every, int64_t{6});
+    QCOMPARE(p.long_tokens, int64_t{48});
+    QCOMPARE(p.short_tokens, int64_t{8});
+    QCOMPARE(p.prompt_tokens_min, int64_t{4});
+    QCOMPARE(p.prompt_tokens_max, int64_t{20});
+    QCOMPARE(p.naive, false);
+    QCOMPARE(p.paged, true);
+    QCOMPARE(p.kv_block_size, int64_t{16});
+    QCOMPARE(p.kv_budget_mb, 0.08);
+    QCOMPARE(p.prefix_caching, false);
+    QCOMPARE(p.slots_in_budget, true);
+    QCOMPARE(p.paged_uncached_too, false);
+
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->runPreset(ContinuousTab::Preset::FitInBudget));
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    const servelab::SyncVsContinuousResult& r = tab->result();
+    QCOMPARE(r.runs.size(), size_t{3});
+    QVERIFY(r.same_tokens);
+    const servelab::BatchRunResult& slot = r.runs[1];
+    const servelab::BatchRunResult& paged = r.runs[2];
+    QCOMPARE(slot.method, std::string("continuous (slot KV)"));
+    QCOMPARE(paged.method, std::string("continuous (paged KV)"));
+    QCOMPARE(slot.max_running, int64_t{2});
+    QVERIFY(paged.max_running > slot.max_running);
+    const QString line = QStringLiteral(
+                             "In the same 0.08 MB of KV memory: slot KV held at most %1 requests at once, "
+                             "paged KV %2.</b> Average batch %3 vs %4; paged KV preempted %5 times.")
+                             .arg(slot.max_running)
+                             .arg(paged.max_running)
+                             .arg(slot.average_batch, 0, 'f', 2)
+                             .arg(paged.average_batch, 0, 'f', 2)
+                             .arg(paged.preemptions);
+    QVERIFY2(tab->summaryText().contains(line), qPrintable(tab->summaryText()));
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousComparison"));
+    // Synchronous batching counts neither (its batch is max batch requests): a dash.
+    QCOMPARE(tableCell(table, QStringLiteral("most requests at once"), 0), QStringLiteral("—"));
+    QCOMPARE(tableCell(table, QStringLiteral("prefix-cache hits (tokens)"), 0), QStringLiteral("—"));
+    for (int c = 0; c < 3; ++c) {
+      const servelab::BatchRunResult& run = r.runs[static_cast<size_t>(c)];
+      if (c > 0) {
+        QCOMPARE(tableCell(table, QStringLiteral("most requests at once"), c),
+                 QString::number(run.max_running));
+        QCOMPARE(tableCell(table, QStringLiteral("preemptions"), c), QString::number(run.preemptions));
+      }
+      QCOMPARE(tableCell(table, QStringLiteral("average batch"), c),
+               QString::number(run.average_batch, 'f', 2));
+    }
+    // Utilisation over time: one point per scheduler step of each continuous run, equal to its
+    // snapshots (paged KV's blocks held are its held bytes over the block size).
+    const ChartView& usage = tab->kvUsageChart();
+    QCOMPARE(usage.seriesIndex(QStringLiteral("synchronous: held")), -1);
+    for (const servelab::BatchRunResult* run : {&slot, &paged}) {
+      const QString m = QString::fromStdString(run->method);
+      const QVector<QPointF> held = usage.seriesPoints(usage.seriesIndex(m + QStringLiteral(": held")));
+      const QVector<QPointF> used = usage.seriesPoints(usage.seriesIndex(m + QStringLiteral(": used")));
+      QCOMPARE(held.size(), static_cast<qsizetype>(run->steps.size()));
+      QCOMPARE(used.size(), static_cast<qsizetype>(run->steps.size()));
+      for (size_t i = 0; i < run->steps.size(); ++i) {
+        const servelab::BatchStep& s = run->steps[i];
+        QCOMPARE(held[static_cast<qsizetype>(i)].x(), static_cast<double>(s.step));
+        QCOMPARE(held[static_cast<qsizetype>(i)].y(),
+                 static_cast<double>(s.kv_reserved_bytes) / (1024.0 * 1024.0));
+        QCOMPARE(used[static_cast<qsizetype>(i)].y(),
+                 static_cast<double>(s.kv_used_bytes) / (1024.0 * 1024.0));
+      }
+    }
+    QCOMPARE(usage.seriesCount(), 4);
+    // Its many preemptions leave no two cells on one row of the paged run's Gantt.
+    tab->showTimeline(2);
+    checkNoOverlap(tab->primaryChart()->cells());
+    // The exported result carries the same counts.
+    const QJsonArray runs = tab->lastResult()[QStringLiteral("runs")].toArray();
+    QCOMPARE(runs[2].toObject()[QStringLiteral("max_running")].toInteger(), paged.max_running);
+  }
+
+  // "Shared system prompt": prompts that share 128 tokens, paged KV without and with prefix caching;
+  // the hits in tokens and both median TTFTs come from the result.
+  void presetSharedSystemPrompt() {
+    auto w = tinyWindow(QStringLiteral("preset-shared"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    tab->setNaive(true);
+    tab->setPaged(false, 4, 3, false);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->runPreset(ContinuousTab::Preset::SharedSystemPrompt));
+    const servelab::SyncVsContinuousParams p = tab->params();
+    QCOMPARE(p.requests, int64_t{16});
+    QCOMPARE(p.max_batch, int64_t{4});
+    QCOMPARE(p.prompt_tokens_min, int64_t{128});
+    QCOMPARE(p.prompt_tokens_max, int64_t{160});
+    QVERIFY(QString::fromStdString(p.prompt).startsWith(QStringLiteral("You are a careful assistant")));
+    QCOMPARE(p.naive, false);
+    QCOMPARE(p.paged, true);
+    QCOMPARE(p.kv_block_size, int64_t{16});
+    QCOMPARE(p.kv_budget_mb, 0.0);
+    QCOMPARE(p.prefix_caching, true);
+    QCOMPARE(p.paged_uncached_too, true);
+    QCOMPARE(p.slots_in_budget, false);
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    const servelab::SyncVsContinuousResult& r = tab->result();
+    QCOMPARE(r.runs.size(), size_t{4});
+    QVERIFY(r.same_tokens);
+    const servelab::BatchRunResult& uncached = r.runs[2];
+    const servelab::BatchRunResult& cached = r.runs[3];
+    QCOMPARE(uncached.method, std::string("continuous (paged KV, no prefix cache)"));
+    QCOMPARE(cached.method, std::string("continuous (paged KV + prefix cache)"));
+    QCOMPARE(uncached.prefix_hit_tokens, int64_t{0});
+    QVERIFY(cached.prefix_hit_tokens >= 12 * 112);  // every request after the first 4 hits 7 blocks or more
+    const QString line =
+        QStringLiteral(
+            "Prefix cache: %1 of %2 prompt tokens were hits</b> (without it: 0); median "
+            "time to first token %3 → %4 ms.")
+            .arg(cached.prefix_hit_tokens)
+            .arg(cached.prompt_tokens)
+            .arg(formatMsCoarse(r.methods[2].ttft_p50), formatMsCoarse(r.methods[3].ttft_p50));
+    QVERIFY2(tab->summaryText().contains(line), qPrintable(tab->summaryText()));
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("continuousComparison"));
+    QCOMPARE(table->horizontalHeaderItem(3)->text(), QStringLiteral("continuous\n(paged KV + prefix cache)"));
+    QCOMPARE(tableCell(table, QStringLiteral("prefix-cache hits (tokens)"), 3),
+             QStringLiteral("%1 / %2").arg(cached.prefix_hit_tokens).arg(cached.prompt_tokens));
+    QCOMPARE(tableCell(table, QStringLiteral("TTFT p50 (ms)"), 2), formatMsCoarse(r.methods[2].ttft_p50));
+    QCOMPARE(tab->timelineNames().size(), 4);
+    QCOMPARE(tab->timelineNames()[2], QStringLiteral("continuous (paged KV, no prefix cache)"));
+    // On the Gantt, the cached run's prefills are hatched where the cache served part of the prompt,
+    // the hover text giving the result's count; the uncached run has none.
+    tab->showTimeline(3);
+    const QVector<Cell> cells = tab->primaryChart()->cells();
+    int hits = 0;
+    for (const servelab::RequestResult& rr : cached.requests) {
+      const QVector<Cell> mine = cellsOf(cells, rr.id);
+      QVERIFY(!mine.isEmpty());
+      QCOMPARE(mine.front().style, rr.cached_tokens > 0 ? Style::Cached : Style::Solid);
+      if (rr.cached_tokens > 0) {
+        ++hits;
+        QVERIFY2(mine.front().info.contains(
+                     QStringLiteral("%1 of its %2 prompt tokens came from the prefix cache: only %3 computed")
+                         .arg(rr.cached_tokens)
+                         .arg(rr.prompt_ids.size())
+                         .arg(static_cast<qint64>(rr.prompt_ids.size()) - rr.cached_tokens)),
+                 qPrintable(mine.front().info));
+      }
+    }
+    QVERIFY(hits >= 12);
+    tab->showTimeline(2);
+    for (const Cell& c : tab->primaryChart()->cells()) QVERIFY(c.style != Style::Cached);
+  }
+
+  // A KV budget too small for three requests at once: paged KV preempts the latest admitted one; its
+  // bar stops at that step with a crossed-out mark (the hover text says so) and resumes when it is
+  // admitted again, on the live timeline and on the one rebuilt from the result alike.
+  void preemptionIsMarkedOnTheGantt() {
+    auto w = tinyWindow(QStringLiteral("preempt"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    smallQueue(tab);
+    tab->setPromptTokens(12, 12);
+    tab->setNaive(false);
+    tab->setMaxBatch(3);
+    // 512 bytes a position: 0.02 MB holds 9 blocks of 4 positions. Three 12-token prompts take all 9
+    // at admission, and the first decode needs a fourth block each.
+    tab->setPaged(true, 4, 0.02, false);
+    // The same events the tab gets, into a timeline of the test's own: the last run's is paged KV's.
+    BatchTimeline live;
+    onEveryJob(w->engine(), &EngineJob::batchRunStarted, this,
+               [&](const QString& m, qint64 n, qint64 slots) { live.start(m, n, slots); });
+    onEveryJob(w->engine(), &EngineJob::batchAdmitted, this,
+               [&](qint64 id, qint64 slot, qint64 step, double) { live.admit(id, slot, step); });
+    onEveryJob(w->engine(), &EngineJob::batchToken, this,
+               [&](qint64 id, int, const QString&, qint64 step, double) { live.token(id, step); });
+    onEveryJob(w->engine(), &EngineJob::batchRetired, this,
+               [&](const servelab::RequestResult& rr) { live.retire(rr); });
+    onEveryJob(w->engine(), &EngineJob::batchStep, this, [&](const servelab::BatchStep& s) { live.step(s); });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    const servelab::SyncVsContinuousResult& r = tab->result();
+    QVERIFY(r.same_tokens);
+    const servelab::BatchRunResult& run = r.runs.back();
+    QVERIFY(run.preemptions > 0);
+    QCOMPARE(tab->shownTimeline(), 2);
+    const QVector<Cell> cells = tab->primaryChart()->cells();
+    int marks = 0;
+    for (const servelab::BatchStep& s : run.steps)
+      for (int64_t id : s.preempted) {
+        const QVector<Cell> mine = cellsOf(cells, id);
+        const auto mark = std::find_if(mine.begin(), mine.end(), [&](const Cell& c) {
+          return c.style == Style::Preempted && c.x0 <= s.step && c.x1 == s.step + 0.5;
+        });
+        QVERIFY2(mark != mine.end(), qPrintable(cellsText(mine)));
+        QVERIFY(mark->info.contains(QStringLiteral("preempted at step %1").arg(s.step)));
+        ++marks;
+      }
+    QCOMPARE(marks, static_cast<int>(run.preemptions));
+    for (const servelab::RequestResult& rr : run.requests) {
+      const QVector<Cell> mine = cellsOf(cells, rr.id);
+      QCOMPARE(static_cast<int64_t>(std::count_if(mine.begin(), mine.end(),
+                                                  [](const Cell& c) { return c.style == Style::Preempted; })),
+               rr.preemptions);
+      QCOMPARE(mine.back().x1, rr.finished_step + 0.5);  // it still finishes, on its last run's row
+    }
+    const auto marksOf = [](const QVector<Cell>& all) {
+      QStringList out;
+      for (const Cell& c : all)
+        if (c.style == Style::Preempted)
+          out << QStringLiteral("%1 %2").arg(c.x0).arg(c.info.section(u'·', 0, 0));
+      out.sort();
+      return out;
+    };
+    QCOMPARE(live.method(), QStringLiteral("continuous (paged KV)"));
+    QCOMPARE(marksOf(live.cells()), marksOf(cells));
+    checkNoOverlap(cells);
+    checkNoOverlap(live.cells());
   }
 
   // Stop during the paged run: the view keeps the last step it was shown.

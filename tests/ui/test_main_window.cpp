@@ -24,6 +24,7 @@
 #include "main_window.h"
 #include "model/engine.h"
 #include "model/model_export.h"
+#include "util/cpu_features.h"
 
 using namespace servelab::ui;
 namespace fs = std::filesystem;
@@ -113,6 +114,12 @@ class TestMainWindow : public QObject {
     QVERIFY(m.caveat.contains(QStringLiteral("random weights: timings are real, text is noise")));
     auto* label = w->findChild<QLabel*>(QStringLiteral("modelLabel"));
     QVERIFY(label && label->text().contains(QStringLiteral("random weights")));
+    // Issue 21: the tooltip names the ISA the kernels dispatch to, as the engine reports it.
+    const QString isa = QString::fromLatin1(servelab::isa_name(servelab::active_isa()));
+    QCOMPARE(m.cpuIsa, isa);
+    QVERIFY(!m.cpuModel.isEmpty());
+    QVERIFY(label->toolTip().contains(QStringLiteral("dispatch to ISA %1 on %2").arg(isa, m.cpuModel)));
+    QVERIFY(label->toolTip().contains(QStringLiteral("fp32_blocked: ")));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("deviceStatus"))->text().contains(QStringLiteral("cpu")));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("memoryStatus"))->text().contains(QStringLiteral("MiB")));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("stateStatus"))->text().contains(QStringLiteral("ready")));

@@ -77,7 +77,17 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
   prefixCaching_->setObjectName(QStringLiteral("continuousPrefixCaching"));
   prefixCaching_->setChecked(true);
   prefixCaching_->setToolTip(tr("Requests whose prompts start alike share the full blocks of that prefix"));
+  slotsInBudget_ = new QCheckBox(tr("Slot KV in the same budget"), this);
+  slotsInBudget_->setObjectName(QStringLiteral("continuousSlotsInBudget"));
+  slotsInBudget_->setToolTip(
+      tr("The other methods get only the slots the KV budget holds, each as long as the longest "
+         "request: how many requests fit in the same memory"));
+  uncachedToo_ = new QCheckBox(tr("Also paged without prefix caching"), this);
+  uncachedToo_->setObjectName(QStringLiteral("continuousPagedUncachedToo"));
+  uncachedToo_->setToolTip(tr("Paged KV runs twice on the same pool, without and with prefix caching"));
   connect(paged_, &QCheckBox::toggled, this, &RequestQueueForm::updatePagedEnabled);
+  connect(prefixCaching_, &QCheckBox::toggled, this, &RequestQueueForm::updatePagedEnabled);
+  connect(budgetMb_, &QDoubleSpinBox::valueChanged, this, &RequestQueueForm::updatePagedEnabled);
 
   auto* lengthRow = new QHBoxLayout;
   lengthRow->addWidget(promptMin_);
@@ -100,7 +110,9 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
   form->addRow(paged_);
   form->addRow(tr("KV block size"), blockSize_);
   form->addRow(tr("KV budget"), budgetMb_);
+  form->addRow(slotsInBudget_);
   form->addRow(prefixCaching_);
+  form->addRow(uncachedToo_);
   updatePromptLengthEnabled();
   updatePagedEnabled();
 }
@@ -108,6 +120,8 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
 void RequestQueueForm::updatePagedEnabled() {
   for (QWidget* w : std::initializer_list<QWidget*>{blockSize_, budgetMb_, prefixCaching_})
     w->setEnabled(paged_->isChecked());
+  slotsInBudget_->setEnabled(paged_->isChecked() && budgetMb_->value() > 0);
+  uncachedToo_->setEnabled(paged_->isChecked() && prefixCaching_->isChecked());
 }
 
 void RequestQueueForm::updatePromptLengthEnabled() {
@@ -138,6 +152,9 @@ void RequestQueueForm::setPaged(bool on, int blockSize, double budgetMb, bool pr
   prefixCaching_->setChecked(prefixCaching);
 }
 
+void RequestQueueForm::setSlotsInBudget(bool on) { slotsInBudget_->setChecked(on); }
+void RequestQueueForm::setPagedUncachedToo(bool on) { uncachedToo_->setChecked(on); }
+
 servelab::SyncVsContinuousParams RequestQueueForm::params() const {
   servelab::SyncVsContinuousParams p;
   p.prompt = prompt_->text().toStdString();
@@ -155,6 +172,8 @@ servelab::SyncVsContinuousParams RequestQueueForm::params() const {
   p.kv_block_size = blockSize_->value();
   p.kv_budget_mb = budgetMb_->value();
   p.prefix_caching = prefixCaching_->isChecked();
+  p.slots_in_budget = slotsInBudget_->isChecked();
+  p.paged_uncached_too = uncachedToo_->isChecked();
   return p;
 }
 
@@ -183,6 +202,8 @@ void RequestQueueForm::loadSettings(QSettings& s) {
   spin(blockSize_, "kvBlockSize");
   loadSpin(s, QStringLiteral("kvBudgetMb"), budgetMb_);
   prefixCaching_->setChecked(s.value(QStringLiteral("prefixCaching"), prefixCaching_->isChecked()).toBool());
+  slotsInBudget_->setChecked(s.value(QStringLiteral("slotsInBudget"), slotsInBudget_->isChecked()).toBool());
+  uncachedToo_->setChecked(s.value(QStringLiteral("pagedUncachedToo"), uncachedToo_->isChecked()).toBool());
 }
 
 void RequestQueueForm::saveSettings(QSettings& s) const {
@@ -202,6 +223,8 @@ void RequestQueueForm::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("kvBlockSize"), blockSize_->value());
   s.setValue(QStringLiteral("kvBudgetMb"), budgetMb_->value());
   s.setValue(QStringLiteral("prefixCaching"), prefixCaching_->isChecked());
+  s.setValue(QStringLiteral("slotsInBudget"), slotsInBudget_->isChecked());
+  s.setValue(QStringLiteral("pagedUncachedToo"), uncachedToo_->isChecked());
 }
 
 }  // namespace servelab::ui

@@ -32,6 +32,10 @@ class RequestQueueForm : public QWidget {
   void setNaive(bool on);
   // Also paged KV: blocks of blockSize positions, budgetMb megabytes of them (0: slot KV's memory).
   void setPaged(bool on, int blockSize = 16, double budgetMb = 0, bool prefixCaching = true);
+  // With a budget: the other methods get only the slots it holds (one budget for both memories).
+  void setSlotsInBudget(bool on);
+  // With prefix caching: paged KV also runs without it, side by side.
+  void setPagedUncachedToo(bool on);
   servelab::SyncVsContinuousParams params() const;
 
   // Token counts up to the model's context.
@@ -60,6 +64,8 @@ class RequestQueueForm : public QWidget {
   QSpinBox* blockSize_;
   QDoubleSpinBox* budgetMb_;
   QCheckBox* prefixCaching_;
+  QCheckBox* slotsInBudget_;
+  QCheckBox* uncachedToo_;
 };
 
 }  // namespace servelab::ui
