@@ -38,8 +38,9 @@ std::optional<QString> settingString(const QSettings& s, const QString& key) {
   const QVariant v = s.value(key);
   // QSettings writes an empty list as "@Invalid()".
   if (!v.isValid()) return QString();
-  if (v.typeId() == QMetaType::QString || v.typeId() == QMetaType::QByteArray) return v.toString();
   if (v.typeId() == QMetaType::QStringList) return v.toStringList().join(QStringLiteral(", "));
+  // Strings, byte arrays and numbers (a QSettings that wrote a value hands it back as it was set).
+  if (v.canConvert<QString>()) return v.toString();
   settingsIssues() << QStringLiteral("%1 holds a %2, not text")
                           .arg(settingsKey(s, key), QString::fromLatin1(v.typeName()));
   return std::nullopt;

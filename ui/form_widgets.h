@@ -35,9 +35,9 @@ void loadSpin(QSettings& settings, const QString& key, QDoubleSpinBox* box);
 
 // The typed readers below return nothing when the key is absent, and nothing plus an issue when
 // its value is not what the key takes: the caller keeps its default either way.
-// Text: a string, or a list (INI splits an unquoted "a, b" at the comma: joined again with ", ").
-// "@Invalid()" (an empty list) is "". Anything else (@Size, @Rect, @Variant...) would read as "" and
-// is an issue.
+// Text: anything QVariant turns into a string, or a list (INI splits an unquoted "a, b" at the
+// comma: joined again with ", "). "@Invalid()" (an empty list) is "". What has no text (@Size,
+// @Rect, @Point...) would read as "" and is an issue.
 std::optional<QString> settingString(const QSettings& settings, const QString& key);
 // true/false (what QSettings writes) or 1/0, in any case; QVariant::toBool would read "banana" as true.
 std::optional<bool> settingBool(const QSettings& settings, const QString& key);

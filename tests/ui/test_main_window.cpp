@@ -417,6 +417,8 @@ class TestMainWindow : public QObject {
       w->close();
     }
     auto w = makeWindow(QStringLiteral("persist"));
+    // Every key the app saved (each tab's, the window's) it takes back without a warning.
+    QVERIFY2(w->settingsWarningText().isEmpty(), qPrintable(w->settingsWarningText()));
     QCOMPARE(w->currentTab()->tabId(), QStringLiteral("kv-cache"));
     QCOMPARE(w->theme(), ChartTheme::Dark);
     QCOMPARE(w->tab(QStringLiteral("kv-cache"))->primaryChart()->theme(), ChartTheme::Dark);
