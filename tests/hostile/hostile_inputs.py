@@ -444,6 +444,12 @@ def cases(fx, builtin):
     add("model folder", "logits that overflow mid-generation",
         ["generate", "--model", fx["late_overflow"], "--prompt", "hi", "--max-new-tokens", "5"], 1,
         ["generation step 2", "batch row 1", "NaN or infinite"])
+    # The continuous-batching scheduler's own check: a step prefills the prompts, then decodes the
+    # token they made, whose embedding overflows.
+    add("model folder", "logits that overflow mid-generation in the scheduler",
+        ["bench", "sync-vs-continuous", "--model", fx["late_overflow"], "--prompt", "hi", "--requests", "2",
+         "--max-batch", "2", "--long-tokens", "2", "--short-tokens", "2"], 1,
+        ["scheduler step 1", "request 1", "batch row 1", "NaN or infinite"])
     add("model folder", "/dev/null as model", ["info", "--model", "/dev/null"], 1, ["/dev/null", "not a folder"])
     add("model folder", "vocab.json is a folder", ["info", "--model", fx["vocab_dir"]], 1, ["vocab.json", "directory"])
     add("model folder", "merges.txt is a folder", ["info", "--model", fx["merges_dir"]], 1, ["merges.txt", "directory"])
