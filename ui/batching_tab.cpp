@@ -510,9 +510,21 @@ QJsonObject BatchingTab::lastResult() const {
 
 void BatchingTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
-  const QStringList saved = s.value(QStringLiteral("prompts")).toStringList();
-  if (!saved.isEmpty()) setPrompts(saved);
-  sizes_->setText(s.value(QStringLiteral("batchSizes"), sizes_->text()).toString());
+  // One prompt per list item (a prompt holding a comma is quoted by QSettings); none keeps the default.
+  if (settingString(s, QStringLiteral("prompts"))) {
+    const QStringList saved = s.value(QStringLiteral("prompts")).toStringList();
+    if (!saved.isEmpty()) setPrompts(saved);
+  }
+  if (const auto sizes = settingString(s, QStringLiteral("batchSizes"))) {
+    const QString before = sizes_->text();
+    sizes_->setText(*sizes);
+    QString error;
+    if (batchSizes(&error).isEmpty()) {
+      reportSetting(s, QStringLiteral("batchSizes"), *sizes,
+                    QStringLiteral("is not a list of batch sizes: ") + error);
+      sizes_->setText(before);
+    }
+  }
   loadSpin(s, QStringLiteral("newTokens"), newTokens_);
   loadSpin(s, QStringLiteral("repeats"), repeats_);
   s.endGroup();

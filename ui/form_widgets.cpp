@@ -1,5 +1,7 @@
 #include "form_widgets.h"
 
+#include <QAbstractButton>
+#include <QComboBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -20,7 +22,93 @@ QString settingsKey(const QSettings& s, const QString& key) {
   return s.group().isEmpty() ? key : s.group() + QLatin1Char('/') + key;
 }
 
+// The raw text of a value for a message: a list as INI wrote it.
+QString rawText(const QVariant& v) {
+  return v.typeId() == QMetaType::QStringList ? v.toStringList().join(QLatin1Char(',')) : v.toString();
+}
+
 }  // namespace
+
+void reportSetting(const QSettings& s, const QString& key, const QString& value, const QString& problem) {
+  settingsIssues() << QStringLiteral("%1 = \"%2\" %3").arg(settingsKey(s, key), value, problem);
+}
+
+std::optional<QString> settingString(const QSettings& s, const QString& key) {
+  if (!s.contains(key)) return std::nullopt;
+  const QVariant v = s.value(key);
+  // QSettings writes an empty list as "@Invalid()".
+  if (!v.isValid()) return QString();
+  if (v.typeId() == QMetaType::QStringList) return v.toStringList().join(QStringLiteral(", "));
+  // Strings, byte arrays and numbers (a QSettings that wrote a value hands it back as it was set).
+  if (v.canConvert<QString>()) return v.toString();
+  settingsIssues() << QStringLiteral("%1 holds a %2, not text")
+                          .arg(settingsKey(s, key), QString::fromLatin1(v.typeName()));
+  return std::nullopt;
+}
+
+std::optional<bool> settingBool(const QSettings& s, const QString& key) {
+  if (!s.contains(key)) return std::nullopt;
+  const QVariant v = s.value(key);
+  if (v.typeId() == QMetaType::Bool) return v.toBool();
+  const QString text = rawText(v).trimmed().toLower();
+  if (text == QLatin1String("true") || text == QLatin1String("1")) return true;
+  if (text == QLatin1String("false") || text == QLatin1String("0")) return false;
+  reportSetting(s, key, rawText(v), QStringLiteral("is not true or false"));
+  return std::nullopt;
+}
+
+std::optional<QString> settingChoice(const QSettings& s, const QString& key, const QStringList& choices) {
+  if (!s.contains(key)) return std::nullopt;
+  const QString text = rawText(s.value(key));
+  if (choices.contains(text)) return text;
+  reportSetting(s, key, text, QStringLiteral("is not one of %1").arg(choices.join(QStringLiteral(", "))));
+  return std::nullopt;
+}
+
+std::optional<QStringList> settingChoiceList(const QSettings& s, const QString& key,
+                                             const QStringList& choices) {
+  if (!s.contains(key)) return std::nullopt;
+  const QString text = rawText(s.value(key));
+  QStringList items;
+  for (const QString& part : text.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
+    const QString item = part.trimmed();
+    if (item.isEmpty()) continue;
+    if (!choices.contains(item)) {
+      reportSetting(
+          s, key, text,
+          QStringLiteral("names \"%1\", not one of %2").arg(item, choices.join(QStringLiteral(", "))));
+      return std::nullopt;
+    }
+    items << item;
+  }
+  return items;
+}
+
+std::optional<qint64> settingInteger(const QSettings& s, const QString& key, qint64 lo, qint64 hi) {
+  if (!s.contains(key)) return std::nullopt;
+  const QString text = rawText(s.value(key)).trimmed();
+  bool ok = false;
+  const qint64 v = text.toLongLong(&ok);
+  if (!ok) {
+    reportSetting(s, key, text, QStringLiteral("is not a whole number"));
+    return std::nullopt;
+  }
+  if (v < lo || v > hi) {
+    reportSetting(s, key, text, QStringLiteral("is outside %1..%2").arg(lo).arg(hi));
+    return std::nullopt;
+  }
+  return v;
+}
+
+void loadCheck(QSettings& s, const QString& key, QAbstractButton* box) {
+  if (const auto v = settingBool(s, key)) box->setChecked(*v);
+}
+
+QStringList comboData(const QComboBox* box) {
+  QStringList data;
+  for (int i = 0; i < box->count(); ++i) data << box->itemData(i).toString();
+  return data;
+}
 
 void loadSpin(QSettings& s, const QString& key, QSpinBox* box) {
   if (!s.contains(key)) return;

@@ -9,8 +9,11 @@
 #include <QStringList>
 #include <QTableWidget>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 
+class QAbstractButton;
+class QComboBox;
 class QHBoxLayout;
 class QLabel;
 
@@ -29,6 +32,30 @@ QStringList& settingsIssues();
 // box = settings[key] when the key is there, a number and within the box's range; else an issue.
 void loadSpin(QSettings& settings, const QString& key, QSpinBox* box);
 void loadSpin(QSettings& settings, const QString& key, QDoubleSpinBox* box);
+
+// The typed readers below return nothing when the key is absent, and nothing plus an issue when
+// its value is not what the key takes: the caller keeps its default either way.
+// Text: anything QVariant turns into a string, or a list (INI splits an unquoted "a, b" at the
+// comma: joined again with ", "). "@Invalid()" (an empty list) is "". What has no text (@Size,
+// @Rect, @Point...) would read as "" and is an issue.
+std::optional<QString> settingString(const QSettings& settings, const QString& key);
+// true/false (what QSettings writes) or 1/0, in any case; QVariant::toBool would read "banana" as true.
+std::optional<bool> settingBool(const QSettings& settings, const QString& key);
+// One of choices, exactly.
+std::optional<QString> settingChoice(const QSettings& settings, const QString& key,
+                                     const QStringList& choices);
+// A comma-separated list whose every item is one of choices (an empty list is allowed).
+std::optional<QStringList> settingChoiceList(const QSettings& settings, const QString& key,
+                                             const QStringList& choices);
+// A whole number in lo..hi.
+std::optional<qint64> settingInteger(const QSettings& settings, const QString& key, qint64 lo, qint64 hi);
+// Records an issue for key: "group/key = "value" <problem>".
+void reportSetting(const QSettings& settings, const QString& key, const QString& value,
+                   const QString& problem);
+// box checked = settings[key] when it is a bool (settingBool).
+void loadCheck(QSettings& settings, const QString& key, QAbstractButton* box);
+// A combo box's item data as strings: the values its settings key may hold.
+QStringList comboData(const QComboBox* box);
 
 // A read-only table of whole rows: no row numbers, no wrapping, columns sized to their contents
 // with the last one stretched.

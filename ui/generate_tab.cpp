@@ -74,6 +74,7 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   chat_ = new QCheckBox(tr("Chat: the prompt is a user turn"), this);
   chat_->setObjectName(QStringLiteral("generateChat"));
   chat_->setToolTip(tr("Format the prompt with the model's own chat template before generating"));
+  chat_->setChecked(true);  // a chat model answers a user turn best; GPT-2 disables the box
 
   connect(mode_, &QComboBox::currentIndexChanged, this, &GenerateTab::updateSamplingEnabled);
 
@@ -367,15 +368,16 @@ QJsonObject GenerateTab::lastResult() const {
 
 void GenerateTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
-  prompt_->setPlainText(s.value(QStringLiteral("prompt"), prompt_->toPlainText()).toString());
+  if (const auto prompt = settingString(s, QStringLiteral("prompt"))) prompt_->setPlainText(*prompt);
   loadSpin(s, QStringLiteral("maxNewTokens"), maxTokens_);
-  mode_->setCurrentIndex(s.value(QStringLiteral("sampling"), false).toBool() ? 1 : 0);
+  if (const auto sampling = settingBool(s, QStringLiteral("sampling")))
+    mode_->setCurrentIndex(*sampling ? 1 : 0);
   loadSpin(s, QStringLiteral("temperature"), temperature_);
   loadSpin(s, QStringLiteral("topK"), topK_);
   loadSpin(s, QStringLiteral("topP"), topP_);
   loadSpin(s, QStringLiteral("seed"), seed_);
-  stopAtEos_->setChecked(s.value(QStringLiteral("stopAtEos"), true).toBool());
-  chat_->setChecked(s.value(QStringLiteral("chat"), true).toBool());
+  loadCheck(s, QStringLiteral("stopAtEos"), stopAtEos_);
+  loadCheck(s, QStringLiteral("chat"), chat_);
   s.endGroup();
   updateSamplingEnabled();
 }

@@ -18,6 +18,7 @@
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "form_widgets.h"
+#include "util/limits.h"
 
 namespace servelab::ui {
 
@@ -257,9 +258,11 @@ QJsonObject KvCacheTab::lastResult() const {
 
 void KvCacheTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
-  prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
-  const int promptTokens = s.value(QStringLiteral("promptTokens"), 0).toInt();
-  setPromptTokens(promptTokens);
+  if (const auto prompt = settingString(s, QStringLiteral("prompt"))) prompt_->setText(*prompt);
+  // 0 means "the prompt as typed"; more repeats it to that many tokens.
+  if (const auto promptTokens =
+          settingInteger(s, QStringLiteral("promptTokens"), 0, servelab::limits::kMaxTokens))
+    setPromptTokens(static_cast<int>(*promptTokens));
   loadSpin(s, QStringLiteral("newTokens"), newTokens_);
   loadSpin(s, QStringLiteral("repeats"), repeats_);
   s.endGroup();

@@ -93,6 +93,16 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   errorBanner_->setStyleSheet(QStringLiteral(
       "QLabel { background: #fdecea; color: #8a1c1c; border: 1px solid #e0a0a0; padding: 6px; }"));
   errorBanner_->hide();
+  // Kept apart from errorBanner_, which a model load or a new run hides: the file's problems stay
+  // in view until dismissed.
+  settingsBanner_ = new QLabel(this);
+  settingsBanner_->setObjectName(QStringLiteral("settingsBanner"));
+  settingsBanner_->setWordWrap(true);
+  settingsBanner_->setTextFormat(Qt::RichText);
+  settingsBanner_->setStyleSheet(QStringLiteral(
+      "QLabel { background: #fff4d6; color: #6b4e00; border: 1px solid #e0c070; padding: 6px; }"));
+  connect(settingsBanner_, &QLabel::linkActivated, settingsBanner_, &QLabel::hide);
+  settingsBanner_->hide();
 
   tabWidget_ = new QTabWidget(this);
   tabWidget_->setObjectName(QStringLiteral("tabs"));
@@ -112,6 +122,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   auto* cv = new QVBoxLayout(central);
   cv->setContentsMargins(4, 4, 4, 4);
   cv->addWidget(errorBanner_);
+  cv->addWidget(settingsBanner_);
   cv->addWidget(tabWidget_, 1);
   setCentralWidget(central);
 
@@ -139,21 +150,33 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
 
   // Settings: window geometry, theme, tab parameters, recent models.
   QSettings& s = *settings_;
-  restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
-  restoreState(s.value(QStringLiteral("window/state")).toByteArray());
+  for (const char* key : {"window/geometry", "window/state"}) {
+    const QString k = QLatin1String(key);
+    if (!s.contains(k)) continue;
+    const QByteArray saved = s.value(k).toByteArray();
+    if (!(k == QLatin1String("window/geometry") ? restoreGeometry(saved) : restoreState(saved)))
+      settingsIssues() << tr("%1 is not a window layout this app saved").arg(k);
+  }
   if (!s.contains(QStringLiteral("window/geometry"))) resize(1400, 860);
   if (!s.contains(QStringLiteral("window/state"))) {
     // Docks take their size once the window is laid out: keep the log to a few lines at first.
     QTimer::singleShot(0, this, [this, dock] { resizeDocks({dock}, {110}, Qt::Vertical); });
   }
-  recent_ = s.value(QStringLiteral("model/recent")).toStringList();
+  if (settingString(s, QStringLiteral("model/recent")))
+    recent_ = s.value(QStringLiteral("model/recent")).toStringList();
   rebuildRecentMenu();
   for (ExperimentTab* t : tabs_) t->loadSettings(s);
+  selectTab(settingChoice(s, QStringLiteral("window/tab"), tabIds()).value_or(QStringLiteral("generate")));
+  setTheme(settingChoice(s, QStringLiteral("ui/theme"), {QStringLiteral("light"), QStringLiteral("dark")})
+                       .value_or(QStringLiteral("light")) == QLatin1String("dark")
+               ? ChartTheme::Dark
+               : ChartTheme::Light);
+  // For loadInitialModel(); read here so that every problem of the file is reported at once.
+  savedDemo_ = settingBool(s, QStringLiteral("model/demo")).value_or(false);
+  savedFolder_ = settingString(s, QStringLiteral("model/folder")).value_or(QString());
   settingsIssues_ = settingsIssues();
   settingsIssues().clear();
-  selectTab(s.value(QStringLiteral("window/tab"), QStringLiteral("generate")).toString());
-  setTheme(s.value(QStringLiteral("ui/theme")).toString() == QLatin1String("dark") ? ChartTheme::Dark
-                                                                                   : ChartTheme::Light);
+  if (!settingsIssues_.isEmpty()) showSettingsIssues();
   onStateChanged();
 }
 
@@ -369,11 +392,11 @@ void MainWindow::loadInitialModel(const QString& folderOverride) {
     loadFolder(folderOverride);  // asked for explicitly: a failure is reported, not papered over
     return;
   }
-  if (settings_->value(QStringLiteral("model/demo"), false).toBool()) {
+  if (savedDemo_) {
     loadDemo();
     return;
   }
-  const QString folder = settings_->value(QStringLiteral("model/folder")).toString();
+  const QString folder = savedFolder_;
   if (!folder.isEmpty() && QFileInfo::exists(folder)) {
     loadFolder(folder);
   } else {
@@ -438,6 +461,23 @@ void MainWindow::showError(const QString& message) {
   errorBanner_->setText(message);
   errorBanner_->show();
   appendLog(message);
+}
+
+void MainWindow::showSettingsIssues() {
+  QString items;
+  for (const QString& issue : settingsIssues_) {
+    items += QStringLiteral("<li>%1</li>").arg(issue.toHtmlEscaped());
+    appendLog(tr("settings file %1: %2 (the default is kept)").arg(settings_->fileName(), issue));
+  }
+  settingsBanner_->setText(
+      tr("<b>The settings file %1 holds values the app cannot take</b>; their defaults are kept: <ul "
+         "style='margin: 0'>%2</ul><a href='dismiss'>Dismiss</a>")
+          .arg(settings_->fileName().toHtmlEscaped(), items));
+  settingsBanner_->show();
+}
+
+QString MainWindow::settingsWarningText() const {
+  return settingsBanner_->isVisible() ? settingsBanner_->text() : QString();
 }
 
 QString MainWindow::errorText() const { return errorBanner_->isVisible() ? errorBanner_->text() : QString(); }

@@ -59,6 +59,8 @@ class MainWindow : public QMainWindow {
   void loadFolder(const QString& folder);
   // The text of the error banner (empty when hidden) and of the log.
   QString errorText() const;
+  // The banner listing the settings file's values the app could not take (empty when hidden).
+  QString settingsWarningText() const;
   QString logText() const;
   QStringList recentModels() const { return recent_; }
 
@@ -89,6 +91,7 @@ class MainWindow : public QMainWindow {
   void onModelLoadFailed(const QString& message);
   void onStateChanged();
   void showError(const QString& message);
+  void showSettingsIssues();
   void appendLog(const QString& line);
   void addRecent(const QString& folder);
   void rebuildRecentMenu();
@@ -109,6 +112,9 @@ class MainWindow : public QMainWindow {
   QMenu* recentMenu_;
   QProgressBar* loadProgress_;
   QLabel* errorBanner_;
+  QLabel* settingsBanner_;
+  bool savedDemo_ = false;  // the settings' model/demo and model/folder, for loadInitialModel()
+  QString savedFolder_;
   QPlainTextEdit* log_;
   QLabel* deviceStatus_;
   QLabel* dtypeStatus_;

@@ -637,7 +637,9 @@ void MultiLoraTab::loadSettings(QSettings& s) {
   composer_->loadSettings(s);
   serving_->loadSettings(s);
   math_->loadSettings(s);
-  showView(s.value(QStringLiteral("view"), currentView()).toString());
+  if (const auto view =
+          settingChoice(s, QStringLiteral("view"), {QStringLiteral("strategies"), QStringLiteral("serve")}))
+    showView(*view);
   s.endGroup();
 }
 

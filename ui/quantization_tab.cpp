@@ -29,6 +29,7 @@
 #include "form_widgets.h"
 #include "quant/quant_spec.h"
 #include "text_format.h"
+#include "util/limits.h"
 
 namespace servelab::ui {
 
@@ -758,17 +759,25 @@ QJsonObject QuantizationTab::lastResult() const {
 
 void QuantizationTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
-  const int group = s.value(QStringLiteral("int4Group"), group_->currentText()).toInt();
-  if (group_->findText(QString::number(group)) >= 0) group_->setCurrentText(QString::number(group));
-  if (s.contains(QStringLiteral("modes"))) setModes(s.value(QStringLiteral("modes")).toStringList());
-  setExec(s.value(QStringLiteral("exec"), exec()).toString());
+  QStringList groups;
+  for (int i = 0; i < group_->count(); ++i) groups << group_->itemText(i);
+  if (const auto group = settingChoice(s, QStringLiteral("int4Group"), groups))
+    group_->setCurrentText(*group);
+  QStringList modes = {QStringLiteral("zp-uint8"), QStringLiteral("int8-channel"), QStringLiteral("fp16"),
+                       QStringLiteral("bf16")};
+  for (const QString& g : groups) modes << QStringLiteral("int4-g") + g;
+  if (const auto saved = settingChoiceList(s, QStringLiteral("modes"), modes)) setModes(*saved);
+  if (const auto e = settingChoice(s, QStringLiteral("exec"), comboData(exec_))) setExec(*e);
   loadSpin(s, QStringLiteral("newTokens"), newTokens_);
   loadSpin(s, QStringLiteral("repeats"), repeats_);
-  speed_->setChecked(s.value(QStringLiteral("measureSpeed"), speed_->isChecked()).toBool());
+  loadCheck(s, QStringLiteral("measureSpeed"), speed_);
   // The speed workload has no controls (the core's defaults suit a lesson); scripts set it here.
-  setSpeedWorkload(s.value(QStringLiteral("decodeTokens"), static_cast<int>(workload_.decode_tokens)).toInt(),
-                   s.value(QStringLiteral("batch"), static_cast<int>(workload_.batch)).toInt(),
-                   s.value(QStringLiteral("batchTokens"), static_cast<int>(workload_.batch_tokens)).toInt());
+  const auto count = [&s](const char* key, int64_t current, int64_t hi) {
+    return static_cast<int>(settingInteger(s, QLatin1String(key), 1, hi).value_or(current));
+  };
+  setSpeedWorkload(count("decodeTokens", workload_.decode_tokens, servelab::limits::kMaxSteps),
+                   count("batch", workload_.batch, servelab::limits::kMaxBatch),
+                   count("batchTokens", workload_.batch_tokens, servelab::limits::kMaxTokens));
   s.endGroup();
 }
 

@@ -22,6 +22,7 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <chrono>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -673,12 +674,24 @@ void ServingTab::loadSettings(QSettings& s) {
   loadSpin(s, QStringLiteral("positions"), positions_);
   loadSpin(s, QStringLiteral("requests"), loadRequests_);
   loadSpin(s, QStringLiteral("newTokens"), loadTokens_);
-  useAdapters_->setChecked(s.value(QStringLiteral("useAdapters"), useAdapters_->isChecked()).toBool());
-  target_->setText(s.value(QStringLiteral("target"), target_->text()).toString());
+  loadCheck(s, QStringLiteral("useAdapters"), useAdapters_);
+  if (const auto target = settingString(s, QStringLiteral("target"))) target_->setText(*target);
   // QSettings' INI format reads "1,2,4" as a list of three strings.
-  const QVariant levels = s.value(QStringLiteral("levels"), clients_->text());
-  clients_->setText(levels.typeId() == QMetaType::QStringList ? levels.toStringList().join(QLatin1Char(','))
-                                                              : levels.toString());
+  if (const auto levels = settingString(s, QStringLiteral("levels"))) {
+    QStringList items = levels->split(QLatin1Char(','), Qt::SkipEmptyParts);
+    bool ok = !items.isEmpty();
+    for (QString& item : items) {
+      item = item.trimmed();
+      bool number = false;
+      const double v = item.toDouble(&number);
+      ok = ok && number && std::isfinite(v) && v > 0;
+    }
+    if (ok)
+      clients_->setText(items.join(QLatin1Char(',')));
+    else
+      reportSetting(s, QStringLiteral("levels"), *levels,
+                    QStringLiteral("is not a list of positive numbers"));
+  }
   for (auto [key, box] :
        {std::pair{QStringLiteral("api"), api_}, std::pair{QStringLiteral("scenario"), scenario_},
         std::pair{QStringLiteral("arrival"), arrival_}}) {

@@ -41,9 +41,4 @@ QString tokenText(const std::string& piece) {
   return s;
 }
 
-QString settingText(const QSettings& s, const char* key, const QString& fallback) {
-  const QVariant v = s.value(QLatin1String(key), fallback);
-  return v.typeId() == QMetaType::QStringList ? v.toStringList().join(QStringLiteral(", ")) : v.toString();
-}
-
 }  // namespace servelab::ui

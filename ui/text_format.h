@@ -24,7 +24,5 @@ QString formatMillions(qint64 n);
 // A readable token (engine_session.h's readableToken) as running text: its leading open box back
 // to a space.
 QString tokenText(const std::string& piece);
-// A text setting; an INI file written by hand turns "1,2,4" into a list, which is joined back.
-QString settingText(const QSettings& settings, const char* key, const QString& fallback);
 
 }  // namespace servelab::ui

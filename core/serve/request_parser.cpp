@@ -64,7 +64,8 @@ std::optional<int64_t> get_int(const json& obj, const char* key, const std::stri
   // Above INT64_MAX get<int64_t>() would wrap to a negative number and blame the wrong value.
   if (v->is_number_unsigned() &&
       v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw validation(where + key + " is too large: " + v->dump());
+    throw validation(where + key + " is too large: at most " +
+                     std::to_string(std::numeric_limits<int64_t>::max()) + ", got " + v->dump());
   return v->get<int64_t>();
 }
 
@@ -101,6 +102,23 @@ std::vector<std::string> get_strings(const json& obj, const char* key, const std
     out.push_back(s.get<std::string>());
   }
   return out;
+}
+
+// TGI's default max_stop_sequences, and what OpenAI allows: each sequence is matched against the
+// text after every token, so their number and length bound a request's per-token work.
+constexpr size_t kMaxStopSequences = 4;
+constexpr size_t kMaxStopBytes = 256;
+
+void check_stop_strings(const std::vector<std::string>& stops, const std::string& name) {
+  if (stops.size() > kMaxStopSequences)
+    throw validation(name + " takes at most " + std::to_string(kMaxStopSequences) + " sequences, got " +
+                     std::to_string(stops.size()));
+  for (const std::string& s : stops) {
+    if (s.empty()) throw validation(name + " holds an empty sequence");
+    if (s.size() > kMaxStopBytes)
+      throw validation(name + " sequences must be at most " + std::to_string(kMaxStopBytes) + " bytes, got " +
+                       std::to_string(s.size()));
+  }
 }
 
 // The body as a JSON object. The depth limit comes first: everything after (dump(), the schema
@@ -141,8 +159,9 @@ class Parser {
   void set_sampling(ParsedRequest& c, bool sample, std::optional<double> temperature,
                     std::optional<int64_t> top_k, std::optional<double> top_p, std::optional<int64_t> seed) {
     SamplingParams& p = c.request.sampling;
-    if (temperature && *temperature < 0)
-      throw validation("temperature must be >= 0, got " + std::to_string(*temperature));
+    // A JSON number beyond the double range that got this far would be infinite.
+    if (temperature && !(*temperature >= 0 && std::isfinite(*temperature)))
+      throw validation("temperature must be a finite number >= 0, got " + std::to_string(*temperature));
     if (top_k && *top_k < 1) throw validation("top_k must be > 0, got " + std::to_string(*top_k));
     if (top_p && !(*top_p > 0 && *top_p <= 1))
       throw validation("top_p must be in (0, 1], got " + std::to_string(*top_p));
@@ -184,12 +203,14 @@ class Parser {
     const auto top_k = get_int(p, "top_k", w);
     const auto top_p = get_number(p, "top_p", w);
     const auto typical_p = get_number(p, "typical_p", w);
-    if (typical_p && *typical_p < 1) throw validation("parameters.typical_p is not supported by this server");
+    if (typical_p && *typical_p != 1)
+      throw validation("parameters.typical_p is not supported by this server");
     // TGI samples when asked to, or when any warper is set.
     const bool sample = get_bool(p, "do_sample", w).value_or(false) || (temperature && *temperature != 1.0) ||
                         top_k.has_value() || (top_p && *top_p < 1.0);
     set_sampling(c, sample, temperature, top_k, top_p, get_int(p, "seed", w));
     c.request.stop_strings = get_strings(p, "stop", w);
+    check_stop_strings(c.request.stop_strings, "parameters.stop");
     c.request.stop_at_eos = !get_bool(p, "ignore_eos_token", w).value_or(false);
     c.details = get_bool(p, "details", w).value_or(false);
     c.full_text = get_bool(p, "return_full_text", w).value_or(false);
@@ -200,6 +221,12 @@ class Parser {
       throw validation("parameters.best_of must be 1 here, got " + std::to_string(*best_of));
     if (get_bool(p, "watermark", w).value_or(false))
       throw validation("parameters.watermark is not supported");
+    // Asked-for extras the answer would silently lack: refused rather than ignored.
+    for (const char* k : {"top_n_tokens", "return_k_alternatives"})
+      if (const auto v = get_int(p, k, w); v && *v != 0)
+        throw validation(w + k + " is not supported by this server (got " + std::to_string(*v) + ")");
+    if (get_bool(p, "decoder_input_details", w).value_or(false))
+      throw validation("parameters.decoder_input_details is not supported by this server");
     if (field(p, "merged_adapters"))
       throw validation("parameters.merged_adapters is not supported by this server");
     if (const json* rf = field(p, "response_format")) {
@@ -250,7 +277,7 @@ class Parser {
     set_sampling(c, true, temperature.value_or(1.0), std::nullopt, get_number(body, "top_p", ""),
                  get_int(body, "seed", ""));
     c.request.stop_strings = get_strings(body, "stop", "");
-    if (c.request.stop_strings.size() > 4) throw validation("stop takes at most 4 sequences");
+    check_stop_strings(c.request.stop_strings, "stop");
     // vLLM's extension (llama.cpp's server takes it too): load generators ask for whole budgets.
     c.request.stop_at_eos = !get_bool(body, "ignore_eos", "").value_or(false);
     if (const auto n = get_int(body, "n", ""); n && *n != 1)
@@ -258,6 +285,19 @@ class Parser {
     for (const char* k : {"presence_penalty", "frequency_penalty"})
       if (const auto v = get_number(body, k, ""); v && *v != 0)
         throw validation(std::string(k) + " is not supported by this server");
+    // Log probabilities (completions: an integer; chat: a bool plus top_logprobs), best_of, a
+    // logit bias or a suffix would be missing from the answer: refused rather than ignored.
+    if (const json* lp = field(body, "logprobs");
+        lp && !(lp->is_boolean() ? !lp->get<bool>() : lp->is_number() && lp->get<double>() == 0))
+      throw validation("logprobs is not supported by this server (got " + lp->dump() + ")");
+    if (const auto v = get_int(body, "top_logprobs", ""); v && *v != 0)
+      throw validation("top_logprobs is not supported by this server (got " + std::to_string(*v) + ")");
+    if (const auto v = get_int(body, "best_of", ""); v && *v != 1)
+      throw validation("best_of must be 1 here, got " + std::to_string(*v));
+    if (const json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
+      throw validation("logit_bias is not supported by this server");
+    if (const auto suffix = get_string(body, "suffix", ""); suffix && !suffix->empty())
+      throw validation("suffix is not supported by this server");
     if (const json* rf = field(body, "response_format")) {
       const std::string type = rf->is_object() ? type_of(*rf) : "";
       if (type == "json_object") {

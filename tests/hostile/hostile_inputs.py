@@ -18,6 +18,7 @@ Usage: hostile_inputs.py --cli build/release/app/servelab-cli [--app build/relea
 import argparse
 import concurrent.futures as futures
 import json
+import math
 import os
 import resource
 import shutil
@@ -128,6 +129,87 @@ def copy_model(src, dst, edit=None):
     return dst
 
 
+FLT_MAX = 3.4028234663852886e38
+OVERFLOW_TOKEN = 1000  # the token whose embedding overflows the logits once it is fed back
+
+
+def late_overflow_edit(cfg, weights):
+    """A tiny GPT-2 whose weights are all finite and whose first logits are too, but whose logits
+    overflow fp32 one step after it generates OVERFLOW_TOKEN (which greedy decoding picks first).
+
+    The blocks write nothing to the residual stream (their output projections are zero), so the
+    final hidden state is wte[token] + wpe[position] and the logits are ln_f(that) @ wte.T, which
+    is worked out here exactly. Every token embedding is one vector v except OVERFLOW_TOKEN's,
+    v + e0; every position adds 0.05 e0. ln_f scales dimension 0 by G, chosen between what the
+    prompt's last position needs (the logit of OVERFLOW_TOKEN finite, and the largest) and what
+    OVERFLOW_TOKEN fed back makes (beyond FLT_MAX).
+    """
+    n = cfg["n_embd"]
+    vocab = cfg["vocab_size"]
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    v = [0.0] + [0.02 * ((-1) ** d) * (1 + (d % 5) / 4) for d in range(1, n)]
+    prompt_x = [v[0] + 0.05] + v[1:]
+    token_x = [v[0] + 1.05] + v[1:]
+
+    def normed0(x):  # layer norm's dimension 0 before its scale
+        mean = sum(x) / n
+        var = sum((a - mean) ** 2 for a in x) / n
+        return (x[0] - mean) / math.sqrt(var + eps)
+
+    h_prompt, h_token = normed0(prompt_x), normed0(token_x)
+    if not (0 < h_prompt and h_token > 1.5 * h_prompt):
+        raise RuntimeError(f"late_overflow: no room between {h_prompt} and {h_token}")
+    # The geometric mean of the two bounds: a factor sqrt(h_token / h_prompt) from each.
+    gain = FLT_MAX / math.sqrt(h_prompt * h_token)
+    assert gain * h_prompt < FLT_MAX / 1.2 and gain * h_token > FLT_MAX * 1.2
+
+    def edit(d):
+        w = dict(weights)
+        for name, (dtype, shape, data) in weights.items():
+            if name.endswith("c_proj.weight") or name.endswith("c_proj.bias"):
+                w[name] = (dtype, shape, bytes(len(data)))
+        row = struct.pack(f"<{n}f", *v)
+        special = struct.pack(f"<{n}f", *([1.0] + v[1:]))
+        w["transformer.wte.weight"] = ("F32", [vocab, n],
+                                       row * OVERFLOW_TOKEN + special + row * (vocab - OVERFLOW_TOKEN - 1))
+        positions = cfg["n_positions"]
+        w["transformer.wpe.weight"] = ("F32", [positions, n], struct.pack(f"<{n}f", 0.05, *([0.0] * (n - 1))) * positions)
+        w["transformer.ln_f.weight"] = ("F32", [n], struct.pack(f"<{n}f", gain, *([1.0] * (n - 1))))
+        w["transformer.ln_f.bias"] = ("F32", [n], floats(n, 0.0))
+        write_safetensors(os.path.join(d, "model.safetensors"), w)
+    return edit
+
+
+def tiny_llama(d, poisoned):
+    """A Llama folder (config.json and model.safetensors, 2 layers, 16 wide) with one NaN in the
+    tensor `poisoned`. No tokenizer: the weights are checked before it is read."""
+    os.mkdir(d)
+    vocab, hidden, inter, layers = 64, 16, 32, 2
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": vocab,
+           "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+           "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 64,
+           "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": True,
+           "bos_token_id": 1, "eos_token_id": 2}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    shapes = {"model.embed_tokens.weight": [vocab, hidden], "model.norm.weight": [hidden]}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": [hidden], p + "post_attention_layernorm.weight": [hidden],
+                       p + "self_attn.q_proj.weight": [hidden, hidden], p + "self_attn.k_proj.weight": [hidden, hidden],
+                       p + "self_attn.v_proj.weight": [hidden, hidden], p + "self_attn.o_proj.weight": [hidden, hidden],
+                       p + "mlp.gate_proj.weight": [inter, hidden], p + "mlp.up_proj.weight": [inter, hidden],
+                       p + "mlp.down_proj.weight": [hidden, inter]})
+    tensors = {}
+    for name, shape in shapes.items():
+        data = floats(math.prod(shape), 1.0 if len(shape) == 1 else 0.01)
+        # A NaN in the middle: the check must look at every element, not the first.
+        if name == poisoned:
+            data = data[:40] + struct.pack("<f", float("nan")) + data[44:]
+        tensors[name] = ("F32", shape, data)
+    write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+    return d
+
+
 def make_fixtures(cli, root):
     fx = {}
     tiny = os.path.join(root, "tiny")
@@ -175,6 +257,7 @@ def make_fixtures(cli, root):
     m = lambda name, edit: copy_model(tiny, os.path.join(root, name), edit)
     fx["nan_weights"] = m("nan_weights", with_weights("transformer.h.1.mlp.c_fc.weight", float("nan")))
     fx["inf_weights"] = m("inf_weights", with_weights("transformer.wte.weight", float("inf")))
+    fx["late_overflow"] = m("late_overflow", late_overflow_edit(cfg, weights))
     fx["config_dir"] = m("config_dir", replace_with_dir("config.json"))
     fx["weights_dir"] = m("weights_dir", replace_with_dir("model.safetensors"))
     fx["config_bad_json"] = m("config_bad_json", write_file("config.json", "{ not json"))
@@ -211,6 +294,7 @@ def make_fixtures(cli, root):
     os.mkdir(d)
     open(os.path.join(d, "tokenizer.json"), "w").write("{\"model\": 3}")
     fx["tok_json_bad"] = d
+    fx["llama_nan"] = tiny_llama(os.path.join(root, "llama_nan"), poisoned="model.layers.1.mlp.up_proj.weight")
     fx["a_file"] = os.path.join(root, "plain.txt")
     open(fx["a_file"], "w").write("hello")
 
@@ -302,6 +386,32 @@ def make_fixtures(cli, root):
     fx["settings_temperature"] = settings("temperature", "[generate]\ntemperature=-1\n")
     fx["settings_scenario"] = settings("scenario", "[serving]\nscenario=soak\n")
     fx["settings_port"] = settings("port", "[serving]\nport=70000\n")
+    # Enumerated, bool and text keys: each holds what QVariant would have turned into the default
+    # (or into true: toBool() reads any word but "false" and "0" as true).
+    fx["settings_kinds"] = {
+        "exec": settings("exec", "[quantization]\nexec=turbo\n"),
+        "int4Group": settings("int4group", "[quantization]\nint4Group=48\n"),
+        "modes": settings("modes", "[quantization]\nmodes=fp16, int3\n"),
+        "strategies": settings("strategies", "[multi-lora]\nstrategies=loop, bogus\n"),
+        "assignment": settings("assignment", "[multi-lora]\nassignment=everyone\n"),
+        "serveStrategy": settings("serve_strategy", "[multi-lora]\nserveStrategy=fastest\n"),
+        "view": settings("view", "[multi-lora]\nview=cinema\n"),
+        "theme": settings("theme", "[ui]\ntheme=purple\n"),
+        "tab": settings("tab", "[window]\ntab=frobnicate\n"),
+        "chat": settings("chat", "[generate]\nchat=banana\n"),
+        "sampling": settings("sampling", "[generate]\nsampling=yes please\n"),
+        "paged": settings("paged", "[continuous]\npaged=maybe\n"),
+        "measureSpeed": settings("measure_speed", "[quantization]\nmeasureSpeed=2\n"),
+        "demo": settings("demo", "[model]\ndemo=sometimes\n"),
+        "prompt": settings("prompt", "[generate]\nprompt=@Size(3 4)\n"),
+        "kvPrompt": settings("kv_prompt", "[kv-cache]\nprompt=@Rect(0 0 3 4)\n"),
+        "batchSizes": settings("batch_sizes", "[batching]\nbatchSizes=1, banana, 4\n"),
+        "levels": settings("levels", "[serving]\nlevels=1, -2\n"),
+        "promptTokens": settings("prompt_tokens", "[kv-cache]\npromptTokens=lots\n"),
+        "decodeTokens": settings("decode_tokens", "[quantization]\ndecodeTokens=1000000000\n"),
+        "adapterRank": settings("adapter_rank", "[multi-lora]\nadapters\\1\\rank=banana\nadapters\\size=1\n"),
+        "geometry": settings("geometry", "[window]\ngeometry=@ByteArray(garbage)\n"),
+    }
     return fx
 
 
@@ -328,6 +438,18 @@ def cases(fx, builtin):
     add("model folder", "negative n_layer", ["info", "--model", fx["negative_layers"]], 1, "n_layer")
     add("model folder", "NaN weight", ["info", "--model", fx["nan_weights"]], 1, ["transformer.h.1.mlp.c_fc.weight", "NaN"])
     add("model folder", "Inf weight", ["info", "--model", fx["inf_weights"]], 1, ["transformer.wte.weight", "infinite"])
+    add("model folder", "NaN weight in a Llama safetensors folder", ["info", "--model", fx["llama_nan"]], 1,
+        ["model.layers.1.mlp.up_proj.weight", "1 NaN", "flat index 10"])
+    # Finite weights, finite logits at the prompt: the overflow shows only in step 2's logits.
+    add("model folder", "logits that overflow mid-generation",
+        ["generate", "--model", fx["late_overflow"], "--prompt", "hi", "--max-new-tokens", "5"], 1,
+        ["generation step 2", "batch row 1", "NaN or infinite"])
+    # The continuous-batching scheduler's own check: a step prefills the prompts, then decodes the
+    # token they made, whose embedding overflows.
+    add("model folder", "logits that overflow mid-generation in the scheduler",
+        ["bench", "sync-vs-continuous", "--model", fx["late_overflow"], "--prompt", "hi", "--requests", "2",
+         "--max-batch", "2", "--long-tokens", "2", "--short-tokens", "2"], 1,
+        ["scheduler step 1", "request 1", "batch row 1", "NaN or infinite"])
     add("model folder", "/dev/null as model", ["info", "--model", "/dev/null"], 1, ["/dev/null", "not a folder"])
     add("model folder", "vocab.json is a folder", ["info", "--model", fx["vocab_dir"]], 1, ["vocab.json", "directory"])
     add("model folder", "merges.txt is a folder", ["info", "--model", fx["merges_dir"]], 1, ["merges.txt", "directory"])
@@ -532,6 +654,37 @@ def app_cases(fx):
         [*run, "--tab", "serving", "--settings", fx["settings_scenario"]], 1, ["serving/scenario", "soak"])
     add("app scripted mode", "a port beyond 65535",
         [*run, "--tab", "serving", "--settings", fx["settings_port"]], 1, ["serving/port", "70000"])
+    # key: (tab to run, what stderr must name).
+    kinds = {
+        "exec": ("quantization", ["quantization/exec", "turbo", "dequant-once"]),
+        "int4Group": ("quantization", ["quantization/int4Group", "48"]),
+        "modes": ("quantization", ["quantization/modes", "int3"]),
+        "strategies": ("multi-lora", ["multi-lora/strategies", "bogus"]),
+        "assignment": ("multi-lora", ["multi-lora/assignment", "everyone"]),
+        "serveStrategy": ("multi-lora", ["multi-lora/serveStrategy", "fastest"]),
+        "view": ("multi-lora", ["multi-lora/view", "cinema"]),
+        "theme": ("kv-cache", ["ui/theme", "purple"]),
+        "tab": ("kv-cache", ["window/tab", "frobnicate"]),
+        "chat": ("generate", ["generate/chat", "banana", "not true or false"]),
+        "sampling": ("generate", ["generate/sampling", "yes please"]),
+        "paged": ("continuous", ["continuous/paged", "maybe"]),
+        "measureSpeed": ("quantization", ["quantization/measureSpeed", "\"2\""]),
+        "demo": ("kv-cache", ["model/demo", "sometimes"]),
+        "prompt": ("generate", ["generate/prompt", "QSize", "not text"]),
+        "kvPrompt": ("kv-cache", ["kv-cache/prompt", "QRect", "not text"]),
+        "batchSizes": ("batching", ["batching/batchSizes", "banana"]),
+        "levels": ("serving", ["serving/levels", "-2"]),
+        "promptTokens": ("kv-cache", ["kv-cache/promptTokens", "lots"]),
+        "decodeTokens": ("quantization", ["quantization/decodeTokens", "1000000000"]),
+        "adapterRank": ("multi-lora", ["multi-lora/adapters/1/rank", "banana"]),
+        "geometry": ("kv-cache", ["window/geometry"]),
+    }
+    for key, (tab, expect) in kinds.items():
+        # --demo would overwrite model/demo: that case runs on the built-in model, which the
+        # refusal comes before.
+        args = ["--run"] if key == "demo" else run
+        add("app settings kinds", f"{key} holds garbage",
+            [*args, "--tab", tab, "--settings", fx["settings_kinds"][key]], 1, expect)
     return C
 
 

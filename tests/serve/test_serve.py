@@ -528,6 +528,80 @@ class BadInput(unittest.TestCase):
         self.assertEqual(r.status_code, 200, r.text)
         self.assertIsInstance(r.json(), list)
 
+    def test_every_numeric_and_enumerated_field(self):
+        # Each field at a value out of its domain, refused with 422 naming it before anything is
+        # allocated or queued; raw bodies carry what json.dumps cannot (1e400 parses as infinity).
+        srv = server("demo")
+        L = lambda **p: {"inputs": "x", "parameters": p}
+        lorax = [
+            (L(max_new_tokens=10**18), [str(10**18), "new tokens"]),
+            (L(max_new_tokens=-1), ["max_new_tokens", "at least 1"]),
+            (L(max_new_tokens=2.5), ["max_new_tokens", "integer"]),
+            (L(temperature=-0.5), ["temperature"]),
+            (L(temperature="hot"), ["temperature", "number"]),
+            (L(top_k=0), ["top_k"]),
+            (L(top_k=-3), ["top_k"]),
+            (L(top_p=0), ["top_p"]),
+            (L(top_p=1.5), ["top_p"]),
+            (L(seed=-1), ["seed"]),
+            (L(seed=2**64 - 1), ["seed", "at most 9223372036854775807"]),
+            (L(seed=1e300), ["seed", "integer"]),
+            (L(typical_p=5), ["typical_p"]),
+            (L(repetition_penalty=1.3), ["repetition_penalty"]),
+            (L(best_of=4), ["best_of"]),
+            (L(stop=["a", "b", "c", "d", "e"]), ["parameters.stop", "at most 4"]),
+            (L(stop=["x" * 1000]), ["parameters.stop", "256 bytes"]),
+            (L(stop=[""]), ["parameters.stop", "empty"]),
+            (L(stop={"a": 1}), ["stop", "list of strings"]),
+            (L(top_n_tokens=5), ["top_n_tokens"]),
+            (L(return_k_alternatives=3), ["return_k_alternatives"]),
+            (L(decoder_input_details=True), ["decoder_input_details"]),
+            (L(details="yes"), ["details", "true or false"]),
+            (L(truncate=0), ["truncate"]),
+            (L(adapter_id=5), ["adapter_id", "string"]),
+            (L(adapter_id="a", adapter_source="ftp"), ["adapter_source 'ftp'"]),
+            (L(response_format={"type": "xml"}), ["response_format"]),
+            (L(response_format="json"), ["response_format"]),
+            (L(grammar={"type": "ebnf", "value": "x"}), ["grammar"]),
+            ({"inputs": "x", "stream": "yes"}, ["stream", "true or false"]),
+        ]
+        for body, words in lorax:
+            r = self.check(srv, "/generate", body, 422, *words)
+            self.assertEqual(r.json()["error_type"], "validation", body)
+        self.check(srv, "/generate", None, 422, "not valid JSON", "1e400",
+                   raw=b'{"inputs": "x", "parameters": {"temperature": 1e400}}')
+        C = lambda **b: {"prompt": "x", **b}
+        openai = [
+            (C(max_tokens=0), ["max_tokens", "at least 1"]),
+            (C(max_tokens=10**18), [str(10**18), "new tokens"]),
+            (C(max_completion_tokens=-5), ["max_tokens"]),
+            (C(temperature=2.5), ["temperature", "[0, 2]"]),
+            (C(top_p=-1), ["top_p"]),
+            (C(seed="s"), ["seed", "integer"]),
+            (C(n=3), ["n must be 1"]),
+            (C(best_of=2), ["best_of"]),
+            (C(logprobs=5), ["logprobs"]),
+            (C(logprobs=True), ["logprobs"]),
+            (C(top_logprobs=3), ["top_logprobs"]),
+            (C(logit_bias={"50256": -100}), ["logit_bias"]),
+            (C(suffix="end"), ["suffix"]),
+            (C(presence_penalty=1), ["presence_penalty"]),
+            (C(stop=["1", "2", "3", "4", "5"]), ["stop", "at most 4"]),
+            (C(response_format={"type": "yaml"}), ["response_format.type"]),
+            (C(stream_options=3), ["stream_options"]),
+            (C(model=7), ["model", "string"]),
+        ]
+        for body, words in openai:
+            r = self.check(srv, "/v1/completions", body, 422, *words)
+            self.assertEqual(r.json()["error"]["type"], "invalid_request_error", body)
+        # What stays allowed: the neutral values a client library sends by default.
+        r = post(srv, "/v1/completions", C(max_tokens=2, logprobs=None, best_of=1, logit_bias={}, n=1, top_logprobs=0,
+                                           typical_p=None))
+        self.assertEqual(r.status_code, 200, r.text)
+        r = post(srv, "/generate", L(max_new_tokens=2, typical_p=1.0, top_n_tokens=0, decoder_input_details=False,
+                                     top_k=10**12, do_sample=True, seed=3))
+        self.assertEqual(r.status_code, 200, r.text)
+
     def test_port_in_use(self):
         srv = server("demo")
         p = subprocess.run([CLI, "serve", "--demo", "--threads", "1", "--port", str(srv.port)],

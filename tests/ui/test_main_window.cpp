@@ -424,6 +424,8 @@ class TestMainWindow : public QObject {
       w->close();
     }
     auto w = makeWindow(QStringLiteral("persist"));
+    // Every key the app saved (each tab's, the window's) it takes back without a warning.
+    QVERIFY2(w->settingsWarningText().isEmpty(), qPrintable(w->settingsWarningText()));
     QCOMPARE(w->currentTab()->tabId(), QStringLiteral("kv-cache"));
     QCOMPARE(w->theme(), ChartTheme::Dark);
     QCOMPARE(w->tab(QStringLiteral("kv-cache"))->primaryChart()->theme(), ChartTheme::Dark);
@@ -438,6 +440,31 @@ class TestMainWindow : public QObject {
     QCOMPARE(again.value(QStringLiteral("generate/prompt")).toString(), QStringLiteral("Persisted prompt"));
     QCOMPARE(again.value(QStringLiteral("kv-cache/newTokens")).toInt(), 123);
     w->setTheme(ChartTheme::Light);
+  }
+
+  void settingsGarbageIsShownInTheWindow() {
+    // A bool, an enumerated and a text value the app cannot take: interactively each keeps its
+    // default and is named in the window (the banner and the log), where a model load does not hide it.
+    {
+      QFile f(settingsPath(QStringLiteral("garbage")));
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write("[generate]\nchat=banana\nprompt=@Size(3 4)\n[ui]\ntheme=purple\n");
+    }
+    auto w = makeWindow(QStringLiteral("garbage"));
+    const QString banner = w->settingsWarningText();
+    for (const char* expected : {"generate/chat", "banana", "generate/prompt", "QSize", "ui/theme", "purple"})
+      QVERIFY2(banner.contains(QLatin1String(expected)), qPrintable(banner));
+    QVERIFY(w->findChild<QLabel*>(QStringLiteral("settingsBanner"))->isVisible());
+    QVERIFY(w->logText().contains(QStringLiteral("generate/chat = \"banana\" is not true or false")));
+    QVERIFY(w->findChild<QCheckBox*>(QStringLiteral("generateChat"))->isChecked());
+    QCOMPARE(w->theme(), ChartTheme::Light);
+    QVERIFY(!w->findChild<QPlainTextEdit*>(QStringLiteral("generatePrompt"))->toPlainText().isEmpty());
+    w->loadFolder(tiny_);
+    QVERIFY(waitLoaded(*w));
+    QVERIFY(w->settingsWarningText().contains(QStringLiteral("generate/chat")));
+    // A clean file shows nothing.
+    auto clean = makeWindow(QStringLiteral("clean"));
+    QVERIFY(clean->settingsWarningText().isEmpty());
   }
 
   void eventLoopAnswersDuringARun() {

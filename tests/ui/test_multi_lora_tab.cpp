@@ -626,6 +626,8 @@ class TestMultiLoraTab : public QObject {
       w->close();
     }
     auto w = makeWindow(QStringLiteral("persist"));
+    // What the app saved, it takes back without a warning (adapters, lists, choices, bools).
+    QVERIFY2(w->settingsWarningText().isEmpty(), qPrintable(w->settingsWarningText()));
     MultiLoraTab* tab = loraTab(*w);
     QCOMPARE(tab->adapterCount(), 2);
     QCOMPARE(tab->adapterSources()[1].name, std::string("rand-r16-2"));

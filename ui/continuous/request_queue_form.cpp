@@ -184,7 +184,7 @@ void RequestQueueForm::setModel(const ModelSummary& model) {
 }
 
 void RequestQueueForm::loadSettings(QSettings& s) {
-  prompt_->setText(s.value(QStringLiteral("prompt"), prompt_->text()).toString());
+  if (const auto prompt = settingString(s, QStringLiteral("prompt"))) prompt_->setText(*prompt);
   prompt_->setCursorPosition(0);
   const auto spin = [&s](QSpinBox* box, const char* key) { loadSpin(s, QLatin1String(key), box); };
   spin(requests_, "requests");
@@ -195,15 +195,15 @@ void RequestQueueForm::loadSettings(QSettings& s) {
   spin(promptMin_, "promptTokensMin");
   spin(promptMax_, "promptTokensMax");
   spin(seed_, "seed");
-  randomPrompt_->setChecked(s.value(QStringLiteral("randomPromptLength"), false).toBool());
+  loadCheck(s, QStringLiteral("randomPromptLength"), randomPrompt_);
   loadSpin(s, QStringLiteral("arrivalRate"), arrivalRate_);
-  naive_->setChecked(s.value(QStringLiteral("naive"), naive_->isChecked()).toBool());
-  paged_->setChecked(s.value(QStringLiteral("paged"), paged_->isChecked()).toBool());
+  loadCheck(s, QStringLiteral("naive"), naive_);
+  loadCheck(s, QStringLiteral("paged"), paged_);
   spin(blockSize_, "kvBlockSize");
   loadSpin(s, QStringLiteral("kvBudgetMb"), budgetMb_);
-  prefixCaching_->setChecked(s.value(QStringLiteral("prefixCaching"), prefixCaching_->isChecked()).toBool());
-  slotsInBudget_->setChecked(s.value(QStringLiteral("slotsInBudget"), slotsInBudget_->isChecked()).toBool());
-  uncachedToo_->setChecked(s.value(QStringLiteral("pagedUncachedToo"), uncachedToo_->isChecked()).toBool());
+  loadCheck(s, QStringLiteral("prefixCaching"), prefixCaching_);
+  loadCheck(s, QStringLiteral("slotsInBudget"), slotsInBudget_);
+  loadCheck(s, QStringLiteral("pagedUncachedToo"), uncachedToo_);
 }
 
 void RequestQueueForm::saveSettings(QSettings& s) const {

@@ -14,11 +14,13 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <cmath>
 
 #include "engine_controller.h"
 #include "form_widgets.h"
 #include "multi_lora/lora_math_panel.h"
 #include "text_format.h"
+#include "util/limits.h"
 
 namespace servelab::ui {
 
@@ -345,14 +347,35 @@ void AdapterList::loadSettings(QSettings& s) {
   for (int i = 0; i < n; ++i) {
     s.setArrayIndex(i);
     servelab::AdapterSource a;
-    a.name = s.value(QStringLiteral("name")).toString().toStdString();
-    a.peft_dir = s.value(QStringLiteral("peftDir")).toString().toStdString();
-    a.rank = s.value(QStringLiteral("rank"), 8).toLongLong();
-    a.alpha = s.value(QStringLiteral("alpha"), 16.0).toDouble();
-    a.seed = s.value(QStringLiteral("seed"), i + 1).toULongLong();
-    if (s.contains(QStringLiteral("modules")))
-      for (const QString& m : s.value(QStringLiteral("modules")).toStringList())
-        a.modules.push_back(m.toStdString());
+    a.name = settingString(s, QStringLiteral("name")).value_or(QString()).toStdString();
+    a.peft_dir = settingString(s, QStringLiteral("peftDir")).value_or(QString()).toStdString();
+    // A PEFT folder's rank and alpha are its own (saved as 0): only a random adapter's are read.
+    const bool random = a.peft_dir.empty();
+    a.rank = 8;
+    if (random) a.rank = settingInteger(s, QStringLiteral("rank"), 1, servelab::limits::kMaxRank).value_or(8);
+    a.alpha = 16.0;
+    if (const auto alpha = random ? settingString(s, QStringLiteral("alpha")) : std::nullopt) {
+      bool ok = false;
+      const double v = alpha->toDouble(&ok);
+      // The range of the add dialog's spin box.
+      if (ok && std::isfinite(v) && v >= 0.01 && v <= 4096)
+        a.alpha = v;
+      else
+        reportSetting(s, QStringLiteral("alpha"), *alpha,
+                      QStringLiteral("is not a number from 0.01 to 4096"));
+    }
+    a.seed = static_cast<uint64_t>(i + 1);
+    if (const auto seed = settingString(s, QStringLiteral("seed"))) {
+      bool ok = false;
+      const qulonglong v = seed->trimmed().toULongLong(&ok);
+      if (ok)
+        a.seed = v;
+      else
+        reportSetting(s, QStringLiteral("seed"), *seed, QStringLiteral("is not a whole number from 0"));
+    }
+    if (const auto modules = settingString(s, QStringLiteral("modules")))
+      for (const QString& m : modules->split(QLatin1Char(','), Qt::SkipEmptyParts))
+        a.modules.push_back(m.trimmed().toStdString());
     if (!a.peft_dir.empty()) {
       a.rank = 0;
       a.alpha = 0;

@@ -384,7 +384,8 @@ void AdapterServingPage::loadSettings(QSettings& s) {
   spin(maxBatch_, "serveMaxBatch");
   spin(newTokens_, "serveNewTokens");
   spin(cacheCapacity_, "cacheCapacity");
-  setStrategy(s.value(QStringLiteral("serveStrategy"), strategy_->currentData()).toString());
+  if (const auto strategy = settingChoice(s, QStringLiteral("serveStrategy"), comboData(strategy_)))
+    setStrategy(*strategy);
 }
 
 void AdapterServingPage::saveSettings(QSettings& s) const {

@@ -322,19 +322,32 @@ void BatchComposer::setModel(const ModelSummary& model) {
 
 void BatchComposer::loadSettings(QSettings& s) {
   const auto spin = [&s](QSpinBox* box, const char* key) { loadSpin(s, QLatin1String(key), box); };
-  setWorkload(s.value(QStringLiteral("workload"), workload_->currentData()).toString());
-  setAssignment(s.value(QStringLiteral("assignment"), assignment_->currentData()).toString());
+  if (const auto workload = settingChoice(s, QStringLiteral("workload"), comboData(workload_)))
+    setWorkload(*workload);
+  if (const auto assignment = settingChoice(s, QStringLiteral("assignment"), comboData(assignment_)))
+    setAssignment(*assignment);
   spin(shared_, "sharedAdapters");
-  sizes_->setText(settingText(s, "batchSizes", sizes_->text()));
-  if (s.contains(QStringLiteral("strategies")))
-    setStrategies(s.value(QStringLiteral("strategies")).toStringList());
+  if (const auto sizes = settingString(s, QStringLiteral("batchSizes"))) {
+    const QString before = sizes_->text();
+    sizes_->setText(*sizes);
+    QString error;
+    if (batchSizes(&error).isEmpty()) {
+      reportSetting(s, QStringLiteral("batchSizes"), *sizes,
+                    QStringLiteral("is not a list of batch sizes: ") + error);
+      sizes_->setText(before);
+    }
+  }
+  if (const auto strategies = settingChoiceList(
+          s, QStringLiteral("strategies"),
+          {QStringLiteral("loop"), QStringLiteral("gathered"), QStringLiteral("segmented")}))
+    setStrategies(*strategies);
   spin(randomCount_, "randomAdapters");
   spin(randomRank_, "randomRank");
   spin(context_, "context");
   spin(decodeSteps_, "decodeSteps");
   spin(repeats_, "repeats");
   spin(toySamples_, "toySamples");
-  setPrompt(settingText(s, "prompt", prompt_->text()));
+  if (const auto prompt = settingString(s, QStringLiteral("prompt"))) setPrompt(*prompt);
   spin(newTokens_, "newTokens");
   if (s.contains(QStringLiteral("rowAdapters")))
     setRowAdapters(s.value(QStringLiteral("rowAdapters")).toStringList());
