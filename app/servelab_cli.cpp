@@ -41,7 +41,6 @@
 #include "util/device.h"
 #include "util/errors.h"
 #include "util/limits.h"
-#include "util/openmp_wait.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -914,7 +913,6 @@ int cmd_loadgen(LoadgenArgs a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  use_passive_openmp_wait(argv);  // before anything: it may run the program again
   CLI::App app{"ServeLab headless engine: GPT-2 generation, tokenization and serving benchmarks"};
   app.require_subcommand(1);
   ModelArgs margs;

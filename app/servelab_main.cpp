@@ -10,11 +10,9 @@
 #include <memory>
 
 #include "main_window.h"
-#include "util/openmp_wait.h"
 
 int main(int argc, char** argv) {
-  servelab::use_passive_openmp_wait(argv);  // before anything: it may run the program again
-  Q_INIT_RESOURCE(servelab);                // resources live in the static servelab_ui library
+  Q_INIT_RESOURCE(servelab);  // resources live in the static servelab_ui library
   QApplication::setHighDpiScaleFactorRoundingPolicy(Qt::HighDpiScaleFactorRoundingPolicy::PassThrough);
   QApplication app(argc, argv);
   QApplication::setOrganizationName(QStringLiteral("ServeLab"));
