@@ -466,13 +466,22 @@ void ContinuousTab::onStep(const servelab::BatchStep& s) {
   scheduleFlush();
 }
 
+QString ContinuousTab::kvUsageSeries(const QString& method, bool used) {
+  // Every series here is continuous batching, and the chart sits in a narrow panel: "continuous
+  // (paged KV)" is "paged KV" in its legend.
+  QString m = method;
+  const QString prefix = QStringLiteral("continuous (");
+  if (m.startsWith(prefix) && m.endsWith(QLatin1Char(')'))) m = m.mid(prefix.size()).chopped(1);
+  return used ? tr("%1: used").arg(m) : tr("%1: held").arg(m);
+}
+
 void ContinuousTab::appendKvUsage(const QString& method, const servelab::BatchStep& s) {
   // Synchronous batching keeps no running batch's memory worth comparing.
   if (s.kv_total_bytes <= 0 || method == QLatin1String("synchronous")) return;
   const double x = static_cast<double>(s.step);
-  kvUsage_->append(ensureSeries(kvUsage_, tr("%1: held").arg(method)), x,
+  kvUsage_->append(ensureSeries(kvUsage_, kvUsageSeries(method, false)), x,
                    static_cast<double>(s.kv_reserved_bytes) / kMiB);
-  kvUsage_->append(ensureSeries(kvUsage_, tr("%1: used").arg(method)), x,
+  kvUsage_->append(ensureSeries(kvUsage_, kvUsageSeries(method, true)), x,
                    static_cast<double>(s.kv_used_bytes) / kMiB);
 }
 

@@ -87,6 +87,8 @@ class ContinuousTab : public ExperimentTab {
   // KV memory per scheduler step of each continuous run (the runs' BatchStep snapshots): MiB held
   // for requests (slots, or blocks) and MiB holding real positions; the gap is fragmentation.
   const ChartView& kvUsageChart() const { return *kvUsage_; }
+  // The utilisation chart's series for a run's method: its held or its used KV memory.
+  static QString kvUsageSeries(const QString& method, bool used);
 
  protected:
   void changeEvent(QEvent* event) override;

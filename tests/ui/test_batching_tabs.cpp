@@ -566,8 +566,13 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(usage.seriesIndex(QStringLiteral("synchronous: held")), -1);
     for (const servelab::BatchRunResult* run : {&slot, &paged}) {
       const QString m = QString::fromStdString(run->method);
-      const QVector<QPointF> held = usage.seriesPoints(usage.seriesIndex(m + QStringLiteral(": held")));
-      const QVector<QPointF> used = usage.seriesPoints(usage.seriesIndex(m + QStringLiteral(": used")));
+      // The legend drops "continuous (...)" around the method: "paged KV: held".
+      const QString shortName = m.mid(QStringLiteral("continuous (").size()).chopped(1);
+      QCOMPARE(ContinuousTab::kvUsageSeries(m, false), shortName + QStringLiteral(": held"));
+      const QVector<QPointF> held =
+          usage.seriesPoints(usage.seriesIndex(shortName + QStringLiteral(": held")));
+      const QVector<QPointF> used =
+          usage.seriesPoints(usage.seriesIndex(shortName + QStringLiteral(": used")));
       QCOMPARE(held.size(), static_cast<qsizetype>(run->steps.size()));
       QCOMPARE(used.size(), static_cast<qsizetype>(run->steps.size()));
       for (size_t i = 0; i < run->steps.size(); ++i) {
