@@ -515,16 +515,8 @@ void BatchingTab::loadSettings(QSettings& s) {
     const QStringList saved = s.value(QStringLiteral("prompts")).toStringList();
     if (!saved.isEmpty()) setPrompts(saved);
   }
-  if (const auto sizes = settingString(s, QStringLiteral("batchSizes"))) {
-    const QString before = sizes_->text();
-    sizes_->setText(*sizes);
-    QString error;
-    if (batchSizes(&error).isEmpty()) {
-      reportSetting(s, QStringLiteral("batchSizes"), *sizes,
-                    QStringLiteral("is not a list of batch sizes: ") + error);
-      sizes_->setText(before);
-    }
-  }
+  loadParsedText(s, QStringLiteral("batchSizes"), sizes_, QStringLiteral("a list of batch sizes"),
+                 [this](QString* error) { return !batchSizes(error).isEmpty(); });
   loadSpin(s, QStringLiteral("newTokens"), newTokens_);
   loadSpin(s, QStringLiteral("repeats"), repeats_);
   s.endGroup();

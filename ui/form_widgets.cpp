@@ -5,6 +5,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <cmath>
 
 #include "engine_job.h"
@@ -31,6 +32,18 @@ QString rawText(const QVariant& v) {
 
 void reportSetting(const QSettings& s, const QString& key, const QString& value, const QString& problem) {
   settingsIssues() << QStringLiteral("%1 = \"%2\" %3").arg(settingsKey(s, key), value, problem);
+}
+
+void loadParsedText(QSettings& s, const QString& key, QLineEdit* edit, const QString& what,
+                    const std::function<bool(QString*)>& parses) {
+  const auto text = settingString(s, key);
+  if (!text) return;
+  const QString before = edit->text();
+  edit->setText(*text);
+  QString error;
+  if (parses(&error)) return;
+  reportSetting(s, key, *text, QStringLiteral("is not %1: %2").arg(what, error));
+  edit->setText(before);
 }
 
 std::optional<QString> settingString(const QSettings& s, const QString& key) {

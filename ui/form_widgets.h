@@ -8,6 +8,7 @@
 #include <QString>
 #include <QStringList>
 #include <QTableWidget>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <utility>
@@ -16,6 +17,7 @@ class QAbstractButton;
 class QComboBox;
 class QHBoxLayout;
 class QLabel;
+class QLineEdit;
 
 namespace servelab::ui {
 
@@ -52,6 +54,10 @@ std::optional<qint64> settingInteger(const QSettings& settings, const QString& k
 // Records an issue for key: "group/key = "value" <problem>".
 void reportSetting(const QSettings& settings, const QString& key, const QString& value,
                    const QString& problem);
+// edit's text = settings[key] when it is text that parses (parses(&error) says, after the text is
+// set); else the text before, and an issue naming the key, `what` it is not and the error.
+void loadParsedText(QSettings& settings, const QString& key, QLineEdit* edit, const QString& what,
+                    const std::function<bool(QString*)>& parses);
 // box checked = settings[key] when it is a bool (settingBool).
 void loadCheck(QSettings& settings, const QString& key, QAbstractButton* box);
 // A combo box's item data as strings: the values its settings key may hold.

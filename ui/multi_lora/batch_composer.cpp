@@ -327,16 +327,8 @@ void BatchComposer::loadSettings(QSettings& s) {
   if (const auto assignment = settingChoice(s, QStringLiteral("assignment"), comboData(assignment_)))
     setAssignment(*assignment);
   spin(shared_, "sharedAdapters");
-  if (const auto sizes = settingString(s, QStringLiteral("batchSizes"))) {
-    const QString before = sizes_->text();
-    sizes_->setText(*sizes);
-    QString error;
-    if (batchSizes(&error).isEmpty()) {
-      reportSetting(s, QStringLiteral("batchSizes"), *sizes,
-                    QStringLiteral("is not a list of batch sizes: ") + error);
-      sizes_->setText(before);
-    }
-  }
+  loadParsedText(s, QStringLiteral("batchSizes"), sizes_, QStringLiteral("a list of batch sizes"),
+                 [this](QString* error) { return !batchSizes(error).isEmpty(); });
   if (const auto strategies = settingChoiceList(
           s, QStringLiteral("strategies"),
           {QStringLiteral("loop"), QStringLiteral("gathered"), QStringLiteral("segmented")}))
