@@ -548,6 +548,11 @@ SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op,
   const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32;
   const __m128i mask = _mm_set1_epi8(15);
   const float* x = op.x.data();
+  // The minimums' term reads the groups 8 at a time: every lane but a last partial vector's tail.
+  alignas(32) int32_t tail_lanes[8];
+  for (int i = 0; i < 8; ++i) tail_lanes[i] = i < groups % 8 ? -1 : 0;
+  const __m256i all = _mm256_set1_epi32(-1);
+  const __m256i tail = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail_lanes));
   for (int64_t c = c0; c < c1; ++c) {
     const uint8_t* v = s.row(c);
     const float* scale = s.scale + c * groups;
@@ -570,9 +575,7 @@ SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op,
       }
     }
     for (int64_t g = 0; g < groups; g += 8) {
-      alignas(32) int32_t live[8];
-      for (int i = 0; i < 8; ++i) live[i] = g + i < groups ? -1 : 0;
-      const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(live));
+      const __m256i lanes = groups - g >= 8 ? all : tail;
       const __m256 mn = _mm256_maskload_ps(minimum + g, lanes);
       for (int m = 0; m < M; ++m)
         acc[m][0] = _mm256_fmadd_ps(mn, _mm256_maskload_ps(op.sum.data() + m * groups + g, lanes), acc[m][0]);
