@@ -87,7 +87,8 @@ struct ModelArgs {
                     "int4-g128, fp16, bf16");
     app->add_option(
         "--quant-exec", quant_exec,
-        "how quantized weights run: dequant-once, jit, native or auto (native where a kernel exists)");
+        "how quantized weights run: dequant-once, jit, jit-int8 (jit with int8 activations for int4/int8 "
+        "groups of 32, as llama.cpp computes), native or auto (native where a kernel exists)");
   }
   std::unique_ptr<Engine> load() const {
     EngineOptions o{device, dtype, threads};

@@ -136,17 +136,22 @@ def copy_bw(py, threads):
     return json.loads(out)
 
 
+def exec_args(a):
+    """Our --quant-exec, when one is asked for (jit-int8: int8 activations, as llama.cpp computes)."""
+    return ["--quant-exec", a.quant_exec] if a.quant_exec else []
+
+
 def ours_b1(a, prompt):
     if a.ours_b1 == "kv-cache":
         out, wall = run([a.cli, "bench", "kv-cache", "--threads", str(a.threads), "--new-tokens",
                          str(a.new_tokens), "--repeats", "1", "--prompt-tokens", str(a.prompt_tokens),
-                         "--json"])
+                         "--json", *exec_args(a)])
         j = json.loads(out)
         steps = j["cache_ms"]
         n_prompt = len(j.get("prompt_ids", [])) or a.prompt_tokens
     else:
         out, wall = run([a.cli, "generate", "--threads", str(a.threads), "--prompt", prompt,
-                         "--max-new-tokens", str(a.new_tokens), "--greedy", "--json"])
+                         "--max-new-tokens", str(a.new_tokens), "--greedy", "--json", *exec_args(a)])
         j = json.loads(out.strip().splitlines()[0])
         steps = j["step_ms"]
         n_prompt = len(j["prompt_ids"])
@@ -170,7 +175,7 @@ def llama_bench(a, p, n):
 def ours_batch(a, prompt):
     out, wall = run([a.cli, "bench", "batch-sweep", "--batch-sizes", a.batch_sizes, "--new-tokens",
                      str(a.batch_new_tokens), "--repeats", "1", "--threads", str(a.threads),
-                     "--prompt", prompt, "--json"])
+                     "--prompt", prompt, "--json", *exec_args(a)])
     j = json.loads(out)
     pts = {}
     for p in j["points"]:
@@ -221,11 +226,14 @@ def main():
     ap.add_argument("--batch-new-tokens", type=int, default=32)
     ap.add_argument("--llama-reps", type=int, default=1, help="llama-bench -r per round")
     ap.add_argument("--ours-b1", choices=["generate", "kv-cache"], default="generate")
+    ap.add_argument("--quant-exec", default=None,
+                    help="our --quant-exec (default: the CLI's, jit for the built-in file; jit-int8 multiplies "
+                         "int8-quantized activations as llama.cpp does)")
     a = ap.parse_args()
     a.llama_bin = a.llama_bin or os.path.join(a.llama_dir, "build/bin")
 
     log = lambda *x: print(*x, file=sys.stderr, flush=True)
-    info_out, _ = run([a.cli, "info", "--threads", str(a.threads)])
+    info_out, _ = run([a.cli, "info", "--threads", str(a.threads), *exec_args(a)])
     m = re.search(r'"resident_weight_bytes"\s*:\s*(\d+)', info_out) or \
         re.search(r"resident_weight_bytes\D*(\d+)", info_out)
     resident = int(m.group(1))
@@ -308,7 +316,8 @@ def main():
         "ours": {"engine": "ServeLab servelab-cli (build/release)", "git_commit": git,
                  "tracked_tree_dirty_at_run": dirty, "cli": a.cli, "cli_sha256": cli_sha,
                  "cli_mtime_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(a.cli))), "model": "built-in (no --model)",
-                 "b1_source": a.ours_b1, "resident_weight_bytes": resident},
+                 "b1_source": a.ours_b1, "resident_weight_bytes": resident,
+                 "quant_exec": a.quant_exec or "default (jit)"},
         "theirs": {"engine": "llama.cpp from llama-cpp-python 0.3.36 sdist (vendor/llama.cpp)",
                    "build_commit": t0.get("build_commit"), "build_number": t0.get("build_number"),
                    "bin": a.llama_bin},
@@ -331,6 +340,8 @@ def main():
         "summary_medians": summary,
         "rounds": rounds,
     }
+    for k in ("ours_b1_cmd", "ours_batch_cmd"):
+        res["workload"][k] += " " + " ".join(exec_args(a)) if a.quant_exec else ""
     json.dump(res, sys.stdout, indent=1, default=str)
     print()
 

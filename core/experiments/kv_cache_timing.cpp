@@ -19,10 +19,12 @@ nlohmann::json KvCacheTimingResult::to_json() const {
           {"comparison", comparison},
           {"comparison_note", comparison == "exact"
                                   ? "both runs must produce the same greedy tokens (checked)"
-                                  : "activations are quantized per call (one scale per call): a "
-                                    "cache-free step quantizes the whole prefix's activations, a cached "
-                                    "step only the new token's, so the tokens may part; each run is "
-                                    "checked against its own first repeat and the agreement reported"},
+                                  : "activations are quantized at run time (native int8: one scale per "
+                                    "call, so a cache-free step scales the whole prefix's activations, a "
+                                    "cached one only the new token's; jit-int8: per 32 columns of a row, "
+                                    "where the two ways' different orders of summation can round a value "
+                                    "the other way), so the tokens may part; each run is checked against "
+                                    "its own first repeat and the agreement reported"},
           {"tokens_agree", tokens_agree},
           {"agreeing_prefix", agreeing_prefix},
           {"text", text},

@@ -188,12 +188,12 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
   const QuantExec exec = parse_quant_exec(o.quant_exec);
   if (!requantize && exec == QuantExec::Native)
     throw InputError(
-        "--quant-exec native needs --quant: a GGUF file's own blocks run with jit (as stored) or "
-        "dequant-once");
+        "--quant-exec native needs --quant: a GGUF file's own blocks run with jit or jit-int8 (as "
+        "stored) or dequant-once");
   const bool cpu_fp32 = device.is_cpu() && dtype == at::kFloat;
-  if (!requantize && exec == QuantExec::Jit && !cpu_fp32)
+  if (!requantize && (exec == QuantExec::Jit || exec == QuantExec::JitInt8) && !cpu_fp32)
     throw InputError(
-        "a GGUF file's blocks run as stored (--quant-exec jit) on the CPU in fp32 only; give "
+        "a GGUF file's blocks run as stored (--quant-exec jit or jit-int8) on the CPU in fp32 only; give "
         "--quant-exec dequant-once for " +
         device.str() + " " + dtype_label(dtype));
   const bool as_stored = !requantize && cpu_fp32 && exec != QuantExec::DequantOnce;
@@ -201,7 +201,9 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
     c10::InferenceMode guard;
     try {
       if (as_stored) {
-        e->model_ = load_llama_gguf_as_stored(file, config, &e->file_tensors_run_as_);
+        e->model_ =
+            load_llama_gguf_as_stored(file, config, &e->file_tensors_run_as_, exec == QuantExec::JitInt8);
+        e->int8_activations_ = exec == QuantExec::JitInt8;
       } else {
         e->model_ = std::make_unique<LlamaModel>(config, load_llama_gguf(file, config, device, dtype));
         e->file_tensors_run_as_ = "dequantized once to " + dtype_label(dtype) + " at load";
@@ -292,6 +294,7 @@ void Engine::quantize(const QuantSpec& spec) {
     throw OutOfMemoryError("out of memory quantizing the model to " + spec.mode_name());
   }
   quant_ = resolved;
+  int8_activations_ = resolved.exec == QuantExec::JitInt8;
   quant_kernel_ = model_->kernels() ? model_->kernels()->description()
                                     : "dequantized once to " + dtype_label(model_->dtype());
 }
@@ -326,8 +329,8 @@ std::string Engine::text_caveat() const {
 }
 
 bool Engine::activations_quantized_per_call() const {
-  return quant_.is_quantized() && quant_.exec == QuantExec::Native &&
-         quant_.scheme == QuantScheme::PerChannelInt8 && model_->device().is_cpu();
+  return int8_activations_ || (quant_.is_quantized() && quant_.exec == QuantExec::Native &&
+                               quant_.scheme == QuantScheme::PerChannelInt8 && model_->device().is_cpu());
 }
 
 nlohmann::json Engine::info() const {

@@ -79,9 +79,10 @@ class Engine {
   // What the faces print beside any generated text.
   std::string text_caveat() const;
   nlohmann::json info() const;
-  // Whether a row's product depends on the other rows of its call: fbgemm's dynamic int8 on the CPU
-  // quantizes each call's activations with one scale, so a cache-free pass over a whole prefix and
-  // a cached one-token step see different scales, and their greedy tokens may part.
+  // Whether activations are quantized at run time, so that a cache-free pass and a cached step
+  // may part: fbgemm's dynamic int8 on the CPU quantizes each call's activations with one scale (a
+  // whole prefix against one token); jit-int8 quantizes each row per 32 columns, where the two
+  // passes' different orders of summation (attention over a prefix) can round a value the other way.
   bool activations_quantized_per_call() const;
 
  private:
@@ -90,7 +91,8 @@ class Engine {
   // What every GGUF load ends with: format, name, tensor types, then the options.
   void finish_gguf(const GgufFile& file, const EngineOptions& options);
   std::shared_ptr<Model> model_;
-  std::string source_path_;  // the file or folder loaded (empty for the demo model)
+  bool int8_activations_ = false;  // --quant-exec jit-int8 in effect
+  std::string source_path_;        // the file or folder loaded (empty for the demo model)
   std::unique_ptr<Tokenizer> tokenizer_;
   bool is_demo_ = false;
   std::string format_;  // "random", "safetensors" or "gguf"

@@ -7,6 +7,7 @@
 
 #include "model/packed_linear.h"
 #include "quant/dequant_cpu.h"
+#include "quant/int8_activations.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -81,9 +82,10 @@ class QuantKernelsBase : public LinearKernels {
 // per weight, no multiply).
 class JitKernels final : public QuantKernelsBase {
  public:
-  JitKernels(const QuantizedMatrices& q, at::ScalarType act, int64_t block_bytes)
+  JitKernels(const QuantizedMatrices& q, at::ScalarType act, int64_t block_bytes, bool int8_activations)
       : QuantKernelsBase(q, act),
         block_bytes_(block_bytes),
+        int8_activations_(int8_activations && act == at::kFloat),
         onednn_(packed_linear_available(q.token_embedding.values.device(), act)) {
     if (block_bytes_ < 1) throw InputError("JIT block size must be positive");
     fuse({LinearSlot::Q, LinearSlot::K, LinearSlot::V});
@@ -121,6 +123,9 @@ class JitKernels final : public QuantKernelsBase {
                        std::to_string(kFusedGemvMaxRows) + " rows, else aten linear"
                  : "aten linear";
     const std::string blocks = std::to_string(block_bytes_ >> 10) + " KiB blocks, then a GEMM";
+    if (int8_activations_ && int8_activation_supported(*w))
+      return int8_activation_kernel(active_isa()) + " for int4/int8 groups of 32 at every row count, else " +
+             "fused JIT dequantization";
     if (act_ != at::kFloat || !fused_dequant_supported(*w)) return "JIT dequantization in " + blocks;
     if (!fused_linear_supported(*w)) return "fused JIT dequantization in " + blocks;
     return "fused JIT dequantization (" + std::string(isa_name(active_isa())) + "): " +
@@ -149,6 +154,10 @@ class JitKernels final : public QuantKernelsBase {
         return bias.defined() ? y.add_(bias) : y;
       }
       return at::linear(x, w.values, bias);
+    }
+    if (int8_activations_ && int8_activation_supported(w)) {
+      at::Tensor y = int8_activation_linear_cpu(w, x);
+      return bias.defined() ? y.add_(bias) : y;
     }
     if (act_ == at::kFloat && x.size(0) <= kFusedGemvMaxRows && fused_gemv_supported(w)) {
       at::Tensor y = fused_gemv_cpu(w, x);
@@ -230,7 +239,8 @@ class JitKernels final : public QuantKernelsBase {
   }
 
   int64_t block_bytes_;
-  bool onednn_;  // fp32 on a CPU with oneDNN: batched products go through it
+  bool int8_activations_;  // int4/int8 groups of 32 through int8_activation_linear_cpu
+  bool onednn_;            // fp32 on a CPU with oneDNN: batched products go through it
   std::vector<std::vector<std::pair<std::vector<LinearSlot>, QuantizedTensor>>> fused_;
 };
 
@@ -391,8 +401,8 @@ class NativeKernels final : public QuantKernelsBase {
 }  // namespace
 
 std::shared_ptr<const LinearKernels> make_jit_kernels(const QuantizedMatrices& q, at::ScalarType act,
-                                                      int64_t block_bytes) {
-  return std::make_shared<JitKernels>(q, act, block_bytes);
+                                                      int64_t block_bytes, bool int8_activations) {
+  return std::make_shared<JitKernels>(q, act, block_bytes, int8_activations);
 }
 
 std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedMatrices& q, at::ScalarType act,

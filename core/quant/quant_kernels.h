@@ -8,8 +8,10 @@
 
 namespace servelab {
 
+// int8_activations: int4/int8 groups of 32 multiply int8-quantized activations in integers
+// (quant/int8_activations.h) at every row count; other matrices run as without it.
 std::shared_ptr<const LinearKernels> make_jit_kernels(const QuantizedMatrices& q, at::ScalarType activations,
-                                                      int64_t block_bytes);
+                                                      int64_t block_bytes, bool int8_activations = false);
 // Throws InputError when the scheme has no native kernel on the device (see native_quant_available).
 std::shared_ptr<const LinearKernels> make_native_kernels(const QuantizedMatrices& q,
                                                          at::ScalarType activations, at::Device device);

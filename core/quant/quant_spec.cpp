@@ -16,7 +16,7 @@ std::vector<std::string> quant_mode_names() {
   return {"none", "zp-uint8", "int8-channel", "int4-g32", "int4-g64", "int4-g128", "fp16", "bf16"};
 }
 
-std::vector<std::string> quant_exec_names() { return {"dequant-once", "jit", "native", "auto"}; }
+std::vector<std::string> quant_exec_names() { return {"dequant-once", "jit", "jit-int8", "native", "auto"}; }
 
 std::string QuantSpec::mode_name() const {
   switch (scheme) {
@@ -63,6 +63,7 @@ QuantSpec parse_quant_mode(const std::string& mode) {
 QuantExec parse_quant_exec(const std::string& exec) {
   if (exec == "dequant-once") return QuantExec::DequantOnce;
   if (exec == "jit") return QuantExec::Jit;
+  if (exec == "jit-int8") return QuantExec::JitInt8;
   if (exec == "native") return QuantExec::Native;
   if (exec == "auto") return QuantExec::Auto;
   throw InputError("unknown quantized execution '" + exec + "' (choose one of " + join(quant_exec_names()) +
@@ -75,6 +76,8 @@ const char* quant_exec_name(QuantExec exec) {
       return "dequant-once";
     case QuantExec::Jit:
       return "jit";
+    case QuantExec::JitInt8:
+      return "jit-int8";
     case QuantExec::Native:
       return "native";
     case QuantExec::Auto:

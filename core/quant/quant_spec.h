@@ -18,6 +18,8 @@ enum class QuantScheme {
 enum class QuantExec {
   DequantOnce,  // the course: dequantize every weight back to fp32 once; saves memory on disk only
   Jit,          // weights stay quantized; each linear dequantizes a cache-sized block at a time
+  JitInt8,      // Jit, with int4/int8 groups of 32 multiplied by int8-quantized activations in
+                // integers (quant/int8_activations.h), as llama.cpp does; the others as Jit
   Native,       // a library kernel that reads the quantized weights directly (fbgemm int8, ...)
   Auto,         // Native where the scheme has a kernel on the device, else Jit
 };
@@ -35,7 +37,7 @@ struct QuantSpec {
 // Mode names: none, zp-uint8, int8-channel, int4-g32, int4-g64, int4-g128, fp16, bf16.
 // Throws InputError naming the accepted modes.
 QuantSpec parse_quant_mode(const std::string& mode);
-// dequant-once, jit, native, auto. Throws InputError naming the accepted ones.
+// dequant-once, jit, jit-int8, native, auto. Throws InputError naming the accepted ones.
 QuantExec parse_quant_exec(const std::string& exec);
 const char* quant_exec_name(QuantExec exec);
 std::vector<std::string> quant_mode_names();

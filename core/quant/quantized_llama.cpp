@@ -99,9 +99,9 @@ std::unique_ptr<LlamaModel> build_quantized_llama(const LlamaConfig& c, const Ll
   w.lm_head_tied = q.head_tied;
   for (auto& layer : w.layers)
     for (auto& m : layer.w) m = at::Tensor();
-  std::shared_ptr<const LinearKernels> kernels = exec == QuantExec::Native
-                                                     ? make_native_kernels(q, act, device)
-                                                     : make_jit_kernels(q, act, jit_block_bytes);
+  std::shared_ptr<const LinearKernels> kernels =
+      exec == QuantExec::Native ? make_native_kernels(q, act, device)
+                                : make_jit_kernels(q, act, jit_block_bytes, exec == QuantExec::JitInt8);
   return std::make_unique<LlamaModel>(c, std::move(w), std::move(kernels));
 }
 
@@ -154,7 +154,7 @@ std::optional<QuantizedTensor> ggml_as_stored(const GgufTensor& t) {
 }
 
 std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& f, const LlamaConfig& c,
-                                                      std::string* run_as) {
+                                                      std::string* run_as, bool int8_activations) {
   const std::vector<Projection> table = llama_projections(c);
   QuantizedMatrices q;
   q.layers.resize(static_cast<size_t>(c.n_layer));
@@ -206,8 +206,8 @@ std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& f, const L
       if (rest.layers[l].b[k].defined())
         q.biases[l][static_cast<size_t>(table[k].slot)] = rest.layers[l].b[k];
   // The file's own schemes, whatever they are, run through the JIT kernels.
-  q.spec.exec = QuantExec::Jit;
-  auto model = build_quantized_llama(c, rest, q, at::kFloat, QuantExec::Jit);
+  q.spec.exec = int8_activations ? QuantExec::JitInt8 : QuantExec::Jit;
+  auto model = build_quantized_llama(c, rest, q, at::kFloat, q.spec.exec);
   if (run_as) {
     std::string line;
     for (const auto& [type, kind] : kinds) line += (line.empty() ? "" : ", ") + type + " as " + kind;

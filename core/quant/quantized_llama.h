@@ -38,8 +38,9 @@ std::optional<QuantizedTensor> ggml_as_stored(const GgufTensor& tensor);
 
 // A GGUF Llama with every matrix the kernels read kept as stored (JIT kernels, fp32 activations on
 // the CPU); the others and the norms dequantized. run_as gets one line for `info`, e.g.
-// "Q4_1 as int4-g32, Q8_0 as int8-g32 (fused JIT kernels); F32 as fp32".
+// "Q4_1 as int4-g32, Q8_0 as int8-g32 (fused JIT kernels); F32 as fp32". int8_activations: the
+// int4/int8 groups multiply int8-quantized activations (--quant-exec jit-int8, as llama.cpp does).
 std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& file, const LlamaConfig& config,
-                                                      std::string* run_as);
+                                                      std::string* run_as, bool int8_activations = false);
 
 }  // namespace servelab

@@ -176,9 +176,10 @@ std::unique_ptr<Gpt2Model> build_quantized_model(const QuantizedGpt2& q, at::Sca
   w.lm_head = q.lm_head_tied ? w.wte : get("lm_head.weight");
   if (all) return std::make_unique<Gpt2Model>(c, std::move(w));
   const QuantizedMatrices matrices = gpt2_matrices(q);
-  std::shared_ptr<const LinearKernels> kernels = exec == QuantExec::Native
-                                                     ? make_native_kernels(matrices, act, device)
-                                                     : make_jit_kernels(matrices, act, jit_block_bytes);
+  std::shared_ptr<const LinearKernels> kernels =
+      exec == QuantExec::Native
+          ? make_native_kernels(matrices, act, device)
+          : make_jit_kernels(matrices, act, jit_block_bytes, exec == QuantExec::JitInt8);
   return std::make_unique<Gpt2Model>(c, std::move(w), std::move(kernels));
 }
 

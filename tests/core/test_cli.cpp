@@ -179,6 +179,17 @@ class TestCli : public QObject {
     const int agree = qk["agreeing_prefix"].toInt();
     QVERIFY(agree >= 0 && agree <= 24);
     QCOMPARE(qk["tokens_agree"].toBool(), agree == 24);
+    // jit-int8 rounds activations per 32 columns of a row: reported as agreement too.
+    Run j = cli({"bench", "kv-cache", "--demo", "--quant", "int4-g32", "--quant-exec", "jit-int8",
+                 "--new-tokens", "6", "--repeats", "1", "--json"});
+    QCOMPARE(j.code, 0);
+    QJsonObject jk = QJsonDocument::fromJson(j.out.toUtf8()).object();
+    QCOMPARE(jk["comparison"].toString(), QString("agreement"));
+    QCOMPARE(jk["engine"].toObject()["quantization"].toObject()["exec"].toString(), QString("jit-int8"));
+    if (jk["engine"].toObject()["cpu"].toObject()["isa"].toString() != "generic")
+      QVERIFY2(jk["engine"].toObject()["quantization"].toObject()["kernel"].toString().contains(
+                   "int8 activations"),
+               qPrintable(j.out));
     Run sw = cli({"bench", "batch-sweep", "--demo", "--batch-sizes", "1,2", "--new-tokens", "2", "--repeats",
                   "1", "--json"});
     QCOMPARE(sw.code, 0);

@@ -30,6 +30,7 @@
 #include "model/model_export.h"
 #include "model/safetensors_file.h"
 #include "quant/dequant_cpu.h"
+#include "quant/int8_activations.h"
 #include "quant/quantized_llama.h"
 #include "quant/quantized_model.h"
 #include "quant/quantizer.h"
@@ -819,6 +820,114 @@ class TestQuant : public QObject {
     QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols}, at::kDouble)));
   }
 
+  void int8_activation_rows_data() {
+    QTest::addColumn<int>("isa");
+    for (const Isa isa : kIsas) QTest::newRow(isa_name(isa)) << static_cast<int>(isa);
+  }
+  void int8_activation_rows() {
+    // Activations to int8 per 32 columns (--quant-exec jit-int8) against the definition: d = max |x| /
+    // 127, q = round-to-nearest-even(x * (127 / max |x|)); a block of zeros gives 0s; and the
+    // same bits under every ISA (AVX2 vectors or portable C++).
+    FORCE_DATA_ISA();
+    const int64_t rows = 5, cols = 96;
+    c10::InferenceMode guard;
+    at::Tensor x = pattern(rows * cols, 1.7, 0.9).view({rows, cols}).contiguous();
+    x[2].narrow(0, 32, 32).zero_();
+    x[3][70] = 40.0f;  // one large value: the rest of its block rounds to small integers
+    const float* xp = x.data_ptr<float>();
+    const Int8Rows r = quantize_rows_int8(xp, rows, cols);
+    QCOMPARE(r.blocks, int64_t{3});
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t b = 0; b < 3; ++b) {
+        float amax = 0;
+        for (int64_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xp[m * cols + b * 32 + j]));
+        QCOMPARE(r.d[static_cast<size_t>(m * 3 + b)], amax / 127.0f);
+        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int64_t j = 0; j < 32; ++j) {
+          const int64_t at = m * cols + b * 32 + j;
+          QCOMPARE(static_cast<int>(r.q[static_cast<size_t>(at)]),
+                   static_cast<int>(std::nearbyint(xp[at] * inv)));
+        }
+      }
+    QCOMPARE(r.d[2 * 3 + 1], 0.0f);
+    Int8Rows generic;
+    {
+      IsaScope portable(Isa::Generic);
+      generic = quantize_rows_int8(xp, rows, cols);
+    }
+    QVERIFY(generic.q == r.q && generic.d == r.d);
+    QVERIFY_THROWS_EXCEPTION(InputError, quantize_rows_int8(xp, 1, 100));
+  }
+
+  void int8_activation_products_data() {
+    QTest::addColumn<bool>("int4");
+    QTest::addColumn<int>("isa");
+    for (const Isa isa : kIsas) {
+      QTest::newRow((std::string("int4-g32/") + isa_name(isa)).c_str()) << true << static_cast<int>(isa);
+      QTest::newRow((std::string("int8-g32/") + isa_name(isa)).c_str()) << false << static_cast<int>(isa);
+    }
+  }
+  void int8_activation_products() {
+    // The integer-activation products (int4 groups as GGUF's Q4_0/Q4_1, int8 groups as Q8_0) against
+    // the same arithmetic in doubles: the dequantized matrix times x's int8 quantization
+    // dequantized (int4's minimums times x's own block sums). 1 to 18 groups per row (every tail of AVX-512's
+    // steps of 4 and 2 groups and AVX2's of 2 and 1), 1 to 130 rows (the decode kernels, then blocks of 4
+    // rows). Each row's result is the same bits whatever the other rows (batch invariance: a request's tokens
+    // do not depend on its batch).
+    QFETCH(bool, int4);
+    FORCE_DATA_ISA();
+    c10::InferenceMode guard;
+    for (const int64_t cols : {32, 96, 160, 576}) {
+      const int64_t out = 37;
+      const at::Tensor m = pattern(out * cols, 0.3, 0.2).view({out, cols}) +
+                           pattern(out * cols, 1.1, 0.05).view({cols, out}).t();
+      const QuantizedTensor w = int4 ? quantize_int4_group(m, 32) : quantize_int8_group(m, 32);
+      const at::Tensor x = (pattern(130 * cols, 2.0, 1.0) + pattern(130 * cols, 0.4, 0.3).pow(3))
+                               .view({130, cols})
+                               .contiguous();
+      if (static_cast<Isa>(isa) == Isa::Generic) {
+        QVERIFY(!int8_activation_supported(w));
+        QVERIFY_THROWS_EXCEPTION(InputError, int8_activation_linear_cpu(w, x));
+        continue;
+      }
+      QVERIFY(int8_activation_supported(w));
+      const Int8Rows r = quantize_rows_int8(x.data_ptr<float>(), 130, cols);
+      const at::Tensor q =
+          at::from_blob(const_cast<int8_t*>(r.q.data()), {130, cols}, at::kChar).to(at::kDouble);
+      const at::Tensor d = at::from_blob(const_cast<float*>(r.d.data()), {130, cols / 32}, at::kFloat)
+                               .to(at::kDouble)
+                               .repeat_interleave(32, 1);
+      const at::Tensor xq = q * d, dense = w.dequantize(at::kDouble);
+      at::Tensor want = at::mm(xq, dense.t()), bound = at::mm(xq.abs(), dense.abs().t());
+      if (int4) {
+        // int4's minimums meet the sums of x itself, not of its rounding (one fp32 sum per block).
+        const at::Tensor rest = x.to(at::kDouble) - xq,
+                         mn = w.offset.to(at::kDouble).repeat_interleave(32, 1);
+        want = want + at::mm(rest, mn.t());
+        bound = bound + at::mm(rest.abs(), mn.abs().t());
+      }
+      const at::Tensor all = int8_activation_linear_cpu(w, x);
+      QCOMPARE(all.sizes().vec(), (std::vector<int64_t>{130, out}));
+      const double err = ((all.to(at::kDouble) - want).abs() / bound).max().item<double>();
+      QVERIFY2(err <= 1e-5,
+               qPrintable(QString("%1 columns: max |diff| / sum |terms| = %2").arg(cols).arg(err)));
+      // Not the fp32 activations' product: x's rounding shows, within what 8 bits allow.
+      const double moved = relative_diff(at::mm(x, w.dequantize(at::kFloat).t()), all);
+      QVERIFY2(moved > 1e-6 && moved < 3e-2, qPrintable(QString("against fp32 x: %1").arg(moved)));
+      for (int64_t rows : {1, 2, 3, 5, 7, 8, 9, 33, 129}) {
+        const at::Tensor y = int8_activation_linear_cpu(w, x.narrow(0, 0, rows));
+        QVERIFY2(at::equal(y, all.narrow(0, 0, rows)), qPrintable(QString("%1 rows").arg(rows)));
+      }
+    }
+    // Groups other than 32 and other schemes are not these kernels' (the JIT path keeps its own).
+    const at::Tensor m = pattern(8 * 128, 0.5, 0.5).view({8, 128});
+    QVERIFY(!int8_activation_supported(quantize_int4_group(m, 64)));
+    QVERIFY(!int8_activation_supported(quantize_int8_group(m, 16)));
+    QVERIFY(!int8_activation_supported(quantize_per_channel_int8(m)));
+    QVERIFY_THROWS_EXCEPTION(InputError,
+                             int8_activation_linear_cpu(quantize_int4_group(m, 32), at::ones({2, 96})));
+  }
+
   void fp32_kernels_equal_mm_data() {
     QTest::addColumn<int>("isa");
     for (const Isa isa : kIsas) QTest::newRow(isa_name(isa)) << static_cast<int>(isa);
@@ -987,6 +1096,15 @@ class TestQuant : public QObject {
     QVERIFY2(one <= 1e-5, qPrintable(QString("one prompt (the decode kernels): %1").arg(one)));
     LlamaModel fp32(c, w);
     QVERIFY(relative_diff(batch_logits(fp32, many), a) > 1e-6);
+    // jit-int8: int8 activations where the scheme is int4 in groups of 32 (the others run as jit).
+    auto int8 = build_quantized_llama(c, w, q, at::kFloat, QuantExec::JitInt8);
+    const double r8 = relative_diff(a, batch_logits(*int8, many));
+    if (spec.scheme == QuantScheme::Int4Group && spec.group_size == 32 && active_isa() != Isa::Generic) {
+      QVERIFY2(r8 > 1e-6 && r8 <= 3e-2, qPrintable(QString("jit-int8 vs dequantize-once: %1").arg(r8)));
+      QVERIFY(int8->kernels()->description().find("int8 activations") != std::string::npos);
+    } else {
+      QVERIFY2(r8 <= 1e-5, qPrintable(QString("jit-int8 without int8 kernels is jit: %1").arg(r8)));
+    }
     std::string why;
     if (native_quant_available(spec, at::Device(at::kCPU), &why)) {
       auto native = build_quantized_llama(c, w, q, at::kFloat, QuantExec::Native);

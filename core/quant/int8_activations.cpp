@@ -1,0 +1,467 @@
+#include "quant/int8_activations.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "util/errors.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SERVELAB_X86 1
+#else
+#define SERVELAB_X86 0
+#endif
+
+namespace servelab {
+
+namespace {
+
+constexpr int64_t kBlock = 32;  // columns per activation scale, and per weight group
+// Rows of x per kernel call beyond the decode sizes: each call unpacks a channel's weights once
+// for these rows, then the next rows read them again from L1.
+constexpr int kMaxRowsPerCall = 7;
+constexpr int kBatchRowsPerCall = 4;
+constexpr int64_t kBatchChannels = 32;  // channels per L1-resident block in a batched product
+
+// One matrix as the kernels read it.
+struct Matrix {
+  const uint8_t* values = nullptr;
+  int64_t row_bytes = 0, groups = 0;
+  const float* scale = nullptr;
+  const float* minimum = nullptr;  // Int4Group only
+  explicit Matrix(const QuantizedTensor& w)
+      : values(static_cast<const uint8_t*>(w.values.data_ptr())),
+        row_bytes(w.scheme == QuantScheme::Int4Group ? w.cols() / 2 : w.cols()),
+        groups(w.cols() / kBlock),
+        scale(w.scale.data_ptr<float>()),
+        minimum(w.scheme == QuantScheme::Int4Group ? w.offset.data_ptr<float>() : nullptr) {}
+  const uint8_t* row(int64_t c) const { return values + c * row_bytes; }
+};
+
+// One block of 32 values of x: q (in column order; with `split`, the 16 even columns then the 16
+// odd ones), its scale d, and the block's sum. The same arithmetic in both versions (a multiply by
+// 127 / max |x| in fp32, rounded to nearest even), so their q and d are equal bit for bit.
+float quantize_block_generic(const float* x, int8_t* q, float* d, bool split) {
+  float amax = 0, sum = 0;
+  for (int64_t j = 0; j < kBlock; ++j) {
+    amax = std::max(amax, std::fabs(x[j]));
+    sum += x[j];
+  }
+  const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+  for (int64_t j = 0; j < kBlock; ++j) {
+    const float r = std::nearbyint(x[j] * inv);
+    // NaN as the vector conversion gives it (its saturated integer), not undefined behaviour.
+    const int8_t v = r == r ? static_cast<int8_t>(r) : int8_t{-128};
+    q[split ? (j % 2) * 16 + j / 2 : j] = v;
+  }
+  *d = amax / 127.0f;
+  return sum;
+}
+
+#if SERVELAB_X86
+__attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, int8_t* q, float* d,
+                                                              bool split) {
+  const __m256 a0 = _mm256_loadu_ps(x), a1 = _mm256_loadu_ps(x + 8), a2 = _mm256_loadu_ps(x + 16),
+               a3 = _mm256_loadu_ps(x + 24);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, a0), _mm256_andnot_ps(sign, a1)),
+                           _mm256_max_ps(_mm256_andnot_ps(sign, a2), _mm256_andnot_ps(sign, a3)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float amax = _mm_cvtss_f32(h);
+  const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(a0, vinv)),
+                i1 = _mm256_cvtps_epi32(_mm256_mul_ps(a1, vinv)),
+                i2 = _mm256_cvtps_epi32(_mm256_mul_ps(a2, vinv)),
+                i3 = _mm256_cvtps_epi32(_mm256_mul_ps(a3, vinv));
+  // The packs work per 128-bit lane: dwords come out as 0,2,4,6 (lane 0) and 1,3,5,7 (lane 1) of
+  // the 4-value runs; one permutation restores column order.
+  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if (split) {
+    // Within each 16-byte lane, its 8 even bytes then its 8 odd ones; then the lanes' even halves
+    // together and their odd halves together.
+    b = _mm256_shuffle_epi8(b, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4,
+                                                6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    b = _mm256_permute4x64_epi64(b, 0xD8);  // quadwords 0, 2, 1, 3
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), b);
+  *d = amax / 127.0f;
+  const __m256 t = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+#endif
+
+using BlockQuantizer = float (*)(const float*, int8_t*, float*, bool);
+BlockQuantizer block_quantizer() {
+#if SERVELAB_X86
+  if (active_isa() != Isa::Generic) return quantize_block_avx2;
+#endif
+  return quantize_block_generic;
+}
+
+// x quantized and laid out for one scheme's kernels, shared by both ISAs:
+// - int4: per 128 columns, 64 bytes of the even columns of 4 groups (group g at bytes 16g..16g+15,
+//   as the low nibbles of a group's 16 weight bytes hold them) and 64 bytes of the odd ones; a
+//   vector of weight bytes then meets x with no shuffle;
+// - int8: the columns in order.
+// Rows are padded with zeros to whole steps (128 columns for int4, 64 for int8). lane_scale holds
+// each block's d once per int32 lane its sums land in (4 lanes per group for int4, 8 for int8), so
+// that the sums of a step scale with one multiply. sums: each block's sum of x in fp32, the
+// partner of int4's minimums.
+struct Operand {
+  int64_t stride = 0, lane_stride = 0, blocks = 0;
+  std::vector<int8_t> q;
+  std::vector<float> lane_scale, sums;
+  Operand(QuantScheme scheme, const float* x, int64_t rows, int64_t cols) : blocks(cols / kBlock) {
+    const bool int4 = scheme == QuantScheme::Int4Group;
+    const int64_t step = int4 ? 128 : 64, lanes = int4 ? 4 : 8;
+    stride = (cols + step - 1) / step * step;
+    lane_stride = stride / kBlock * lanes;
+    q.assign(static_cast<size_t>(rows * stride), 0);
+    lane_scale.assign(static_cast<size_t>(rows * lane_stride), 0.0f);
+    sums.assign(static_cast<size_t>(rows * blocks), 0.0f);
+    const BlockQuantizer quantize = block_quantizer();
+    // Rows in parallel only for a batch: one row is a few hundred nanoseconds.
+    at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+      alignas(32) int8_t block[kBlock];
+      for (int64_t m = r0; m < r1; ++m) {
+        int8_t* dst = q.data() + m * stride;
+        for (int64_t b = 0; b < blocks; ++b) {
+          float d = 0;
+          const float sum = quantize(x + m * cols + b * kBlock, block, &d, int4);
+          if (int4) {
+            int8_t* even = dst + b / 4 * 128 + b % 4 * 16;
+            std::memcpy(even, block, 16);
+            std::memcpy(even + 64, block + 16, 16);
+          } else {
+            std::memcpy(dst + b * kBlock, block, kBlock);
+          }
+          std::fill_n(lane_scale.data() + m * lane_stride + b * lanes, lanes, d);
+          sums[static_cast<size_t>(m * blocks + b)] = sum;
+        }
+      }
+    });
+  }
+  const int8_t* row(int64_t m) const { return q.data() + m * stride; }
+  const float* lanes(int64_t m) const { return lane_scale.data() + m * lane_stride; }
+  const float* sum(int64_t m) const { return sums.data() + m * blocks; }
+};
+
+using Kernel = void (*)(const Matrix&, const Operand&, int64_t m0, int64_t c0, int64_t c1, float* y,
+                        int64_t ldy);
+
+#if SERVELAB_X86
+#define SERVELAB_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// ---- AVX-512 VNNI: 16 int32 lanes per vector.
+// One int4 step (4 groups, 128 columns) of a channel for M rows of x into acc. `left`: the groups
+// this step still has (a row's last step may hold 1-3).
+template <int M>
+SERVELAB_VNNI inline void int4_step_vnni(const uint8_t* v, const float* scale, int64_t left, const Operand& x,
+                                         int64_t m0, int64_t s, __m512 (&acc)[M]) {
+  __m512i b;
+  __m128 sc;
+  if (left >= 4) {
+    b = _mm512_loadu_si512(v + 64 * s);
+    sc = _mm_loadu_ps(scale + 4 * s);
+  } else {
+    b = _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * left)) - 1, v + 64 * s);
+    sc = _mm_maskz_loadu_ps(static_cast<__mmask8>((1u << left) - 1), scale + 4 * s);
+  }
+  const __m512i nibble = _mm512_set1_epi8(15);
+  const __m512i lo = _mm512_and_si512(b, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble);
+  const __m512 ws = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                          _mm512_castps128_ps512(sc));
+  for (int m = 0; m < M; ++m) {
+    const int8_t* q = x.row(m0 + m) + 128 * s;
+    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(q));
+    sum = _mm512_dpbusd_epi32(sum, hi, _mm512_loadu_si512(q + 64));
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                             _mm512_mul_ps(ws, _mm512_loadu_ps(x.lanes(m0 + m) + 16 * s)), acc[m]);
+  }
+}
+
+// One int8 step (2 groups, 64 columns): |w| (unsigned) against x with w's signs, so that the
+// unsigned-by-signed product gives w * x exactly.
+template <int M>
+SERVELAB_VNNI inline void int8_step_vnni(const uint8_t* v, const float* scale, int64_t left, const Operand& x,
+                                         int64_t m0, int64_t s, __m512 (&acc)[M]) {
+  __m512i b;
+  __m128 sc;
+  if (left >= 2) {
+    b = _mm512_loadu_si512(v + 64 * s);
+    sc = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + 2 * s)));
+  } else {
+    b = _mm512_maskz_loadu_epi8(0xFFFFFFFFull, v + 64 * s);
+    sc = _mm_load_ss(scale + 2 * s);
+  }
+  const __m512i u = _mm512_abs_epi8(b);
+  const __mmask64 negative = _mm512_movepi8_mask(b);
+  const __m512 ws = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                          _mm512_castps128_ps512(sc));
+  for (int m = 0; m < M; ++m) {
+    const __m512i q = _mm512_loadu_si512(x.row(m0 + m) + 64 * s);
+    const __m512i signed_q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
+    const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, signed_q);
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                             _mm512_mul_ps(ws, _mm512_loadu_ps(x.lanes(m0 + m) + 16 * s)), acc[m]);
+  }
+}
+
+template <QuantScheme S, int M>
+SERVELAB_VNNI void channels_vnni(const Matrix& w, const Operand& x, int64_t m0, int64_t c0, int64_t c1,
+                                 float* y, int64_t ldy) {
+  constexpr bool int4 = S == QuantScheme::Int4Group;
+  constexpr int64_t per_step = int4 ? 4 : 2;
+  const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step;
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint8_t* v = w.row(c);
+    const float* scale = w.scale + c * groups;
+    __m512 acc[M], more[M];
+    for (int m = 0; m < M; ++m) acc[m] = more[m] = _mm512_setzero_ps();
+    // Two sets of accumulators, steps alternating between them: one row's FMAs would otherwise
+    // wait on each other.
+    int64_t s = 0;
+    for (; s + 1 < steps; s += 2) {
+      if constexpr (int4) {
+        int4_step_vnni<M>(v, scale, groups - per_step * s, x, m0, s, acc);
+        int4_step_vnni<M>(v, scale, groups - per_step * (s + 1), x, m0, s + 1, more);
+      } else {
+        int8_step_vnni<M>(v, scale, groups - per_step * s, x, m0, s, acc);
+        int8_step_vnni<M>(v, scale, groups - per_step * (s + 1), x, m0, s + 1, more);
+      }
+    }
+    if (s < steps) {
+      if constexpr (int4)
+        int4_step_vnni<M>(v, scale, groups - per_step * s, x, m0, s, acc);
+      else
+        int8_step_vnni<M>(v, scale, groups - per_step * s, x, m0, s, acc);
+    }
+    for (int m = 0; m < M; ++m) acc[m] = _mm512_add_ps(acc[m], more[m]);
+    if constexpr (int4) {
+      // The minimums meet each block's sum of x: sum_j (n_j sc + mn) x_j = sc sum_j n_j x_j + mn sum_j x_j.
+      const float* minimum = w.minimum + c * groups;
+      for (int64_t g = 0; g < groups; g += 16) {
+        const __mmask16 live = groups - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (groups - g)) - 1);
+        const __m512 mn = _mm512_maskz_loadu_ps(live, minimum + g);
+        for (int m = 0; m < M; ++m)
+          acc[m] = _mm512_fmadd_ps(mn, _mm512_maskz_loadu_ps(live, x.sum(m0 + m) + g), acc[m]);
+      }
+    }
+    for (int m = 0; m < M; ++m) y[(m0 + m) * ldy + c] = _mm512_reduce_add_ps(acc[m]);
+  }
+}
+
+// ---- AVX2: 8 int32 lanes per vector; vpmaddubsw multiplies u8 by s8 into int16 pair sums and
+// vpmaddwd adds the pairs into int32. Pair sums stay below int16's limit: int4 adds two of at most
+// 2 x 15 x 127; int8 takes |w| <= 128 against |x| <= 127 (2 x 128 x 127 = 32512).
+SERVELAB_AVX2 inline float hsum_avx2(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// One int4 half step (2 groups, 64 columns; `left` 1 for a row's odd last group).
+template <int M>
+SERVELAB_AVX2 inline void int4_step_avx2(const uint8_t* v, const float* scale, int64_t left, const Operand& x,
+                                         int64_t m0, int64_t p, __m256 (&acc)[M]) {
+  __m256i b;
+  __m128 sc;
+  if (left >= 2) {
+    b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 32 * p));
+    sc = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + 2 * p)));
+  } else {
+    b = _mm256_inserti128_si256(_mm256_setzero_si256(),
+                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 32 * p)), 0);
+    sc = _mm_load_ss(scale + 2 * p);
+  }
+  const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+  const __m256i lo = _mm256_and_si256(b, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nibble);
+  const __m256 ws =
+      _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
+  const int64_t even = p / 2 * 128 + p % 2 * 32;
+  for (int m = 0; m < M; ++m) {
+    const int8_t* q = x.row(m0 + m) + even;
+    const __m256i pairs = _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+        _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64))));
+    const __m256i sum = _mm256_madd_epi16(pairs, ones);
+    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                             _mm256_mul_ps(ws, _mm256_loadu_ps(x.lanes(m0 + m) + 8 * p)), acc[m]);
+  }
+}
+
+// One int8 group (32 columns).
+template <int M>
+SERVELAB_AVX2 inline void int8_step_avx2(const uint8_t* v, const float* scale, int64_t g, const Operand& x,
+                                         int64_t m0, __m256 (&acc)[M]) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 32 * g));
+  const __m256i u = _mm256_abs_epi8(b), ones = _mm256_set1_epi16(1);
+  const __m256 ws = _mm256_set1_ps(scale[g]);
+  for (int m = 0; m < M; ++m) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.row(m0 + m) + 32 * g));
+    const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(q, b)), ones);
+    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                             _mm256_mul_ps(ws, _mm256_loadu_ps(x.lanes(m0 + m) + 8 * g)), acc[m]);
+  }
+}
+
+template <QuantScheme S, int M>
+SERVELAB_AVX2 void channels_avx2(const Matrix& w, const Operand& x, int64_t m0, int64_t c0, int64_t c1,
+                                 float* y, int64_t ldy) {
+  constexpr bool int4 = S == QuantScheme::Int4Group;
+  constexpr int64_t per_step = int4 ? 2 : 1;
+  const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step;
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint8_t* v = w.row(c);
+    const float* scale = w.scale + c * groups;
+    __m256 acc[M], more[M];
+    for (int m = 0; m < M; ++m) acc[m] = more[m] = _mm256_setzero_ps();
+    int64_t s = 0;
+    for (; s + 1 < steps; s += 2) {
+      if constexpr (int4) {
+        int4_step_avx2<M>(v, scale, groups - 2 * s, x, m0, s, acc);
+        int4_step_avx2<M>(v, scale, groups - 2 * (s + 1), x, m0, s + 1, more);
+      } else {
+        int8_step_avx2<M>(v, scale, s, x, m0, acc);
+        int8_step_avx2<M>(v, scale, s + 1, x, m0, more);
+      }
+    }
+    if (s < steps) {
+      if constexpr (int4)
+        int4_step_avx2<M>(v, scale, groups - 2 * s, x, m0, s, acc);
+      else
+        int8_step_avx2<M>(v, scale, s, x, m0, acc);
+    }
+    float minimums[M] = {};
+    if constexpr (int4) {
+      const float* minimum = w.minimum + c * groups;
+      for (int m = 0; m < M; ++m) {
+        const float* sum = x.sum(m0 + m);
+        float t = 0;
+        for (int64_t g = 0; g < groups; ++g) t += minimum[g] * sum[g];
+        minimums[m] = t;
+      }
+    }
+    for (int m = 0; m < M; ++m)
+      y[(m0 + m) * ldy + c] = hsum_avx2(_mm256_add_ps(acc[m], more[m])) + minimums[m];
+  }
+}
+
+template <QuantScheme S, int... I>
+constexpr std::array<Kernel, sizeof...(I)> vnni_table(std::integer_sequence<int, I...>) {
+  return {&channels_vnni<S, I + 1>...};
+}
+template <QuantScheme S, int... I>
+constexpr std::array<Kernel, sizeof...(I)> avx2_table(std::integer_sequence<int, I...>) {
+  return {&channels_avx2<S, I + 1>...};
+}
+
+bool vnni_cpu() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return yes;
+}
+
+// The kernels for 1..kMaxRowsPerCall rows of x under the active ISA; VNNI where AVX-512 is active
+// and the CPU has it, else AVX2's (also on an AVX-512 CPU without VNNI).
+const std::array<Kernel, kMaxRowsPerCall>& kernels(QuantScheme scheme) {
+  using Rows = std::make_integer_sequence<int, kMaxRowsPerCall>;
+  static const auto int4_vnni = vnni_table<QuantScheme::Int4Group>(Rows());
+  static const auto int8_vnni = vnni_table<QuantScheme::Int8Group>(Rows());
+  static const auto int4_avx2 = avx2_table<QuantScheme::Int4Group>(Rows());
+  static const auto int8_avx2 = avx2_table<QuantScheme::Int8Group>(Rows());
+  const bool vnni = active_isa() == Isa::Avx512 && vnni_cpu();
+  if (scheme == QuantScheme::Int4Group) return vnni ? int4_vnni : int4_avx2;
+  return vnni ? int8_vnni : int8_avx2;
+}
+#endif
+
+}  // namespace
+
+Int8Rows quantize_rows_int8(const float* x, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0 || cols % kBlock != 0)
+    throw InputError("int8 activations: columns in whole blocks of 32");
+  Int8Rows r;
+  r.rows = rows;
+  r.cols = cols;
+  r.blocks = cols / kBlock;
+  r.q.resize(static_cast<size_t>(rows * cols));
+  r.d.resize(static_cast<size_t>(rows * r.blocks));
+  const BlockQuantizer quantize = block_quantizer();
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t b = 0; b < r.blocks; ++b)
+      quantize(x + m * cols + b * kBlock, r.q.data() + m * cols + b * kBlock, r.d.data() + m * r.blocks + b,
+               false);
+  return r;
+}
+
+bool int8_activation_supported(const QuantizedTensor& w) {
+#if SERVELAB_X86
+  const Isa isa = active_isa();
+  return (isa == Isa::Avx512 || isa == Isa::Avx2) &&
+         (w.scheme == QuantScheme::Int4Group || w.scheme == QuantScheme::Int8Group) &&
+         w.group_size == kBlock && w.shape.size() == 2 && !w.transposed && w.cols() % kBlock == 0 &&
+         w.values.defined() && w.values.device().is_cpu() && w.values.is_contiguous() &&
+         w.scale.is_contiguous() && (w.scheme != QuantScheme::Int4Group || w.offset.is_contiguous());
+#else
+  (void)w;
+  return false;
+#endif
+}
+
+at::Tensor int8_activation_linear_cpu(const QuantizedTensor& w, const at::Tensor& x) {
+  if (!int8_activation_supported(w) || x.dim() != 2 || x.scalar_type() != at::kFloat ||
+      !x.device().is_cpu() || x.size(1) != w.cols())
+    throw InputError("int8-activation linear: unsupported matrix or input");
+#if SERVELAB_X86
+  const int64_t rows = x.size(0), out = w.rows();
+  at::Tensor y = at::empty({rows, out}, x.options());
+  if (rows == 0 || out == 0) return y;
+  const at::Tensor xc = x.contiguous();
+  const Operand op(w.scheme, xc.data_ptr<float>(), rows, w.cols());
+  const Matrix m(w);
+  float* yp = y.data_ptr<float>();
+  const auto& k = kernels(w.scheme);
+  if (rows <= kMaxRowsPerCall) {
+    const Kernel kernel = k[static_cast<size_t>(rows - 1)];
+    at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) { kernel(m, op, 0, c0, c1, yp, out); });
+    return y;
+  }
+  // More rows: a block of channels at a time (its weights stay in L1), a few rows per pass.
+  at::parallel_for(0, out, kBatchChannels, [&](int64_t c0, int64_t c1) {
+    for (int64_t b0 = c0; b0 < c1; b0 += kBatchChannels) {
+      const int64_t b1 = std::min(c1, b0 + kBatchChannels);
+      for (int64_t m0 = 0; m0 < rows; m0 += kBatchRowsPerCall)
+        k[static_cast<size_t>(std::min<int64_t>(kBatchRowsPerCall, rows - m0) - 1)](m, op, m0, b0, b1, yp,
+                                                                                    out);
+    }
+  });
+  return y;
+#else
+  throw InputError("int8-activation linear: an x86-64 CPU path");
+#endif
+}
+
+std::string int8_activation_kernel(Isa isa) {
+#if SERVELAB_X86
+  if (isa == Isa::Avx512 && vnni_cpu()) return "int8 activations, AVX-512 VNNI integer dot products";
+  if (isa == Isa::Avx512 || isa == Isa::Avx2) return "int8 activations, AVX2 vpmaddubsw integer dot products";
+#else
+  (void)isa;
+#endif
+  return "none (int8 activations need AVX2 or AVX-512)";
+}
+
+}  // namespace servelab
