@@ -177,6 +177,7 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
   exec_->addItem(tr("auto (native where a kernel exists)"), QStringLiteral("auto"));
   exec_->addItem(tr("dequantize once"), QStringLiteral("dequant-once"));
   exec_->addItem(tr("JIT (dequantize inside matmuls)"), QStringLiteral("jit"));
+  exec_->addItem(tr("JIT, int8 activations (int4-g32, as llama.cpp)"), QStringLiteral("jit-int8"));
   exec_->addItem(tr("native kernels"), QStringLiteral("native"));
   exec_->setToolTip(tr("How the quantized weights are used while the model runs"));
   // JIT by default: it runs every mode on every model, where auto's native int4 kernel cannot pack

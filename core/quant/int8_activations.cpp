@@ -414,9 +414,9 @@ bool int8_activation_supported(const QuantizedTensor& w) {
   const Isa isa = active_isa();
   return (isa == Isa::Avx512 || isa == Isa::Avx2) &&
          (w.scheme == QuantScheme::Int4Group || w.scheme == QuantScheme::Int8Group) &&
-         w.group_size == kBlock && w.shape.size() == 2 && !w.transposed && w.cols() % kBlock == 0 &&
-         w.values.defined() && w.values.device().is_cpu() && w.values.is_contiguous() &&
-         w.scale.is_contiguous() && (w.scheme != QuantScheme::Int4Group || w.offset.is_contiguous());
+         w.group_size == kBlock && w.shape.size() == 2 && w.cols() % kBlock == 0 && w.values.defined() &&
+         w.values.device().is_cpu() && w.values.is_contiguous() && w.scale.is_contiguous() &&
+         (w.scheme != QuantScheme::Int4Group || w.offset.is_contiguous());
 #else
   (void)w;
   return false;

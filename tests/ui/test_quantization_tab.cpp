@@ -22,6 +22,7 @@
 #include "main_window.h"
 #include "model/model_export.h"
 #include "quantization_tab.h"
+#include "util/cpu_features.h"
 
 using namespace servelab::ui;
 
@@ -321,6 +322,31 @@ class TestQuantizationTab : public QObject {
     for (double v : speed->barValues()) QVERIFY(!std::isfinite(v));
     QCOMPARE(w->findChild<QTableWidget*>(QStringLiteral("quantTable"))->item(9, 1)->text(),
              QStringLiteral("not measured"));
+  }
+
+  void jitInt8IsOfferedAndRuns() {
+    // --quant-exec jit-int8 from the tab: int4-g32 runs with int8 activations, and the table's
+    // execution and kernel rows say so.
+    auto w = tinyWindow(QStringLiteral("jit-int8"));
+    QVERIFY(w);
+    QuantizationTab* tab = quantTab(*w);
+    tab->setModes({QStringLiteral("int4-g32")});
+    tab->setExec(QStringLiteral("jit-int8"));
+    QCOMPARE(tab->exec(), QStringLiteral("jit-int8"));
+    tab->setMeasureSpeed(false);
+    quick(tab);
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    const servelab::QuantizationResult& r = tab->result();
+    QCOMPARE(r.modes.size(), size_t(2));
+    QCOMPARE(r.modes[1].exec, std::string("jit-int8"));
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("quantTable"));
+    QCOMPARE(table->item(0, 1)->text(), QStringLiteral("jit-int8"));
+    if (servelab::active_isa() != servelab::Isa::Generic)
+      QVERIFY2(table->item(1, 1)->text().contains(QStringLiteral("int8 activations")),
+               qPrintable(table->item(1, 1)->text()));
   }
 
   void stopShowsStoppedAndASecondRunSucceeds() {
