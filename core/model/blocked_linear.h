@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "model/gpt2_model.h"
+#include "model/llama_model.h"
 #include "util/cpu_features.h"
 
 namespace servelab {
@@ -67,6 +68,8 @@ class BlockedLinearKernels final : public LinearKernels {
  public:
   // Takes the projections out of w (and an untied LM head, which is then only kept blocked).
   explicit BlockedLinearKernels(Gpt2Weights& w);
+  // The same for a Llama's projections, slot by slot as its projection table names them.
+  BlockedLinearKernels(LlamaWeights& w, const std::vector<Projection>& table);
 
   at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
                     const at::Tensor& bias) const override;
@@ -80,13 +83,15 @@ class BlockedLinearKernels final : public LinearKernels {
   at::Tensor dense_lm_head() const override;
 
  private:
-  std::vector<std::array<BlockedMatrix, 4>> layers_;
-  BlockedMatrix head_;    // blocked copy of the LM head
+  std::vector<std::array<BlockedMatrix, kLinearSlotCount>> layers_;  // by LinearSlot
+  BlockedMatrix head_;                                               // blocked copy of the LM head
   at::Tensor head_rows_;  // the tied wte [vocab, in], for the plain-row GEMV (shared, not a copy)
 };
 
 // The same model with its projections and LM head in the blocked layout (the embeddings stay, and
 // dense_weights() rebuilds the rest). Throws InputError when blocked_linear_available says no.
 std::unique_ptr<Gpt2Model> pack_blocked_linears(const Gpt2Model& model);
+// A Llama likewise (LlamaModel::dense_weights() rebuilds the plain matrices).
+std::unique_ptr<LlamaModel> pack_blocked_linears(const LlamaModel& model);
 
 }  // namespace servelab

@@ -235,11 +235,22 @@ void Engine::apply_options(const EngineOptions& o) {
   spec.exec = parse_quant_exec(o.quant_exec);
   const GemmBackend requested = parse_gemm_backend(o.gemm);
   if (!gpt2()) {
-    // The packed and blocked fp32 GEMMs are built over GPT-2's weights so far.
-    if (requested != GemmBackend::Auto && requested != GemmBackend::Aten)
-      throw InputError(std::string("--gemm ") + gemm_backend_name(requested) + " is built for GPT-2 only; " +
-                       model_->shape().architecture + " models run aten");
+    // A Llama's plain fp32 matrices run the blocked GEMV/GEMM (oneDNN's packed layout is built over
+    // GPT-2's weights only); a GGUF file's blocks run as stored by their own kernels, and a
+    // quantization of ours brings its kernels.
+    const auto* llama = dynamic_cast<const LlamaModel*>(model_.get());
+    const bool plain = llama && !llama->kernels() && !spec.is_quantized();
+    if (requested == GemmBackend::OneDnn || (requested == GemmBackend::Blocked && !plain))
+      throw InputError(std::string("--gemm ") + gemm_backend_name(requested) + " is not built for this " +
+                       model_->shape().architecture +
+                       " model (onednn: GPT-2 only; blocked: a model's plain fp32 matrices, not quantized "
+                       "ones); give --gemm auto or aten");
     gemm_ = GemmBackend::Aten;
+    if (plain && resolve_gemm_backend(requested, model_->device(), model_->dtype()) == GemmBackend::Blocked) {
+      c10::InferenceMode guard;
+      model_ = pack_blocked_linears(*llama);
+      gemm_ = GemmBackend::Blocked;
+    }
     if (spec.is_quantized()) quantize(spec);
     return;
   }
@@ -278,13 +289,14 @@ void Engine::quantize(const QuantSpec& spec) {
         g = apply_gemm_backend(*g, gemm_);
       m = std::move(g);
     } else if (const auto* llama = dynamic_cast<const LlamaModel*>(model_.get())) {
-      if (llama->kernels())
+      if (llama->kernels() && !llama->kernels()->holds_dense_weights())
         throw InputError(
             "this model runs its file's quantized blocks as stored; load it with --quant-exec "
             "dequant-once to quantize it to " +
             spec.mode_name());
-      const QuantizedMatrices q = quantize_llama(llama->config(), llama->weights(), resolved);
-      m = build_quantized_llama(llama->config(), llama->weights(), q, model_->dtype(), resolved.exec);
+      const LlamaWeights dense = llama->dense_weights();
+      const QuantizedMatrices q = quantize_llama(llama->config(), dense, resolved);
+      m = build_quantized_llama(llama->config(), dense, q, model_->dtype(), resolved.exec);
     } else {
       throw InputError("quantizing a " + model_->shape().architecture + " model is not built");
     }
@@ -305,6 +317,13 @@ std::shared_ptr<const Model> Engine::dense_reference() const {
   if (quant_.is_quantized()) return nullptr;
   const auto* llama = dynamic_cast<const LlamaModel*>(model_.get());
   if (!llama || !llama->kernels()) return model_;  // GPT-2's packed layouts give theirs back
+  if (llama->kernels()->holds_dense_weights()) {
+    // The blocked layout gives its matrices back; the experiments read a Llama's plain tensors.
+    c10::InferenceMode guard;
+    auto m = std::make_shared<LlamaModel>(llama->config(), llama->dense_weights());
+    m->set_attention_backend(model_->attention_backend());
+    return m;
+  }
   if (format_ != "gguf") return nullptr;
   c10::InferenceMode guard;
   const GgufFile file = GgufFile::open(source_path_);

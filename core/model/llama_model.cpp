@@ -132,6 +132,19 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, std::shared_ptr
   if (device().is_cuda()) prefer_length_independent_attention();
 }
 
+LlamaWeights LlamaModel::dense_weights() const {
+  if (!kernels_) return weights_;
+  if (!kernels_->holds_dense_weights())
+    throw InputError("this model's matrices are quantized; its dense weights are not kept");
+  LlamaWeights w = weights_;
+  for (size_t l = 0; l < w.layers.size(); ++l)
+    for (size_t k = 0; k < projections_.size(); ++k)
+      w.layers[l].w[k] =
+          kernels_->dense_weight(static_cast<int64_t>(l), projections_[k].slot).t().contiguous();
+  w.lm_head = w.lm_head_tied ? w.embed : kernels_->dense_lm_head();
+  return w;
+}
+
 int64_t LlamaModel::resident_bytes() const {
   return weights_.bytes() + (kernels_ ? kernels_->resident_bytes() : 0);
 }

@@ -60,7 +60,11 @@ class LlamaModel final : public Model {
   at::Tensor forward(const ForwardInput& in, KvCache* cache = nullptr) const override;
 
   const LlamaConfig& config() const { return config_; }
+  // The model's own tensors: without the matrices that kernels hold (quantized or blocked).
   const LlamaWeights& weights() const { return weights_; }
+  // Every weight as a plain tensor, the matrices given back by kernels that hold them in another
+  // layout (the blocked fp32 GEMMs); InputError where the kernels hold quantized weights.
+  LlamaWeights dense_weights() const;
   at::Device device() const override { return weights_.norm.device(); }
   at::ScalarType dtype() const override { return weights_.norm.scalar_type(); }
   int64_t resident_bytes() const override;

@@ -381,6 +381,24 @@ class TestGgufOracle : public QObject {
     const auto prompt = ref["prompts"][0].get<std::vector<int32_t>>();
     QCOMPARE(generate(e->model(), e->tokenizer(), {prompt}, o).sequences[0].generated_ids,
              ref["single"][0].get<std::vector<int32_t>>());
+    if (exec != "dequant-once" || active_isa() == Isa::Generic) return;
+    // Dequantized at load, the plain fp32 matrices run the blocked GEMV/GEMM (--gemm auto); the
+    // experiments still get plain tensors back, and our own quantization starts from them.
+    QVERIFY2(info["gemm"].get<std::string>().find("blocked") != std::string::npos, info.dump().c_str());
+    const std::shared_ptr<const Model> dense = e->dense_reference();
+    QVERIFY(dense && dense->kernels() == nullptr);
+    QCOMPARE(generate(*dense, e->tokenizer(), {prompt}, o).sequences[0].generated_ids,
+             ref["single"][0].get<std::vector<int32_t>>());
+    e->quantize(parse_quant_mode("int8-channel"));
+    QCOMPARE(e->quantization().scheme, QuantScheme::PerChannelInt8);
+    QCOMPARE(generate(e->model(), e->tokenizer(), {prompt}, o).sequences[0].generated_ids.size(),
+             static_cast<size_t>(o.max_new_tokens));
+    EngineOptions aten = opts;
+    aten.gemm = "aten";
+    QCOMPARE(Engine::load(gguf_path(name).string(), aten)->info()["gemm"].get<std::string>(),
+             std::string("aten linear"));
+    aten.gemm = "onednn";
+    QVERIFY_THROWS_EXCEPTION(InputError, Engine::load(gguf_path(name).string(), aten));
   }
   void gpt2_file_matches_hf_data() {
     QTest::addColumn<QString>("name");
