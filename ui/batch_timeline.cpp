@@ -137,8 +137,16 @@ BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
       if (r->finished >= 0) r->lastToken = std::min(r->lastToken, r->finished);
     }
   }
-  // Rows in the order the runs were admitted, as the live timeline chose them: a request's first
-  // run prefers the slot it was given, a readmission (after a preemption) takes the first free row.
+  // Rows in the order the runs were admitted, as the live timeline chose them: each run prefers
+  // the slot the engine gave that admission (a readmission after a preemption may get another).
+  QVector<QVector<qint64>> slotOfRun(t.requests_.size());
+  for (const servelab::RequestResult& rr : run.requests)
+    if (rr.id >= 0 && rr.id < t.requests_.size())
+      for (const servelab::RequestAdmission& a : rr.admissions) slotOfRun[rr.id] << a.slot;
+  const auto slotOf = [&](qint64 id, qsizetype run) {
+    const QVector<qint64>& slots = slotOfRun[id];
+    return run < slots.size() ? slots[run] : run == 0 ? t.requests_[id].slot : -1;
+  };
   struct Admission {
     qint64 step, slot, id;
     qsizetype run;  // index in interrupted, or -1 for its last run
@@ -147,8 +155,8 @@ BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
   for (qint64 id = 0; id < t.requests_.size(); ++id) {
     const Request& r = t.requests_[id];
     for (qsizetype k = 0; k < r.interrupted.size(); ++k)
-      admitted.push_back({r.interrupted[k].admitted, k == 0 ? r.slot : -1, id, k});
-    if (r.admitted >= 0) admitted.push_back({r.admitted, r.interrupted.isEmpty() ? r.slot : -1, id, -1});
+      admitted.push_back({r.interrupted[k].admitted, slotOf(id, k), id, k});
+    if (r.admitted >= 0) admitted.push_back({r.admitted, slotOf(id, r.interrupted.size()), id, -1});
   }
   std::stable_sort(admitted.begin(), admitted.end(), [](const Admission& a, const Admission& b) {
     return a.step != b.step ? a.step < b.step : a.slot < b.slot;

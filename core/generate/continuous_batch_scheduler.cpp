@@ -211,7 +211,7 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
     for (Running* r : rows) {
       const int64_t slot = kv_->slot_of(r->id);
       RequestTracker& t = trackers_[static_cast<size_t>(r->id)];
-      if (t.result().admitted_step < 0) t.admitted(slot, s.step, s.start_ms);
+      t.admitted(slot, s.step, s.start_ms);
       if (sink_) sink_->on_admit(r->id, slot, s.step, s.start_ms);
     }
     take_tokens(logits, rows, ms, s);

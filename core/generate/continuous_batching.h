@@ -68,15 +68,23 @@ struct BatchOptions {
   PagedAttentionKernel paged_attention = PagedAttentionKernel::Auto;
 };
 
+// One admission of a request and the batch place it ran in from then on. Paged KV preempts a
+// request and admits it again later, often into another place.
+struct RequestAdmission {
+  int64_t step = -1;
+  int64_t slot = -1;
+};
+
 // What happened to one request. Times are milliseconds since the start of the run.
 struct RequestResult {
   int64_t id = 0;  // index in the request list
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> generated_ids;
-  std::string text;           // decoded generated text (stop string cut off)
-  std::string finish_reason;  // "length", "eos", "stop" or "cancelled"
-  int64_t slot = -1;          // batch place it ran in (-1: never admitted)
-  int64_t preemptions = 0;    // times paged KV evicted it to be recomputed
+  std::string text;                          // decoded generated text (stop string cut off)
+  std::string finish_reason;                 // "length", "eos", "stop" or "cancelled"
+  int64_t slot = -1;                         // batch place it ran in first (-1: never admitted)
+  std::vector<RequestAdmission> admissions;  // every admission in step order, readmissions included
+  int64_t preemptions = 0;                   // times paged KV evicted it to be recomputed
   int64_t cached_tokens = 0;  // prompt positions found in the prefix cache at its (first) admission
   std::string error;          // why it never ran (finish_reason "error"), e.g. too big for the KV budget
   std::string adapter;        // as requested

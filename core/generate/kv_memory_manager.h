@@ -98,6 +98,10 @@ class KvMemoryManager {
   // The LoRA rows of a forward pass whose input rows belong to these requests (-1: a padding
   // row); empty when no row has an adapter.
   std::optional<LoraBatch> lora_rows(const std::vector<int64_t>& ids) const;
+  // The adapter a request runs with (null: the base model, or no adapters in this run).
+  const LoraAdapter* adapter_of(int64_t id) const {
+    return lora_.adapter_of ? lora_.adapter_of(id) : nullptr;
+  }
 
  private:
   CopyStats copied_;

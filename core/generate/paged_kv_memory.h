@@ -6,6 +6,7 @@
 // decode step writes one position per request into its current block and attends through the
 // block table, on the CPU with a kernel that reads the blocks in place.
 #include <map>
+#include <utility>
 
 #include "generate/block_manager.h"
 #include "generate/kv_memory_manager.h"
@@ -34,6 +35,9 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   int64_t block_bytes() const { return block_bytes_; }
   // The decode attention in use (Auto resolved).
   PagedAttentionKernel kernel() const { return kernel_; }
+  // The last prefill's forward input, [rows, width] positions (padding included): what its linear
+  // layers computed over.
+  std::pair<int64_t, int64_t> last_prefill_shape() const { return last_prefill_shape_; }
 
  private:
   struct Request {
@@ -60,10 +64,13 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   struct Pass {
     bool decode = false;
     std::vector<int64_t> ids;
-    std::vector<int64_t> start, count;   // per row: first position written, positions written
-    at::Tensor write_rows;               // [positions written] rows of k.view(B * T, ...) to store
-    at::Tensor write_slots;              // [positions written] their pool slots
-    std::vector<at::Tensor> read_slots;  // prefill: per row, the slots of positions [0, start + count)
+    std::vector<int64_t> start, count;  // per request: first position written, positions written
+    at::Tensor write_rows;              // [positions written] rows of k.view(B * T, ...) to store
+    at::Tensor write_slots;             // [positions written] their pool slots
+    // Prefill: per request, its input row and the column its first new position sits at (requests
+    // are packed end to end), and the slots of its positions [0, start + count).
+    std::vector<int64_t> row, column;
+    std::vector<at::Tensor> read_slots;
     // Decode: per row its block table (CPU) and length, for the in-place kernel; gathered slots
     // [B, width] and key mask [B, 1, 1, width] for the gather baseline.
     std::vector<const std::vector<int64_t>*> tables;
@@ -71,6 +78,7 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
     at::Tensor gather_slots, gather_mask;
   };
   Pass pass_;
+  std::pair<int64_t, int64_t> last_prefill_shape_{0, 0};
 };
 
 }  // namespace servelab

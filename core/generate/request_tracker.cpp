@@ -13,6 +13,8 @@ RequestTracker::RequestTracker(const Tokenizer& tokenizer, const BatchRequest& r
 }
 
 void RequestTracker::admitted(int64_t slot, int64_t step, double ms) {
+  result_.admissions.push_back({step, slot});
+  if (result_.admitted_step >= 0) return;  // a readmission after a preemption: its wait was counted
   result_.slot = slot;
   result_.admitted_step = step;
   result_.admitted_ms = ms;

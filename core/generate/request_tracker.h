@@ -21,6 +21,7 @@ class RequestTracker {
   bool finished() const { return !result_.finish_reason.empty(); }
   // Ends an unfinished request (e.g. "cancelled") and flushes held-back text.
   void finish(const std::string& reason);
+  // Every admission is recorded; the first one sets the slot, the step and the queue wait.
   void admitted(int64_t slot, int64_t step, double ms);
 
   const BatchRequest& request() const { return request_; }

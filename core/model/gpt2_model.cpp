@@ -147,7 +147,11 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
     x = x + mlp(l, lw, at::layer_norm(x, {E}, lw.ln_2_weight, lw.ln_2_bias, eps), in.lora);
   }
   if (cache && !mask.per_row) cache->advance(T);
-  if (!in.all_logits) x = x.select(1, T - 1);
+  if (in.logit_positions.defined()) {
+    x = x.reshape({-1, x.size(2)}).index_select(0, in.logit_positions.to(dev));
+  } else if (!in.all_logits) {
+    x = x.select(1, T - 1);
+  }
   x = at::layer_norm(x, {E}, w.ln_f_weight, w.ln_f_bias, eps);
   return kernels_ ? kernels_->lm_head(x) : at::matmul(x, w.lm_head.t());
 }

@@ -17,6 +17,10 @@ AttentionMask make_attention_mask(const ForwardInput& in, const KvCache* cache, 
   if (in.lora && in.lora->rows() != B)
     throw InputError("LoRA rows (" + std::to_string(in.lora->rows()) + ") do not match the batch (" +
                      std::to_string(B) + ")");
+  if (in.logit_positions.defined() &&
+      (in.all_logits || in.logit_positions.dim() != 1 || in.logit_positions.scalar_type() != at::kLong))
+    throw InputError(
+        "logit positions must be one int64 index list into [batch * tokens], without all_logits");
   if (in.kv_store && (cache || in.cache_positions.defined()))
     throw InputError("a forward through a KV store takes no KV cache and no per-row cache positions");
   AttentionMask m;

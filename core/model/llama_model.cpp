@@ -208,7 +208,11 @@ at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
     x = x + mlp(l, rms_norm(x, lw.mlp_norm, eps), in.lora);
   }
   if (cache && !mask.per_row) cache->advance(T);
-  if (!in.all_logits) x = x.select(1, T - 1);
+  if (in.logit_positions.defined()) {
+    x = x.reshape({-1, x.size(2)}).index_select(0, in.logit_positions.to(dev));
+  } else if (!in.all_logits) {
+    x = x.select(1, T - 1);
+  }
   x = rms_norm(x, weights_.norm, eps);
   return kernels_ ? kernels_->lm_head(x) : at::linear(x, weights_.lm_head);
 }

@@ -42,6 +42,10 @@ struct ForwardInput {
   at::Tensor key_mask;
   // Logits for every position ([batch, T, vocab]) instead of the last one only ([batch, vocab]).
   bool all_logits = false;
+  // Logits at these positions only: [n] int64 indices into the flattened [batch * T] positions,
+  // giving [n, vocab]. A packed prefill's requests end mid-row, so "the last of each row" does not
+  // name them, and every position's logits would cost the vocabulary projection for each token.
+  at::Tensor logit_positions = {};
   // Continuous batching over a cache whose rows have different lengths (one new token per row).
   // cache_rows: [batch] int64, the cache row each input row owns (the cache may have more rows
   // than run: free slots or requests sitting the step out); cache_positions: [batch] int64, where

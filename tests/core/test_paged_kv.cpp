@@ -15,6 +15,7 @@
 #include "experiments/paged_kv.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
+#include "generate/paged_attention.h"
 #include "generate/paged_kv_memory.h"
 #include "lora/lora_adapter.h"
 #include "model/engine.h"
@@ -25,6 +26,7 @@
 #include "quant/quant_spec.h"
 #include "quant/quantized_model.h"
 #include "test_support.h"
+#include "util/cpu_features.h"
 
 using namespace servelab;
 
@@ -195,6 +197,112 @@ class TestPagedKv : public QObject {
       step({3, 0, 2}, {static_cast<int32_t>(21 + i), 22, static_cast<int32_t>(40 - i)});
     kv.retire({0, 2, 3});
     QCOMPARE(kv.blocks().used_blocks(), int64_t{0});
+  }
+
+  void prefill_packs_requests_end_to_end() {
+    // A long prompt admitted with short suffixes over a cached system prompt: the forward runs over
+    // their new positions laid end to end in one row, not a row each padded to the longest (which
+    // cost the benchmark's 256-token shared prompt 10x its work), and every request's logits still
+    // equal a full forward. Rows split only at the model's context and between adapters.
+    c10::InferenceMode guard;
+    using Shape = std::pair<int64_t, int64_t>;
+    for (int family : {0, 1}) {
+      const Model& m = model(family);
+      PagedKvConfig cfg;
+      cfg.num_blocks = 64;
+      cfg.block_size = 4;
+      PagedKvMemory kv(m, cfg, 299);
+      std::vector<std::vector<int32_t>> seq = {prompt(16, 42), prompt(30, 9)};
+      for (int i = 0; i < 4; ++i) {
+        std::vector<int32_t> s = prompt(16, 42);
+        const std::vector<int32_t> own = prompt(2 + i, 60 + i);
+        s.insert(s.end(), own.begin(), own.end());
+        seq.push_back(s);
+      }
+      kv.prefill({{0, &seq[0], 4}});  // caches the system prompt's four blocks
+      QCOMPARE(kv.last_prefill_shape(), (Shape{1, 16}));
+      kv.retire({0});
+      std::vector<PrefillRequest> batch;
+      for (int64_t i = 1; i < 6; ++i) batch.push_back({i, &seq[static_cast<size_t>(i)], 4});
+      const at::Tensor l = kv.prefill(batch);
+      for (int64_t i = 2; i < 6; ++i) QCOMPARE(kv.cached_tokens(i), int64_t{16});
+      QCOMPARE(kv.last_prefill_shape(), (Shape{1, 30 + 2 + 3 + 4 + 5}));
+      QCOMPARE(l.size(0), int64_t{5});
+      for (int64_t i = 1; i < 6; ++i)
+        QVERIFY2(test::max_abs_diff(l[i - 1], full_forward(m, seq[static_cast<size_t>(i)])) < 1e-4,
+                 qPrintable(QString("request %1").arg(i)));
+      kv.retire({1, 2, 3, 4, 5});
+      // Three 30-token prompts in a 64-position context: two share a row, the third starts another.
+      std::vector<std::vector<int32_t>> big = {prompt(30, 1), prompt(30, 2), prompt(30, 3)};
+      const at::Tensor lb = kv.prefill({{10, &big[0], 4}, {11, &big[1], 4}, {12, &big[2], 4}});
+      QCOMPARE(kv.last_prefill_shape(), (Shape{2, 60}));
+      for (int64_t i = 0; i < 3; ++i)
+        QVERIFY(test::max_abs_diff(lb[i], full_forward(m, big[static_cast<size_t>(i)])) < 1e-4);
+    }
+    // Adapters per request: a row per adapter, each request's logits those of its own adapter.
+    AdapterSource src;
+    src.name = "random-5";
+    src.rank = 4;
+    src.seed = 5;
+    const std::shared_ptr<const LoraAdapter> adapter = load_adapter(src, *gpt2_);
+    PagedKvConfig cfg;
+    cfg.num_blocks = 64;
+    cfg.block_size = 4;
+    PagedKvMemory kv(*gpt2_, cfg, 299);
+    KvMemoryManager::LoraRouting routing;
+    routing.adapter_of = [&](int64_t id) { return id % 2 ? adapter.get() : nullptr; };
+    kv.set_lora(routing);
+    std::vector<std::vector<int32_t>> seq = {prompt(5, 1), prompt(9, 2), prompt(3, 3), prompt(7, 4)};
+    std::vector<PrefillRequest> batch;
+    for (int64_t i = 0; i < 4; ++i) batch.push_back({i, &seq[static_cast<size_t>(i)], 4});
+    const at::Tensor l = kv.prefill(batch);
+    QCOMPARE(kv.last_prefill_shape(), (Shape{2, 16}));
+    const LoraBatch with({adapter.get()}, MultiLoraStrategy::Segmented);
+    for (int64_t i = 0; i < 4; ++i)
+      QVERIFY(test::max_abs_diff(
+                  l[i], full_forward(*gpt2_, seq[static_cast<size_t>(i)], i % 2 ? &with : nullptr)) < 1e-4);
+  }
+
+  void in_place_kernel_on_every_isa() {
+    // The decode kernel against softmax(q k^T * scale) v over each row's keys gathered through
+    // its block table, on every instruction set this CPU has (each is its own compiled loop), for
+    // grouped-query heads, head sizes off the 16-lane width, scattered blocks and ragged lengths.
+    c10::InferenceMode guard;
+    const Isa before = active_isa();
+    at::manual_seed(3);
+    const int64_t bs = 4, H = 6, H_kv = 2, blocks = 24;
+    for (int64_t D : {8, 24, 64})
+      for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+        const at::Tensor keys = at::randn({blocks * bs, H_kv, D}).to(dt), values = at::randn_like(keys);
+        const std::vector<std::vector<int64_t>> tables = {{5, 2, 17}, {0}, {23, 1, 9, 11, 4}};
+        const std::vector<int64_t> lengths = {11, 3, 20};
+        const int64_t B = 3;
+        const at::Tensor q = at::randn({B, H, 1, D}).to(dt);
+        std::vector<const std::vector<int64_t>*> t;
+        for (const auto& table : tables) t.push_back(&table);
+        std::vector<at::Tensor> expect;
+        for (int64_t b = 0; b < B; ++b) {
+          std::vector<int64_t> slot;
+          for (int64_t p = 0; p < lengths[static_cast<size_t>(b)]; ++p)
+            slot.push_back(tables[static_cast<size_t>(b)][static_cast<size_t>(p / bs)] * bs + p % bs);
+          const at::Tensor idx = at::tensor(slot, at::kLong);
+          const at::Tensor k = keys.index_select(0, idx).to(at::kFloat).repeat_interleave(H / H_kv, 1);
+          const at::Tensor v = values.index_select(0, idx).to(at::kFloat).repeat_interleave(H / H_kv, 1);
+          const at::Tensor scores = at::einsum("hd,lhd->hl", {q[b].squeeze(1).to(at::kFloat), k}) * 0.3;
+          expect.push_back(at::einsum("hl,lhd->hd", {at::softmax(scores, -1), v}));
+        }
+        const at::Tensor want = at::stack(expect).unsqueeze(2);
+        for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+          if (!cpu_supports(isa)) continue;
+          set_active_isa(isa, "test");
+          const at::Tensor got = paged_decode_attention_cpu(q, keys, values, t, lengths, bs, 0.3);
+          QCOMPARE(got.scalar_type(), dt);
+          const double tol = dt == at::kFloat ? 1e-5 : 2e-2;
+          QVERIFY2(test::max_abs_diff(got.to(at::kFloat), want) < tol,
+                   qPrintable(QString("%1, D %2, %3").arg(isa_name(isa)).arg(D).arg(c10::toString(dt))));
+        }
+        set_active_isa(before, "test");
+      }
   }
 
   void greedy_equals_solo_and_slot_kv_data() {

@@ -734,6 +734,86 @@ class TestBatchingTabs : public QObject {
     QCOMPARE(marksOf(live.cells()), marksOf(cells));
     checkNoOverlap(cells);
     checkNoOverlap(live.cells());
+    // Every admission, readmissions included, starts on the row of the slot the engine gave it, on
+    // both timelines: the result keeps each admission's slot, not only the first.
+    const QVector<Cell> liveCells = live.cells();
+    int readmissions = 0, movedSlot = 0;
+    for (const servelab::RequestResult& rr : run.requests) {
+      QCOMPARE(static_cast<int64_t>(rr.admissions.size()), rr.preemptions + 1);
+      QCOMPARE(rr.admissions.front().step, rr.admitted_step);
+      QCOMPARE(rr.admissions.front().slot, rr.slot);
+      for (const servelab::RequestAdmission& a : rr.admissions) {
+        const auto startsAt = [&](const Cell& c) { return c.x0 == a.step - 0.5; };
+        const QVector<Cell> rebuiltMine = cellsOf(cells, rr.id), liveMine = cellsOf(liveCells, rr.id);
+        const auto rebuilt = std::find_if(rebuiltMine.begin(), rebuiltMine.end(), startsAt);
+        const auto seen = std::find_if(liveMine.begin(), liveMine.end(), startsAt);
+        QVERIFY2(rebuilt != rebuiltMine.end() && seen != liveMine.end(), qPrintable(cellsText(rebuiltMine)));
+        QCOMPARE(rebuilt->row, static_cast<int>(a.slot));
+        QCOMPARE(seen->row, static_cast<int>(a.slot));
+      }
+      readmissions += static_cast<int>(rr.admissions.size()) - 1;
+      for (const servelab::RequestAdmission& a : rr.admissions) movedSlot += a.slot != rr.slot ? 1 : 0;
+    }
+    QVERIFY(readmissions > 0);
+    QVERIFY2(movedSlot > 0, "the workload should readmit some request into another slot than its first");
+  }
+
+  // A readmission into another slot than the first free row (the engine's choice, whatever its
+  // policy): the rebuilt timeline puts it where the live one does, on the slot that admission got.
+  void readmissionKeepsItsSlotWhenRebuilt() {
+    servelab::BatchRunResult run;
+    run.method = "continuous (paged KV)";
+    run.requests.resize(2);
+    for (int64_t id : {0, 1}) {
+      servelab::RequestResult& r = run.requests[static_cast<size_t>(id)];
+      r.id = id;
+      r.prompt_ids = {1, 2, 3};
+      r.finish_reason = "length";
+      r.slot = id;
+      r.admitted_step = 0;
+    }
+    // Request 0: slot 0 at step 0, preempted at step 2, readmitted at step 3 into slot 1 although
+    // slot 0 is free then; request 1: slot 1 at step 0, finished at step 1.
+    run.requests[0].generated_ids = {5, 6, 7, 8, 9};
+    run.requests[0].preemptions = 1;
+    run.requests[0].finished_step = 3;
+    run.requests[0].admissions = {{0, 0}, {3, 1}};
+    run.requests[1].generated_ids = {5, 6, 7};
+    run.requests[1].finished_step = 1;
+    run.requests[1].admissions = {{0, 1}};
+    run.steps.resize(4);
+    for (int64_t s = 0; s < 4; ++s) run.steps[static_cast<size_t>(s)].step = s;
+    run.steps[0].admitted = {0, 1};
+    run.steps[1].retired = {1};
+    run.steps[2].preempted = {0};
+    run.steps[3].admitted = {0};
+    run.steps[3].retired = {0};
+    BatchTimeline live;
+    live.start(QString::fromStdString(run.method), 2, 2);
+    live.admit(0, 0, 0);
+    live.admit(1, 1, 0);
+    for (qint64 id : {0, 0, 1, 1}) live.token(id, 0);
+    live.step(run.steps[0]);
+    live.token(0, 1);
+    live.token(1, 1);
+    live.retire(run.requests[1]);
+    live.step(run.steps[1]);
+    live.step(run.steps[2]);
+    live.admit(0, 1, 3);
+    live.token(0, 3);
+    live.token(0, 3);
+    live.retire(run.requests[0]);
+    live.step(run.steps[3]);
+    const BatchTimeline rebuilt = BatchTimeline::fromResult(run);
+    for (const BatchTimeline* t : {static_cast<const BatchTimeline*>(&live), &rebuilt}) {
+      const QVector<Cell> mine = cellsOf(t->cells(), 0);
+      const auto readmission =
+          std::find_if(mine.begin(), mine.end(), [](const Cell& c) { return c.x0 == 2.5; });
+      QVERIFY2(readmission != mine.end(), qPrintable(cellsText(mine)));
+      QCOMPARE(readmission->row, 1);
+      QCOMPARE(mine.front().row, 0);
+      QCOMPARE(mine.back().x1, 3.5);
+    }
   }
 
   // Stop during the paged run: the view keeps the last step it was shown.
