@@ -699,6 +699,14 @@ class Metrics(unittest.TestCase):
         self.assertEqual(delta("vllm:request_success_total", finished_reason="length"), 1)
         self.assertGreater(delta("vllm:time_to_first_token_seconds_sum"), 0)
         self.assertGreater(delta("servelab:engine_steps_total"), 0)
+        # The engine thread's time by phase: the request ran one prefill and five decodes, sampled
+        # six tokens and waited for work before it came; every phase only grows.
+        phases = ("idle", "schedule", "prefill", "decode", "kv", "sample", "finish")
+        phase = {p: delta("servelab:engine_phase_seconds_total", phase=p) for p in phases}
+        self.assertEqual(len([k for k in after if k[0] == "servelab:engine_phase_seconds_total"]), len(phases))
+        for p in ("idle", "prefill", "decode", "sample"):
+            self.assertGreater(phase[p], 0, phase)
+        self.assertTrue(all(v >= 0 for v in phase.values()), phase)
         self.assertEqual(metric(after, "vllm:num_requests_running"), 0)
         self.assertEqual(metric(after, "vllm:kv_cache_usage_perc"), 0)
         self.assertGreater(metric(after, "servelab:kv_cache_bytes"), 0)
