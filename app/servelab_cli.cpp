@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -777,7 +778,6 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that leaves must not end the server
-  auto engine = m.load();
   ServeOptions so;
   so.max_batch = a.max_batch;
   so.max_queue = a.max_queue;
@@ -801,7 +801,18 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
     source.peft_dir = spec.substr(eq + 1);
     so.adapters.push_back(source);
   }
-  ServeScheduler scheduler(engine->model(), engine->tokenizer(), so);
+  // The model is loaded and the KV memory allocated on a thread that then exits. libgomp keeps an
+  // OpenMP thread team per thread that ran a parallel region, and once its threads outnumber the
+  // CPUs it stops spinning at barriers and sleeps (about 50 us per wake-up, a hundred-odd regions
+  // a step): the loading thread's idle team beside the engine thread's made one stream's decode
+  // step twice `generate`'s. With the loader gone, the engine thread's team is the only one.
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<ServeScheduler> scheduler_owner;
+  std::async(std::launch::async, [&] {
+    engine = m.load();
+    scheduler_owner = std::make_unique<ServeScheduler>(engine->model(), engine->tokenizer(), so);
+  }).get();
+  ServeScheduler& scheduler = *scheduler_owner;
   HttpServerOptions ho;
   ho.host = a.host;
   ho.port = a.port;

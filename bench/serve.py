@@ -70,8 +70,8 @@ def wait_ready(url, proc, timeout=300):
     raise RuntimeError(f"{url}: not ready after {timeout} s")
 
 
-def start(cmd, url, log):
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+def start(cmd, url, log, env=None):
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     wait_ready(url, proc)
     return proc
 
@@ -96,6 +96,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--slots", type=int, default=64, help="our --max-batch and llama-server's --parallel")
     ap.add_argument("--positions", type=int, default=256, help="positions per request/slot")
+    ap.add_argument("--omp-wait-policy", choices=("default", "passive", "active"), default="default",
+                    help="OMP_WAIT_POLICY for our server (libgomp's; llama-server has its own thread pool)")
     a = ap.parse_args()
     levels = [int(x) for x in a.clients.split(",")]
 
@@ -110,7 +112,8 @@ def main():
                   "--ctx-size", str(a.slots * a.positions), "--cont-batching"]
     servers = {}
     try:
-        servers["ours"] = start(ours_cmd, ours_url, logs["ours"])
+        ours_env = {} if a.omp_wait_policy == "default" else {"OMP_WAIT_POLICY": a.omp_wait_policy}
+        servers["ours"] = start(ours_cmd, ours_url, logs["ours"], ours_env)
         servers["theirs"] = start(theirs_cmd, theirs_url, logs["theirs"])
         urls = {"ours": ours_url, "theirs": theirs_url}
         raw = {"ours": [], "theirs": []}
@@ -167,7 +170,8 @@ def main():
     out = {"what": "servelab-cli serve vs llama.cpp llama-server, same GGUF and threads, servelab-cli loadgen "
                    "--api openai (closed loop), medians over interleaved rounds",
            "machine": cpu_info(), "threads": a.threads, "gguf": os.path.basename(a.gguf),
-           "new_tokens": a.new_tokens, "slots": a.slots, "positions": a.positions, "rounds": a.rounds,
+           "new_tokens": a.new_tokens, "omp_wait_policy_ours": a.omp_wait_policy,
+           "slots": a.slots, "positions": a.positions, "rounds": a.rounds,
            "commands": {"ours": " ".join(ours_cmd), "theirs": " ".join(theirs_cmd),
                         "load": "servelab-cli loadgen --url URL --api openai --scenario sweep --clients C "
                                 "--requests max(8, %d*C) --max-new-tokens %d --ignore-eos --json"

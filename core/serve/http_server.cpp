@@ -22,6 +22,12 @@ namespace servelab {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace {
+// Connections the kernel completes before the accept thread takes them: more than the clients a
+// load test opens at once (a closed loop of N clients reconnects N at a time).
+constexpr int kListenBacklog = 4096;
+}  // namespace
+
 std::string hf_cache_snapshot(const std::string& repo_id, std::string* searched) {
   fs::path hub;
   auto env = [](const char* name) -> std::string {
@@ -67,6 +73,8 @@ struct HttpServer::Impl {
   HttpServerOptions options;
   httplib::Server server;
   std::atomic<int64_t> next_id{0};
+  // The listening socket, as httplib's socket-options hook last saw it (the one that bound).
+  std::atomic<int> listen_fd{-1};
 
   Impl(ServeScheduler& s, const Tokenizer& t, HttpServerOptions o)
       : scheduler(s), tokenizer(t), options(std::move(o)) {}
@@ -484,12 +492,17 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
   // httplib's default sets SO_REUSEPORT, with which a second server binds a port already in use
   // and the kernel splits the connections between the two: SO_REUSEADDR alone refuses that and
   // still lets a restarted server take its port back from TIME_WAIT.
-  s.set_socket_options([](socket_t sock) {
+  s.set_socket_options([&m](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    m.listen_fd = sock;
   });
   s.set_payload_max_length(static_cast<size_t>(m.options.max_body_bytes));
-  s.set_keep_alive_timeout(1);
+  // httplib waits this long for every request on a connection, the first one included, then
+  // closes it without an answer. One second is TCP's initial retransmission timeout: a request
+  // whose first segment was lost once arrived just too late and was dropped. Five seconds is
+  // httplib's own default (and uvicorn's); an idle connection holds a pool thread that long.
+  s.set_keep_alive_timeout(5);
   s.set_read_timeout(30);
   auto lorax = [&m](ApiEndpoint endpoint) {
     return [&m, endpoint](const httplib::Request& req, httplib::Response& res) {
@@ -559,6 +572,19 @@ int HttpServer::bind() {
                        " (in use, or not an address of this machine)");
     port_ = impl_->options.port;
   }
+  // httplib listens with a backlog of 5, compiled into Debian's libcpp-httplib. When more clients
+  // connect at once than the accept thread takes in (64 closed-loop clients whose requests end in
+  // the same step, on CPUs the engine keeps busy), Linux answers with SYN cookies and drops the
+  // handshakes that overflow the accept queue: the client believes it is connected, its request
+  // is never accepted, and its next segment fails the cookie check and is reset (the loadgen's
+  // "cannot reach ... (Read)"). listen() again on a listening socket only resizes its queues; the
+  // kernel caps the size at net.core.somaxconn.
+  const int fd = impl_->listen_fd.load();
+  int listening = 0;
+  socklen_t len = sizeof listening;
+  if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening ||
+      ::listen(fd, kListenBacklog) != 0)
+    throw InputError("cannot set the listen backlog of " + impl_->options.host + ":" + std::to_string(port_));
   return port_;
 }
 

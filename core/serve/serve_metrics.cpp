@@ -35,7 +35,8 @@ ServeMetrics::ServeMetrics()
           {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}),
       inter_token({0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 10}),
       e2e({0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480}),
-      queue_time({0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80}) {}
+      queue_time({0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80}),
+      engine_phase_seconds(kEnginePhaseCount, 0.0) {}
 
 namespace {
 
@@ -147,6 +148,13 @@ std::string prometheus_text(const ServeMetrics& m, const std::string& model_name
   w.counter("servelab:engine_steps_total", d(m.steps), "Engine steps (one prefill and/or one decode each).");
   w.counter("servelab:batch_rows_total", d(m.batch_rows),
             "Running requests summed over steps; / engine_steps_total is the mean batch occupancy.");
+  w.head("servelab:engine_phase_seconds_total", "counter",
+         "The engine thread's time by phase, seconds: idle, schedule, prefill, decode (the forwards), kv, "
+         "sample, finish.");
+  for (size_t i = 0; i < kEnginePhaseCount; ++i)
+    w.sample("servelab:engine_phase_seconds_total",
+             i < m.engine_phase_seconds.size() ? m.engine_phase_seconds[i] : 0.0,
+             std::string("phase=\"") + kEnginePhases[i] + "\"");
   w.gauge("servelab:kv_cache_bytes", d(m.kv_bytes), "KV memory held, bytes (slot KV allocates it up front).");
   w.gauge("servelab:kv_cache_positions_used", d(m.kv_positions_used),
           "KV positions holding a running request's token.");

@@ -27,6 +27,15 @@ struct LatencyHistogram {
   double mean() const { return count ? sum / static_cast<double>(count) : 0.0; }
 };
 
+// The engine thread's phases: "idle" (waiting for work), "schedule" (taking submissions,
+// cancellations, admission, publishing counters), "prefill" and "decode" (the forwards, with the KV
+// bookkeeping of their pass), "kv" (paged KV: blocks for the next position, preemption), "sample"
+// (masks, sampling, log-probabilities, detokenizing, handing tokens to streams), "finish" (retiring
+// ended requests).
+inline constexpr const char* kEnginePhases[] = {"idle", "schedule", "prefill", "decode",
+                                                "kv",   "sample",   "finish"};
+inline constexpr size_t kEnginePhaseCount = sizeof kEnginePhases / sizeof kEnginePhases[0];
+
 struct ServeMetrics {
   int64_t running = 0, waiting = 0;
   int64_t max_batch = 0, max_queue = 0;
@@ -52,6 +61,9 @@ struct ServeMetrics {
   int64_t prefix_cache_hits = 0;     // of those, found cached
   int64_t preemptions = 0;           // running requests evicted for blocks, to be recomputed
   AdapterCacheStats adapters;
+  // Where the engine thread's time went, seconds summed over steps: what a step costs beyond the
+  // model's forward (kEnginePhases names them).
+  std::vector<double> engine_phase_seconds;
 
   ServeMetrics();
 };

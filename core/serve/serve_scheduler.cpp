@@ -381,6 +381,14 @@ void ServeScheduler::loop() {
   em.kv_positions_total =
       kv_info_.blocks > 0 ? kv_info_.blocks * kv_info_.block_size : options_.max_batch * max_total_tokens_;
   std::vector<ServeRequestInfo> ended;  // since the last publish
+  // The phase clock: lap(p) books the time since the last lap to phase p.
+  Clock::time_point lap_start = Clock::now();
+  auto lap = [&](size_t phase) {
+    const Clock::time_point now = Clock::now();
+    em.engine_phase_seconds[phase] += seconds_between(lap_start, now);
+    lap_start = now;
+  };
+  enum : size_t { kIdle, kSchedule, kPrefill, kDecode, kKv, kSample, kFinish };
 
   // A request leaves the scheduler: its row in the table and its counters.
   auto ended_as = [&](Entry& e, const std::string& state, const std::string& reason) {
@@ -536,10 +544,12 @@ void ServeScheduler::loop() {
     {
       std::unique_lock lock(s.mutex);
       publish();
+      lap(kSchedule);
       s.wake.wait(lock, [&] {
         return s.quit || s.cancel_all || !s.inbox.empty() || !s.new_sources.empty() || !s.waiting.empty() ||
                !s.running.empty();
       });
+      lap(kIdle);
       if (s.quit) break;
       for (auto& e : s.inbox) s.waiting.push_back(std::move(e));
       s.inbox.clear();
@@ -634,13 +644,17 @@ void ServeScheduler::loop() {
     }
     if (s.running.empty()) continue;
 
+    lap(kSchedule);
     try {
       if (!admitted.empty()) {
         const double ms = s.now_ms();
         for (Entry* e : admitted_rows)
           if (std::find(resumed.begin(), resumed.end(), e) == resumed.end())
             e->tracker->admitted(-1, steps, ms);
-        take_tokens(s.kv->prefill(admitted), admitted_rows);
+        const at::Tensor logits = s.kv->prefill(admitted);
+        lap(kPrefill);
+        take_tokens(logits, admitted_rows);
+        lap(kSample);
         for (Entry* e : admitted_rows) e->context.clear();  // a recomputation's context served its prefill
       }
       if (options_.kv == KvStrategy::Paged) grow_or_preempt(s.running);
@@ -653,7 +667,13 @@ void ServeScheduler::loop() {
         ids.push_back(e->id);
         last.push_back(e->tracker->result().generated_ids.back());
       }
-      if (!decoding.empty()) take_tokens(s.kv->decode(ids, last), decoding);
+      lap(kKv);
+      if (!decoding.empty()) {
+        const at::Tensor logits = s.kv->decode(ids, last);
+        lap(kDecode);
+        take_tokens(logits, decoding);
+        lap(kSample);
+      }
     } catch (const c10::Error& e) {
       fail_running(is_out_of_memory(e)
                        ? "out of memory serving a batch of " + std::to_string(s.running.size())
@@ -683,6 +703,7 @@ void ServeScheduler::loop() {
       done.push_back(std::move(e));
       return true;
     });
+    lap(kFinish);
     if (done.empty()) continue;
     // The counters first: a client that has its answer finds it counted in /metrics.
     {

@@ -699,6 +699,14 @@ class Metrics(unittest.TestCase):
         self.assertEqual(delta("vllm:request_success_total", finished_reason="length"), 1)
         self.assertGreater(delta("vllm:time_to_first_token_seconds_sum"), 0)
         self.assertGreater(delta("servelab:engine_steps_total"), 0)
+        # The engine thread's time by phase: the request ran one prefill and five decodes, sampled
+        # six tokens and waited for work before it came; every phase only grows.
+        phases = ("idle", "schedule", "prefill", "decode", "kv", "sample", "finish")
+        phase = {p: delta("servelab:engine_phase_seconds_total", phase=p) for p in phases}
+        self.assertEqual(len([k for k in after if k[0] == "servelab:engine_phase_seconds_total"]), len(phases))
+        for p in ("idle", "prefill", "decode", "sample"):
+            self.assertGreater(phase[p], 0, phase)
+        self.assertTrue(all(v >= 0 for v in phase.values()), phase)
         self.assertEqual(metric(after, "vllm:num_requests_running"), 0)
         self.assertEqual(metric(after, "vllm:kv_cache_usage_perc"), 0)
         self.assertGreater(metric(after, "servelab:kv_cache_bytes"), 0)
@@ -974,6 +982,61 @@ def wait_for(pred, timeout=60):
     return False
 
 
+class Connections(unittest.TestCase):
+    """Many clients connecting at once, and slow ones: a connection the kernel completed is never
+    dropped without an answer (the 64-client bench lost requests to httplib's listen backlog of 5)."""
+
+    def test_listen_backlog(self):
+        srv = server("demo")
+        ss = shutil.which("ss")
+        self.assertIsNotNone(ss, "ss (iproute2) reads a listening socket's backlog: install it")
+        out = subprocess.run([ss, "-ltnH", f"sport = :{srv.port}"], capture_output=True, text=True).stdout.split()
+        somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
+        # A listening socket's Send-Q column is its backlog.
+        self.assertEqual(int(out[2]), min(4096, somaxconn), out)
+
+    def test_first_request_after_a_pause(self):
+        # httplib waits keep-alive-timeout seconds for a connection's first request too: with 1 s,
+        # a request whose first segment was retransmitted once (TCP's initial timeout is 1 s) was lost.
+        srv = server("demo")
+        with socket.create_connection((srv.host, srv.port), timeout=30) as s:
+            time.sleep(2)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            self.assertEqual(s.makefile("rb").readline(), b"HTTP/1.1 200 OK\r\n")
+
+    def test_burst_while_the_server_is_frozen(self):
+        # 64 clients connect while the server cannot accept (SIGSTOP), each writing its request in
+        # two segments as httplib's client does; every one is answered once it runs again.
+        srv = server("demo")
+        body = json.dumps({"inputs": "x", "parameters": {"max_new_tokens": 1}}).encode()
+        head = f"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+               f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        answers = [None] * 64  # within the demo server's batch + queue
+
+        def client(i):
+            try:
+                with socket.create_connection((srv.host, srv.port), timeout=60) as s:
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    s.sendall(head)
+                    s.sendall(body)
+                    answers[i] = s.makefile("rb").readline()
+            except OSError as e:
+                answers[i] = repr(e)
+
+        os.kill(srv.proc.pid, signal.SIGSTOP)
+        try:
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(len(answers))]
+            for t in threads:
+                t.start()
+            time.sleep(1)
+        finally:
+            os.kill(srv.proc.pid, signal.SIGCONT)
+        for t in threads:
+            t.join()
+        bad = [a for a in answers if a != b"HTTP/1.1 200 OK\r\n"]
+        self.assertEqual(bad, [], f"{len(bad)} of {len(answers)} connections not answered")
+
+
 class Lifecycle(unittest.TestCase):
     def test_1_queue_full_and_disconnect(self):
         srv = server("small")
@@ -1063,7 +1126,7 @@ def main():
         loader.testNamePatterns = [f"*{args.k}*"]
     suite = unittest.TestSuite(loader.loadTestsFromTestCase(c)
                                for c in (Lesson7, OpenAIClient, GreedyParity, PagedKv, BadInput, Metrics, LoadGenerator,
-                                                                  Lifecycle))
+                                                                  Connections, Lifecycle))
     result = unittest.TextTestRunner(verbosity=2 if args.v else 1).run(suite)
     ok = result.wasSuccessful()
     for name, srv in list(SERVERS.items()):
