@@ -98,6 +98,8 @@ def main():
     ap.add_argument("--positions", type=int, default=256, help="positions per request/slot")
     ap.add_argument("--omp-wait-policy", choices=("default", "passive", "active"), default="default",
                     help="OMP_WAIT_POLICY for our server (libgomp's; llama-server has its own thread pool)")
+    ap.add_argument("--quant-exec", default=None,
+                    help="our server's --quant-exec (jit-int8: int8 activations, as llama-server computes)")
     a = ap.parse_args()
     levels = [int(x) for x in a.clients.split(",")]
 
@@ -106,7 +108,7 @@ def main():
     ours_url, theirs_url = f"http://127.0.0.1:{ours_port}", f"http://127.0.0.1:{theirs_port}"
     ours_cmd = [a.cli, "serve", "--model", a.gguf, "--threads", str(a.threads), "--port", str(ours_port),
                 "--max-batch", str(a.slots), "--max-queue", str(4 * a.slots),
-                "--max-total-tokens", str(a.positions)]
+                "--max-total-tokens", str(a.positions)] + (["--quant-exec", a.quant_exec] if a.quant_exec else [])
     theirs_cmd = [a.llama_server, "-m", a.gguf, "--threads", str(a.threads), "--threads-batch", str(a.threads),
                   "--host", "127.0.0.1", "--port", str(theirs_port), "--parallel", str(a.slots),
                   "--ctx-size", str(a.slots * a.positions), "--cont-batching"]
