@@ -190,10 +190,11 @@ class TestEngine : public QObject {
     const std::string gemm = e->info()["gemm"].get<std::string>();
     for (const Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Generic}) {
       if (!cpu_supports(isa)) continue;
-      const Isa before = active_isa();
-      set_active_isa(isa, "test");
-      const GemmBackend picked = resolve_gemm_backend(GemmBackend::Auto, at::kCPU, at::kFloat);
-      set_active_isa(before, "test");
+      GemmBackend picked;
+      {
+        const test::IsaScope isa_scope(isa);
+        picked = resolve_gemm_backend(GemmBackend::Auto, at::kCPU, at::kFloat);
+      }
       if (isa != Isa::Generic)
         QVERIFY2(picked == GemmBackend::Blocked, isa_name(isa));
       else if (packed_linear_available(at::kCPU, at::kFloat))

@@ -253,12 +253,7 @@ class TestLlamaOracle : public QObject {
     QFETCH(int, isa);
     if (!cpu_supports(static_cast<Isa>(isa)))
       QSKIP(qPrintable(QString("this CPU has no ") + isa_name(static_cast<Isa>(isa))));
-    const Isa before = active_isa();
-    set_active_isa(static_cast<Isa>(isa), "test");
-    struct Restore {
-      Isa isa;
-      ~Restore() { set_active_isa(isa, "test"); }
-    } restore{before};
+    const test::IsaScope isa_scope(static_cast<Isa>(isa));
     c10::InferenceMode guard;
     Case c = load(name);
     const std::unique_ptr<LlamaModel> blocked = pack_blocked_linears(*c.model);

@@ -152,12 +152,7 @@ class TestLora : public QObject {
     QFETCH(int, tokens);
     QFETCH(int, isa);
     if (!cpu_supports(static_cast<Isa>(isa))) QSKIP("this CPU lacks the ISA");
-    const Isa before = active_isa();
-    set_active_isa(static_cast<Isa>(isa), "test");
-    struct Restore {
-      Isa isa;
-      ~Restore() { set_active_isa(isa, "test"); }
-    } restore{before};
+    const test::IsaScope isa_scope(static_cast<Isa>(isa));
     c10::InferenceMode guard;
     at::Generator g = at::make_generator<at::CPUGeneratorImpl>(2);
     const int64_t in = 48, out = 80, T = tokens;

@@ -268,7 +268,6 @@ class TestPagedKv : public QObject {
     // its block table, on every instruction set this CPU has (each is its own compiled loop), for
     // grouped-query heads, head sizes off the 16-lane width, scattered blocks and ragged lengths.
     c10::InferenceMode guard;
-    const Isa before = active_isa();
     at::manual_seed(3);
     const int64_t bs = 4, H = 6, H_kv = 2, blocks = 24;
     for (int64_t D : {8, 24, 64})
@@ -294,14 +293,13 @@ class TestPagedKv : public QObject {
         const at::Tensor want = at::stack(expect).unsqueeze(2);
         for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
           if (!cpu_supports(isa)) continue;
-          set_active_isa(isa, "test");
+          const test::IsaScope isa_scope(isa);
           const at::Tensor got = paged_decode_attention_cpu(q, keys, values, t, lengths, bs, 0.3);
           QCOMPARE(got.scalar_type(), dt);
           const double tol = dt == at::kFloat ? 1e-5 : 2e-2;
           QVERIFY2(test::max_abs_diff(got.to(at::kFloat), want) < tol,
                    qPrintable(QString("%1, D %2, %3").arg(isa_name(isa)).arg(D).arg(c10::toString(dt))));
         }
-        set_active_isa(before, "test");
       }
   }
 

@@ -262,17 +262,7 @@ struct ModeRecorder : QuantizationSink {
 // Every ISA of our kernels (util/cpu_features.h); the test rows of one this CPU lacks skip.
 const std::vector<Isa> kIsas = {Isa::Avx512, Isa::Avx2, Isa::Generic};
 
-// Runs the kernels under `isa` for the scope, then restores the ISA they ran before.
-class IsaScope {
- public:
-  explicit IsaScope(Isa isa) : before_(active_isa()) { set_active_isa(isa, "test"); }
-  ~IsaScope() { set_active_isa(before_, "test"); }
-  IsaScope(const IsaScope&) = delete;
-  IsaScope& operator=(const IsaScope&) = delete;
-
- private:
-  Isa before_;
-};
+using test::IsaScope;
 
 }  // namespace
 

@@ -7,4 +7,6 @@ if(SERVELAB_BASE_ONLY)
 endif()
 add_test(NAME test_serve
   COMMAND "${SERVELAB_PYTHON}" "${CMAKE_SOURCE_DIR}/tests/serve/test_serve.py" --cli "$<TARGET_FILE:servelab-cli>" -v)
-set_tests_properties(test_serve PROPERTIES TIMEOUT 400)
+# 220-380 s on 2 cores (the 64-connection burst and the first-request wait included); the limit
+# only stops a hang.
+set_tests_properties(test_serve PROPERTIES TIMEOUT 900)

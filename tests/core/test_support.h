@@ -8,9 +8,22 @@
 #include <string>
 
 #include "tokenizer/tokenizer.h"
+#include "util/cpu_features.h"
 #include "util/errors.h"
 
 namespace servelab::test {
+
+// Runs our kernels under `isa` for the scope, then restores the ISA they ran before.
+class IsaScope {
+ public:
+  explicit IsaScope(Isa isa) : before_(active_isa()) { set_active_isa(isa, "test"); }
+  ~IsaScope() { set_active_isa(before_, "test"); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+
+ private:
+  Isa before_;
+};
 
 // A tokenizer over bare ids for models with a made-up vocabulary (the oracle checkpoints).
 class IdTokenizer : public Tokenizer {
