@@ -114,11 +114,13 @@ QuantTarget gpt2_target(const Gpt2Model& ref) {
 
 QuantTarget llama_target(const LlamaModel& ref) {
   QuantTarget t;
-  t.named = ref.weights().named_tensors();
+  // Plain tensors, also where the reference runs blocked fp32 kernels that hold its matrices.
+  auto dense = std::make_shared<const LlamaWeights>(ref.dense_weights());
+  t.named = dense->named_tensors();
   // transformers' LlamaRotaryEmbedding keeps inv_freq (head_dim / 2 fp32) as a buffer.
   t.hf_buffer_bytes = ref.config().head_dim / 2 * 4;
-  t.quantize = [&ref, named = t.named](const QuantSpec& spec) {
-    auto q = std::make_shared<QuantizedMatrices>(quantize_llama(ref.config(), ref.weights(), spec));
+  t.quantize = [&ref, dense, named = t.named](const QuantSpec& spec) {
+    auto q = std::make_shared<QuantizedMatrices>(quantize_llama(ref.config(), *dense, spec));
     std::map<std::string, QuantizedTensor> matrices{{"model.embed_tokens.weight", q->token_embedding}};
     if (!q->head_tied) matrices["lm_head.weight"] = q->head;
     for (const Projection& p : ref.projections())
@@ -133,8 +135,8 @@ QuantTarget llama_target(const LlamaModel& ref) {
       kept.values = w;
       set.parameters.push_back({name, it != matrices.end() ? it->second : kept});
     }
-    set.build = [&ref, q](QuantExec used) -> std::unique_ptr<Model> {
-      return build_quantized_llama(ref.config(), ref.weights(), *q, ref.dtype(), used);
+    set.build = [&ref, dense, q](QuantExec used) -> std::unique_ptr<Model> {
+      return build_quantized_llama(ref.config(), *dense, *q, ref.dtype(), used);
     };
     return set;
   };
@@ -369,7 +371,8 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
                                     : "dequantized once to " + dtype_label(ref.dtype());
       } else {
         r.exec = "fp32";
-        r.kernel = "the loaded weights (" + dtype_label(ref.dtype()) + ")";
+        r.kernel = "the loaded weights (" + dtype_label(ref.dtype()) +
+                   (ref.kernels() ? "): " + ref.kernels()->description() : ")");
       }
     }  // the quantized copy is released here: what remains is what the model holds
     r.memory.resident_bytes = model->resident_bytes();

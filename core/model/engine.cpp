@@ -316,20 +316,18 @@ const ModelShape& Engine::shape() const { return model_->shape(); }
 std::shared_ptr<const Model> Engine::dense_reference() const {
   if (quant_.is_quantized()) return nullptr;
   const auto* llama = dynamic_cast<const LlamaModel*>(model_.get());
-  if (!llama || !llama->kernels()) return model_;  // GPT-2's packed layouts give theirs back
-  if (llama->kernels()->holds_dense_weights()) {
-    // The blocked layout gives its matrices back; the experiments read a Llama's plain tensors.
-    c10::InferenceMode guard;
-    auto m = std::make_shared<LlamaModel>(llama->config(), llama->dense_weights());
-    m->set_attention_backend(model_->attention_backend());
-    return m;
-  }
+  // GPT-2's packed layouts and a Llama's blocked one give their matrices back (dense_weights()).
+  if (!llama || !llama->kernels() || llama->kernels()->holds_dense_weights()) return model_;
   if (format_ != "gguf") return nullptr;
   c10::InferenceMode guard;
   const GgufFile file = GgufFile::open(source_path_);
-  auto m = std::make_shared<LlamaModel>(
+  std::unique_ptr<LlamaModel> m = std::make_unique<LlamaModel>(
       llama->config(), load_llama_gguf(file, llama->config(), model_->device(), model_->dtype()));
   m->set_attention_backend(model_->attention_backend());
+  // The fp32 reference times with the fp32 kernels a model loaded dequantized gets (--gemm auto), or
+  // every mode's speed-up over it would count aten's slower GEMV as the quantization's gain.
+  if (resolve_gemm_backend(GemmBackend::Auto, model_->device(), model_->dtype()) == GemmBackend::Blocked)
+    m = pack_blocked_linears(*m);
   return m;
 }
 

@@ -60,10 +60,11 @@ class Engine {
   const QuantSpec& quantization() const { return quant_; }
 
   const Model& model() const { return *model_; }
-  // The model's weights as plain tensors in its dtype, for comparisons against them (the
-  // Quantization tab's reference): the model itself when it holds them, else a copy rebuilt from
-  // its file (a GGUF run as stored: the file's blocks dequantized). Null when neither can be had
-  // (a model quantized by --quant: load it again without).
+  // The model in its dtype with every weight to hand (the Quantization tab's reference): the model
+  // itself when it holds them (plain, or in a GEMM layout that gives them back: dense_weights()),
+  // else a copy rebuilt from its file (a GGUF run as stored: the file's blocks dequantized, run by
+  // the blocked fp32 kernels where --gemm auto picks them). Null when neither can be had (a model
+  // quantized by --quant: load it again without).
   std::shared_ptr<const Model> dense_reference() const;
   Model& model() { return *model_; }
   const ModelShape& shape() const;
