@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "generate/paged_attention.h"
+#include "model/decode_attention.h"
 #include "model/layers.h"
 #include "util/device.h"
 #include "util/errors.h"
@@ -241,7 +241,9 @@ at::Tensor PagedKvMemory::attend(int64_t layer, const at::Tensor& q, const at::T
     AttentionMask m;
     m.mask = pass_.gather_mask;
     m.keys = width;
-    return servelab::attend(q, gather(kl), gather(vl), m, params);
+    AttentionParams sdpa = params;  // the baseline: libtorch's SDPA over the gathered copy
+    sdpa.decode_kernel = false;
+    return servelab::attend(q, gather(kl), gather(vl), m, sdpa);
   }
   // Prefill: each request's queries over its whole context, cached prefix included, gathered
   // once. The padding at the end of a packed row attends to nothing; its output stays zero.

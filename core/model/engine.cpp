@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "model/blocked_linear.h"
+#include "model/decode_attention.h"
 #include "model/gguf_file.h"
 #include "model/gpt2_gguf.h"
 #include "model/gpt2_model.h"
@@ -396,6 +397,7 @@ nlohmann::json Engine::info() const {
               {"kernels",
                {{"fp32_blocked", blocked_linear_kernel(isa)},
                 {"quantized_jit", fused_kernels(isa)},
+                {"decode_attention", decode_attention_kernel(model_->dtype(), model_->shape().head_dim)},
                 {"lora_segmented", isa == Isa::Generic
                                        ? "portable C++ loops"
                                        : std::string(isa_name(isa)) + " loops (compiler-vectorized)"}}}};

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "lora/multi_lora.h"
+#include "model/decode_attention.h"
 #include "model/fused_cpu.h"
 #include "util/errors.h"
 
@@ -70,6 +71,16 @@ AttentionMask make_attention_mask(const ForwardInput& in, const KvCache* cache, 
 
 namespace {
 
+// A decode step on the CPU under SDPA's rules (not the manual reference) that our in-place kernel
+// takes.
+bool decode_kernel_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const AttentionMask& m, const AttentionParams& p) {
+  return p.decode_kernel && p.backend == AttentionBackend::Sdpa && !m.causal && q.dim() == 4 &&
+         q.size(2) == 1 &&
+         (!m.mask.defined() || (m.mask.dim() == 4 && m.mask.size(1) == 1 && m.mask.size(2) == 1)) &&
+         dense_decode_attention_applies(q, k, v, m.mask);
+}
+
 at::Tensor attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& m,
                         const AttentionParams& p) {
   const int64_t H = q.size(1), H_kv = k.size(1);
@@ -99,6 +110,8 @@ at::Tensor attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& m,
                   const AttentionParams& p) {
+  if (decode_kernel_takes(q, k, v, m, p) && q.size(0) == k.size(0))
+    return dense_decode_attention_cpu(q, k, v, m.mask, at::Tensor(), p.scale);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), H_kv = k.size(1);
   if (H % H_kv != 0)
     throw InputError(std::to_string(H) + " query heads are not a multiple of " + std::to_string(H_kv) +
@@ -121,6 +134,9 @@ at::Tensor cached_attention(int64_t layer, const at::Tensor& q, at::Tensor k, at
     // runs over the cache's rows with the running rows' queries in place, and only their outputs
     // are kept.
     std::tie(k, v) = cache->write_at(layer, k, v, in.cache_rows, in.cache_positions, m.keys);
+    // On the CPU each running row reads its own cache row in place; rows not running cost nothing.
+    if (decode_kernel_takes(q, k, v, m, p))
+      return dense_decode_attention_cpu(q, k, v, m.mask, in.cache_rows, p.scale);
     at::Tensor q_rows =
         at::zeros({cache->batch(), q.size(1), 1, q.size(3)}, q.options()).index_copy_(0, in.cache_rows, q);
     return attend(q_rows, k, v, m, p).index_select(0, in.cache_rows);

@@ -28,6 +28,9 @@ struct AttentionParams {
   AttentionBackend backend = AttentionBackend::Sdpa;
   // GPT-2's reorder_and_upcast_attn: scores in fp32 for half-precision models.
   bool upcast = false;
+  // A CPU decode step (one query per row) reads the cache in place with our kernel
+  // (decode_attention.h); false keeps libtorch's SDPA, the baseline paged KV's gather mode measures.
+  bool decode_kernel = true;
 };
 
 // softmax(q k^T * scale + mask) v for q [B, H, T, D] and k, v [B, H_kv, S, D] (H a multiple of H_kv).

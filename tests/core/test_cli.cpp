@@ -71,6 +71,11 @@ class TestCli : public QObject {
       QCOMPARE(j["cpu"].toObject()["isa"].toString(), isa);
       const QJsonObject kernels = j["cpu"].toObject()["kernels"].toObject();
       QVERIFY(kernels.contains("fp32_blocked") && kernels.contains("quantized_jit"));
+      // The demo model's fp32 heads of 64 take the explicit vectors where the ISA has them.
+      const QString attention = kernels["decode_attention"].toString();
+      QVERIFY2(
+          isa == "generic" ? attention.startsWith("portable") : attention.contains("fp32 decode attention"),
+          qPrintable(attention));
       // The fp32 model's projections run what the ISA has: our blocked kernels where it has vector
       // kernels of ours, oneDNN under generic.
       const QString gemm = j["gemm"].toString();

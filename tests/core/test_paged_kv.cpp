@@ -15,7 +15,6 @@
 #include "experiments/paged_kv.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
-#include "generate/paged_attention.h"
 #include "generate/paged_kv_memory.h"
 #include "lora/lora_adapter.h"
 #include "model/engine.h"
@@ -261,46 +260,6 @@ class TestPagedKv : public QObject {
     for (int64_t i = 0; i < 4; ++i)
       QVERIFY(test::max_abs_diff(
                   l[i], full_forward(*gpt2_, seq[static_cast<size_t>(i)], i % 2 ? &with : nullptr)) < 1e-4);
-  }
-
-  void in_place_kernel_on_every_isa() {
-    // The decode kernel against softmax(q k^T * scale) v over each row's keys gathered through
-    // its block table, on every instruction set this CPU has (each is its own compiled loop), for
-    // grouped-query heads, head sizes off the 16-lane width, scattered blocks and ragged lengths.
-    c10::InferenceMode guard;
-    at::manual_seed(3);
-    const int64_t bs = 4, H = 6, H_kv = 2, blocks = 24;
-    for (int64_t D : {8, 24, 64})
-      for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
-        const at::Tensor keys = at::randn({blocks * bs, H_kv, D}).to(dt), values = at::randn_like(keys);
-        const std::vector<std::vector<int64_t>> tables = {{5, 2, 17}, {0}, {23, 1, 9, 11, 4}};
-        const std::vector<int64_t> lengths = {11, 3, 20};
-        const int64_t B = 3;
-        const at::Tensor q = at::randn({B, H, 1, D}).to(dt);
-        std::vector<const std::vector<int64_t>*> t;
-        for (const auto& table : tables) t.push_back(&table);
-        std::vector<at::Tensor> expect;
-        for (int64_t b = 0; b < B; ++b) {
-          std::vector<int64_t> slot;
-          for (int64_t p = 0; p < lengths[static_cast<size_t>(b)]; ++p)
-            slot.push_back(tables[static_cast<size_t>(b)][static_cast<size_t>(p / bs)] * bs + p % bs);
-          const at::Tensor idx = at::tensor(slot, at::kLong);
-          const at::Tensor k = keys.index_select(0, idx).to(at::kFloat).repeat_interleave(H / H_kv, 1);
-          const at::Tensor v = values.index_select(0, idx).to(at::kFloat).repeat_interleave(H / H_kv, 1);
-          const at::Tensor scores = at::einsum("hd,lhd->hl", {q[b].squeeze(1).to(at::kFloat), k}) * 0.3;
-          expect.push_back(at::einsum("hl,lhd->hd", {at::softmax(scores, -1), v}));
-        }
-        const at::Tensor want = at::stack(expect).unsqueeze(2);
-        for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
-          if (!cpu_supports(isa)) continue;
-          const test::IsaScope isa_scope(isa);
-          const at::Tensor got = paged_decode_attention_cpu(q, keys, values, t, lengths, bs, 0.3);
-          QCOMPARE(got.scalar_type(), dt);
-          const double tol = dt == at::kFloat ? 1e-5 : 2e-2;
-          QVERIFY2(test::max_abs_diff(got.to(at::kFloat), want) < tol,
-                   qPrintable(QString("%1, D %2, %3").arg(isa_name(isa)).arg(D).arg(c10::toString(dt))));
-        }
-      }
   }
 
   void greedy_equals_solo_and_slot_kv_data() {

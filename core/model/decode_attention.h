@@ -1,0 +1,39 @@
+#pragma once
+// Decode attention on the CPU: one new query per row over that row's cached keys and values, read
+// in place (no gathered copy of the context per step), for every KV memory: the dense cache and
+// slot KV (a strided [rows, H_kv, S, D] view of the cache) and paged KV (blocks through a table).
+// Grouped-query heads share their KV head's reads. At a batch's decode step this is the other big
+// reader of memory beside the weights (32 rows of 190 positions read 280 MB of fp32 K/V per step
+// of SmolLM2), which libtorch's SDPA read at about half the bandwidth.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace servelab {
+
+// Whether dense_decode_attention_cpu takes these operands: CPU tensors, one query per row, whole
+// KV head groups, unit stride along D, equal K and V strides, a bool mask or none.
+bool dense_decode_attention_applies(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                                    const at::Tensor& mask);
+
+// q [B, H, 1, D]; keys, values [R, H_kv, S, D] (a narrowed view of a cache is read in place);
+// kv_rows: int64 [B], the K/V row each query row reads (undefined: row b reads row b); mask:
+// undefined (every key visible) or bool [R or 1, 1, 1, S], true where a key is visible. Returns
+// softmax(q k^T * scale) v as [B, H, 1, D] in q's dtype, scores and sums in fp32; a row that sees
+// no key gets zeros.
+at::Tensor dense_decode_attention_cpu(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                                      const at::Tensor& mask, const at::Tensor& kv_rows, double scale);
+
+// q [B, H, 1, D]; keys and values: one layer of the pool, [blocks * block_size, H_kv, D]
+// contiguous; tables[b]: row b's block ids, lengths[b]: its positions (the new one included).
+// Returns [B, H, 1, D] as above.
+at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                                      const std::vector<const std::vector<int64_t>*>& tables,
+                                      const std::vector<int64_t>& lengths, int64_t block_size, double scale);
+
+// The loops the active ISA runs for keys of this dtype and head size ("AVX-512 fp32", "portable
+// loops (avx2 target)", ...), for `info` and the benchmarks.
+std::string decode_attention_kernel(at::ScalarType keys, int64_t head_dim);
+
+}  // namespace servelab
