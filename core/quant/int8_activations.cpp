@@ -111,55 +111,88 @@ BlockQuantizer block_quantizer() {
   return quantize_block_generic;
 }
 
-// x quantized and laid out for one scheme's kernels, shared by both ISAs:
-// - int4: per 128 columns, 64 bytes of the even columns of 4 groups (group g at bytes 16g..16g+15,
-//   as the low nibbles of a group's 16 weight bytes hold them) and 64 bytes of the odd ones; a
-//   vector of weight bytes then meets x with no shuffle;
+// The rows of x in passes of at most kMaxRowsPerCall, near-equal (32 rows: 7, 7, 6, 6, 6): a
+// kernel call takes one pass.
+struct Passes {
+  std::vector<int64_t> first, rows;
+  explicit Passes(int64_t n) {
+    const int64_t count = std::max<int64_t>(1, (n + kMaxRowsPerCall - 1) / kMaxRowsPerCall);
+    for (int64_t p = 0, m = 0; p < count; ++p) {
+      const int64_t k = n / count + (p < n % count ? 1 : 0);
+      first.push_back(m);
+      rows.push_back(k);
+      m += k;
+    }
+  }
+};
+
+// x quantized and laid out for one scheme's kernels, shared by both ISAs. A step is 128 columns
+// (int4) or 64 (int8); each pass keeps its rows' steps interleaved, step-major ([step][row]), so a
+// kernel walks one pointer and finds each row at a fixed offset from it: per-row pointers, seven
+// of them, spilled registers and cost an address computation per row and step.
+// - int4: a row's step holds 64 bytes of the even columns of 4 groups (group g at bytes
+//   16g..16g+15, as the low nibbles of a group's 16 weight bytes hold them) and 64 bytes of the odd
+//   ones; a vector of weight bytes then meets x with no shuffle;
 // - int8: the columns in order.
-// Rows are padded with zeros to whole steps (128 columns for int4, 64 for int8). lane_scale holds
-// each block's d once per int32 lane its sums land in (4 lanes per group for int4, 8 for int8), so
-// that the sums of a step scale with one multiply. sums: each block's sum of x in fp32, the
+// Rows are padded with zeros to whole steps. lanes: per row and step, 16 floats, each block's d
+// once per int32 lane its sums land in (4 lanes per group for int4, 8 for int8), so that the sums
+// of a step scale with one multiply. sums: each block's sum of x in fp32 ([row][block]), the
 // partner of int4's minimums.
 struct Operand {
-  int64_t stride = 0, lane_stride = 0, blocks = 0;
+  static constexpr int64_t kStepLanes = 16;
+  int64_t step_bytes = 0, steps = 0, blocks = 0;
+  Passes passes;
   std::vector<int8_t> q;
   std::vector<float> lane_scale, sums;
-  Operand(QuantScheme scheme, const float* x, int64_t rows, int64_t cols) : blocks(cols / kBlock) {
+  Operand(QuantScheme scheme, const float* x, int64_t rows, int64_t cols)
+      : blocks(cols / kBlock), passes(rows) {
     const bool int4 = scheme == QuantScheme::Int4Group;
-    const int64_t step = int4 ? 128 : 64, lanes = int4 ? 4 : 8;
-    stride = (cols + step - 1) / step * step;
-    lane_stride = stride / kBlock * lanes;
-    q.assign(static_cast<size_t>(rows * stride), 0);
-    lane_scale.assign(static_cast<size_t>(rows * lane_stride), 0.0f);
+    step_bytes = int4 ? 128 : 64;
+    steps = (cols + step_bytes - 1) / step_bytes;
+    const int64_t per_step = step_bytes / kBlock, lanes = kStepLanes / per_step;
+    q.assign(static_cast<size_t>(rows * steps * step_bytes), 0);
+    lane_scale.assign(static_cast<size_t>(rows * steps * kStepLanes), 0.0f);
     sums.assign(static_cast<size_t>(rows * blocks), 0.0f);
     const BlockQuantizer quantize = block_quantizer();
     // Rows in parallel only for a batch: one row is a few hundred nanoseconds.
-    at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+    at::parallel_for(0, static_cast<int64_t>(passes.first.size()), 2, [&](int64_t p0, int64_t p1) {
       alignas(32) int8_t block[kBlock];
-      for (int64_t m = r0; m < r1; ++m) {
-        int8_t* dst = q.data() + m * stride;
-        for (int64_t b = 0; b < blocks; ++b) {
-          float d = 0;
-          const float sum = quantize(x + m * cols + b * kBlock, block, &d, int4);
-          if (int4) {
-            int8_t* even = dst + b / 4 * 128 + b % 4 * 16;
-            std::memcpy(even, block, 16);
-            std::memcpy(even + 64, block + 16, 16);
-          } else {
-            std::memcpy(dst + b * kBlock, block, kBlock);
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t first = passes.first[static_cast<size_t>(p)], n = passes.rows[static_cast<size_t>(p)];
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t m = first + j;
+          for (int64_t b = 0; b < blocks; ++b) {
+            float d = 0;
+            const float sum = quantize(x + m * cols + b * kBlock, block, &d, int4);
+            // Row j of the pass at step s: (first * steps + s * n + j) steps from the start.
+            const int64_t at_step = first * steps + b / per_step * n + j, within = b % per_step;
+            int8_t* dst = q.data() + at_step * step_bytes;
+            if (int4) {
+              std::memcpy(dst + within * 16, block, 16);
+              std::memcpy(dst + 64 + within * 16, block + 16, 16);
+            } else {
+              std::memcpy(dst + within * kBlock, block, kBlock);
+            }
+            std::fill_n(lane_scale.data() + at_step * kStepLanes + within * lanes, lanes, d);
+            sums[static_cast<size_t>(m * blocks + b)] = sum;
           }
-          std::fill_n(lane_scale.data() + m * lane_stride + b * lanes, lanes, d);
-          sums[static_cast<size_t>(m * blocks + b)] = sum;
         }
       }
     });
   }
-  const int8_t* row(int64_t m) const { return q.data() + m * stride; }
-  const float* lanes(int64_t m) const { return lane_scale.data() + m * lane_stride; }
+  int64_t pass_count() const { return static_cast<int64_t>(passes.first.size()); }
+  int64_t first_row(int64_t pass) const { return passes.first[static_cast<size_t>(pass)]; }
+  int64_t rows(int64_t pass) const { return passes.rows[static_cast<size_t>(pass)]; }
+  // A pass's interleaved steps and lanes; row j of step s at (s * rows + j) steps from these.
+  const int8_t* pass_q(int64_t pass) const { return q.data() + first_row(pass) * steps * step_bytes; }
+  const float* pass_lanes(int64_t pass) const {
+    return lane_scale.data() + first_row(pass) * steps * kStepLanes;
+  }
   const float* sum(int64_t m) const { return sums.data() + m * blocks; }
 };
 
-using Kernel = void (*)(const Matrix&, const Operand&, int64_t m0, int64_t c0, int64_t c1, float* y,
+// One pass of x (its rows(pass) rows, the kernel's M) against channels [c0, c1) of w into y.
+using Kernel = void (*)(const Matrix&, const Operand&, int64_t pass, int64_t c0, int64_t c1, float* y,
                         int64_t ldy);
 
 #if SERVELAB_X86
@@ -168,10 +201,11 @@ using Kernel = void (*)(const Matrix&, const Operand&, int64_t m0, int64_t c0, i
 
 // ---- AVX-512 VNNI: 16 int32 lanes per vector.
 // One int4 step (4 groups, 128 columns) of a channel for M rows of x into acc. `left`: the groups
-// this step still has (a row's last step may hold 1-3).
+// this step still has (a row's last step may hold 1-3); xq, xl: the pass's step s (row m at
+// m * 128 bytes and m * 16 lanes).
 template <int M>
-SERVELAB_VNNI inline void int4_step_vnni(const uint8_t* v, const float* scale, int64_t left, const Operand& x,
-                                         int64_t m0, int64_t s, __m512 (&acc)[M]) {
+SERVELAB_VNNI inline void int4_step_vnni(const uint8_t* v, const float* scale, int64_t left, const int8_t* xq,
+                                         const float* xl, int64_t s, __m512 (&acc)[M]) {
   __m512i b;
   __m128 sc;
   if (left >= 4) {
@@ -186,19 +220,19 @@ SERVELAB_VNNI inline void int4_step_vnni(const uint8_t* v, const float* scale, i
   const __m512 ws = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
                                           _mm512_castps128_ps512(sc));
   for (int m = 0; m < M; ++m) {
-    const int8_t* q = x.row(m0 + m) + 128 * s;
+    const int8_t* q = xq + 128 * m;
     __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(q));
     sum = _mm512_dpbusd_epi32(sum, hi, _mm512_loadu_si512(q + 64));
-    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                             _mm512_mul_ps(ws, _mm512_loadu_ps(x.lanes(m0 + m) + 16 * s)), acc[m]);
+    acc[m] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_loadu_ps(xl + 16 * m)), acc[m]);
   }
 }
 
 // One int8 step (2 groups, 64 columns): |w| (unsigned) against x with w's signs, so that the
 // unsigned-by-signed product gives w * x exactly.
 template <int M>
-SERVELAB_VNNI inline void int8_step_vnni(const uint8_t* v, const float* scale, int64_t left, const Operand& x,
-                                         int64_t m0, int64_t s, __m512 (&acc)[M]) {
+SERVELAB_VNNI inline void int8_step_vnni(const uint8_t* v, const float* scale, int64_t left, const int8_t* xq,
+                                         const float* xl, int64_t s, __m512 (&acc)[M]) {
   __m512i b;
   __m128 sc;
   if (left >= 2) {
@@ -213,20 +247,25 @@ SERVELAB_VNNI inline void int8_step_vnni(const uint8_t* v, const float* scale, i
   const __m512 ws = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
                                           _mm512_castps128_ps512(sc));
   for (int m = 0; m < M; ++m) {
-    const __m512i q = _mm512_loadu_si512(x.row(m0 + m) + 64 * s);
+    const __m512i q = _mm512_loadu_si512(xq + 64 * m);
     const __m512i signed_q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
     const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, signed_q);
-    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                             _mm512_mul_ps(ws, _mm512_loadu_ps(x.lanes(m0 + m) + 16 * s)), acc[m]);
+    acc[m] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_loadu_ps(xl + 16 * m)), acc[m]);
   }
 }
 
 template <QuantScheme S, int M>
-SERVELAB_VNNI void channels_vnni(const Matrix& w, const Operand& x, int64_t m0, int64_t c0, int64_t c1,
+SERVELAB_VNNI void channels_vnni(const Matrix& w, const Operand& x, int64_t pass, int64_t c0, int64_t c1,
                                  float* y, int64_t ldy) {
   constexpr bool int4 = S == QuantScheme::Int4Group;
-  constexpr int64_t per_step = int4 ? 4 : 2;
-  const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step;
+  constexpr int64_t per_step = int4 ? 4 : 2, step_bytes = int4 ? 128 : 64;
+  const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step, m0 = x.first_row(pass);
+  const int8_t* xq = x.pass_q(pass);
+  const float* xl = x.pass_lanes(pass);
+  // The pass's step s for all its rows.
+  auto q_at = [&](int64_t s) { return xq + s * M * step_bytes; };
+  auto l_at = [&](int64_t s) { return xl + s * M * Operand::kStepLanes; };
   for (int64_t c = c0; c < c1; ++c) {
     const uint8_t* v = w.row(c);
     const float* scale = w.scale + c * groups;
@@ -237,18 +276,18 @@ SERVELAB_VNNI void channels_vnni(const Matrix& w, const Operand& x, int64_t m0, 
     int64_t s = 0;
     for (; s + 1 < steps; s += 2) {
       if constexpr (int4) {
-        int4_step_vnni<M>(v, scale, groups - per_step * s, x, m0, s, acc);
-        int4_step_vnni<M>(v, scale, groups - per_step * (s + 1), x, m0, s + 1, more);
+        int4_step_vnni<M>(v, scale, groups - per_step * s, q_at(s), l_at(s), s, acc);
+        int4_step_vnni<M>(v, scale, groups - per_step * (s + 1), q_at(s + 1), l_at(s + 1), s + 1, more);
       } else {
-        int8_step_vnni<M>(v, scale, groups - per_step * s, x, m0, s, acc);
-        int8_step_vnni<M>(v, scale, groups - per_step * (s + 1), x, m0, s + 1, more);
+        int8_step_vnni<M>(v, scale, groups - per_step * s, q_at(s), l_at(s), s, acc);
+        int8_step_vnni<M>(v, scale, groups - per_step * (s + 1), q_at(s + 1), l_at(s + 1), s + 1, more);
       }
     }
     if (s < steps) {
       if constexpr (int4)
-        int4_step_vnni<M>(v, scale, groups - per_step * s, x, m0, s, acc);
+        int4_step_vnni<M>(v, scale, groups - per_step * s, q_at(s), l_at(s), s, acc);
       else
-        int8_step_vnni<M>(v, scale, groups - per_step * s, x, m0, s, acc);
+        int8_step_vnni<M>(v, scale, groups - per_step * s, q_at(s), l_at(s), s, acc);
     }
     for (int m = 0; m < M; ++m) acc[m] = _mm512_add_ps(acc[m], more[m]);
     if constexpr (int4) {
@@ -274,10 +313,11 @@ SERVELAB_AVX2 inline float hsum_avx2(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// One int4 half step (2 groups, 64 columns; `left` 1 for a row's odd last group).
+// One int4 half step (2 groups, 64 columns; `left` 1 for a row's odd last group). xq, xl: the
+// pass's step p / 2 (row m at m * 128 bytes and m * 16 lanes); the half step reads its half.
 template <int M>
-SERVELAB_AVX2 inline void int4_step_avx2(const uint8_t* v, const float* scale, int64_t left, const Operand& x,
-                                         int64_t m0, int64_t p, __m256 (&acc)[M]) {
+SERVELAB_AVX2 inline void int4_step_avx2(const uint8_t* v, const float* scale, int64_t left, const int8_t* xq,
+                                         const float* xl, int64_t p, __m256 (&acc)[M]) {
   __m256i b;
   __m128 sc;
   if (left >= 2) {
@@ -292,39 +332,45 @@ SERVELAB_AVX2 inline void int4_step_avx2(const uint8_t* v, const float* scale, i
   const __m256i lo = _mm256_and_si256(b, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nibble);
   const __m256 ws =
       _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
-  const int64_t even = p / 2 * 128 + p % 2 * 32;
+  const int64_t half = p % 2;
   for (int m = 0; m < M; ++m) {
-    const int8_t* q = x.row(m0 + m) + even;
+    const int8_t* q = xq + 128 * m + 32 * half;
     const __m256i pairs = _mm256_add_epi16(
         _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
         _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64))));
     const __m256i sum = _mm256_madd_epi16(pairs, ones);
     acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
-                             _mm256_mul_ps(ws, _mm256_loadu_ps(x.lanes(m0 + m) + 8 * p)), acc[m]);
+                             _mm256_mul_ps(ws, _mm256_loadu_ps(xl + 16 * m + 8 * half)), acc[m]);
   }
 }
 
-// One int8 group (32 columns).
+// One int8 group (32 columns). xq, xl: the pass's step g / 2, as above.
 template <int M>
-SERVELAB_AVX2 inline void int8_step_avx2(const uint8_t* v, const float* scale, int64_t g, const Operand& x,
-                                         int64_t m0, __m256 (&acc)[M]) {
+SERVELAB_AVX2 inline void int8_step_avx2(const uint8_t* v, const float* scale, int64_t g, const int8_t* xq,
+                                         const float* xl, __m256 (&acc)[M]) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 32 * g));
   const __m256i u = _mm256_abs_epi8(b), ones = _mm256_set1_epi16(1);
   const __m256 ws = _mm256_set1_ps(scale[g]);
+  const int64_t half = g % 2;
   for (int m = 0; m < M; ++m) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.row(m0 + m) + 32 * g));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * m + 32 * half));
     const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(q, b)), ones);
     acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
-                             _mm256_mul_ps(ws, _mm256_loadu_ps(x.lanes(m0 + m) + 8 * g)), acc[m]);
+                             _mm256_mul_ps(ws, _mm256_loadu_ps(xl + 16 * m + 8 * half)), acc[m]);
   }
 }
 
 template <QuantScheme S, int M>
-SERVELAB_AVX2 void channels_avx2(const Matrix& w, const Operand& x, int64_t m0, int64_t c0, int64_t c1,
+SERVELAB_AVX2 void channels_avx2(const Matrix& w, const Operand& x, int64_t pass, int64_t c0, int64_t c1,
                                  float* y, int64_t ldy) {
   constexpr bool int4 = S == QuantScheme::Int4Group;
-  constexpr int64_t per_step = int4 ? 2 : 1;
-  const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step;
+  constexpr int64_t per_step = int4 ? 2 : 1, step_bytes = int4 ? 128 : 64;
+  const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step, m0 = x.first_row(pass);
+  const int8_t* xq = x.pass_q(pass);
+  const float* xl = x.pass_lanes(pass);
+  // Half step (int4) or group (int8) s lies in the operand's step s / 2.
+  auto q_at = [&](int64_t s) { return xq + s / 2 * M * step_bytes; };
+  auto l_at = [&](int64_t s) { return xl + s / 2 * M * Operand::kStepLanes; };
   for (int64_t c = c0; c < c1; ++c) {
     const uint8_t* v = w.row(c);
     const float* scale = w.scale + c * groups;
@@ -333,18 +379,18 @@ SERVELAB_AVX2 void channels_avx2(const Matrix& w, const Operand& x, int64_t m0, 
     int64_t s = 0;
     for (; s + 1 < steps; s += 2) {
       if constexpr (int4) {
-        int4_step_avx2<M>(v, scale, groups - 2 * s, x, m0, s, acc);
-        int4_step_avx2<M>(v, scale, groups - 2 * (s + 1), x, m0, s + 1, more);
+        int4_step_avx2<M>(v, scale, groups - 2 * s, q_at(s), l_at(s), s, acc);
+        int4_step_avx2<M>(v, scale, groups - 2 * (s + 1), q_at(s + 1), l_at(s + 1), s + 1, more);
       } else {
-        int8_step_avx2<M>(v, scale, s, x, m0, acc);
-        int8_step_avx2<M>(v, scale, s + 1, x, m0, more);
+        int8_step_avx2<M>(v, scale, s, q_at(s), l_at(s), acc);
+        int8_step_avx2<M>(v, scale, s + 1, q_at(s + 1), l_at(s + 1), more);
       }
     }
     if (s < steps) {
       if constexpr (int4)
-        int4_step_avx2<M>(v, scale, groups - 2 * s, x, m0, s, acc);
+        int4_step_avx2<M>(v, scale, groups - 2 * s, q_at(s), l_at(s), s, acc);
       else
-        int8_step_avx2<M>(v, scale, s, x, m0, acc);
+        int8_step_avx2<M>(v, scale, s, q_at(s), l_at(s), acc);
     }
     float minimums[M] = {};
     if constexpr (int4) {
@@ -436,21 +482,17 @@ at::Tensor int8_activation_linear_cpu(const QuantizedTensor& w, const at::Tensor
   const Matrix m(w);
   float* yp = y.data_ptr<float>();
   const auto& k = kernels(w.scheme);
-  if (rows <= kMaxRowsPerCall) {
+  if (op.pass_count() == 1) {
     const Kernel kernel = k[static_cast<size_t>(rows - 1)];
     at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) { kernel(m, op, 0, c0, c1, yp, out); });
     return y;
   }
-  // More rows: a block of channels at a time (its weights stay in L1), a few rows per pass.
-  const int64_t passes = (rows + kMaxRowsPerCall - 1) / kMaxRowsPerCall;
+  // More rows: a block of channels at a time (its weights stay in L1), a pass of rows at a time.
   at::parallel_for(0, out, kBatchChannels, [&](int64_t c0, int64_t c1) {
     for (int64_t b0 = c0; b0 < c1; b0 += kBatchChannels) {
       const int64_t b1 = std::min(c1, b0 + kBatchChannels);
-      for (int64_t pass = 0, m0 = 0; pass < passes; ++pass) {
-        const int64_t n = rows / passes + (pass < rows % passes ? 1 : 0);
-        k[static_cast<size_t>(n - 1)](m, op, m0, b0, b1, yp, out);
-        m0 += n;
-      }
+      for (int64_t pass = 0; pass < op.pass_count(); ++pass)
+        k[static_cast<size_t>(op.rows(pass) - 1)](m, op, pass, b0, b1, yp, out);
     }
   });
   return y;
