@@ -8,6 +8,11 @@ ISA (CT2_FORCE_CPU_ISA). Prints JSON (medians, ratios to the best ISA, every run
 
   .venv/bin/python bench/isa_decode.py [--models builtin,demo] [--isas avx512,avx2,generic]
                                        [--threads 2] [--new-tokens 32] [--rounds 5] [--no-ct2]
+                                       [--batch 32]
+
+With --batch N the GPT-2 shape also decodes N copies of the prompt at once under each ISA, ours
+(`servelab-cli bench batch-sweep --demo`) and CTranslate2's (`generate_batch`, a step's time taken
+from its per-step callback), in the same rounds: keys demo/ours-bN/ISA and demo/ct2-bN/ISA.
 
 A decode step is the median of a run's per-token times after the first (the prefill); a run's
 figure is that median; the reported figure the median over rounds, and max/min over the rounds
@@ -57,6 +62,47 @@ print(json.dumps({"step_ms": steps}), flush=True)
 os._exit(0)  # the generator's worker threads abort the interpreter's own teardown
 """
 
+def ours_batch(isa, a):
+    out = subprocess.run([CLI, "bench", "batch-sweep", "--demo", "--isa", isa, "--threads", str(a.threads),
+                          "--batch-sizes", str(a.batch), "--new-tokens", str(a.new_tokens), "--repeats", "1",
+                          "--prompt", PROMPT, "--json"], check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    assert r["engine"]["cpu"]["isa"] == isa, (r["engine"]["cpu"]["isa"], isa)
+    (point,) = r["points"]
+    return point["decode_step_ms"], {"gemm": r["engine"]["gemm"], "kernels": r["engine"]["cpu"]["kernels"]}
+
+
+# A batch of the same prompt; the callback fires once per step and batch row, so row 0's times
+# mark the steps (the first includes the prompt).
+CT2_BATCH_CHILD = r"""
+import json, os, statistics, sys, time, ctranslate2
+path, threads, n, ids, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5])
+vocab = json.load(open(path + "/vocabulary.json"))
+gen = ctranslate2.Generator(path, device="cpu", compute_type="float32", intra_threads=threads, inter_threads=1)
+prompts = [[vocab[i] for i in ids]] * batch
+gen.generate_batch(prompts, max_length=2, min_length=2, beam_size=1, include_prompt_in_result=False)  # warm
+stamps = []
+def step(s):
+    if s.batch_id == 0:
+        stamps.append(time.perf_counter())
+    return False
+gen.generate_batch(prompts, max_length=n, min_length=n, end_token=[], beam_size=1, include_prompt_in_result=False,
+                   callback=step)
+steps = [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
+print(json.dumps({"step_ms": steps}), flush=True)
+os._exit(0)
+"""
+
+
+def ct2_batch(model_dir, isa, ids, a):
+    env = dict(os.environ, CT2_FORCE_CPU_ISA=CT2_ISA[isa])
+    p = subprocess.run([sys.executable, "-c", CT2_BATCH_CHILD, model_dir, str(a.threads), str(a.new_tokens),
+                        json.dumps(ids), str(a.batch)], capture_output=True, text=True, env=env)
+    if p.returncode:
+        raise RuntimeError(f"CTranslate2 batch ({isa}) failed: {p.stderr.strip()[-2000:]}")
+    return statistics.median(json.loads(p.stdout)["step_ms"])
+
+
 CT2_ISA = {"avx512": "AVX512", "avx2": "AVX2", "generic": "GENERIC"}
 
 
@@ -91,6 +137,7 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even where it is installed")
+    ap.add_argument("--batch", type=int, default=0, help="also decode this many rows at once (GPT-2 shape)")
     a = ap.parse_args()
     m = machine()
     order = ["avx512", "avx2", "generic"]
@@ -115,6 +162,13 @@ def main():
                     kernels[f"{model}/ours/{isa}"] = k
                     if ct_dir and model == "demo" and isa != "generic":
                         runs.setdefault(f"demo/ct2/{isa}", []).append(ct2(ct_dir, isa, ids, a))
+                    if a.batch and model == "demo" and isa != "generic":
+                        key = f"demo/ours-b{a.batch}/{isa}"
+                        ms, k = ours_batch(isa, a)
+                        runs.setdefault(key, []).append(ms)
+                        kernels[key] = k
+                        if ct_dir:
+                            runs.setdefault(f"demo/ct2-b{a.batch}/{isa}", []).append(ct2_batch(ct_dir, isa, ids, a))
     result = {}
     for key, v in runs.items():
         med = statistics.median(v)
@@ -123,11 +177,12 @@ def main():
     for key, r in result.items():
         model, engine, isa = key.split("/")
         best = result.get(f"{model}/ours/{isas[0]}")
-        if best and engine == "ours":
+        if best and engine == "ours":  # batch-1 paths against the best ISA's
             r["over_" + isas[0]] = r["decode_ms_median"] / best["decode_ms_median"]
-        if engine == "ours" and f"{model}/ct2/{isa}" in result:
-            r["over_ct2_same_isa"] = r["decode_ms_median"] / result[f"{model}/ct2/{isa}"]["decode_ms_median"]
-    print(json.dumps({"machine": {**m, "threads": a.threads, "load_average_end": os.getloadavg()[0]}, "new_tokens": a.new_tokens, "rounds": a.rounds,
+        peer = f"{model}/{engine.replace('ours', 'ct2')}/{isa}"
+        if engine.startswith("ours") and peer in result:
+            r["over_ct2_same_isa"] = r["decode_ms_median"] / result[peer]["decode_ms_median"]
+    print(json.dumps({"machine": {**m, "threads": a.threads, "load_average_end": os.getloadavg()[0]}, "new_tokens": a.new_tokens, "rounds": a.rounds, "batch": a.batch,
                       "isas": isas, "ct2": "ctranslate2 (CT2_FORCE_CPU_ISA per ISA)" if ct_dir else "not run",
                       "statistic": "median over rounds of each run's median decode step (prefill excluded)",
                       "results": result}, indent=2))
