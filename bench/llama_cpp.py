@@ -137,8 +137,23 @@ def copy_bw(py, threads):
 
 
 def exec_args(a):
-    """Our --quant-exec, when one is asked for (jit-int8: int8 activations, as llama.cpp computes)."""
-    return ["--quant-exec", a.quant_exec] if a.quant_exec else []
+    """Our --quant-exec, when one is asked for (jit-int8: int8 activations, as llama.cpp computes),
+    and our --isa when one is forced (pair it with a llama.cpp built for the same ISA: --llama-bin)."""
+    return (["--quant-exec", a.quant_exec] if a.quant_exec else []) + (["--isa", a.isa] if a.isa else [])
+
+
+def llama_build_flags(bin_dir):
+    """The GGML_* instruction-set options the peer was configured with (its CMakeCache.txt)."""
+    cache = os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "CMakeCache.txt")
+    flags = {}
+    try:
+        for line in open(cache):
+            m = re.match(r"(GGML_(?:NATIVE|AVX\w*|FMA|F16C|BMI2)):BOOL=(\w+)", line)
+            if m:
+                flags[m.group(1)] = m.group(2)
+    except OSError:
+        return None
+    return flags
 
 
 def ours_b1(a, prompt):
@@ -229,6 +244,8 @@ def main():
     ap.add_argument("--quant-exec", default=None,
                     help="our --quant-exec (default: the CLI's, jit for the built-in file; jit-int8 multiplies "
                          "int8-quantized activations as llama.cpp does)")
+    ap.add_argument("--isa", choices=["avx512", "avx2", "generic"], default=None,
+                    help="force our kernels' ISA (default: the best this CPU has)")
     a = ap.parse_args()
     a.llama_bin = a.llama_bin or os.path.join(a.llama_dir, "build/bin")
 
@@ -320,10 +337,11 @@ def main():
                  "tracked_tree_dirty_at_run": dirty, "cli": a.cli, "cli_sha256": cli_sha,
                  "cli_mtime_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(a.cli))), "model": "built-in (no --model)",
                  "b1_source": a.ours_b1, "resident_weight_bytes": resident,
-                 "quant_exec": a.quant_exec or "default (jit)"},
+                 "quant_exec": a.quant_exec or "default (jit)",
+                 "isa": json.loads(info_out)["cpu"]["isa"], "kernels": json.loads(info_out)["cpu"]["kernels"]},
         "theirs": {"engine": "llama.cpp from llama-cpp-python 0.3.36 sdist (vendor/llama.cpp)",
                    "build_commit": t0.get("build_commit"), "build_number": t0.get("build_number"),
-                   "bin": a.llama_bin},
+                   "bin": a.llama_bin, "build_flags": llama_build_flags(a.llama_bin)},
         "workload": {"prompt_tokens": n_prompt, "prompt_text": prompt, "b1_new_tokens": a.new_tokens,
                      "batch_sizes": sizes, "batch_new_tokens": a.batch_new_tokens,
                      "ours_b1_cmd": ("servelab-cli generate --threads %d --prompt <prompt_text> --max-new-tokens %d --greedy --json" % (a.threads, a.new_tokens))
@@ -344,7 +362,7 @@ def main():
         "rounds": rounds,
     }
     for k in ("ours_b1_cmd", "ours_batch_cmd"):
-        res["workload"][k] += " " + " ".join(exec_args(a)) if a.quant_exec else ""
+        res["workload"][k] += " " + " ".join(exec_args(a)) if exec_args(a) else ""
     json.dump(res, sys.stdout, indent=1, default=str)
     print()
 
