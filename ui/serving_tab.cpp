@@ -21,6 +21,7 @@
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -337,6 +338,11 @@ bool ServingTab::startServer() {
   ho.host = "127.0.0.1";
   ho.port = port_->value();
   QPointer<ServingTab> self(this);
+  // The engine serves on this job's thread, the one whose OpenMP team already runs the model: a
+  // scheduler thread of its own would bring a second team, more OpenMP threads than CPUs, and
+  // libgomp sleeping at every barrier (a decode step about twice as long). Snapshots and the stop
+  // come from a watcher thread instead.
+  so.engine_on_caller = true;
   EngineJob* job = engine_->submit(tr("Serving"), [so, ho, self](JobContext& c) mutable {
     const servelab::Engine& e = c.engine();
     servelab::ServeScheduler scheduler(e.model(), e.tokenizer(), so);
@@ -361,15 +367,29 @@ bool ServingTab::startServer() {
         if (self) self->onSnapshot(s);
       });
     };
-    while (!c.cancel()->load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(kSnapshotMs));
-      snapshot();
-    }
-    server.stop();
     ServeSessionResult r;
     r.port = port;
-    r.cancelledAtStop = scheduler.drain(std::chrono::milliseconds(0));
+    std::atomic<bool> engine_ended{false};
+    std::thread watcher([&] {
+      while (!c.cancel()->load() && !engine_ended.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(kSnapshotMs));
+        snapshot();
+      }
+      server.stop();
+      if (engine_ended.load()) return;  // it failed: nothing left to drain
+      r.cancelledAtStop = scheduler.drain(std::chrono::milliseconds(0));
+      scheduler.stop_engine();
+    });
+    std::exception_ptr failure;
+    try {
+      scheduler.run();  // until the watcher stops it
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    engine_ended = true;
+    watcher.join();
     http.join();
+    if (failure) std::rethrow_exception(failure);
     snapshot();
     r.stats = scheduler.stats();
     return r;

@@ -207,7 +207,21 @@ ServeScheduler::ServeScheduler(const Model& model, const Tokenizer& tokenizer, S
   routing.strategy = options_.lora_strategy;
   routing.stack = [&s] { return s.adapters->stack(); };
   s.kv->set_lora(std::move(routing));
-  s.thread = std::thread([this] { loop(); });
+  if (!options_.engine_on_caller) s.thread = std::thread([this] { loop(); });
+}
+
+void ServeScheduler::run() {
+  if (!options_.engine_on_caller)
+    throw InputError("this scheduler runs its own engine thread (ServeOptions::engine_on_caller is off)");
+  loop();
+}
+
+void ServeScheduler::stop_engine() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->quit = true;
+  }
+  impl_->wake.notify_all();
 }
 
 ServeScheduler::~ServeScheduler() {

@@ -99,6 +99,11 @@ struct ServeOptions {
   int64_t kv_budget_bytes = 0;
   int64_t kv_block_size = 16;
   bool prefix_caching = true;
+  // Who runs the engine: a thread the scheduler starts (false), or the caller, through run()
+  // (true). OpenMP gives every thread that enters a parallel region a team of its own, and libgomp
+  // sleeps at every barrier once its teams' threads outnumber the CPUs: a process that already ran
+  // the model on one thread (the app's engine thread) serves on that same thread.
+  bool engine_on_caller = false;
 };
 
 // The KV memory a server runs on, as /info names it.
@@ -132,7 +137,7 @@ struct ServeRequestInfo {
 
 class ServeScheduler {
  public:
-  // Starts the engine thread. InputError for bad options.
+  // Starts the engine thread (unless options.engine_on_caller). InputError for bad options.
   ServeScheduler(const Model& model, const Tokenizer& tokenizer, ServeOptions options);
   // Cancels whatever still runs and joins the engine thread.
   ~ServeScheduler();
@@ -156,6 +161,12 @@ class ServeScheduler {
   // Shutting down: refuse new requests, let the running and waiting ones finish for up to grace,
   // then cancel what is left. Returns the number of requests cancelled.
   int64_t drain(std::chrono::milliseconds grace);
+
+  // With engine_on_caller: runs the engine on this thread until stop_engine() (from another
+  // thread); InputError otherwise. Any exception of the engine's leaves through here.
+  void run();
+  // Ends run() after its current step (the destructor does the same for an engine thread).
+  void stop_engine();
 
   // JSON-schema constraints for this model's vocabulary; nullptr when the build has none.
   StructuredOutput* structured_output() const { return structured_.get(); }

@@ -4,5 +4,5 @@ if(SERVELAB_BASE_ONLY)
 endif()
 servelab_add_qtest(test_scheduler
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_scheduler.cpp
-  LIBS servelab_core TIMEOUT 900)
+  LIBS servelab_core servelab_serve TIMEOUT 900)
 set_target_properties(test_scheduler PROPERTIES AUTOMOC ON)

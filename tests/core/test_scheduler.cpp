@@ -6,6 +6,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 #include <numeric>
+#include <thread>
 
 #include "experiments/course_benchmark.h"
 #include "experiments/sync_vs_continuous.h"
@@ -17,6 +18,7 @@
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
 #include "model/model_export.h"
+#include "serve/serve_scheduler.h"
 #include "test_support.h"
 
 using namespace servelab;
@@ -171,6 +173,43 @@ class TestScheduler : public QObject {
     QCOMPARE(rec.steps, static_cast<int64_t>(r.steps.size()));
     for (const RequestResult& q : r.requests) QCOMPARE(q.finish_reason, std::string("length"));
     QCOMPARE(r.max_batch, std::min<int64_t>(max_batch, 11));
+  }
+
+  void serve_engine_runs_on_the_callers_thread() {
+    // The app's Serving tab runs the server's engine on its own engine thread (one OpenMP team per
+    // process): requests submitted from other threads are served by run() on this one, with
+    // their solo tokens, until stop_engine(); a scheduler with its own engine thread refuses run().
+    ServeOptions so;
+    so.max_batch = 3;
+    so.max_total_tokens = 32;
+    so.engine_on_caller = true;
+    ServeScheduler scheduler(*model_, tok_, so);
+    auto rs = mixed_requests(5);
+    std::vector<std::vector<int32_t>> got(rs.size());
+    std::thread clients([&] {
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (const BatchRequest& r : rs) streams.push_back(scheduler.submit(r));
+      for (size_t i = 0; i < streams.size(); ++i) {
+        for (;;) {
+          RequestStream::Update u = streams[i]->take(std::chrono::milliseconds(60000));
+          if (u.done) {
+            got[i] = u.result.generated_ids;
+            break;
+          }
+        }
+      }
+      scheduler.stop_engine();
+    });
+    scheduler.run();  // returns once the client thread stops it
+    clients.join();
+    for (size_t i = 0; i < rs.size(); ++i) QCOMPARE(got[i], solo(rs[i]));
+    QCOMPARE(scheduler.stats().finished, static_cast<int64_t>(rs.size()));
+
+    ServeOptions own = so;
+    own.engine_on_caller = false;
+    ServeScheduler threaded(*model_, tok_, own);
+    QVERIFY(error_of(ErrorKind::Input, [&] { threaded.run(); }).find("engine_on_caller") !=
+            std::string::npos);
   }
 
   void kv_managers_match_full_forward() {
