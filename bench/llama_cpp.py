@@ -10,6 +10,13 @@ Peer build (outside the repo, see ../shared/MODELS.md "Peers to measure against"
     -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF
   nice cmake --build build --config Release -j2 --target llama-bench llama-batched-bench
 
+An AVX2-only peer, for `--isa avx2` (same sources, a second build directory):
+  cmake -S . -B build-avx2 -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
+    -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF
+  nice cmake --build build-avx2 --config Release -j2 --target llama-bench llama-batched-bench
+  .venv/bin/python bench/llama_cpp.py --isa avx2 --llama-bin LLAMA_DIR/build-avx2/bin ...
+
 Run:  .venv/bin/python bench/llama_cpp.py --rounds 3 > bench/results/<name>.json
 
 Each round runs, in this order: ours batch-1 (prefill 128 + decode 64), theirs
