@@ -12,14 +12,11 @@
 #include "model/packed_linear.h"
 #include "util/cpu_features.h"
 #include "util/errors.h"
+#include "util/x86_simd.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define SERVELAB_X86 1
+#if SERVELAB_X86
 #define SERVELAB_AVX512 __attribute__((target("avx512f")))
 #define SERVELAB_AVX2 __attribute__((target("avx2,fma,f16c")))
-#else
-#define SERVELAB_X86 0
 #endif
 
 namespace servelab {

@@ -11,13 +11,7 @@
 
 #include "util/cpu_features.h"
 #include "util/errors.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define SERVELAB_X86 1
-#else
-#define SERVELAB_X86 0
-#endif
+#include "util/x86_simd.h"
 
 namespace servelab {
 
