@@ -5,7 +5,10 @@ checking that a change to the model, a kernel, the KV cache or the scheduler did
 
   .venv/bin/python bench/ab_kv_cache.py --a OLD_CLI --b NEW_CLI [--a-args ""] [--b-args "--demo"]
                                         [--device cpu|cuda] [--dtype fp32] [--threads 2]
-                                        [--new-tokens 32] [--rounds 7]
+                                        [--new-tokens 32] [--rounds 7] [--batch N]
+
+With --batch N the figure is the decode step of N rows at once (`bench batch-sweep --batch-sizes N`,
+N copies of one prompt) instead of batch-1 `bench kv-cache`: for changes to the batched kernels.
 """
 import argparse
 import json
@@ -16,7 +19,17 @@ import subprocess
 from bench_machine import machine
 
 
+BATCH_PROMPT = "The quick brown fox jumps over the lazy dog while the cat sleeps on a warm windowsill."
+
+
 def step_ms(cli, extra, a):
+    if a.batch:
+        out = subprocess.run([cli, "bench", "batch-sweep", *extra, "--device", a.device, "--dtype", a.dtype,
+                              "--threads", str(a.threads), "--batch-sizes", str(a.batch), "--new-tokens",
+                              str(a.new_tokens), "--repeats", "1", "--prompt", BATCH_PROMPT, "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        (point,) = json.loads(out)["points"]
+        return point["decode_step_ms"]
     out = subprocess.run([cli, "bench", "kv-cache", *extra, "--device", a.device, "--dtype", a.dtype, "--threads",
                           str(a.threads), "--new-tokens", str(a.new_tokens), "--repeats", "1", "--json"],
                          check=True, capture_output=True, text=True).stdout
@@ -35,6 +48,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--batch", type=int, default=0, help="decode N rows at once (bench batch-sweep)")
     a = ap.parse_args()
     runs = {"a": [], "b": []}
     step_ms(a.a, shlex.split(a.a_args), a)  # warm both (file cache, CUDA context)
@@ -45,6 +59,7 @@ def main():
     ma, mb = statistics.median(runs["a"]), statistics.median(runs["b"])
     print(json.dumps({"machine": {**machine(), "threads": a.threads, "cpu_count": os.cpu_count()},
                       "device": a.device, "dtype": a.dtype, "new_tokens": a.new_tokens, "rounds": a.rounds,
+                      "batch": a.batch or 1,
                       "a": {"cli": a.a, "args": a.a_args, "decode_ms_median": ma, "runs": runs["a"]},
                       "b": {"cli": a.b, "args": a.b_args, "decode_ms_median": mb, "runs": runs["b"]},
                       "b_over_a": mb / ma, "statistic": "median of per-run median decode step"}, indent=2))
