@@ -108,24 +108,13 @@ struct Vec {
   SERVELAB_SIMD static R fmadd(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   SERVELAB_SIMD static float reduce_add(R a) { return _mm512_reduce_add_ps(a); }
   SERVELAB_SIMD static float reduce_max(R a) { return _mm512_reduce_max_ps(a); }
-  // e^x for x <= 0 (Cephes' expf: x = n ln 2 + r, |r| <= ln 2 / 2, a degree-6 polynomial in r,
-  // times 2^n; within 2 ulp), exactly 0 below e^-87.3 (masked scores are -inf); NaN stays NaN.
-  SERVELAB_SIMD static R exp(R x) {
-    const R lo = _mm512_set1_ps(-87.33654f);
-    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(lo, x);
-    const R n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    R r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    R y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), _mm512_scalef_ps(y, n));
+  SERVELAB_SIMD static R fnmadd(R a, R b, R c) { return _mm512_fnmadd_ps(a, b, c); }
+  SERVELAB_SIMD static R round(R a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  SERVELAB_SIMD static R times_pow2(R y, R n) { return _mm512_scalef_ps(y, n); }  // y * 2^n, n whole
+  SERVELAB_SIMD static R zero_where_below(R y, R x, R lo) {
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ)), y);
   }
 };
 #include "model/decode_attention_simd.inc"
@@ -156,24 +145,17 @@ struct Vec {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
   }
-  // As avx512::Vec::exp; 2^n built in the exponent field (n >= -126 after the clamp).
-  SERVELAB_SIMD static R exp(R x) {
-    const R lo = _mm256_set1_ps(-87.33654f);
-    const R under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(lo, x);
-    const R n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    R r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    R y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  SERVELAB_SIMD static R fnmadd(R a, R b, R c) { return _mm256_fnmadd_ps(a, b, c); }
+  SERVELAB_SIMD static R round(R a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // y * 2^n for whole n >= -126, 2^n built in the exponent field.
+  SERVELAB_SIMD static R times_pow2(R y, R n) {
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  }
+  SERVELAB_SIMD static R zero_where_below(R y, R x, R lo) {
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);
   }
 };
 #include "model/decode_attention_simd.inc"
