@@ -26,6 +26,7 @@
 #include "quant/quantized_model.h"
 #include "test_support.h"
 #include "util/cpu_features.h"
+#include "util/device.h"
 
 using namespace servelab;
 
@@ -43,7 +44,7 @@ Gpt2Config tiny_gpt2() {
 }
 
 // A tiny Llama with grouped-query attention (4 query heads over 2 KV heads) and random weights.
-std::unique_ptr<LlamaModel> tiny_llama(at::ScalarType dtype = at::kFloat) {
+std::unique_ptr<LlamaModel> tiny_llama(at::ScalarType dtype = at::kFloat, at::Device device = at::kCPU) {
   LlamaConfig c;
   c.vocab_size = 300;
   c.hidden_size = 32;
@@ -59,7 +60,7 @@ std::unique_ptr<LlamaModel> tiny_llama(at::ScalarType dtype = at::kFloat) {
     if (optional) return at::Tensor();
     at::Tensor t = at::randn(shape, gen) * 0.2;
     if (name.find("norm") != std::string::npos) t = 1.0 + t;
-    return t.to(dtype);
+    return t.to(device, dtype);
   };
   return std::make_unique<LlamaModel>(c, assemble_llama_weights(c, fetch));
 }
@@ -109,8 +110,9 @@ std::vector<int32_t> solo(const Model& m, const BatchRequest& r,
 at::Tensor full_forward(const Model& m, const std::vector<int32_t>& seq, const LoraBatch* lora = nullptr) {
   const int64_t n = static_cast<int64_t>(seq.size());
   ForwardInput in;
-  in.input_ids = at::tensor(std::vector<int64_t>(seq.begin(), seq.end()), at::kLong).view({1, n});
-  in.position_ids = at::arange(n, at::kLong).view({1, n});
+  in.input_ids =
+      at::tensor(std::vector<int64_t>(seq.begin(), seq.end()), at::kLong).view({1, n}).to(m.device());
+  in.position_ids = at::arange(n, at::kLong).view({1, n}).to(m.device());
   in.lora = lora;
   return m.forward(in).squeeze(0);
 }
@@ -492,6 +494,54 @@ class TestPagedKv : public QObject {
     o.kv_blocks = 24;
     o.max_batch = 5;
     check_equals_solo(*q, rs, run_continuous_batching(*q, tok, rs, o));
+  }
+
+  void cuda_gather_matches_full_forward_and_solo() {
+    // On the GPU paged KV runs the gather kernel (the in-place one is CPU code): its logits equal a
+    // full forward on the same device step by step, and a budget tight enough to preempt still gives
+    // every request its solo tokens, for both families, in fp32 and (logits only) fp16.
+    if (!cuda_available()) QSKIP("no CUDA device here: the paged KV CUDA rows run on a GPU machine");
+    c10::InferenceMode guard;
+    const at::Device cuda(at::kCUDA);
+    const Gpt2Config c = tiny_gpt2();
+    for (at::ScalarType dt : {at::kFloat, at::kHalf}) {
+      const double tol = dt == at::kFloat ? 1e-4 : 0.02;
+      std::vector<std::unique_ptr<Model>> models;
+      models.push_back(std::make_unique<Gpt2Model>(c, make_random_gpt2_weights(c, 7, cuda, dt)));
+      models.push_back(tiny_llama(dt, cuda));
+      for (size_t f = 0; f < models.size(); ++f) {
+        const Model* m = models[f].get();
+        PagedKvConfig cfg;
+        cfg.num_blocks = 24;
+        cfg.block_size = 4;
+        PagedKvMemory kv(*m, cfg, 299);
+        QVERIFY(kv.kernel() == PagedAttentionKernel::Gather);
+        std::vector<int32_t> a = prompt(6, 1), b = prompt(9, 2);
+        at::Tensor l = kv.prefill({{0, &a, 12}, {1, &b, 12}});
+        QVERIFY(test::max_abs_diff(l[0].to(at::kCPU, at::kFloat),
+                                   full_forward(*m, a).to(at::kCPU, at::kFloat)) < tol);
+        for (int i = 0; i < 10; ++i) {
+          l = kv.decode({0, 1}, {static_cast<int32_t>(i + 3), static_cast<int32_t>(i + 50)});
+          a.push_back(i + 3);
+          b.push_back(i + 50);
+          for (int64_t r = 0; r < 2; ++r)
+            QVERIFY2(test::max_abs_diff(l[r].to(at::kCPU, at::kFloat),
+                                        full_forward(*m, r == 0 ? a : b).to(at::kCPU, at::kFloat)) < tol,
+                     qPrintable(QString("%1 row %2 step %3").arg(f == 0 ? "gpt2" : "llama").arg(r).arg(i)));
+        }
+        if (dt != at::kFloat) continue;  // near ties may part fp16 greedy runs; logits are checked above
+        auto rs = mixed_requests(13);
+        BatchOptions o;
+        o.max_batch = 6;
+        o.kv = KvStrategy::Paged;
+        o.kv_block_size = 2;
+        o.kv_blocks = 20;
+        Events ev;
+        const BatchRunResult r = run_continuous_batching(*m, tok, rs, o, &ev);
+        QVERIFY2(r.preemptions > 0, "the tight budget should force preemption");
+        check_equals_solo(*m, rs, r);
+      }
+    }
   }
 
   void experiment_and_cli_report_every_method() {
