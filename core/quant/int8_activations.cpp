@@ -132,13 +132,15 @@ struct Passes {
 // once per int32 lane its sums land in (4 lanes per group for int4, 8 for int8), so that the sums
 // of a step scale with one multiply. sums: each block's sum of x in fp32 ([row][block]), the
 // partner of int4's minimums.
+// With `paired` (AVX2's kernels) a step's lanes are 8, where those kernels' horizontal adds leave
+// each group's sums: A A C C B B D D for int4's groups A-D, A A B B A A B B for int8's A and B.
 struct Operand {
   static constexpr int64_t kStepLanes = 16;
   int64_t step_bytes = 0, steps = 0, blocks = 0;
   Passes passes;
   std::vector<int8_t> q;
   std::vector<float> lane_scale, sums;
-  Operand(QuantScheme scheme, const float* x, int64_t rows, int64_t cols)
+  Operand(QuantScheme scheme, const float* x, int64_t rows, int64_t cols, bool paired)
       : blocks(cols / kBlock), passes(rows) {
     const bool int4 = scheme == QuantScheme::Int4Group;
     step_bytes = int4 ? 128 : 64;
@@ -167,7 +169,15 @@ struct Operand {
             } else {
               std::memcpy(dst + within * kBlock, block, kBlock);
             }
-            std::fill_n(lane_scale.data() + at_step * kStepLanes + within * lanes, lanes, d);
+            float* lane = lane_scale.data() + at_step * kStepLanes;
+            if (!paired) {
+              std::fill_n(lane + within * lanes, lanes, d);
+            } else if (int4) {
+              std::fill_n(lane + within % 2 * 4 + within / 2 * 2, 2, d);
+            } else {
+              std::fill_n(lane + within * 2, 2, d);
+              std::fill_n(lane + within * 2 + 4, 2, d);
+            }
             sums[static_cast<size_t>(m * blocks + b)] = sum;
           }
         }
@@ -307,50 +317,80 @@ SERVELAB_AVX2 inline float hsum_avx2(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// One int4 half step (2 groups, 64 columns; `left` 1 for a row's odd last group). xq, xl: the
-// pass's step p / 2 (row m at m * 128 bytes and m * 16 lanes); the half step reads its half.
+// 32 bytes of v holding `groups` (0-2) groups' 16 bytes each, zeros past them.
+SERVELAB_AVX2 inline __m256i load_groups_avx2(const uint8_t* v, int64_t groups) {
+  if (groups >= 2) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+  if (groups == 1)
+    return _mm256_inserti128_si256(_mm256_setzero_si256(),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(v)), 0);
+  return _mm256_setzero_si256();
+}
+
+// One int4 step (4 groups A-D, 128 columns; `left`: the groups it still has, 1-3 in a row's last
+// step) of a channel for M rows of x into acc. xq, xl: the pass's step s (row m at m * 128 bytes
+// and m * 16 lanes, paired). Per row the two groups of each 32 bytes of v meet x in int16 sums of 4
+// products (even and odd columns added); a horizontal add joins A with C and B with D in one
+// vector (sums of 8 products: at most 8 x 15 x 127 = 15240, inside int16), and one vpmaddwd, one
+// conversion and one FMA then serve 4 groups where a vector per 2 groups took two of each.
 template <int M>
 SERVELAB_AVX2 inline void int4_step_avx2(const uint8_t* v, const float* scale, int64_t left, const int8_t* xq,
-                                         const float* xl, int64_t p, __m256 (&acc)[M]) {
-  __m256i b;
+                                         const float* xl, int64_t s, __m256* acc) {
+  __m256i ab, cd;
   __m128 sc;
-  if (left >= 2) {
-    b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 32 * p));
-    sc = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + 2 * p)));
+  if (left >= 4) {
+    ab = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 64 * s));
+    cd = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 64 * s + 32));
+    sc = _mm_loadu_ps(scale + 4 * s);
   } else {
-    b = _mm256_inserti128_si256(_mm256_setzero_si256(),
-                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 32 * p)), 0);
-    sc = _mm_load_ss(scale + 2 * p);
+    ab = load_groups_avx2(v + 64 * s, left);
+    cd = load_groups_avx2(v + 64 * s + 32, left - 2);
+    // A masked load: nothing past the row's last scale is read (a call to memcpy here made the
+    // compiler save every accumulator around it).
+    sc = _mm_maskload_ps(scale + 4 * s,
+                         _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(left)), _mm_setr_epi32(0, 1, 2, 3)));
   }
   const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-  const __m256i lo = _mm256_and_si256(b, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), nibble);
+  const __m256i lo_ab = _mm256_and_si256(ab, nibble),
+                hi_ab = _mm256_and_si256(_mm256_srli_epi16(ab, 4), nibble);
+  const __m256i lo_cd = _mm256_and_si256(cd, nibble),
+                hi_cd = _mm256_and_si256(_mm256_srli_epi16(cd, 4), nibble);
   const __m256 ws =
-      _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0));
-  const int64_t half = p % 2;
+      _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), _mm256_set_epi32(3, 3, 1, 1, 2, 2, 0, 0));
   for (int m = 0; m < M; ++m) {
-    const int8_t* q = xq + 128 * m + 32 * half;
-    const __m256i pairs = _mm256_add_epi16(
-        _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
-        _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64))));
-    const __m256i sum = _mm256_madd_epi16(pairs, ones);
-    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
-                             _mm256_mul_ps(ws, _mm256_loadu_ps(xl + 16 * m + 8 * half)), acc[m]);
+    // Row m's 128 bytes: the even columns of A B, of C D, then the odd ones of A B, of C D.
+    const __m256i* x = reinterpret_cast<const __m256i*>(xq + 128 * m);
+    const __m256i sums_ab = _mm256_add_epi16(_mm256_maddubs_epi16(lo_ab, _mm256_loadu_si256(x)),
+                                             _mm256_maddubs_epi16(hi_ab, _mm256_loadu_si256(x + 2)));
+    const __m256i sums_cd = _mm256_add_epi16(_mm256_maddubs_epi16(lo_cd, _mm256_loadu_si256(x + 1)),
+                                             _mm256_maddubs_epi16(hi_cd, _mm256_loadu_si256(x + 3)));
+    const __m256i sum = _mm256_madd_epi16(_mm256_hadd_epi16(sums_ab, sums_cd), ones);
+    acc[m] =
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_loadu_ps(xl + 16 * m)), acc[m]);
   }
 }
 
-// One int8 group (32 columns). xq, xl: the pass's step g / 2, as above.
+// One int8 step (2 groups, 64 columns; `left` 1 for a row's odd last group): |w| (unsigned)
+// against x with w's signs, each group into int32 sums of 4 products, then a horizontal add joins
+// the two groups (sums of 8) so that one conversion and one FMA serve both.
 template <int M>
-SERVELAB_AVX2 inline void int8_step_avx2(const uint8_t* v, const float* scale, int64_t g, const int8_t* xq,
-                                         const float* xl, __m256 (&acc)[M]) {
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 32 * g));
-  const __m256i u = _mm256_abs_epi8(b), ones = _mm256_set1_epi16(1);
-  const __m256 ws = _mm256_set1_ps(scale[g]);
-  const int64_t half = g % 2;
+SERVELAB_AVX2 inline void int8_step_avx2(const uint8_t* v, const float* scale, int64_t left, const int8_t* xq,
+                                         const float* xl, int64_t s, __m256* acc) {
+  const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 64 * s));
+  const __m256i b1 = left >= 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 64 * s + 32))
+                               : _mm256_setzero_si256();
+  const __m128 sc = left >= 2 ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scale + 2 * s)))
+                              : _mm_load_ss(scale + 2 * s);
+  const __m256i u0 = _mm256_abs_epi8(b0), u1 = _mm256_abs_epi8(b1), ones = _mm256_set1_epi16(1);
+  const __m256 ws =
+      _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), _mm256_set_epi32(1, 1, 0, 0, 1, 1, 0, 0));
   for (int m = 0; m < M; ++m) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * m + 32 * half));
-    const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(q, b)), ones);
-    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
-                             _mm256_mul_ps(ws, _mm256_loadu_ps(xl + 16 * m + 8 * half)), acc[m]);
+    const __m256i* x = reinterpret_cast<const __m256i*>(xq + 64 * m);
+    const __m256i sum0 =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(_mm256_loadu_si256(x), b0)), ones);
+    const __m256i sum1 =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(_mm256_loadu_si256(x + 1), b1)), ones);
+    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(sum0, sum1)),
+                             _mm256_mul_ps(ws, _mm256_loadu_ps(xl + 16 * m)), acc[m]);
   }
 }
 
@@ -358,33 +398,26 @@ template <QuantScheme S, int M>
 SERVELAB_AVX2 void channels_avx2(const Matrix& w, const Operand& x, int64_t pass, int64_t c0, int64_t c1,
                                  float* y, int64_t ldy) {
   constexpr bool int4 = S == QuantScheme::Int4Group;
-  constexpr int64_t per_step = int4 ? 2 : 1, step_bytes = int4 ? 128 : 64;
+  constexpr int64_t per_step = int4 ? 4 : 2, step_bytes = int4 ? 128 : 64;
   const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step, m0 = x.first_row(pass);
   const int8_t* xq = x.pass_q(pass);
   const float* xl = x.pass_lanes(pass);
-  // Half step (int4) or group (int8) s lies in the operand's step s / 2.
-  auto q_at = [&](int64_t s) { return xq + s / 2 * M * step_bytes; };
-  auto l_at = [&](int64_t s) { return xl + s / 2 * M * Operand::kStepLanes; };
+  // The pass's step s for all its rows.
+  auto q_at = [&](int64_t s) { return xq + s * M * step_bytes; };
+  auto l_at = [&](int64_t s) { return xl + s * M * Operand::kStepLanes; };
+  // One accumulator per row, whatever M: 2 x M accumulators beside the step's vectors outnumber
+  // AVX2's 16 registers (the compiler kept them on the stack, a store and a reload per row and
+  // step), and a sum order that changed with M would make a row's result depend on its batch.
   for (int64_t c = c0; c < c1; ++c) {
     const uint8_t* v = w.row(c);
     const float* scale = w.scale + c * groups;
-    __m256 acc[M], more[M];
-    for (int m = 0; m < M; ++m) acc[m] = more[m] = _mm256_setzero_ps();
-    int64_t s = 0;
-    for (; s + 1 < steps; s += 2) {
-      if constexpr (int4) {
-        int4_step_avx2<M>(v, scale, groups - 2 * s, q_at(s), l_at(s), s, acc);
-        int4_step_avx2<M>(v, scale, groups - 2 * (s + 1), q_at(s + 1), l_at(s + 1), s + 1, more);
-      } else {
-        int8_step_avx2<M>(v, scale, s, q_at(s), l_at(s), acc);
-        int8_step_avx2<M>(v, scale, s + 1, q_at(s + 1), l_at(s + 1), more);
-      }
-    }
-    if (s < steps) {
+    __m256 acc[M];
+    for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < steps; ++s) {
       if constexpr (int4)
-        int4_step_avx2<M>(v, scale, groups - 2 * s, q_at(s), l_at(s), s, acc);
+        int4_step_avx2<M>(v, scale, groups - 4 * s, q_at(s), l_at(s), s, acc);
       else
-        int8_step_avx2<M>(v, scale, s, q_at(s), l_at(s), acc);
+        int8_step_avx2<M>(v, scale, groups - 2 * s, q_at(s), l_at(s), s, acc);
     }
     float minimums[M] = {};
     if constexpr (int4) {
@@ -395,14 +428,12 @@ SERVELAB_AVX2 void channels_avx2(const Matrix& w, const Operand& x, int64_t pass
       int64_t g = 0;
       for (; g + 8 <= groups; g += 8) {
         const __m256 mn = _mm256_loadu_ps(minimum + g);
-        for (int m = 0; m < M; ++m)
-          more[m] = _mm256_fmadd_ps(mn, _mm256_loadu_ps(x.sum(m0 + m) + g), more[m]);
+        for (int m = 0; m < M; ++m) acc[m] = _mm256_fmadd_ps(mn, _mm256_loadu_ps(x.sum(m0 + m) + g), acc[m]);
       }
       for (; g < groups; ++g)
         for (int m = 0; m < M; ++m) minimums[m] += minimum[g] * x.sum(m0 + m)[g];
     }
-    for (int m = 0; m < M; ++m)
-      y[(m0 + m) * ldy + c] = hsum_avx2(_mm256_add_ps(acc[m], more[m])) + minimums[m];
+    for (int m = 0; m < M; ++m) y[(m0 + m) * ldy + c] = hsum_avx2(acc[m]) + minimums[m];
   }
 }
 
@@ -421,6 +452,8 @@ bool vnni_cpu() {
   return yes;
 }
 
+bool vnni_active() { return active_isa() == Isa::Avx512 && vnni_cpu(); }
+
 // The kernels for 1..kMaxRowsPerCall rows of x under the active ISA; VNNI where AVX-512 is active
 // and the CPU has it, else AVX2's (also on an AVX-512 CPU without VNNI).
 const std::array<Kernel, kMaxRowsPerCall>& kernels(QuantScheme scheme) {
@@ -429,7 +462,7 @@ const std::array<Kernel, kMaxRowsPerCall>& kernels(QuantScheme scheme) {
   static const auto int8_vnni = vnni_table<QuantScheme::Int8Group>(Rows());
   static const auto int4_avx2 = avx2_table<QuantScheme::Int4Group>(Rows());
   static const auto int8_avx2 = avx2_table<QuantScheme::Int8Group>(Rows());
-  const bool vnni = active_isa() == Isa::Avx512 && vnni_cpu();
+  const bool vnni = vnni_active();
   if (scheme == QuantScheme::Int4Group) return vnni ? int4_vnni : int4_avx2;
   return vnni ? int8_vnni : int8_avx2;
 }
@@ -477,7 +510,8 @@ at::Tensor int8_activation_linear_cpu(const QuantizedTensor& w, const at::Tensor
   at::Tensor y = at::empty({rows, out}, x.options());
   if (rows == 0 || out == 0) return y;
   const at::Tensor xc = x.contiguous();
-  const Operand op(w.scheme, xc.data_ptr<float>(), rows, w.cols());
+  const bool paired = !vnni_active();
+  const Operand op(w.scheme, xc.data_ptr<float>(), rows, w.cols(), paired);
   const Matrix m(w);
   float* yp = y.data_ptr<float>();
   const auto& k = kernels(w.scheme);

@@ -861,7 +861,7 @@ class TestQuant : public QObject {
     // The integer-activation products (int4 groups as GGUF's Q4_0/Q4_1, int8 groups as Q8_0) against
     // the same arithmetic in doubles: the dequantized matrix times x's int8 quantization
     // dequantized (int4's minimums times x's own block sums). 1 to 18 groups per row (every tail of AVX-512's
-    // steps of 4 and 2 groups and AVX2's of 2 and 1), 1 to 130 rows (the decode kernels, then blocks of 4
+    // steps of 4 and 2 groups and AVX2's of 4 (int4) and 1), 1 to 130 rows (the decode kernels, then blocks of 4
     // rows). Each row's result is the same bits whatever the other rows (batch invariance: a request's tokens
     // do not depend on its batch).
     QFETCH(bool, int4);
