@@ -17,6 +17,12 @@ from its per-step callback), in the same rounds: keys demo/ours-bN/ISA and demo/
 A decode step is the median of a run's per-token times after the first (the prefill); a run's
 figure is that median; the reported figure the median over rounds, and max/min over the rounds
 shows how stable a path is run to run.
+
+The read floor: every round also measures what this machine reads per second with the same
+threads (libtorch's sum over 512 MiB of fp32, and its copy for reference; this VM's bandwidth moves
+by 1.5x between sessions, so the probe runs beside the decodes it is compared with) and divides
+each GPT-2 decode by the time its weights take to read at that rate (`read_floor`: the bytes a step
+reads, the probe's runs and each ISA's step over the floor per round, with their medians).
 """
 import argparse
 import json
@@ -39,10 +45,39 @@ def ours(model, isa, a):
                           "--new-tokens", str(a.new_tokens), "--repeats", "1", "--prompt", PROMPT, "--json"],
                          check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
-    cpu = r["engine"]["cpu"]
+    e = r["engine"]
+    cpu = e["cpu"]
     assert cpu["isa"] == isa, (cpu["isa"], isa)
-    return statistics.median(r["cache_ms"][1:]), {"gemm": r["engine"]["gemm"], "kernels": cpu["kernels"],
-                                                  "quantization": r["engine"].get("quantization")}
+    info = {"gemm": e["gemm"], "kernels": cpu["kernels"], "quantization": e.get("quantization")}
+    if e.get("architecture") == "gpt2" and e.get("dtype") == "fp32":
+        # A decode step reads every parameter once but the position table (one row of it): the
+        # blocked GEMV's copy of the tied head is resident beside the embedding, but a step reads
+        # one of the two whole and one row of the other.
+        c = e["config"]
+        info["weight_bytes_read_per_step"] = 4 * (e["parameters"] - c["n_positions"] * c["n_embd"])
+    return statistics.median(r["cache_ms"][1:]), info
+
+
+# This machine's read bandwidth with the benchmark's threads, in a child process (libtorch's own
+# thread pool, as the engine's).
+READ_PROBE = r"""
+import json, statistics, sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+x = torch.ones(128 * 1024 * 1024)
+y = torch.empty_like(x)
+x.sum(), y.copy_(x)
+read, copy = [], []
+for _ in range(5):
+    t = time.perf_counter(); x.sum(); read.append(x.numel() * 4 / (time.perf_counter() - t) / 1e9)
+    t = time.perf_counter(); y.copy_(x); copy.append(2 * x.numel() * 4 / (time.perf_counter() - t) / 1e9)
+print(json.dumps({"read_gb_s": statistics.median(read), "copy_gb_s": statistics.median(copy)}))
+"""
+
+
+def bandwidth(a):
+    out = subprocess.run([sys.executable, "-c", READ_PROBE, str(a.threads)], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)
 
 
 # CTranslate2 in a child process (its ISA is read once, from the environment, at import).
@@ -154,7 +189,9 @@ def main():
         for model in models:  # warm the file cache and each path once
             for isa in isas:
                 ours(model, isa, a)
+        probes = []
         for _ in range(a.rounds):
+            probes.append(bandwidth(a))
             for model in models:
                 for isa in isas:
                     ms, k = ours(model, isa, a)
@@ -182,10 +219,20 @@ def main():
         peer = f"{model}/{engine.replace('ours', 'ct2')}/{isa}"
         if engine.startswith("ours") and peer in result:
             r["over_ct2_same_isa"] = r["decode_ms_median"] / result[peer]["decode_ms_median"]
+    floor = {"probe": "libtorch sum over 512 MiB fp32 (read) and copy_ (read + write), median of 5, per round",
+             "read_gb_s_runs": [p["read_gb_s"] for p in probes], "copy_gb_s_runs": [p["copy_gb_s"] for p in probes]}
+    for isa in isas:
+        key = f"demo/ours/{isa}"
+        if key in result and "weight_bytes_read_per_step" in kernels[key]:
+            nbytes = kernels[key]["weight_bytes_read_per_step"]
+            floor["bytes_read_per_step"] = nbytes
+            ratios = [ms / (nbytes / (p["read_gb_s"] * 1e9) * 1e3) for ms, p in zip(result[key]["runs"], probes)]
+            floor[f"{key}/over_read_floor_runs"] = ratios
+            floor[f"{key}/over_read_floor_median"] = statistics.median(ratios)
     print(json.dumps({"machine": {**m, "threads": a.threads, "load_average_end": os.getloadavg()[0]}, "new_tokens": a.new_tokens, "rounds": a.rounds, "batch": a.batch,
                       "isas": isas, "ct2": "ctranslate2 (CT2_FORCE_CPU_ISA per ISA)" if ct_dir else "not run",
                       "statistic": "median over rounds of each run's median decode step (prefill excluded)",
-                      "results": result}, indent=2))
+                      "results": result, "read_floor": floor}, indent=2))
 
 
 if __name__ == "__main__":
