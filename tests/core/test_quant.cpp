@@ -867,7 +867,7 @@ class TestQuant : public QObject {
     QFETCH(bool, int4);
     FORCE_DATA_ISA();
     c10::InferenceMode guard;
-    for (const int64_t cols : {32, 96, 160, 576}) {
+    for (const int64_t cols : {32, 96, 160, 576, 1536}) {
       const int64_t out = 37;
       const at::Tensor m = pattern(out * cols, 0.3, 0.2).view({out, cols}) +
                            pattern(out * cols, 1.1, 0.05).view({cols, out}).t();
