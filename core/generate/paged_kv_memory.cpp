@@ -186,7 +186,6 @@ at::Tensor PagedKvMemory::decode(const std::vector<int64_t>& ids, const std::vec
     pass.tables.push_back(&table);
     pass.lengths.push_back(q.computed + 1);
   }
-  pass.write_rows = at::arange(B, at::TensorOptions().dtype(at::kLong).device(dev));
   pass.write_slots = at::tensor(write_slots, at::kLong).to(dev);
   if (kernel_ == PagedAttentionKernel::Gather) {
     // The baseline: every row's context gathered into a [B, width] copy (padding reads slot 0,
@@ -225,8 +224,9 @@ at::Tensor PagedKvMemory::attend(int64_t layer, const at::Tensor& q, const at::T
   // Every row's new positions are stored before any row attends: a request that found another's
   // prompt blocks in the prefix cache in this same prefill reads them once written.
   auto store = [&](const at::Tensor& pool, const at::Tensor& x) {
+    const at::Tensor rows = x.permute({0, 2, 1, 3}).reshape({B * T, H_kv, D});
     pool.index_copy_(0, pass_.write_slots,
-                     x.permute({0, 2, 1, 3}).reshape({B * T, H_kv, D}).index_select(0, pass_.write_rows));
+                     pass_.write_rows.defined() ? rows.index_select(0, pass_.write_rows) : rows);
   };
   store(kl, k);
   store(vl, v);

@@ -65,7 +65,8 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
     bool decode = false;
     std::vector<int64_t> ids;
     std::vector<int64_t> start, count;  // per request: first position written, positions written
-    at::Tensor write_rows;              // [positions written] rows of k.view(B * T, ...) to store
+    at::Tensor write_rows;              // [positions written] rows of k.view(B * T, ...) to store;
+                                        // undefined: every row, in order (a decode step)
     at::Tensor write_slots;             // [positions written] their pool slots
     // Prefill: per request, its input row and the column its first new position sits at (requests
     // are packed end to end), and the slots of its positions [0, start + count).

@@ -176,6 +176,13 @@ class TestDecodeAttention : public QObject {
     QVERIFY_THROWS_EXCEPTION(
         InputError,
         dense_decode_attention_cpu(q, k, v, m.mask, at::tensor(std::vector<int64_t>{0, 1, 3}), 0.1));
+    // A block table too short for the row's length is refused, not read past.
+    const at::Tensor pool = at::randn({4 * 4, 2, 16});
+    const std::vector<int64_t> table = {2, 0};
+    const std::vector<const std::vector<int64_t>*> tables = {&table};
+    QVERIFY_THROWS_EXCEPTION(InputError,
+                             paged_decode_attention_cpu(at::randn({1, 4, 1, 16}), pool, pool, tables,
+                                                        std::vector<int64_t>{9}, 4, 0.25));
   }
 };
 
