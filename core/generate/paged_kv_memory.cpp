@@ -169,8 +169,8 @@ at::Tensor PagedKvMemory::decode(const std::vector<int64_t>& ids, const std::vec
   const int64_t B = static_cast<int64_t>(ids.size());
   Pass pass;
   pass.decode = true;
-  std::vector<int64_t> positions, write_slots;
-  const int64_t bs = blocks_.block_size();
+  std::vector<int64_t> positions, write_slots, lengths;
+  std::vector<const std::vector<int64_t>*> tables;
   for (int64_t i = 0; i < B; ++i) {
     const int64_t id = ids[static_cast<size_t>(i)];
     const Request& q = requests_.at(id);
@@ -181,24 +181,25 @@ at::Tensor PagedKvMemory::decode(const std::vector<int64_t>& ids, const std::vec
     pass.start.push_back(q.computed);
     pass.count.push_back(1);
     positions.push_back(q.computed);
-    const std::vector<int64_t>& table = blocks_.block_table(id);
-    write_slots.push_back(table[static_cast<size_t>(q.computed / bs)] * bs + q.computed % bs);
-    pass.tables.push_back(&table);
-    pass.lengths.push_back(q.computed + 1);
+    tables.push_back(&blocks_.block_table(id));
+    lengths.push_back(q.computed + 1);
   }
+  pass.positions = paged_positions(tables, lengths, blocks_.block_size());
+  // The new position is each row's last.
+  for (int64_t i = 0; i < B; ++i)
+    write_slots.push_back(
+        pass.positions.slots[static_cast<size_t>(pass.positions.first[static_cast<size_t>(i) + 1] - 1)]);
   pass.write_slots = at::tensor(write_slots, at::kLong).to(dev);
   if (kernel_ == PagedAttentionKernel::Gather) {
     // The baseline: every row's context gathered into a [B, width] copy (padding reads slot 0,
     // masked out) for SDPA.
-    const int64_t width = *std::max_element(pass.lengths.begin(), pass.lengths.end());
+    const int64_t width = *std::max_element(lengths.begin(), lengths.end());
     std::vector<int64_t> gather(static_cast<size_t>(B * width), 0);
     std::vector<uint8_t> mask(static_cast<size_t>(B * width), 0);
     for (int64_t i = 0; i < B; ++i) {
-      const std::vector<int64_t>& table = *pass.tables[static_cast<size_t>(i)];
-      for (int64_t p = 0; p < pass.lengths[static_cast<size_t>(i)]; ++p) {
-        gather[static_cast<size_t>(i * width + p)] = table[static_cast<size_t>(p / bs)] * bs + p % bs;
-        mask[static_cast<size_t>(i * width + p)] = 1;
-      }
+      const int64_t* slot = pass.positions.slots.data() + pass.positions.first[static_cast<size_t>(i)];
+      std::copy(slot, slot + pass.positions.length(i), gather.begin() + i * width);
+      std::fill_n(mask.begin() + i * width, pass.positions.length(i), uint8_t{1});
     }
     pass.gather_slots = at::tensor(gather, at::kLong).to(dev);
     pass.gather_mask = at::tensor(mask, at::kByte).to(at::kBool).view({B, 1, 1, width}).to(dev);
@@ -232,8 +233,7 @@ at::Tensor PagedKvMemory::attend(int64_t layer, const at::Tensor& q, const at::T
   store(vl, v);
   if (pass_.decode) {
     if (kernel_ == PagedAttentionKernel::InPlace)
-      return paged_decode_attention_cpu(q, kl, vl, pass_.tables, pass_.lengths, blocks_.block_size(),
-                                        params.scale);
+      return paged_decode_attention_cpu(q, kl, vl, pass_.positions, params.scale);
     const int64_t width = pass_.gather_mask.size(3);
     auto gather = [&](const at::Tensor& pool) {
       return pool.index_select(0, pass_.gather_slots).view({B, width, H_kv, D}).transpose(1, 2);

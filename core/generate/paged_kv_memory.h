@@ -10,6 +10,7 @@
 
 #include "generate/block_manager.h"
 #include "generate/kv_memory_manager.h"
+#include "model/decode_attention.h"
 
 namespace servelab {
 
@@ -72,10 +73,9 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
     // are packed end to end), and the slots of its positions [0, start + count).
     std::vector<int64_t> row, column;
     std::vector<at::Tensor> read_slots;
-    // Decode: per row its block table (CPU) and length, for the in-place kernel; gathered slots
-    // [B, width] and key mask [B, 1, 1, width] for the gather baseline.
-    std::vector<const std::vector<int64_t>*> tables;
-    std::vector<int64_t> lengths;
+    // Decode: every row's positions as pool slots (once per step, for every layer), read in place;
+    // for the gather baseline, the same slots padded to [B, width] and the key mask [B, 1, 1, width].
+    PagedPositions positions;
     at::Tensor gather_slots, gather_mask;
   };
   Pass pass_;

@@ -20,10 +20,10 @@ namespace {
 
 // Where (row, KV head)'s position p lives in the K and V buffers (the same offset in both), and
 // whether that row may see it.
-struct PagedLayout {  // paged KV: [blocks * block_size, H_kv, D]; start[p]: position p's slot times H_kv * D
-  const int64_t* start;
-  int64_t head;  // h * D
-  int64_t offset(int64_t p) const { return start[p] + head; }
+struct PagedLayout {  // paged KV: [blocks * block_size, H_kv, D]; slot[p]: the row's position p
+  const int64_t* slot;
+  int64_t H_kv, D, h;
+  int64_t offset(int64_t p) const { return (slot[p] * H_kv + h) * D; }
   static bool visible(int64_t) { return true; }
 };
 struct StridedLayout {  // the dense cache and slot KV: [R, H_kv, S, D] with any strides but D's
@@ -288,46 +288,48 @@ at::Tensor dense_decode_attention_cpu(const at::Tensor& q, const at::Tensor& key
   return out.view({B, H, 1, D}).to(q.scalar_type());
 }
 
+PagedPositions paged_positions(const std::vector<const std::vector<int64_t>*>& tables,
+                               const std::vector<int64_t>& lengths, int64_t block_size) {
+  if (tables.size() != lengths.size() || block_size < 1)
+    throw InputError("paged positions: a table and a length per row, blocks of at least one position");
+  PagedPositions r;
+  r.first.assign(tables.size() + 1, 0);
+  for (size_t b = 0; b < tables.size(); ++b) {
+    const int64_t L = lengths[b];
+    if (L < 0 || (L + block_size - 1) / block_size > static_cast<int64_t>(tables[b]->size()))
+      throw InputError("paged positions: row " + std::to_string(b) + "'s table is shorter than its length");
+    r.first[b + 1] = r.first[b] + L;
+  }
+  // Block by block: no division by the block size per position.
+  r.slots.resize(static_cast<size_t>(r.first.back()));
+  for (size_t b = 0; b < tables.size(); ++b) {
+    int64_t* slot = r.slots.data() + r.first[b];
+    for (int64_t p = 0, block = 0; p < lengths[b]; ++block)
+      for (int64_t j = 0; j < block_size && p < lengths[b]; ++j, ++p)
+        slot[p] = (*tables[b])[static_cast<size_t>(block)] * block_size + j;
+  }
+  return r;
+}
+
 at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                                      const std::vector<const std::vector<int64_t>*>& tables,
-                                      const std::vector<int64_t>& lengths, int64_t block_size, double scale) {
+                                      const PagedPositions& positions, double scale) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), H_kv = keys.size(1);
   if (!q.device().is_cpu() || !keys.device().is_cpu())
     throw InputError("the in-place paged attention kernel runs on the CPU only, got " + q.device().str());
   if (q.size(2) != 1 || H % H_kv != 0 || keys.size(2) != D || !keys.is_contiguous() ||
-      !values.is_contiguous() || static_cast<int64_t>(tables.size()) != B ||
-      static_cast<int64_t>(lengths.size()) != B)
+      !values.is_contiguous() || positions.rows() != B)
     throw InputError(
         "paged decode attention needs one query per row, whole KV head groups and a table per row");
   const at::Tensor qf = q.to(at::kFloat).reshape({B, H, D}).contiguous();
   at::Tensor out = at::empty({B, H, D}, qf.options());
-  // Every row's positions walked through its table once, block by block: the loops then find a
-  // position with an add, where a division by the block size per position and query head cost
-  // the paged step 2.4x the slot layout's attention time.
-  std::vector<int64_t> first(static_cast<size_t>(B) + 1, 0);
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t L = lengths[static_cast<size_t>(b)];
-    if (L < 0 ||
-        (L + block_size - 1) / block_size > static_cast<int64_t>(tables[static_cast<size_t>(b)]->size()))
-      throw InputError("paged decode attention: row " + std::to_string(b) +
-                       "'s table is shorter than its length");
-    first[static_cast<size_t>(b) + 1] = first[static_cast<size_t>(b)] + L;
-  }
-  std::vector<int64_t> start(static_cast<size_t>(first.back()));
-  for (int64_t b = 0; b < B; ++b) {
-    const std::vector<int64_t>& table = *tables[static_cast<size_t>(b)];
-    int64_t* row = start.data() + first[static_cast<size_t>(b)];
-    for (int64_t p = 0, block = 0; p < lengths[static_cast<size_t>(b)]; ++block)
-      for (int64_t j = 0; j < block_size && p < lengths[static_cast<size_t>(b)]; ++j, ++p)
-        row[p] = (table[static_cast<size_t>(block)] * block_size + j) * H_kv * D;
-  }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, keys.scalar_type(), "paged_decode_attention", [&] {
         run_items<scalar_t>(
             qf.data_ptr<float>(), out.data_ptr<float>(), B, H, H_kv, D, keys.data_ptr<scalar_t>(),
             values.data_ptr<scalar_t>(), static_cast<float>(scale), [&](int64_t b, int64_t h) {
-              return std::pair{PagedLayout{start.data() + first[static_cast<size_t>(b)], h * D},
-                               lengths[static_cast<size_t>(b)]};
+              return std::pair{
+                  PagedLayout{positions.slots.data() + positions.first[static_cast<size_t>(b)], H_kv, D, h},
+                  positions.length(b)};
             });
       });
   return out.view({B, H, 1, D}).to(q.scalar_type());

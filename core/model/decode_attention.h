@@ -25,12 +25,25 @@ bool dense_decode_attention_applies(const at::Tensor& q, const at::Tensor& keys,
 at::Tensor dense_decode_attention_cpu(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                                       const at::Tensor& mask, const at::Tensor& kv_rows, double scale);
 
+// Every row's positions as pool slots, its block table walked once: row b's positions
+// 0..length(b)-1 sit at slots[first[b] + p]. Built once per decode step and read by every layer
+// (the in-place kernel, the gather baseline). Throws InputError when a table is shorter than its
+// row's length.
+struct PagedPositions {
+  std::vector<int64_t> slots, first;  // first: B + 1 offsets into slots
+  int64_t rows() const { return static_cast<int64_t>(first.size()) - 1; }
+  int64_t length(int64_t b) const {
+    return first[static_cast<size_t>(b) + 1] - first[static_cast<size_t>(b)];
+  }
+};
+PagedPositions paged_positions(const std::vector<const std::vector<int64_t>*>& tables,
+                               const std::vector<int64_t>& lengths, int64_t block_size);
+
 // q [B, H, 1, D]; keys and values: one layer of the pool, [blocks * block_size, H_kv, D]
-// contiguous; tables[b]: row b's block ids, lengths[b]: its positions (the new one included).
-// Returns [B, H, 1, D] as above.
+// contiguous; positions: the B rows' slots (the new position included). Returns [B, H, 1, D] as
+// above.
 at::Tensor paged_decode_attention_cpu(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                                      const std::vector<const std::vector<int64_t>*>& tables,
-                                      const std::vector<int64_t>& lengths, int64_t block_size, double scale);
+                                      const PagedPositions& positions, double scale);
 
 // The loops the active ISA runs for keys of this dtype and head size ("AVX-512 fp32", "portable
 // loops (avx2 target)", ...), for `info` and the benchmarks.

@@ -187,10 +187,18 @@ struct Operand {
   int64_t pass_count() const { return static_cast<int64_t>(passes.first.size()); }
   int64_t first_row(int64_t pass) const { return passes.first[static_cast<size_t>(pass)]; }
   int64_t rows(int64_t pass) const { return passes.rows[static_cast<size_t>(pass)]; }
-  // A pass's interleaved steps and lanes; row j of step s at (s * rows + j) steps from these.
-  const int8_t* pass_q(int64_t pass) const { return q.data() + first_row(pass) * steps * step_bytes; }
-  const float* pass_lanes(int64_t pass) const {
-    return lane_scale.data() + first_row(pass) * steps * kStepLanes;
+  // One pass as a kernel walks it: step s of its rows (row j at j * step_bytes and j * kStepLanes
+  // from these).
+  struct PassSteps {
+    const int8_t* q;
+    const float* lanes;
+    int64_t rows, step_bytes;
+    const int8_t* q_at(int64_t s) const { return q + s * rows * step_bytes; }
+    const float* lanes_at(int64_t s) const { return lanes + s * rows * kStepLanes; }
+  };
+  PassSteps pass_steps(int64_t pass) const {
+    return {q.data() + first_row(pass) * steps * step_bytes,
+            lane_scale.data() + first_row(pass) * steps * kStepLanes, rows(pass), step_bytes};
   }
   const float* sum(int64_t m) const { return sums.data() + m * blocks; }
 };
@@ -263,13 +271,9 @@ template <QuantScheme S, int M>
 SERVELAB_VNNI void channels_vnni(const Matrix& w, const Operand& x, int64_t pass, int64_t c0, int64_t c1,
                                  float* y, int64_t ldy) {
   constexpr bool int4 = S == QuantScheme::Int4Group;
-  constexpr int64_t per_step = int4 ? 4 : 2, step_bytes = int4 ? 128 : 64;
-  const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step, m0 = x.first_row(pass);
-  const int8_t* xq = x.pass_q(pass);
-  const float* xl = x.pass_lanes(pass);
-  // The pass's step s for all its rows.
-  auto q_at = [&](int64_t s) { return xq + s * M * step_bytes; };
-  auto l_at = [&](int64_t s) { return xl + s * M * Operand::kStepLanes; };
+  constexpr int64_t per_step = int4 ? 4 : 2;  // groups per step
+  const int64_t groups = w.groups, steps = x.steps, m0 = x.first_row(pass);
+  const Operand::PassSteps xs = x.pass_steps(pass);
   for (int64_t c = c0; c < c1; ++c) {
     const uint8_t* v = w.row(c);
     const float* scale = w.scale + c * groups;
@@ -280,18 +284,20 @@ SERVELAB_VNNI void channels_vnni(const Matrix& w, const Operand& x, int64_t pass
     int64_t s = 0;
     for (; s + 1 < steps; s += 2) {
       if constexpr (int4) {
-        int4_step_vnni<M>(v, scale, groups - per_step * s, q_at(s), l_at(s), s, acc);
-        int4_step_vnni<M>(v, scale, groups - per_step * (s + 1), q_at(s + 1), l_at(s + 1), s + 1, more);
+        int4_step_vnni<M>(v, scale, groups - per_step * s, xs.q_at(s), xs.lanes_at(s), s, acc);
+        int4_step_vnni<M>(v, scale, groups - per_step * (s + 1), xs.q_at(s + 1), xs.lanes_at(s + 1), s + 1,
+                          more);
       } else {
-        int8_step_vnni<M>(v, scale, groups - per_step * s, q_at(s), l_at(s), s, acc);
-        int8_step_vnni<M>(v, scale, groups - per_step * (s + 1), q_at(s + 1), l_at(s + 1), s + 1, more);
+        int8_step_vnni<M>(v, scale, groups - per_step * s, xs.q_at(s), xs.lanes_at(s), s, acc);
+        int8_step_vnni<M>(v, scale, groups - per_step * (s + 1), xs.q_at(s + 1), xs.lanes_at(s + 1), s + 1,
+                          more);
       }
     }
     if (s < steps) {
       if constexpr (int4)
-        int4_step_vnni<M>(v, scale, groups - per_step * s, q_at(s), l_at(s), s, acc);
+        int4_step_vnni<M>(v, scale, groups - per_step * s, xs.q_at(s), xs.lanes_at(s), s, acc);
       else
-        int8_step_vnni<M>(v, scale, groups - per_step * s, q_at(s), l_at(s), s, acc);
+        int8_step_vnni<M>(v, scale, groups - per_step * s, xs.q_at(s), xs.lanes_at(s), s, acc);
     }
     for (int m = 0; m < M; ++m) acc[m] = _mm512_add_ps(acc[m], more[m]);
     if constexpr (int4) {
@@ -398,13 +404,9 @@ template <QuantScheme S, int M>
 SERVELAB_AVX2 void channels_avx2(const Matrix& w, const Operand& x, int64_t pass, int64_t c0, int64_t c1,
                                  float* y, int64_t ldy) {
   constexpr bool int4 = S == QuantScheme::Int4Group;
-  constexpr int64_t per_step = int4 ? 4 : 2, step_bytes = int4 ? 128 : 64;
-  const int64_t groups = w.groups, steps = (groups + per_step - 1) / per_step, m0 = x.first_row(pass);
-  const int8_t* xq = x.pass_q(pass);
-  const float* xl = x.pass_lanes(pass);
-  // The pass's step s for all its rows.
-  auto q_at = [&](int64_t s) { return xq + s * M * step_bytes; };
-  auto l_at = [&](int64_t s) { return xl + s * M * Operand::kStepLanes; };
+  constexpr int64_t per_step = int4 ? 4 : 2;  // groups per step
+  const int64_t groups = w.groups, steps = x.steps, m0 = x.first_row(pass);
+  const Operand::PassSteps xs = x.pass_steps(pass);
   // One accumulator per row, whatever M: 2 x M accumulators beside the step's vectors outnumber
   // AVX2's 16 registers (the compiler kept them on the stack, a store and a reload per row and
   // step), and a sum order that changed with M would make a row's result depend on its batch.
@@ -415,9 +417,9 @@ SERVELAB_AVX2 void channels_avx2(const Matrix& w, const Operand& x, int64_t pass
     for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t s = 0; s < steps; ++s) {
       if constexpr (int4)
-        int4_step_avx2<M>(v, scale, groups - 4 * s, q_at(s), l_at(s), s, acc);
+        int4_step_avx2<M>(v, scale, groups - per_step * s, xs.q_at(s), xs.lanes_at(s), s, acc);
       else
-        int8_step_avx2<M>(v, scale, groups - 2 * s, q_at(s), l_at(s), s, acc);
+        int8_step_avx2<M>(v, scale, groups - per_step * s, xs.q_at(s), xs.lanes_at(s), s, acc);
     }
     float minimums[M] = {};
     if constexpr (int4) {

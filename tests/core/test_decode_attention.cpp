@@ -68,7 +68,8 @@ class TestDecodeAttention : public QObject {
         for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
           if (!cpu_supports(isa)) continue;
           const test::IsaScope isa_scope(isa);
-          const at::Tensor got = paged_decode_attention_cpu(q, keys, values, t, lengths, bs, 0.3);
+          const at::Tensor got =
+              paged_decode_attention_cpu(q, keys, values, paged_positions(t, lengths, bs), 0.3);
           QCOMPARE(got.scalar_type(), dt);
           const double tol = dt == at::kFloat ? 1e-5 : 2e-2;
           QVERIFY2(test::max_abs_diff(got.to(at::kFloat), want) < tol,
@@ -177,12 +178,9 @@ class TestDecodeAttention : public QObject {
         InputError,
         dense_decode_attention_cpu(q, k, v, m.mask, at::tensor(std::vector<int64_t>{0, 1, 3}), 0.1));
     // A block table too short for the row's length is refused, not read past.
-    const at::Tensor pool = at::randn({4 * 4, 2, 16});
     const std::vector<int64_t> table = {2, 0};
     const std::vector<const std::vector<int64_t>*> tables = {&table};
-    QVERIFY_THROWS_EXCEPTION(InputError,
-                             paged_decode_attention_cpu(at::randn({1, 4, 1, 16}), pool, pool, tables,
-                                                        std::vector<int64_t>{9}, 4, 0.25));
+    QVERIFY_THROWS_EXCEPTION(InputError, paged_positions(tables, std::vector<int64_t>{9}, 4));
   }
 };
 
