@@ -119,7 +119,7 @@ void BlockManager::seal(Sequence& s, int64_t index) {
 }
 
 std::optional<int64_t> BlockManager::allocate(int64_t seq, const std::vector<int32_t>& tokens,
-                                              int64_t adapter) {
+                                              int64_t adapter, bool seal_now) {
   if (seqs_.count(seq)) throw InputError("sequence " + std::to_string(seq) + " already holds KV blocks");
   if (tokens.empty()) throw InputError("sequence " + std::to_string(seq) + " has no tokens to allocate for");
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -151,7 +151,8 @@ std::optional<int64_t> BlockManager::allocate(int64_t seq, const std::vector<int
     reference(b);
     s.table.push_back(b);
   }
-  for (int64_t i = hits; i < n / block_size_; ++i) seal(s, i);
+  if (seal_now)
+    for (int64_t i = hits; i < n / block_size_; ++i) seal(s, i);
   seqs_.emplace(seq, std::move(s));
   lookup_tokens_ += n;
   hit_tokens_ += hits * block_size_;
@@ -168,8 +169,15 @@ bool BlockManager::append(int64_t seq, int32_t token) {
     s.table.push_back(b);
   }
   s.tokens.push_back(token);
-  if ((n + 1) % block_size_ == 0) seal(s, n / block_size_);
+  if ((n + 1) % block_size_ == 0) seal_upto(seq, n + 1);
   return true;
+}
+
+void BlockManager::seal_upto(int64_t seq, int64_t positions) {
+  if (!prefix_caching_) return;
+  Sequence& s = seqs_.at(seq);
+  const int64_t full = std::min<int64_t>(positions, static_cast<int64_t>(s.tokens.size())) / block_size_;
+  for (int64_t i = static_cast<int64_t>(s.hashes.size()); i < full; ++i) seal(s, i);
 }
 
 std::optional<std::pair<int64_t, int64_t>> BlockManager::fork(int64_t parent, int64_t child) {

@@ -43,8 +43,13 @@ class BlockManager {
 
   // Gives sequence `seq` (not yet known) blocks for `tokens`: its longest cached prefix shared,
   // the rest fresh. Returns the number of leading tokens whose keys and values are cached already,
-  // or nullopt (and changes nothing) when the blocks do not fit.
-  std::optional<int64_t> allocate(int64_t seq, const std::vector<int32_t>& tokens, int64_t adapter);
+  // or nullopt (and changes nothing) when the blocks do not fit. seal_now: its full blocks join
+  // the prefix cache at once (their keys and values are written before anyone reads them); else
+  // only as seal_upto() says they are (chunked prefill writes a prompt over several steps).
+  std::optional<int64_t> allocate(int64_t seq, const std::vector<int32_t>& tokens, int64_t adapter,
+                                  bool seal_now = true);
+  // The sequence's full blocks within its first `positions` tokens join the prefix cache.
+  void seal_upto(int64_t seq, int64_t positions);
   // Makes room for one more token at the end of `seq` and records it; false (and changes nothing)
   // when a new block is needed and none is available.
   bool append(int64_t seq, int32_t token);

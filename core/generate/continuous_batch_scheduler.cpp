@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "generate/generation.h"
+#include "generate/step_executor.h"
+#include "generate/token_picker.h"
 #include "lora/adapter_cache.h"
 #include "lora/lora_adapter.h"
 #include "model/model.h"
@@ -27,6 +29,15 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
                           const BatchOptions& options) {
   const ModelShape& c = model.shape();
   limits::check_range("max batch", options.max_batch, 1, limits::kMaxBatch);
+  if (options.max_num_batched_tokens != 0) {
+    if (options.max_num_batched_tokens < 1 || options.max_num_batched_tokens > c.context)
+      throw InputError("max num batched tokens must be in [1, " + std::to_string(c.context) +
+                       "] (the model's context), got " + std::to_string(options.max_num_batched_tokens));
+    if (options.kv == KvStrategy::NaiveMergeFilter)
+      throw InputError(
+          "chunked prefill (max num batched tokens) needs slot or paged KV; the course's "
+          "merge/filter runs whole prompts only");
+  }
   if (requests.empty()) throw InputError("no requests given");
   limits::check_range("requests", static_cast<int64_t>(requests.size()), 1, limits::kMaxRequests);
   if (options.adapter_cache_capacity < 0)
@@ -94,16 +105,12 @@ ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tok
     capacity = std::max<int64_t>(
         capacity, static_cast<int64_t>(requests[i].prompt_ids.size()) + requests[i].max_new_tokens);
   }
-  std::vector<int64_t> order(requests.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return requests[a].arrival_ms < requests[b].arrival_ms; });
-  waiting_.assign(order.begin(), order.end());
   const int64_t slots = std::min<int64_t>(options.max_batch, static_cast<int64_t>(requests.size()));
   kv_ = make_kv_memory_manager(options.kv, model, slots, capacity, padding_id(model, tokenizer),
                                PagedKvConfig{options.kv_blocks, options.kv_block_size, options.prefix_caching,
                                              options.paged_attention});
   result_.method = std::string("continuous (") + kv_strategy_name(options.kv) + ")";
+  SchedulerCore::Hooks hooks;
   if (!options.adapters.empty()) {
     adapters_ = std::make_unique<AdapterCache>(model, options.adapters, options.adapter_cache_capacity);
     KvMemoryManager::LoraRouting routing;
@@ -114,169 +121,155 @@ ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tok
     routing.strategy = options.lora_strategy;
     routing.stack = [this] { return adapters_->stack(); };
     kv_->set_lora(std::move(routing));
+    // A request's adapter must be loaded before it runs; when the cache is full of adapters running
+    // requests need, the queue waits for a retirement (first come, first served).
+    hooks.acquire = [this](int64_t id) {
+      const std::string& name = requests_[static_cast<size_t>(id)].adapter;
+      if (name.empty()) return true;
+      std::shared_ptr<const LoraAdapter> adapter = adapters_->acquire(name);
+      if (!adapter) return false;
+      held_[id] = std::move(adapter);
+      return true;
+    };
+    hooks.release = [this](int64_t id) {
+      if (held_.erase(id)) adapters_->release(requests_[static_cast<size_t>(id)].adapter);
+    };
   }
+  core_ = std::make_unique<SchedulerCore>(
+      *kv_, SchedulerConfig{options.max_batch, options.max_num_batched_tokens}, std::move(hooks));
+  for (size_t i = 0; i < requests.size(); ++i)
+    core_->add(static_cast<int64_t>(i), requests[i].prompt_ids, requests[i].max_new_tokens,
+               requests[i].arrival_ms, adapter_key(requests[i].adapter));
 }
 
 ContinuousBatchScheduler::~ContinuousBatchScheduler() = default;
 
-void ContinuousBatchScheduler::take_tokens(const at::Tensor& logits, const std::vector<Running*>& rows,
+void ContinuousBatchScheduler::take_tokens(const at::Tensor& logits, const std::vector<int64_t>& ids,
                                            double ms, BatchStep& step) {
-  check_finite_logits(logits, "scheduler step " + std::to_string(step.step + 1) + " (request " +
-                                  std::to_string(rows.front()->id + 1) + " and its batch)");
-  const at::Tensor greedy = logits.argmax(-1).to(at::kCPU);
-  const auto greedy_a = greedy.accessor<int64_t, 1>();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    RequestTracker& t = trackers_[static_cast<size_t>(rows[i]->id)];
-    const int64_t row = static_cast<int64_t>(i);
-    const int32_t id = static_cast<int32_t>(
-        t.request().sampling.greedy ? greedy_a[row]
-                                    : rows[i]->sampler.next(logits.narrow(0, row, 1))[0].item<int64_t>());
-    const std::string piece = t.push(id, ms);
-    if (sink_) sink_->on_token(rows[i]->id, id, piece, step.step, ms);
+  std::vector<PickRow> rows;
+  rows.reserve(ids.size());
+  for (int64_t id : ids) {
+    RequestTracker& t = trackers_[static_cast<size_t>(id)];
+    auto sampler = samplers_.try_emplace(id, t.request().sampling).first;
+    rows.push_back(
+        {&t.request().sampling, &sampler->second, &t.request().prompt_ids, &t.result().generated_ids});
   }
+  const std::vector<PickedToken> picked =
+      pick_tokens(logits, rows,
+                  "scheduler step " + std::to_string(step.step + 1) + " (request " +
+                      std::to_string(ids.front() + 1) + " and its batch)");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    RequestTracker& t = trackers_[static_cast<size_t>(id)];
+    const std::string piece = t.push(picked[i].id, ms);
+    core_->append(id, picked[i].id);
+    if (sink_) sink_->on_token(id, picked[i].id, piece, step.step, ms);
+    if (t.finished()) {
+      // Its memory is free for the rest of the step (a paged request that ended in its prefill
+      // needs no block for a decode).
+      step.retired.push_back(id);
+      core_->finish(id);
+      samplers_.erase(id);
+    }
+  }
+}
+
+void ContinuousBatchScheduler::note_plan(const SchedulePlan& plan, BatchStep& s, double ms) {
+  for (const auto& [id, why] : plan.rejected) reject(id, why, s);
+  for (int64_t id : plan.preempted) {
+    RequestTracker& t = trackers_[static_cast<size_t>(id)];
+    ++t.result().preemptions;
+    ++result_.preemptions;
+    s.preempted.push_back(id);
+    if (sink_) sink_->on_preempt(id, s.step, ms);
+  }
+  for (int64_t id : plan.admitted) {
+    RequestTracker& t = trackers_[static_cast<size_t>(id)];
+    const SchedulerCore::Request& r = core_->request(id);
+    t.result().adapter = t.request().adapter;
+    s.admitted.push_back(id);
+    const int64_t cached = kv_->cached_tokens(id);
+    s.prefill_tokens += cached;
+    s.prefix_hit_tokens += cached;
+    result_.prompt_tokens += static_cast<int64_t>(r.tokens.size());
+    result_.prefix_hit_tokens += cached;
+    if (t.result().admitted_step < 0) t.result().cached_tokens = cached;
+    if (cached > 0 && sink_) sink_->on_prefix_hit(id, cached, s.step);
+  }
+  for (const ScheduledChunk& c : plan.prefill) {
+    s.prefill_tokens += c.count;
+    s.chunks.push_back({c.id, c.start, c.count, c.last});
+  }
+  s.running =
+      std::max<int64_t>(s.running, static_cast<int64_t>(core_->running().size() + plan.preempted.size()));
+}
+
+void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTimer& clock, BatchStep& s) {
+  auto note_adapters = [&](const std::vector<int64_t>& ids) {
+    for (int64_t id : ids)
+      if (const auto it = held_.find(id); it != held_.end()) step_adapters_.insert(it->second.get());
+  };
+  // Decodes first: the running streams' tokens are out before a long prompt's chunk runs.
+  if (!plan.decode.empty()) {
+    note_adapters(plan.decode);
+    const at::Tensor logits = run_decodes(*kv_, *core_, plan);
+    ++s.forward_calls;
+    s.decode_tokens += static_cast<int64_t>(plan.decode.size());
+    forward_rows_ += static_cast<int64_t>(plan.decode.size());
+    result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(plan.decode.size()));
+    take_tokens(logits, plan.decode, clock.elapsed_ms(), s);
+  }
+  if (!plan.prefill.empty()) {
+    std::vector<int64_t> rows;
+    for (const ScheduledChunk& c : plan.prefill) rows.push_back(c.id);
+    note_adapters(rows);
+    const DeviceTimer prefill_timer(model_.device());
+    const at::Tensor logits = run_prefills(*kv_, *core_, plan);
+    const KvMemoryManager::CopyStats copied = kv_->take_copy_stats();
+    s.prefill_ms += prefill_timer.elapsed_ms() - copied.ms;
+    s.kv_copy_bytes += copied.bytes;
+    s.kv_copy_ms += copied.ms;
+    ++s.forward_calls;
+    forward_rows_ += static_cast<int64_t>(plan.prefill.size());
+    result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(plan.prefill.size()));
+    for (int64_t id : plan.admitted) {
+      const int64_t slot = kv_->slot_of(id);
+      RequestTracker& t = trackers_[static_cast<size_t>(id)];
+      t.admitted(slot, s.step, s.start_ms);
+      if (sink_) sink_->on_admit(id, slot, s.step, s.start_ms);
+    }
+    const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
+    if (!sampled.empty()) take_tokens(logits, sampled, clock.elapsed_ms(), s);
+  }
+  core_->ran(plan);
 }
 
 bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   BatchStep s;
   s.step = static_cast<int64_t>(result_.steps.size());
   s.start_ms = clock.elapsed_ms();
-  // Admit: arrived requests, in arrival order, into free batch places (and, for paged KV, only
-  // when their prompt's blocks fit: the queue then waits, first come first served).
-  std::vector<PrefillRequest> admitted;
-  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch &&
-         requests_[static_cast<size_t>(waiting_.front())].arrival_ms <= s.start_ms) {
-    const int64_t id = waiting_.front();
-    const BatchRequest& r = requests_[static_cast<size_t>(id)];
-    RequestTracker& t = trackers_[static_cast<size_t>(id)];
-    // A preempted request recomputes its prompt and the tokens it has so far.
-    const auto context = contexts_.find(id);
-    const std::vector<int32_t>& prompt = context == contexts_.end() ? r.prompt_ids : context->second;
-    const int64_t left = r.max_new_tokens - static_cast<int64_t>(t.result().generated_ids.size());
-    const PrefillRequest pr{id, &prompt, left, adapter_key(r.adapter)};
-    if (const std::string why = kv_->never_fits(pr); !why.empty()) {
-      waiting_.pop_front();
-      reject(id, why, s);
-      continue;
-    }
-    if (!r.adapter.empty()) {
-      // Its adapter must be loaded first; when the cache is full of adapters running requests
-      // need, the queue waits for a retirement (first come, first served).
-      std::shared_ptr<const LoraAdapter> adapter = adapters_->acquire(r.adapter);
-      if (!adapter) break;
-      held_[id] = std::move(adapter);
-    }
-    if (!kv_->reserve(pr)) {
-      if (held_.erase(id)) adapters_->release(r.adapter);
-      break;
-    }
-    t.result().adapter = r.adapter;
-    waiting_.pop_front();
-    if (const auto p = preempted_.find(id); p != preempted_.end()) {
-      running_.push_back({id, std::move(p->second)});
-      preempted_.erase(p);
-    } else {
-      running_.push_back({id, Sampler(r.sampling)});
-    }
-    admitted.push_back(pr);
-    s.admitted.push_back(id);
-    s.prefill_tokens += static_cast<int64_t>(prompt.size());
-    const int64_t cached = kv_->cached_tokens(id);
-    s.prefix_hit_tokens += cached;
-    result_.prompt_tokens += static_cast<int64_t>(prompt.size());
-    result_.prefix_hit_tokens += cached;
-    if (t.result().admitted_step < 0) t.result().cached_tokens = cached;
-    if (cached > 0 && sink_) sink_->on_prefix_hit(id, cached, s.step);
-  }
-  if (running_.empty()) return false;
-  s.running = static_cast<int64_t>(running_.size());
+  step_adapters_.clear();
+  const bool chunked = options_.max_num_batched_tokens > 0;
   const DeviceTimer timer(model_.device());
-  auto rows_of = [&](auto&& pick) {
-    std::vector<Running*> rows;
-    for (Running& r : running_)
-      if (pick(r)) rows.push_back(&r);
-    return rows;
-  };
-  KvMemoryManager::CopyStats copied;
-  if (!admitted.empty()) {
-    const DeviceTimer prefill_timer(model_.device());
-    at::Tensor logits = kv_->prefill(admitted);
-    copied = kv_->take_copy_stats();
-    s.prefill_ms = prefill_timer.elapsed_ms() - copied.ms;
-    ++s.forward_calls;
-    result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(admitted.size()));
-    auto rows = rows_of([&](const Running& r) {
-      return std::find(s.admitted.begin(), s.admitted.end(), r.id) != s.admitted.end();
-    });
-    const double ms = clock.elapsed_ms();
-    for (Running* r : rows) {
-      const int64_t slot = kv_->slot_of(r->id);
-      RequestTracker& t = trackers_[static_cast<size_t>(r->id)];
-      t.admitted(slot, s.step, s.start_ms);
-      if (sink_) sink_->on_admit(r->id, slot, s.step, s.start_ms);
-    }
-    take_tokens(logits, rows, ms, s);
-    for (int64_t id : s.admitted) contexts_.erase(id);  // a recomputation's context served its prefill
-  }
-  // Decode: the merged batch, the just-admitted included (the course's prefill, merge, decode).
-  auto decoding = rows_of([&](const Running& r) { return !trackers_[static_cast<size_t>(r.id)].finished(); });
-  if (options_.kv == KvStrategy::Paged) {
-    // Requests that finished in their prefill need no more memory: free it before anyone grows.
-    std::vector<int64_t> done;
-    for (const Running& r : running_)
-      if (trackers_[static_cast<size_t>(r.id)].finished()) done.push_back(r.id);
-    kv_->retire(done);
-    // Every decoding request needs room for its next position. When the pool runs out, the
-    // latest admitted running request is preempted (vLLM's recompute policy) until the older ones
-    // fit; the oldest always fits, as it fits the pool alone.
-    for (Running* r : decoding) {
-      if (r->evicted) continue;
-      const int32_t last = trackers_[static_cast<size_t>(r->id)].result().generated_ids.back();
-      while (!kv_->grow(r->id, last)) {
-        Running* victim = nullptr;
-        for (Running& c : running_)
-          if (!c.evicted && !trackers_[static_cast<size_t>(c.id)].finished()) victim = &c;
-        preempt(*victim, s, clock.elapsed_ms());
-        if (victim == r) break;
-      }
-    }
-    decoding = rows_of(
-        [&](const Running& r) { return !r.evicted && !trackers_[static_cast<size_t>(r.id)].finished(); });
-  }
-  if (!decoding.empty()) {
-    std::vector<int64_t> ids;
-    std::vector<int32_t> last;
-    for (Running* r : decoding) {
-      ids.push_back(r->id);
-      last.push_back(trackers_[static_cast<size_t>(r->id)].result().generated_ids.back());
-    }
-    at::Tensor logits = kv_->decode(ids, last);
-    ++s.forward_calls;
-    s.decode_tokens = static_cast<int64_t>(ids.size());
-    result_.max_batch = std::max(result_.max_batch, s.decode_tokens);
-    take_tokens(logits, decoding, clock.elapsed_ms(), s);
+  // Without a budget, the course's step: admissions prefill, then everyone decodes (the
+  // just-admitted included); with one, a single plan of decodes and prompt chunks.
+  SchedulePlan plan = core_->schedule(s.start_ms, /*admit=*/true, /*decode=*/chunked);
+  note_plan(plan, s, s.start_ms);
+  if (plan.empty() && core_->running().empty()) return false;
+  execute(plan, clock, s);
+  if (!chunked) {
+    // ran() and the tokens above told the core who decodes now.
+    const SchedulePlan decodes = core_->schedule(clock.elapsed_ms(), /*admit=*/false, /*decode=*/true);
+    note_plan(decodes, s, clock.elapsed_ms());
+    execute(decodes, clock, s);
   }
   result_.kv_cache_bytes = std::max(result_.kv_cache_bytes, kv_->bytes());
   result_.max_running = std::max(result_.max_running, s.running - static_cast<int64_t>(s.preempted.size()));
-  // Retire: finished requests leave the batch and free their memory.
-  for (const Running& r : running_)
-    if (trackers_[static_cast<size_t>(r.id)].finished()) s.retired.push_back(r.id);
   if (adapters_) {
-    std::set<const LoraAdapter*> distinct;
-    for (const Running& r : running_)
-      if (const auto it = held_.find(r.id); it != held_.end()) distinct.insert(it->second.get());
-    s.adapters_in_step = static_cast<int64_t>(distinct.size());
-    for (int64_t id : s.retired) {
-      if (held_.erase(id)) adapters_->release(requests_[static_cast<size_t>(id)].adapter);
-    }
+    s.adapters_in_step = static_cast<int64_t>(step_adapters_.size());
     s.adapter_cache = adapters_->stats();
     result_.adapter_cache = s.adapter_cache;
   }
-  kv_->retire(s.retired);
-  for (Running& r : running_)
-    if (r.evicted) preempted_.emplace(r.id, std::move(r.sampler));
-  std::erase_if(running_, [&](const Running& r) {
-    return r.evicted || trackers_[static_cast<size_t>(r.id)].finished();
-  });
   const KvMemoryManager::Usage usage = kv_->usage();
   s.kv_reserved_bytes = usage.reserved_bytes;
   s.kv_used_bytes = usage.used_bytes;
@@ -286,8 +279,8 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   s.ms = timer.elapsed_ms();
   kv_->snapshot_blocks(s);
   const KvMemoryManager::CopyStats later = kv_->take_copy_stats();
-  s.kv_copy_bytes = copied.bytes + later.bytes;
-  s.kv_copy_ms = copied.ms + later.ms;
+  s.kv_copy_bytes += later.bytes;
+  s.kv_copy_ms += later.ms;
   result_.kv_copy_bytes += s.kv_copy_bytes;
   result_.inference_calls += s.forward_calls;
   for (int64_t id : s.retired) {
@@ -303,21 +296,6 @@ int64_t ContinuousBatchScheduler::adapter_key(const std::string& adapter) const 
   for (size_t i = 0; i < options_.adapters.size(); ++i)
     if (options_.adapters[i].name == adapter) return static_cast<int64_t>(i) + 1;
   return 0;
-}
-
-void ContinuousBatchScheduler::preempt(Running& r, BatchStep& step, double ms) {
-  RequestTracker& t = trackers_[static_cast<size_t>(r.id)];
-  r.evicted = true;
-  kv_->retire({r.id});
-  std::vector<int32_t> context = t.request().prompt_ids;
-  context.insert(context.end(), t.result().generated_ids.begin(), t.result().generated_ids.end());
-  contexts_[r.id] = std::move(context);
-  waiting_.push_front(r.id);
-  if (held_.erase(r.id)) adapters_->release(t.request().adapter);
-  ++t.result().preemptions;
-  ++result_.preemptions;
-  step.preempted.push_back(r.id);
-  if (sink_) sink_->on_preempt(r.id, step.step, ms);
 }
 
 void ContinuousBatchScheduler::reject(int64_t id, const std::string& why, BatchStep& step) {
@@ -336,14 +314,14 @@ BatchRunResult ContinuousBatchScheduler::run() {
                         std::min<int64_t>(options_.max_batch, static_cast<int64_t>(requests_.size())));
   const DeviceTimer clock(dev);
   try {
-    while (!waiting_.empty() || !running_.empty()) {
+    while (!core_->idle()) {
       if (options_.cancel && options_.cancel->load()) {
         result_.cancelled = true;
         break;
       }
       if (!step(clock)) {
         // Nothing has arrived yet: wait for the next arrival, a little at a time to see a cancel.
-        const double wait = requests_[static_cast<size_t>(waiting_.front())].arrival_ms - clock.elapsed_ms();
+        const double wait = core_->next_arrival_ms() - clock.elapsed_ms();
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(std::clamp(wait, 0.0, 10.0)));
       }
     }
@@ -353,12 +331,9 @@ BatchRunResult ContinuousBatchScheduler::run() {
                            std::to_string(options_.max_batch) + "; try a smaller max batch");
   }
   result_.total_ms = clock.elapsed_ms();
-  int64_t rows = 0;
-  for (const BatchStep& s : result_.steps)
-    rows += s.prefill_tokens > 0 ? static_cast<int64_t>(s.admitted.size()) : 0;
-  for (const BatchStep& s : result_.steps) rows += s.decode_tokens;
-  result_.average_batch =
-      result_.inference_calls ? static_cast<double>(rows) / static_cast<double>(result_.inference_calls) : 0;
+  result_.average_batch = result_.inference_calls ? static_cast<double>(forward_rows_) /
+                                                        static_cast<double>(result_.inference_calls)
+                                                  : 0;
   for (RequestTracker& t : trackers_) {
     t.finish("cancelled");
     result_.generated_tokens += static_cast<int64_t>(t.result().generated_ids.size());

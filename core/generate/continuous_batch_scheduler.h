@@ -1,10 +1,12 @@
 #pragma once
-// Continuous batching's scheduler: at every step it admits arrived requests into free batch
-// places, has the KV memory manager prefill them and decode one token for every running request,
-// and retires the requests that finished. A request moves waiting -> running -> finished.
+// Continuous batching as an experiment runs it: the requests of a queue through the scheduler core
+// (generate/scheduler_core.h), the KV memory of the options, the token picker; every step
+// recorded for the charts (BatchStep) and reported live to a BatchSink. A request moves waiting ->
+// running -> finished (and, on paged KV, back to waiting when preempted).
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "generate/kv_memory_manager.h"
 #include "generate/request_tracker.h"
 #include "generate/sampling.h"
+#include "generate/scheduler_core.h"
 #include "util/device.h"
 
 namespace servelab {
@@ -29,18 +32,14 @@ class ContinuousBatchScheduler {
   BatchRunResult run();
 
  private:
-  struct Running {
-    int64_t id;
-    Sampler sampler;
-    bool evicted = false;  // preempted this step (paged KV)
-  };
   // Runs one step; false when there was nothing to run yet (no request has arrived).
   bool step(const DeviceTimer& clock);
-  // Picks each row's next token and hands it to its request; ms: when the tokens were ready.
-  void take_tokens(const at::Tensor& logits, const std::vector<Running*>& rows, double ms, BatchStep& step);
-  // Paged KV: frees a running request's memory and puts it back at the head of the queue, to be
-  // recomputed (prompt + tokens so far) when memory allows.
-  void preempt(Running& r, BatchStep& step, double ms);
+  // What a plan decided before it runs: rejections, admissions, preemptions, onto the step.
+  void note_plan(const SchedulePlan& plan, BatchStep& step, double ms);
+  // Runs the plan's decode rows, then its prompt chunks, picking every row's token.
+  void execute(const SchedulePlan& plan, const DeviceTimer& clock, BatchStep& step);
+  // Picks each row's next token and hands it to its request; ends the requests that finished.
+  void take_tokens(const at::Tensor& logits, const std::vector<int64_t>& ids, double ms, BatchStep& step);
   // Ends a request that can never fit the KV memory, with the reason, without running it.
   void reject(int64_t id, const std::string& why, BatchStep& step);
   int64_t adapter_key(const std::string& adapter) const;
@@ -51,16 +50,16 @@ class ContinuousBatchScheduler {
   BatchOptions options_;
   BatchSink* sink_;
   std::unique_ptr<KvMemoryManager> kv_;
+  std::unique_ptr<SchedulerCore> core_;
   std::vector<RequestTracker> trackers_;
-  std::deque<int64_t> waiting_;  // request ids in arrival order
-  std::vector<Running> running_;
+  std::map<int64_t, Sampler> samplers_;  // per request, kept across preemptions
   BatchRunResult result_;
-  // Adapters of the run (when it has any) and the one each running request holds.
+  int64_t forward_rows_ = 0;  // rows over every forward pass (prompt chunks and decodes)
+  // Adapters of the run (when it has any), the one each running request holds, and those that
+  // ran in the current step.
   std::unique_ptr<AdapterCache> adapters_;
   std::map<int64_t, std::shared_ptr<const LoraAdapter>> held_;
-  // Preempted requests: their samplers (state kept) and what their recomputation prefills.
-  std::map<int64_t, Sampler> preempted_;
-  std::map<int64_t, std::vector<int32_t>> contexts_;
+  std::set<const LoraAdapter*> step_adapters_;
 };
 
 }  // namespace servelab

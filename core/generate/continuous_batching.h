@@ -51,7 +51,11 @@ enum class PagedAttentionKernel { Auto, InPlace, Gather };
 const char* kv_strategy_name(KvStrategy strategy);
 
 struct BatchOptions {
-  int64_t max_batch = 8;  // requests running at once (slots)
+  int64_t max_batch = 8;  // requests running at once (slots; vLLM's max_num_seqs)
+  // Chunked prefill: tokens one step computes, decodes first and prompt chunks in what is left
+  // (vLLM's max_num_batched_tokens), in [1, context]; 0: off, every prompt in one piece and
+  // admitted requests decode in the step they prefill (the course's scheduler).
+  int64_t max_num_batched_tokens = 0;
   KvStrategy kv = KvStrategy::SlotKv;
   const std::atomic<bool>* cancel = nullptr;  // checked before every step; the run then returns
   // Adapters requests may name, loaded on demand into a cache of adapter_cache_capacity adapters
@@ -104,14 +108,23 @@ struct KvBlockTable {
   std::vector<int64_t> blocks;
 };
 
+// A piece of a prompt computed in one step (several, with chunked prefill).
+struct PrefillChunk {
+  int64_t request = 0;
+  int64_t start = 0;  // first position
+  int64_t count = 0;  // positions
+  bool last = false;  // ends the prompt (the request's first token came from it)
+};
+
 // One scheduler step: admissions with their prefill, one decode for the running batch, retirement.
 struct BatchStep {
   int64_t step = 0;
   double start_ms = 0;
-  double ms = 0;               // device-synchronised duration
-  int64_t running = 0;         // requests in the batch this step
-  int64_t prefill_tokens = 0;  // prompt positions computed
-  int64_t decode_tokens = 0;   // rows decoded
+  double ms = 0;                     // device-synchronised duration
+  int64_t running = 0;               // requests in the batch this step
+  int64_t prefill_tokens = 0;        // prompt positions computed (and found cached, for admissions)
+  std::vector<PrefillChunk> chunks;  // the prompt pieces computed, whole prompts without a budget
+  int64_t decode_tokens = 0;         // rows decoded
   int64_t forward_calls = 0;
   // KV memory moved between caches this step (admission and retirement bookkeeping): the course's
   // merge/filter re-pads and copies every running request; slot KV copies at most the admitted

@@ -23,7 +23,9 @@ struct GenerateOptions {
   bool use_kv_cache = true;
   bool stop_at_eos = true;
   std::vector<std::string> stop_strings;
-  int64_t report_top = 5;                     // top-N logits reported per step (0: none)
+  int64_t report_top = 5;  // top-N logits reported per step (0: none)
+  // Each generated token's log-probability (and sampling.top_logprobs alternatives) recorded.
+  bool logprobs = false;
   const std::atomic<bool>* cancel = nullptr;  // checked before every step
   // Per prompt, the LoRA adapter its row runs with (null: the base model); empty: no adapters.
   std::vector<std::shared_ptr<const LoraAdapter>> adapters;
@@ -68,6 +70,10 @@ struct GeneratedSequence {
   std::vector<std::vector<std::pair<int32_t, float>>> top;  // per step: report_top (id, logit)
   std::vector<double> step_ms;                              // per generated token
   std::string finish_reason;                                // "length", "eos" or "stop"
+  // With GenerateOptions::logprobs: per generated token, its log-probability and the
+  // sampling.top_logprobs most likely tokens with theirs.
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
 };
 
 struct GenerateResult {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "generate/token_picker.h"
 #include "lora/multi_lora.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/stream_decoder.h"
@@ -184,8 +185,15 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
       }
       in.lora = lora ? &*lora : nullptr;
       at::Tensor logits = model.forward(in, cache ? &*cache : nullptr);
-      check_finite_logits(logits, "generation step " + std::to_string(step + 1));
-      at::Tensor next = sampler.next(logits);
+      std::vector<PickRow> pick;
+      for (int64_t r = 0; r < batch; ++r)
+        pick.push_back({&o.sampling, &sampler, &prompts[static_cast<size_t>(r)],
+                        &result.sequences[static_cast<size_t>(r)].generated_ids, nullptr, o.logprobs});
+      const std::vector<PickedToken> picked =
+          pick_tokens(logits, pick, "generation step " + std::to_string(step + 1));
+      at::Tensor next = at::empty({batch}, at::kLong);
+      auto picked_a = next.accessor<int64_t, 1>();
+      for (int64_t r = 0; r < batch; ++r) picked_a[r] = picked[static_cast<size_t>(r)].id;
       at::Tensor top_vals, top_ids, top_probs;
       if (o.report_top > 0) {
         auto t = logits.topk(std::min<int64_t>(o.report_top, logits.size(-1)), -1);
@@ -212,6 +220,10 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
         const int32_t id = static_cast<int32_t>(next_a[r]);
         seq.generated_ids.push_back(id);
         seq.step_ms.push_back(ms);
+        if (o.logprobs) {
+          seq.logprobs.push_back(picked[static_cast<size_t>(r)].logprob);
+          seq.top_logprobs.push_back(picked[static_cast<size_t>(r)].top);
+        }
         std::vector<TopToken> event_top;
         if (o.report_top > 0) {
           std::vector<std::pair<int32_t, float>> top;

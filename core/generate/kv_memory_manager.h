@@ -13,18 +13,25 @@
 #include <vector>
 
 #include "generate/continuous_batching.h"
+#include "generate/kv_bookkeeping.h"
 #include "lora/multi_lora.h"
 #include "model/model.h"
 
 namespace servelab {
 
-struct PrefillRequest {
-  int64_t id;                              // the scheduler's request id
-  const std::vector<int32_t>* prompt_ids;  // outlives the call
-  int64_t max_new_tokens;
-  // Which weights computed its keys and values (0: the base model, else an adapter): prefix caching
-  // shares blocks only between requests with the same key.
-  int64_t adapter_key = 0;
+// One request's share of a forward pass over several tokens per row: `tokens` take the request's
+// next positions [computed(id), computed(id) + tokens.size()) and attend causally to everything
+// it holds before them. A whole uncached prompt, a prompt chunk (chunked prefill), or several
+// tokens of a decoding request (speculative verification).
+struct StepSegment {
+  enum class Logits {
+    None,  // a prompt chunk that ends before its prompt does: nothing to sample from
+    Last,  // the next-token logits after the segment
+    All,   // one row per new position (verification of proposed tokens)
+  };
+  int64_t id = 0;
+  std::vector<int32_t> tokens;
+  Logits logits = Logits::Last;
 };
 
 struct PagedKvConfig {
@@ -34,34 +41,25 @@ struct PagedKvConfig {
   PagedAttentionKernel kernel = PagedAttentionKernel::Auto;
 };
 
-class KvMemoryManager {
+class KvMemoryManager : public KvBookkeeping {
  public:
-  virtual ~KvMemoryManager() = default;
-  // Gives each admitted request its KV memory and runs their prompts in one forward pass:
-  // next-token logits [admitted, vocab], rows in the order given.
-  virtual at::Tensor prefill(const std::vector<PrefillRequest>& admitted) = 0;
+  // Gives each admitted request its KV memory (reserve()) and runs the positions its prefix cache
+  // does not hold in one forward pass: next-token logits [admitted, vocab], rows in the order
+  // given. The default commits every prompt whole, then extend()s their uncached suffixes.
+  virtual at::Tensor prefill(const std::vector<PrefillRequest>& admitted);
+  // One forward pass over several new tokens of several reserved requests (StepSegment): logits
+  // of the positions each segment asks for, segments in order, [rows, vocab] (no rows: an
+  // undefined tensor). InputError from a layout that cannot (the course's merge/filter).
+  virtual at::Tensor extend(const std::vector<StepSegment>& segments);
   // One forward pass that feeds every listed request its last token: logits [ids, vocab] in the
   // order of ids. Requests not listed (finished this step) may hold memory but take no token.
   virtual at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) = 0;
-  // Frees the memory of finished requests.
-  virtual void retire(const std::vector<int64_t>& ids) = 0;
   // The batch place a request runs in, for the Gantt chart.
   virtual int64_t slot_of(int64_t id) const = 0;
   // KV bytes held now.
   virtual int64_t bytes() const = 0;
-
-  // Memory that can run out (paged KV). The defaults suit the layouts sized for max batch up front.
-  // Takes KV memory for a request about to be admitted (its prompt's positions); false, changing
-  // nothing, when it does not fit now. prefill() of a request not reserved reserves it first.
-  virtual bool reserve(const PrefillRequest& /*r*/) { return true; }
-  // Why the request can never run in this memory (its prompt and new tokens need more than all
-  // of it), or empty.
-  virtual std::string never_fits(const PrefillRequest& /*r*/) const { return {}; }
   // Leading prompt positions a reserved request found in the prefix cache.
   virtual int64_t cached_tokens(int64_t /*id*/) const { return 0; }
-  // Room for the position the request's `token` takes at its next decode; false when memory is
-  // out (the scheduler then preempts).
-  virtual bool grow(int64_t /*id*/, int32_t /*token*/) { return true; }
   struct Usage {
     int64_t reserved_bytes = 0;  // held for requests now: their slots or blocks
     int64_t used_bytes = 0;      // holding cached positions (distinct positions: shared blocks once)
@@ -93,6 +91,17 @@ class KvMemoryManager {
   void set_lora(LoraRouting routing) { lora_ = std::move(routing); }
 
  protected:
+  // The segments of an extend() packed end to end into as few input rows as possible (one per
+  // adapter, each at most `width_limit` long), as vLLM flattens a step's tokens: padding one row
+  // per request to the longest would run the linear layers over every row's padding.
+  struct Packed {
+    at::Tensor input_ids, position_ids;  // [rows, width] on the CPU (padding: pad id, position 0)
+    at::Tensor logit_positions;          // into the flattened [rows * width] positions
+    std::vector<int64_t> row, column;    // per segment: its input row and first column
+    std::vector<int64_t> start;          // per segment: its first position (computed() before)
+    std::vector<int64_t> row_request;    // per input row: a request of its adapter (LoRA routing)
+  };
+  Packed pack(const std::vector<StepSegment>& segments, int32_t pad, int64_t width_limit) const;
   // dst.copy_(src), counted.
   void copy_kv(const at::Tensor& dst, const at::Tensor& src);
   // The LoRA rows of a forward pass whose input rows belong to these requests (-1: a padding

@@ -27,6 +27,12 @@ int64_t MergeFilterKvMemory::row_of(int64_t id) const {
   throw InputError("request " + std::to_string(id) + " holds no KV memory");
 }
 
+int64_t MergeFilterKvMemory::computed(int64_t id) const {
+  for (const Row& r : rows_)
+    if (r.id == id) return r.length;
+  return 0;
+}
+
 at::Tensor MergeFilterKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
   const at::Device dev = model_.device();
   // init_batch + the prefill forward: the new requests as a left-padded batch of their own.

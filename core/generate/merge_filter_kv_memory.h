@@ -15,6 +15,9 @@ class MergeFilterKvMemory : public KvMemoryManager {
  public:
   MergeFilterKvMemory(const Model& model, int32_t pad_id) : model_(model), pad_(pad_id) {}
 
+  // Memory is made at prefill, for the requests admitted then: nothing to reserve before.
+  bool reserve(const PrefillRequest& /*r*/) override { return true; }
+  int64_t computed(int64_t id) const override;
   at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
   void retire(const std::vector<int64_t>& ids) override;

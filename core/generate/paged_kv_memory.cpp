@@ -62,7 +62,8 @@ std::string PagedKvMemory::never_fits(const PrefillRequest& r) const {
 
 bool PagedKvMemory::reserve(const PrefillRequest& r) {
   if (requests_.count(r.id)) return true;
-  const std::optional<int64_t> cached = blocks_.allocate(r.id, *r.prompt_ids, r.adapter_key);
+  // Prompt blocks join the prefix cache only once commit() says they will be written this step.
+  const std::optional<int64_t> cached = blocks_.allocate(r.id, *r.prompt_ids, r.adapter_key, /*seal=*/false);
   if (!cached) return false;
   Request q;
   q.cached = q.computed = *cached;
@@ -77,10 +78,27 @@ bool PagedKvMemory::reserve(const PrefillRequest& r) {
   return true;
 }
 
+int64_t PagedKvMemory::computed(int64_t id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second.computed;
+}
+
+void PagedKvMemory::commit(int64_t id, int64_t positions) { blocks_.seal_upto(id, positions); }
+
 bool PagedKvMemory::grow(int64_t id, int32_t token) {
   const Request& q = requests_.at(id);
   if (blocks_.length(id) > q.computed) return true;  // grown already
   return blocks_.append(id, token);
+}
+
+bool PagedKvMemory::grow_tokens(int64_t id, const std::vector<int32_t>& tokens) {
+  const Request& q = requests_.at(id);
+  const int64_t held = blocks_.length(id), want = q.computed + static_cast<int64_t>(tokens.size());
+  if (held >= want) return true;
+  const int64_t blocks_now = static_cast<int64_t>(blocks_.block_table(id).size());
+  if (blocks_.blocks_for(want) - blocks_now > blocks_.available_blocks()) return false;
+  for (int64_t p = held; p < want; ++p) blocks_.append(id, tokens[static_cast<size_t>(p - q.computed)]);
+  return true;
 }
 
 at::Tensor PagedKvMemory::slots(int64_t id, int64_t from, int64_t to) const {
@@ -92,76 +110,59 @@ at::Tensor PagedKvMemory::slots(int64_t id, int64_t from, int64_t to) const {
   return at::tensor(s, at::kLong).to(model_.device());
 }
 
-at::Tensor PagedKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
+at::Tensor PagedKvMemory::extend(const std::vector<StepSegment>& segments) {
   const at::Device dev = model_.device();
-  for (const PrefillRequest& r : admitted)
-    if (!reserve(r))
-      throw InputError("no room in the paged KV pool for request " + std::to_string(r.id + 1) + " (" +
-                       std::to_string(blocks_.available_blocks()) + " blocks free)");
-  // The requests' uncached suffixes are packed end to end into as few input rows as possible (one
-  // per adapter, each at most the context long), as vLLM flattens a step's tokens. One row per
-  // request padded to the longest would run the linear layers over every row's padding: a
-  // 268-token prompt admitted with fifteen 12-token suffixes over a cached system prompt cost
-  // 16 x 268 positions instead of 450.
-  Pass pass;
-  std::vector<int64_t> row_used, row_request;  // per row: positions taken, a request of its adapter
-  std::vector<const LoraAdapter*> row_adapter;
-  const int64_t width_limit = model_.shape().context;
-  for (const PrefillRequest& r : admitted) {
-    const Request& q = requests_.at(r.id);
-    const int64_t count = static_cast<int64_t>(r.prompt_ids->size()) - q.computed;
-    if (count < 1)
-      throw InputError("request " + std::to_string(r.id + 1) + " has no prompt position to compute");
-    const LoraAdapter* adapter = adapter_of(r.id);
-    size_t row = 0;
-    while (row < row_used.size() && (row_adapter[row] != adapter || row_used[row] + count > width_limit))
-      ++row;
-    if (row == row_used.size()) {
-      row_used.push_back(0);
-      row_request.push_back(r.id);
-      row_adapter.push_back(adapter);
-    }
-    pass.ids.push_back(r.id);
-    pass.start.push_back(q.computed);
-    pass.count.push_back(count);
-    pass.row.push_back(static_cast<int64_t>(row));
-    pass.column.push_back(row_used[row]);
-    row_used[row] += count;
+  for (const StepSegment& sg : segments) {
+    const auto it = requests_.find(sg.id);
+    if (it == requests_.end())
+      throw InputError("request " + std::to_string(sg.id + 1) + " holds no KV memory");
+    // Positions past the blocks the request holds (a decoding request's extra tokens) need room.
+    const int64_t end = it->second.computed + static_cast<int64_t>(sg.tokens.size());
+    if (blocks_.length(sg.id) < end)
+      throw InputError("request " + std::to_string(sg.id + 1) + " holds KV blocks for " +
+                       std::to_string(blocks_.length(sg.id)) + " positions, not the " + std::to_string(end) +
+                       " this step writes");
   }
-  const int64_t B = static_cast<int64_t>(row_used.size());
-  const int64_t T = *std::max_element(row_used.begin(), row_used.end());
-  at::Tensor input = at::full({B, T}, pad_, at::kLong), positions = at::zeros({B, T}, at::kLong);
-  auto in_a = input.accessor<int64_t, 2>();
-  auto pos_a = positions.accessor<int64_t, 2>();
-  std::vector<int64_t> write_rows, logit_positions;
+  // Packed end to end, as vLLM flattens a step's tokens: a 268-token prompt admitted with fifteen
+  // 12-token suffixes over a cached system prompt costs 450 positions, not 16 x 268.
+  const Packed packed = pack(segments, pad_, model_.shape().context);
+  Pass pass;
+  const int64_t T = packed.input_ids.size(1);
+  std::vector<int64_t> write_rows;
   std::vector<at::Tensor> write_slots;
-  for (size_t i = 0; i < admitted.size(); ++i) {
-    const std::vector<int32_t>& prompt = *admitted[i].prompt_ids;
-    const int64_t start = pass.start[i], count = pass.count[i], row = pass.row[i], column = pass.column[i];
-    for (int64_t j = 0; j < count; ++j) {
-      in_a[row][column + j] = prompt[static_cast<size_t>(start + j)];
-      pos_a[row][column + j] = start + j;
-      write_rows.push_back(row * T + column + j);
-    }
-    logit_positions.push_back(row * T + column + count - 1);
-    write_slots.push_back(slots(pass.ids[i], start, start + count));
-    pass.read_slots.push_back(slots(pass.ids[i], 0, start + count));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const int64_t count = static_cast<int64_t>(segments[i].tokens.size());
+    const int64_t start = packed.start[i], row = packed.row[i], column = packed.column[i];
+    pass.ids.push_back(segments[i].id);
+    pass.start.push_back(start);
+    pass.count.push_back(count);
+    pass.row.push_back(row);
+    pass.column.push_back(column);
+    for (int64_t j = 0; j < count; ++j) write_rows.push_back(row * T + column + j);
+    write_slots.push_back(slots(segments[i].id, start, start + count));
+    pass.read_slots.push_back(slots(segments[i].id, 0, start + count));
   }
   pass.write_rows = at::tensor(write_rows, at::kLong).to(dev);
   pass.write_slots = at::cat(write_slots);
   pass_ = std::move(pass);
-  last_prefill_shape_ = {B, T};
+  last_prefill_shape_ = {packed.input_ids.size(0), T};
+  const bool any_logits = packed.logit_positions.numel() > 0;
   ForwardInput in;
-  in.input_ids = input.to(dev);
-  in.position_ids = positions.to(dev);
-  in.logit_positions = at::tensor(logit_positions, at::kLong).to(dev);
-  const std::optional<LoraBatch> lora = lora_rows(row_request);
+  in.input_ids = packed.input_ids.to(dev);
+  in.position_ids = packed.position_ids.to(dev);
+  // A step of prompt chunks that all end mid-prompt still runs the vocabulary projection for one
+  // position, dropped: the forward computes the logits of what it is asked for.
+  in.logit_positions = (any_logits ? packed.logit_positions : at::zeros({1}, at::kLong)).to(dev);
+  const std::optional<LoraBatch> lora = lora_rows(packed.row_request);
   in.lora = lora ? &*lora : nullptr;
   in.kv_store = this;
   at::Tensor logits = model_.forward(in);
-  for (const PrefillRequest& r : admitted)
-    requests_.at(r.id).computed = static_cast<int64_t>(r.prompt_ids->size());
-  return logits;
+  for (const StepSegment& sg : segments) {
+    Request& q = requests_.at(sg.id);
+    q.computed += static_cast<int64_t>(sg.tokens.size());
+    blocks_.seal_upto(sg.id, q.computed);
+  }
+  return any_logits ? logits : at::Tensor();
 }
 
 at::Tensor PagedKvMemory::decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) {

@@ -18,7 +18,7 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
  public:
   PagedKvMemory(const Model& model, const PagedKvConfig& config, int32_t pad_id);
 
-  at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
+  at::Tensor extend(const std::vector<StepSegment>& segments) override;
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
   void retire(const std::vector<int64_t>& ids) override;
   int64_t slot_of(int64_t id) const override;
@@ -27,7 +27,10 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   bool reserve(const PrefillRequest& r) override;
   std::string never_fits(const PrefillRequest& r) const override;
   int64_t cached_tokens(int64_t id) const override;
+  int64_t computed(int64_t id) const override;
+  void commit(int64_t id, int64_t positions) override;
   bool grow(int64_t id, int32_t token) override;
+  bool grow_tokens(int64_t id, const std::vector<int32_t>& tokens) override;
   Usage usage() const override;
   void snapshot_blocks(BatchStep& step) const override;
 
@@ -36,7 +39,7 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   int64_t block_bytes() const { return block_bytes_; }
   // The decode attention in use (Auto resolved).
   PagedAttentionKernel kernel() const { return kernel_; }
-  // The last prefill's forward input, [rows, width] positions (padding included): what its linear
+  // The last extend's forward input, [rows, width] positions (padding included): what its linear
   // layers computed over.
   std::pair<int64_t, int64_t> last_prefill_shape() const { return last_prefill_shape_; }
 
@@ -61,7 +64,7 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   std::map<int64_t, Request> requests_;
   std::vector<bool> place_used_;
 
-  // The forward in flight (set by prefill/decode for attend()).
+  // The forward in flight (set by extend/decode for attend()).
   struct Pass {
     bool decode = false;
     std::vector<int64_t> ids;
@@ -69,7 +72,7 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
     at::Tensor write_rows;              // [positions written] rows of k.view(B * T, ...) to store;
                                         // undefined: every row, in order (a decode step)
     at::Tensor write_slots;             // [positions written] their pool slots
-    // Prefill: per request, its input row and the column its first new position sits at (requests
+    // Extend: per request, its input row and the column its first new position sits at (requests
     // are packed end to end), and the slots of its positions [0, start + count).
     std::vector<int64_t> row, column;
     std::vector<at::Tensor> read_slots;

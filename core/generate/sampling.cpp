@@ -4,18 +4,40 @@
 
 #include <cmath>
 #include <limits>
+#include <sstream>
+#include <string>
 
 #include "util/errors.h"
 
 namespace servelab {
 
+namespace {
+// %g: a temperature of 1e-45 reads as such, not as "0.000000".
+std::string num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+}  // namespace
+
 void SamplingParams::validate() const {
+  if (!(repetition_penalty > 0.0 && std::isfinite(repetition_penalty)))
+    throw InputError("repetition penalty must be > 0 and finite (1: off), got " + num(repetition_penalty));
+  if (!(presence_penalty >= -2.0 && presence_penalty <= 2.0))
+    throw InputError("presence penalty must be in [-2, 2], got " + num(presence_penalty));
+  if (!(frequency_penalty >= -2.0 && frequency_penalty <= 2.0))
+    throw InputError("frequency penalty must be in [-2, 2], got " + num(frequency_penalty));
+  if (top_logprobs < 0 || top_logprobs > 20)
+    throw InputError("top logprobs must be in [0, 20], got " + std::to_string(top_logprobs));
   if (greedy) return;
-  if (!(temperature > 0.0 && std::isfinite(temperature)))
-    throw InputError("temperature must be > 0 and finite, got " + std::to_string(temperature));
+  // A temperature so small that logits / temperature overflows fp32 is no temperature at all.
+  if (!(temperature >= 1e-5 && std::isfinite(temperature)))
+    throw InputError(
+        "temperature must be > 0 (at least 1e-5) and finite; greedy decoding is temperature 0. Got " +
+        num(temperature));
   if (top_k < 0) throw InputError("top-k must be >= 0, got " + std::to_string(top_k));
-  if (!(top_p > 0.0 && top_p <= 1.0))
-    throw InputError("top-p must be in (0, 1], got " + std::to_string(top_p));
+  if (!(top_p > 0.0 && top_p <= 1.0)) throw InputError("top-p must be in (0, 1], got " + num(top_p));
+  if (!(min_p >= 0.0 && min_p <= 1.0)) throw InputError("min-p must be in [0, 1], got " + num(min_p));
 }
 
 void check_finite_logits(const at::Tensor& logits, const std::string& where) {
@@ -41,6 +63,11 @@ at::Tensor Sampler::next(const at::Tensor& logits) {
   at::Tensor l = logits.to(at::kCPU, at::kFloat) / params_.temperature;
   const double neg_inf = -std::numeric_limits<double>::infinity();
   const int64_t vocab = l.size(-1);
+  if (params_.min_p > 0.0) {
+    // Relative to the most likely token: log p_i < log p_max + log min_p, in logit space.
+    const at::Tensor top = std::get<0>(l.max(-1, /*keepdim=*/true));
+    l = l.masked_fill(l < top + std::log(params_.min_p), neg_inf);
+  }
   if (params_.top_k > 0 && params_.top_k < vocab) {
     at::Tensor kth = std::get<0>(l.topk(params_.top_k, -1)).select(-1, params_.top_k - 1).unsqueeze(-1);
     l = l.masked_fill(l < kth, neg_inf);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "generate/generator.h"
+#include "model/layers.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -14,19 +15,34 @@ SlotKvMemory::SlotKvMemory(const Model& model, int64_t slots, int64_t capacity, 
       used_(static_cast<size_t>(slots), false),
       length_(static_cast<size_t>(slots), 0) {}
 
+bool SlotKvMemory::reserve(const PrefillRequest& r) {
+  if (slot_.count(r.id)) return true;
+  // The lowest free slot keeps the running rows packed at the front, so decode can run over a
+  // short prefix of the slots.
+  const auto free = std::find(used_.begin(), used_.end(), false);
+  if (free == used_.end()) return false;
+  const int64_t s = free - used_.begin();
+  used_[static_cast<size_t>(s)] = true;
+  length_[static_cast<size_t>(s)] = 0;
+  slot_[r.id] = s;
+  return true;
+}
+
+int64_t SlotKvMemory::computed(int64_t id) const {
+  const auto it = slot_.find(id);
+  return it == slot_.end() ? 0 : length_[static_cast<size_t>(it->second)];
+}
+
 at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
   const at::Device dev = model_.device();
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int64_t> slots;
   for (const PrefillRequest& r : admitted) {
-    // The lowest free slot keeps the running rows packed at the front, so decode can run over a
-    // short prefix of the slots.
-    const auto free = std::find(used_.begin(), used_.end(), false);
-    if (free == used_.end()) throw InputError("no free KV slot for request " + std::to_string(r.id));
-    const int64_t s = free - used_.begin();
-    used_[static_cast<size_t>(s)] = true;
+    if (!reserve(r)) throw InputError("no free KV slot for request " + std::to_string(r.id + 1));
+    const int64_t s = slot_.at(r.id);
+    if (length_[static_cast<size_t>(s)] != 0)
+      throw InputError("request " + std::to_string(r.id + 1) + " has positions cached already; extend() it");
     length_[static_cast<size_t>(s)] = static_cast<int64_t>(r.prompt_ids->size());
-    slot_[r.id] = s;
     slots.push_back(s);
     prompts.push_back(*r.prompt_ids);
   }
@@ -63,6 +79,72 @@ at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
             scratch.values().select(1, row).narrow(2, width - n, n));
   }
   return logits;
+}
+
+at::Tensor SlotKvMemory::extend(const std::vector<StepSegment>& segments) {
+  const at::Device dev = model_.device();
+  for (const StepSegment& sg : segments) {
+    const auto it = slot_.find(sg.id);
+    if (it == slot_.end()) throw InputError("request " + std::to_string(sg.id + 1) + " holds no KV slot");
+    const int64_t end = length_[static_cast<size_t>(it->second)] + static_cast<int64_t>(sg.tokens.size());
+    if (end > cache_.capacity())
+      throw InputError("request " + std::to_string(sg.id + 1) + " would reach position " +
+                       std::to_string(end) + "; its KV slot holds " + std::to_string(cache_.capacity()));
+  }
+  const Packed packed = pack(segments, pad_, model_.shape().context);
+  pass_.clear();
+  for (size_t i = 0; i < segments.size(); ++i)
+    pass_.push_back({slot_.at(segments[i].id), packed.start[i],
+                     static_cast<int64_t>(segments[i].tokens.size()), packed.row[i], packed.column[i]});
+  const bool any_logits = packed.logit_positions.numel() > 0;
+  ForwardInput in;
+  in.input_ids = packed.input_ids.to(dev);
+  in.position_ids = packed.position_ids.to(dev);
+  // Chunks that all end mid-prompt still project one position, dropped.
+  in.logit_positions = (any_logits ? packed.logit_positions : at::zeros({1}, at::kLong)).to(dev);
+  const std::optional<LoraBatch> lora = lora_rows(packed.row_request);
+  in.lora = lora ? &*lora : nullptr;
+  in.kv_store = this;
+  at::Tensor logits = model_.forward(in);
+  for (const Segment& sg : pass_) length_[static_cast<size_t>(sg.slot)] = sg.start + sg.count;
+  pass_.clear();
+  return any_logits ? logits : at::Tensor();
+}
+
+at::Tensor SlotKvMemory::attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const AttentionParams& params) {
+  const at::Tensor keys = cache_.keys().select(0, layer), values = cache_.values().select(0, layer);
+  // Every segment's new positions are stored before any attends (one slot per request, so no
+  // segment reads another's; the order only matters for a layout that shares).
+  for (const Segment& sg : pass_) {
+    keys.select(0, sg.slot)
+        .narrow(1, sg.start, sg.count)
+        .copy_(k.select(0, sg.row).narrow(1, sg.column, sg.count));
+    values.select(0, sg.slot)
+        .narrow(1, sg.start, sg.count)
+        .copy_(v.select(0, sg.row).narrow(1, sg.column, sg.count));
+  }
+  // Each segment's queries over its slot's positions [0, start + count), causally; the padding at
+  // the end of a packed row attends to nothing and stays zero.
+  at::Tensor out = at::zeros(q.sizes(), q.options());
+  for (const Segment& sg : pass_) {
+    const int64_t n = sg.start + sg.count;
+    AttentionMask m;
+    m.keys = n;
+    if (sg.start == 0) {
+      m.causal = sg.count > 1;
+    } else if (sg.count > 1) {
+      m.mask = at::ones({sg.count, n}, at::TensorOptions().dtype(at::kBool).device(q.device()))
+                   .tril(sg.start)
+                   .view({1, 1, sg.count, n});
+    }
+    out.narrow(0, sg.row, 1)
+        .narrow(2, sg.column, sg.count)
+        .copy_(servelab::attend(q.narrow(0, sg.row, 1).narrow(2, sg.column, sg.count),
+                                keys.narrow(0, sg.slot, 1).narrow(2, 0, n),
+                                values.narrow(0, sg.slot, 1).narrow(2, 0, n), m, params));
+  }
+  return out;
 }
 
 at::Tensor SlotKvMemory::decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) {

@@ -9,11 +9,18 @@
 
 namespace servelab {
 
-class SlotKvMemory : public KvMemoryManager {
+class SlotKvMemory : public KvMemoryManager, private KvStore {
  public:
   SlotKvMemory(const Model& model, int64_t slots, int64_t capacity, int32_t pad_id);
 
+  // Takes the lowest free slot (false when every slot is taken).
+  bool reserve(const PrefillRequest& r) override;
+  int64_t computed(int64_t id) const override;
+  // Whole prompts from position 0: written straight into the slot (one request) or through one
+  // left-padded forward and a copy into each slot (several), as the course's lesson measures.
   at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
+  // Packed segments attending through this memory's KvStore (chunks, multi-token steps).
+  at::Tensor extend(const std::vector<StepSegment>& segments) override;
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
   void retire(const std::vector<int64_t>& ids) override;
   int64_t slot_of(int64_t id) const override { return slot_.at(id); }
@@ -21,12 +28,20 @@ class SlotKvMemory : public KvMemoryManager {
   Usage usage() const override;
 
  private:
+  // KvStore, for extend(): stores each segment's keys and values in its slot, then attends.
+  at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const AttentionParams& params) override;
+  struct Segment {
+    int64_t slot, start, count, row, column;
+  };
+
   const Model& model_;
   KvCache cache_;
   int32_t pad_;
   std::vector<bool> used_;           // per slot
   std::vector<int64_t> length_;      // positions cached per slot
   std::map<int64_t, int64_t> slot_;  // request id -> slot
+  std::vector<Segment> pass_;        // the extend() in flight
 };
 
 }  // namespace servelab

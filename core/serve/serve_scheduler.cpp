@@ -14,6 +14,9 @@
 #include "generate/kv_memory_manager.h"
 #include "generate/request_tracker.h"
 #include "generate/sampling.h"
+#include "generate/scheduler_core.h"
+#include "generate/step_executor.h"
+#include "generate/token_picker.h"
 #include "lora/adapter_cache.h"
 #include "lora/lora_adapter.h"
 #include "model/model.h"
@@ -85,9 +88,7 @@ struct Entry {
   std::optional<Sampler> sampler;
   std::shared_ptr<const LoraAdapter> adapter;
   std::unique_ptr<TokenConstraint> constraint;
-  // Paged KV: a preempted request's prompt and generated tokens, recomputed at its readmission.
-  std::vector<int32_t> context;
-  bool evicted = false;  // preempted in this step; back to the waiting queue after it
+  std::string acquire_error;  // its adapter could not be loaded: it fails instead of running
   // What the table and /metrics see.
   ServeRequestInfo info;
   std::chrono::steady_clock::time_point submitted, first_token, last_token;
@@ -127,13 +128,14 @@ struct ServeScheduler::Impl {
   std::vector<ServeRequestInfo> active;  // waiting and running, as of the engine's last look
   std::deque<ServeRequestInfo> ended;    // the last ones to end, oldest first
 
-  // The engine thread's own.
+  // The engine thread's own: the scheduler core over the KV memory, and every request it holds
+  // (waiting or running) by id.
   std::unique_ptr<KvMemoryManager> kv;
+  std::unique_ptr<SchedulerCore> core;
+  std::map<int64_t, std::unique_ptr<Entry>> entries;
   std::unique_ptr<AdapterCache> adapters;
   std::map<int64_t, const LoraAdapter*> held;   // running request -> its adapter, for the routing
   std::map<std::string, int64_t> adapter_keys;  // prefix caching shares blocks per adapter only
-  std::deque<std::unique_ptr<Entry>> waiting;
-  std::vector<std::unique_ptr<Entry>> running;
   std::vector<int32_t> stop_ids;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::thread thread;
@@ -158,6 +160,10 @@ ServeScheduler::ServeScheduler(const Model& model, const Tokenizer& tokenizer, S
                      "] (the model's context), got " + std::to_string(options_.max_total_tokens));
   max_total_tokens_ =
       options_.max_total_tokens > 0 ? options_.max_total_tokens : std::min<int64_t>(context, 2048);
+  if (options_.max_num_batched_tokens < 0 || options_.max_num_batched_tokens > context)
+    throw InputError("max num batched tokens must be in [1, " + std::to_string(context) +
+                     "] (the model's context), or 0 for no budget, got " +
+                     std::to_string(options_.max_num_batched_tokens));
   Impl& s = *impl_;
   s.stop_ids = generation_stop_ids(model, tokenizer);
   if (StructuredOutput::available())
@@ -207,6 +213,31 @@ ServeScheduler::ServeScheduler(const Model& model, const Tokenizer& tokenizer, S
   routing.strategy = options_.lora_strategy;
   routing.stack = [&s] { return s.adapters->stack(); };
   s.kv->set_lora(std::move(routing));
+  // A request's adapter is loaded (or found in the cache) before it is admitted; while the cache
+  // is full of adapters running requests need, the queue waits. One that cannot be loaded fails.
+  SchedulerCore::Hooks hooks;
+  hooks.acquire = [&s](int64_t id) {
+    Entry& e = *s.entries.at(id);
+    if (e.request.adapter.empty()) return true;
+    try {
+      e.adapter = s.adapters->acquire(e.request.adapter);
+    } catch (const std::exception& ex) {
+      e.acquire_error = "adapter '" + e.request.adapter + "' could not be loaded: " + ex.what();
+      return false;
+    }
+    if (!e.adapter) return false;
+    s.held[id] = e.adapter.get();
+    return true;
+  };
+  hooks.release = [&s](int64_t id) {
+    Entry& e = *s.entries.at(id);
+    if (s.held.erase(id)) {
+      s.adapters->release(e.request.adapter);
+      e.adapter.reset();
+    }
+  };
+  s.core = std::make_unique<SchedulerCore>(
+      *s.kv, SchedulerConfig{options_.max_batch, options_.max_num_batched_tokens}, std::move(hooks));
   if (!options_.engine_on_caller) s.thread = std::thread([this] { loop(); });
 }
 
@@ -233,17 +264,13 @@ ServeScheduler::~ServeScheduler() {
   if (impl_->thread.joinable()) impl_->thread.join();
   // Nobody waits forever on a request the engine never saw or never finished.
   for (auto& e : impl_->inbox) e->stream->finish(unstarted_result(*e, "cancelled"));
-  for (auto& e : impl_->waiting) {
-    if (e->tracker) {  // preempted: it has tokens already
+  for (auto& [id, e] : impl_->entries) {
+    if (e->tracker) {  // running, or preempted with tokens already
       e->tracker->finish("cancelled");
       e->stream->finish(e->tracker->result());
     } else {
       e->stream->finish(unstarted_result(*e, "cancelled"));
     }
-  }
-  for (auto& e : impl_->running) {
-    e->tracker->finish("cancelled");
-    e->stream->finish(e->tracker->result());
   }
 }
 
@@ -388,12 +415,14 @@ void ServeScheduler::loop() {
   at::init_num_threads();  // this thread takes the engine's thread count (OpenMP's is per thread)
   c10::InferenceMode guard;
   Impl& s = *impl_;
+  SchedulerCore& core = *s.core;
   int64_t cancelled = 0, finished = 0, failed = 0, generated = 0, steps = 0;
   ServeMetrics em;  // the engine's own, published under the lock
   em.max_batch = options_.max_batch;
   em.max_queue = options_.max_queue;
   em.kv_positions_total =
       kv_info_.blocks > 0 ? kv_info_.blocks * kv_info_.block_size : options_.max_batch * max_total_tokens_;
+  const bool chunked = options_.max_num_batched_tokens > 0;
   std::vector<ServeRequestInfo> ended;  // since the last publish
   // The phase clock: lap(p) books the time since the last lap to phase p.
   Clock::time_point lap_start = Clock::now();
@@ -418,84 +447,41 @@ void ServeScheduler::loop() {
     if (e.info.generated == 0) e.info.elapsed_ms = seconds_between(e.submitted, Clock::now()) * 1000;
     ended.push_back(e.info);
   };
-
-  // Ends a running request: its memory, its adapter pin, its stream.
-  auto retire = [&](Entry& e) {
-    try {
-      s.kv->retire({e.id});
-    } catch (const std::exception&) {
-      // A request whose prefill failed may hold no slot.
-    }
-    if (s.held.erase(e.id)) s.adapters->release(e.request.adapter);
+  // Takes a request out of the core (its memory and adapter pin) and out of the engine's hands.
+  auto remove = [&](int64_t id) {
+    core.finish(id);
+    std::unique_ptr<Entry> e = std::move(s.entries.at(id));
+    s.entries.erase(id);
+    return e;
   };
-  // Paged KV: a running request evicted for blocks (vLLM's recompute policy): it frees its blocks
-  // and its adapter pin, and waits to prefill its prompt and tokens again, its stream untouched.
-  std::vector<Entry*> evicted;  // this step's, in preemption order
-  auto preempt = [&](Entry& e) {
-    e.evicted = true;
-    s.kv->retire({e.id});
-    e.context = e.request.prompt_ids;
-    const std::vector<int32_t>& generated = e.tracker->result().generated_ids;
-    e.context.insert(e.context.end(), generated.begin(), generated.end());
-    if (s.held.erase(e.id)) {
-      s.adapters->release(e.request.adapter);
-      e.adapter.reset();
-    }
-    e.info.state = "waiting";
-    ++em.preemptions;
-    evicted.push_back(&e);
-  };
-  // Every decoding request needs room for its next position. When the pool runs out, the latest
-  // admitted running request is preempted until the older ones fit; the oldest always fits, as
-  // every request fits the pool alone (submit checks it).
-  auto grow_or_preempt = [&](std::vector<std::unique_ptr<Entry>>& running) {
-    for (auto& e : running)
-      if (e->tracker->finished()) s.kv->retire({e->id});  // ended in its prefill: free it first
-    for (auto& r : running) {
-      Entry& e = *r;
-      if (e.evicted || e.tracker->finished()) continue;
-      while (!s.kv->grow(e.id, e.tracker->result().generated_ids.back())) {
-        Entry* victim = nullptr;
-        for (auto& c : running)
-          if (!c->evicted && !c->tracker->finished()) victim = c.get();
-        preempt(*victim);
-        if (victim == &e) break;
-      }
-    }
+  std::vector<std::unique_ptr<Entry>> done;  // finished this step; their streams end after publish
+  auto fail = [&](int64_t id, const std::string& message) {
+    std::unique_ptr<Entry> e = remove(id);
+    e->stream->fail(message, "generation");
+    ended_as(*e, "failed", message);
+    ++failed;
   };
   auto fail_running = [&](const std::string& message) {
-    evicted.clear();
-    for (auto& e : s.running) {
-      retire(*e);
-      e->stream->fail(message, "generation");
-      ended_as(*e, "failed", message);
-      ++failed;
-    }
-    s.running.clear();
+    const std::vector<int64_t> running = core.running();
+    for (int64_t id : running) fail(id, message);
   };
   // Picks each row's next token, with its log-probability, and hands it to its request.
-  auto take_tokens = [&](const at::Tensor& logits, const std::vector<Entry*>& rows) {
-    const at::Tensor l = logits.to(at::kCPU, at::kFloat).contiguous();
-    const int64_t vocab = l.size(1);
-    for (size_t i = 0; i < rows.size(); ++i)
-      if (rows[i]->constraint)
-        rows[i]->constraint->mask(l.data_ptr<float>() + static_cast<int64_t>(i) * vocab, vocab);
-    const at::Tensor greedy = l.argmax(-1);
-    const auto greedy_a = greedy.accessor<int64_t, 1>();
-    std::vector<int64_t> chosen(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const int64_t row = static_cast<int64_t>(i);
-      chosen[i] = rows[i]->request.sampling.greedy
-                      ? greedy_a[row]
-                      : rows[i]->sampler->next(l.narrow(0, row, 1))[0].item<int64_t>();
+  auto take_tokens = [&](const at::Tensor& logits, const std::vector<int64_t>& ids) {
+    std::vector<PickRow> rows;
+    for (int64_t id : ids) {
+      Entry& e = *s.entries.at(id);
+      const RequestResult& so_far = e.tracker->result();
+      rows.push_back({&e.request.sampling, &*e.sampler, &e.request.prompt_ids, &so_far.generated_ids,
+                      e.constraint.get(), true});
     }
-    const at::Tensor index = at::tensor(chosen, at::kLong).view({-1, 1});
-    const at::Tensor lp = at::log_softmax(l, -1).gather(1, index).view({-1});
-    const auto lp_a = lp.accessor<float, 1>();
+    const std::vector<PickedToken> picked =
+        pick_tokens(logits, rows,
+                    "server step " + std::to_string(steps + 1) + " (request " +
+                        std::to_string(ids.front() + 1) + " and its batch)");
     const double ms = s.now_ms();
     const Clock::time_point now = Clock::now();
-    for (size_t i = 0; i < rows.size(); ++i) {
-      Entry& e = *rows[i];
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Entry& e = *s.entries.at(ids[i]);
       if (e.info.generated == 0) {
         e.first_token = now;
         e.info.ttft_ms = seconds_between(e.submitted, now) * 1000;
@@ -509,24 +495,85 @@ void ServeScheduler::loop() {
       const double decode_s = seconds_between(e.first_token, now);
       e.info.tokens_per_s = decode_s > 0 ? static_cast<double>(e.info.generated - 1) / decode_s : 0.0;
       ++em.generation_tokens;
-      const int32_t id = static_cast<int32_t>(chosen[i]);
-      if (e.constraint) e.constraint->accept(id);
+      const int32_t id = picked[i].id;
       ServeToken t;
       t.id = id;
       t.text = e.tracker->push(id, ms);
-      t.logprob = lp_a[static_cast<int64_t>(i)];
+      t.logprob = picked[i].logprob;
       t.special = e.tracker->result().finish_reason == "eos";
       if (t.special) t.text = tokenizer_.token_bytes(id);
       t.final = e.tracker->finished();
       e.stream->push(std::move(t));
+      core.append(ids[i], id);
       ++generated;
+      if (e.tracker->finished()) {
+        const int64_t rid = ids[i];
+        std::unique_ptr<Entry> gone = remove(rid);
+        ended_as(*gone, "finished", gone->tracker->result().finish_reason);
+        ++finished;
+        done.push_back(std::move(gone));
+      }
     }
+  };
+  // What a plan decided before it runs: preemptions (back to waiting, their streams untouched),
+  // admissions (a request's first admission starts its tracker), failed adapter loads.
+  auto note_plan = [&](const SchedulePlan& plan) {
+    for (const auto& [id, why] : plan.rejected) {
+      // submit() refuses what can never fit; a rejection here is the KV memory's last word.
+      std::unique_ptr<Entry> e = std::move(s.entries.at(id));
+      s.entries.erase(id);
+      e->stream->fail(why, "generation");
+      ended_as(*e, "failed", why);
+      ++failed;
+    }
+    for (int64_t id : plan.preempted) {
+      s.entries.at(id)->info.state = "waiting";
+      ++em.preemptions;
+    }
+    for (int64_t id : plan.admitted) {
+      Entry& e = *s.entries.at(id);
+      const SchedulerCore::Request& r = core.request(id);
+      if (kv_info_.prefix_caching) {
+        em.prefix_cache_queries += static_cast<int64_t>(r.tokens.size());
+        em.prefix_cache_hits += s.kv->cached_tokens(id);
+      }
+      e.info.state = "running";
+      if (!e.tracker) {
+        e.tracker = std::make_unique<RequestTracker>(tokenizer_, e.request, e.id, s.stop_ids);
+        em.queue_time.observe(seconds_between(e.submitted, Clock::now()));
+        em.prompt_tokens += e.info.prompt_tokens;
+        e.sampler.emplace(e.request.sampling);
+        e.tracker->admitted(-1, steps, s.now_ms());
+      }
+    }
+    std::vector<int64_t> unloadable;
+    for (const auto& [id, e] : s.entries)
+      if (!e->acquire_error.empty()) unloadable.push_back(id);
+    for (int64_t id : unloadable) fail(id, s.entries.at(id)->acquire_error);
+  };
+  // Decodes first (the running streams' tokens go out before a prompt chunk runs), then chunks.
+  auto execute = [&](const SchedulePlan& plan) {
+    lap(kKv);
+    if (!plan.decode.empty()) {
+      const at::Tensor logits = run_decodes(*s.kv, core, plan);
+      lap(kDecode);
+      take_tokens(logits, plan.decode);
+      lap(kSample);
+    }
+    if (!plan.prefill.empty()) {
+      const at::Tensor logits = run_prefills(*s.kv, core, plan);
+      lap(kPrefill);
+      const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
+      if (!sampled.empty()) take_tokens(logits, sampled);
+      lap(kSample);
+    }
+    core.ran(plan);
   };
 
   // The counters connection threads read (the queue limit among them); under the lock.
   auto publish = [&] {
-    s.stats.running = static_cast<int64_t>(s.running.size());
-    s.stats.waiting = static_cast<int64_t>(s.waiting.size());
+    s.stats.running = static_cast<int64_t>(core.running().size());
+    s.stats.waiting = static_cast<int64_t>(core.waiting().size());
     s.stats.cancelled = cancelled;
     s.stats.finished = finished;
     s.stats.failed = failed;
@@ -537,17 +584,20 @@ void ServeScheduler::loop() {
     em.steps = steps;
     em.kv_bytes = s.kv->bytes();
     const KvMemoryManager::Usage usage = s.kv->usage();
-    em.kv_paged = options_.kv == KvStrategy::Paged;
+    em.kv_paged = kv_info_.kind == "paged";
     em.kv_blocks_total = usage.blocks_total;
     em.kv_blocks_used = usage.blocks_used;
     em.kv_blocks_cached = usage.blocks_cached;
     em.kv_positions_used = 0;
-    for (const auto& e : s.running) em.kv_positions_used += e->info.prompt_tokens + e->info.generated;
+    for (int64_t id : core.running()) {
+      const Entry& e = *s.entries.at(id);
+      em.kv_positions_used += e.info.prompt_tokens + e.info.generated;
+    }
     em.adapters = s.adapters->stats();
     s.metrics = em;
     s.active.clear();
-    for (const auto& e : s.waiting) s.active.push_back(e->info);
-    for (const auto& e : s.running) s.active.push_back(e->info);
+    for (int64_t id : core.waiting()) s.active.push_back(s.entries.at(id)->info);
+    for (int64_t id : core.running()) s.active.push_back(s.entries.at(id)->info);
     for (ServeRequestInfo& r : ended) s.ended.push_back(std::move(r));
     ended.clear();
     while (s.ended.size() > 1024) s.ended.pop_front();
@@ -560,12 +610,17 @@ void ServeScheduler::loop() {
       publish();
       lap(kSchedule);
       s.wake.wait(lock, [&] {
-        return s.quit || s.cancel_all || !s.inbox.empty() || !s.new_sources.empty() || !s.waiting.empty() ||
-               !s.running.empty();
+        return s.quit || s.cancel_all || !s.inbox.empty() || !s.new_sources.empty() || !core.idle();
       });
       lap(kIdle);
       if (s.quit) break;
-      for (auto& e : s.inbox) s.waiting.push_back(std::move(e));
+      for (auto& e : s.inbox) {
+        const int64_t id = e->id;
+        int64_t& key = s.adapter_keys[e->request.adapter];
+        if (key == 0 && !e->request.adapter.empty()) key = static_cast<int64_t>(s.adapter_keys.size());
+        core.add(id, e->request.prompt_ids, e->request.max_new_tokens, s.now_ms(), key);
+        s.entries.emplace(id, std::move(e));
+      }
       s.inbox.clear();
       publish();
       for (AdapterSource& a : s.new_sources) s.adapters->add_source(std::move(a));
@@ -573,124 +628,43 @@ void ServeScheduler::loop() {
       cancel_all = s.cancel_all;
     }
 
-    // Cancelled requests leave first: a waiting one never runs, a running one frees its slot now.
-    for (auto it = s.waiting.begin(); it != s.waiting.end();) {
-      if (cancel_all || (*it)->stream->cancelled()) {
-        if ((*it)->tracker) {  // preempted: it has tokens already
-          (*it)->tracker->finish("cancelled");
-          (*it)->stream->finish((*it)->tracker->result());
-        } else {
-          (*it)->stream->finish(unstarted_result(**it, "cancelled"));
-        }
-        ended_as(**it, "cancelled", "cancelled");
-        ++cancelled;
-        it = s.waiting.erase(it);
+    // Cancelled requests leave first: a waiting one never runs, a running one frees its memory now.
+    std::vector<int64_t> cancelling;
+    for (const auto& [id, e] : s.entries)
+      if (cancel_all || e->stream->cancelled()) cancelling.push_back(id);
+    for (int64_t id : cancelling) {
+      std::unique_ptr<Entry> e = remove(id);
+      if (e->tracker) {  // running, or preempted with tokens already
+        e->tracker->finish("cancelled");
+        e->stream->finish(e->tracker->result());
       } else {
-        ++it;
+        e->stream->finish(unstarted_result(*e, "cancelled"));
       }
-    }
-    std::erase_if(s.running, [&](const std::unique_ptr<Entry>& e) {
-      if (!cancel_all && !e->stream->cancelled()) return false;
-      retire(*e);
-      e->tracker->finish("cancelled");
-      e->stream->finish(e->tracker->result());
       ended_as(*e, "cancelled", "cancelled");
       ++cancelled;
-      return true;
-    });
-
-    // Admit waiting requests into free batch places, in arrival order.
-    std::vector<PrefillRequest> admitted;
-    std::vector<Entry*> admitted_rows;
-    std::vector<Entry*> resumed;  // preempted before: their prefill continues their stream
-    while (!s.waiting.empty() && static_cast<int64_t>(s.running.size()) < options_.max_batch) {
-      Entry& e = *s.waiting.front();
-      // A preempted request recomputes its prompt and the tokens it has so far.
-      const std::vector<int32_t>& prompt = e.context.empty() ? e.request.prompt_ids : e.context;
-      const int64_t have = e.tracker ? static_cast<int64_t>(e.tracker->result().generated_ids.size()) : 0;
-      int64_t& key = s.adapter_keys[e.request.adapter];
-      if (key == 0 && !e.request.adapter.empty()) key = static_cast<int64_t>(s.adapter_keys.size());
-      const PrefillRequest pr{e.id, &prompt, e.request.max_new_tokens - have, key};
-      if (!e.request.adapter.empty()) {
-        try {
-          e.adapter = s.adapters->acquire(e.request.adapter);
-        } catch (const std::exception& ex) {
-          e.stream->fail("adapter '" + e.request.adapter + "' could not be loaded: " + ex.what(),
-                         "generation");
-          ended_as(e, "failed", std::string("adapter could not be loaded: ") + ex.what());
-          ++failed;
-          s.waiting.pop_front();
-          continue;
-        }
-        // The cache is full of adapters that running requests need: wait for a retirement.
-        if (!e.adapter) break;
-        s.held[e.id] = e.adapter.get();
-      }
-      // Paged KV: the prompt's blocks must fit now, else the queue waits (first come, first served).
-      if (!s.kv->reserve(pr)) {
-        if (s.held.erase(e.id)) {
-          s.adapters->release(e.request.adapter);
-          e.adapter.reset();
-        }
-        break;
-      }
-      if (kv_info_.prefix_caching) {
-        em.prefix_cache_queries += static_cast<int64_t>(prompt.size());
-        em.prefix_cache_hits += s.kv->cached_tokens(e.id);
-      }
-      e.info.state = "running";
-      if (e.tracker) {
-        resumed.push_back(&e);
-      } else {
-        e.tracker = std::make_unique<RequestTracker>(tokenizer_, e.request, e.id, s.stop_ids);
-        em.queue_time.observe(seconds_between(e.submitted, Clock::now()));
-        em.prompt_tokens += e.info.prompt_tokens;
-        e.sampler.emplace(e.request.sampling);
-      }
-      admitted.push_back(pr);
-      admitted_rows.push_back(&e);
-      s.running.push_back(std::move(s.waiting.front()));
-      s.waiting.pop_front();
     }
-    {
-      std::lock_guard lock(s.mutex);
-      publish();
-    }
-    if (s.running.empty()) continue;
+    if (core.idle()) continue;
 
     lap(kSchedule);
     try {
-      if (!admitted.empty()) {
-        const double ms = s.now_ms();
-        for (Entry* e : admitted_rows)
-          if (std::find(resumed.begin(), resumed.end(), e) == resumed.end())
-            e->tracker->admitted(-1, steps, ms);
-        const at::Tensor logits = s.kv->prefill(admitted);
-        lap(kPrefill);
-        take_tokens(logits, admitted_rows);
-        lap(kSample);
-        for (Entry* e : admitted_rows) e->context.clear();  // a recomputation's context served its prefill
+      // Without a budget, the course's step: admissions prefill, then everyone decodes (the
+      // just-admitted included); with one, a single plan of decodes and prompt chunks.
+      const SchedulePlan plan = core.schedule(s.now_ms(), /*admit=*/true, /*decode=*/chunked);
+      note_plan(plan);
+      {
+        std::lock_guard lock(s.mutex);
+        publish();
       }
-      if (options_.kv == KvStrategy::Paged) grow_or_preempt(s.running);
-      std::vector<Entry*> decoding;
-      std::vector<int64_t> ids;
-      std::vector<int32_t> last;
-      for (auto& e : s.running) {
-        if (e->tracker->finished() || e->evicted) continue;
-        decoding.push_back(e.get());
-        ids.push_back(e->id);
-        last.push_back(e->tracker->result().generated_ids.back());
-      }
-      lap(kKv);
-      if (!decoding.empty()) {
-        const at::Tensor logits = s.kv->decode(ids, last);
-        lap(kDecode);
-        take_tokens(logits, decoding);
-        lap(kSample);
+      if (plan.empty() && core.running().empty()) continue;
+      execute(plan);
+      if (!chunked) {
+        const SchedulePlan decodes = core.schedule(s.now_ms(), /*admit=*/false, /*decode=*/true);
+        note_plan(decodes);
+        execute(decodes);
       }
     } catch (const c10::Error& e) {
       fail_running(is_out_of_memory(e)
-                       ? "out of memory serving a batch of " + std::to_string(s.running.size())
+                       ? "out of memory serving a batch of " + std::to_string(core.running().size())
                        : std::string("libtorch error: ") + e.what_without_backtrace());
       continue;
     } catch (const std::exception& e) {
@@ -698,25 +672,7 @@ void ServeScheduler::loop() {
       continue;
     }
     ++steps;
-    em.batch_rows += static_cast<int64_t>(s.running.size() - evicted.size());
-    // The preempted wait at the head of the queue, the earliest admitted first.
-    for (Entry* v : evicted) {
-      const auto it =
-          std::find_if(s.running.begin(), s.running.end(), [&](const auto& e) { return e.get() == v; });
-      v->evicted = false;
-      s.waiting.push_front(std::move(*it));
-      s.running.erase(it);
-    }
-    evicted.clear();
-    std::vector<std::unique_ptr<Entry>> done;
-    std::erase_if(s.running, [&](std::unique_ptr<Entry>& e) {
-      if (!e->tracker->finished()) return false;
-      retire(*e);
-      ended_as(*e, "finished", e->tracker->result().finish_reason);
-      ++finished;
-      done.push_back(std::move(e));
-      return true;
-    });
+    em.batch_rows += static_cast<int64_t>(core.running().size() + done.size());
     lap(kFinish);
     if (done.empty()) continue;
     // The counters first: a client that has its answer finds it counted in /metrics.
@@ -725,6 +681,7 @@ void ServeScheduler::loop() {
       publish();
     }
     for (auto& e : done) e->stream->finish(e->tracker->result());
+    done.clear();
   }
 }
 

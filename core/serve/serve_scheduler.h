@@ -82,7 +82,10 @@ class OverloadedError : public std::runtime_error {
 };
 
 struct ServeOptions {
-  int64_t max_batch = 8;   // requests running at once (KV slots)
+  int64_t max_batch = 8;  // requests running at once (KV slots; vLLM's max_num_seqs)
+  // Chunked prefill: tokens one engine step computes, decodes first and prompt chunks in what is
+  // left (vLLM's max_num_batched_tokens), in [1, context]; 0: every prompt in one step.
+  int64_t max_num_batched_tokens = 0;
   int64_t max_queue = 64;  // requests waiting at most; one more is refused
   // Positions per request, prompt + new tokens (each KV slot holds this many); 0: the model's
   // context, at most 2048.

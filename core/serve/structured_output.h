@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "generate/token_constraint.h"
+
 namespace servelab {
 
 class Tokenizer;
@@ -25,16 +27,6 @@ struct StructuredOutputStats {
   // The first 100,000 tokens' times (medians and tails: a loaded machine's preemptions land in
   // single tokens and swamp a mean).
   std::vector<float> mask_us, fill_us;
-};
-
-// One request's grammar state. Used by the engine thread only.
-class TokenConstraint {
- public:
-  virtual ~TokenConstraint() = default;
-  // Sets the logits of the tokens the grammar forbids next to -inf; logits: vocab fp32 values.
-  virtual void mask(float* logits, int64_t vocab) = 0;
-  // Advances past token; false when the grammar rejects it (which mask() prevents).
-  virtual bool accept(int32_t token) = 0;
 };
 
 class StructuredOutput {

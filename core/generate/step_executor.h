@@ -1,0 +1,27 @@
+#pragma once
+// The executor of a scheduler plan (generate/scheduler_core.h): it runs the plan's decode rows and
+// prompt chunks on a KV memory's model, whatever the layout, and returns the logits to pick from.
+// The continuous-batching experiments and the server run every step through it.
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "generate/kv_memory_manager.h"
+#include "generate/scheduler_core.h"
+
+namespace servelab {
+
+// One forward pass feeding every decode row of the plan its last token: logits [decode rows,
+// vocab] in plan order; undefined when the plan has none.
+at::Tensor run_decodes(KvMemoryManager& kv, const SchedulerCore& core, const SchedulePlan& plan);
+
+// One forward pass over the plan's prompt chunks: logits of the chunks that end their prompt
+// ([those chunks, vocab], in plan order); undefined when none does. Whole prompts admitted by the
+// plan run through the layout's prefill() (slot KV's single-request and left-padded paths, the
+// course's merge/filter), anything else through extend().
+at::Tensor run_prefills(KvMemoryManager& kv, const SchedulerCore& core, const SchedulePlan& plan);
+
+// The requests whose next token the plan's chunks give, in the rows of run_prefills().
+std::vector<int64_t> prefill_sampled_ids(const SchedulePlan& plan);
+
+}  // namespace servelab
