@@ -20,6 +20,7 @@
 
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
+#include "experiments/chunked_prefill.h"
 #include "experiments/course_benchmark.h"
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"
@@ -223,7 +224,27 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   std::vector<std::string> adapters;  // PEFT folders: one for every prompt, or one per prompt ("none": base)
   std::string lora_strategy = "segmented";
+  double min_p = 0, repetition_penalty = 1, presence_penalty = 0, frequency_penalty = 0;
+  int64_t logprobs = 0;
+  bool logprobs_given = false;
+  // The prompts through the continuous-batching scheduler (given when either is > 0).
+  int64_t max_num_batched_tokens = 0, max_num_seqs = 0;
+  std::string kv = "paged";
 };
+
+// The prompts as requests of the continuous-batching scheduler, the way the server runs them.
+json continuous_sequence_json(const std::string& prompt, const RequestResult& r) {
+  return {{"prompt", prompt},
+          {"prompt_ids", r.prompt_ids},
+          {"generated_ids", r.generated_ids},
+          {"text", r.text},
+          {"finish_reason", r.finish_reason},
+          {"ttft_ms", r.ttft_ms},
+          {"latency_ms", r.latency_ms},
+          {"token_ms", r.token_ms},
+          {"preemptions", r.preemptions},
+          {"cached_tokens", r.cached_tokens}};
+}
 
 int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
   limits::check_range("--prompt (count)", static_cast<int64_t>(a.prompts.size()), 1, limits::kMaxPrompts);
@@ -245,8 +266,27 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
     o.sampling.temperature = a.temperature;
     o.sampling.top_k = a.top_k;
     o.sampling.top_p = a.top_p;
+    o.sampling.min_p = a.min_p;
     o.sampling.seed = a.seed;
   }
+  o.sampling.repetition_penalty = a.repetition_penalty;
+  o.sampling.presence_penalty = a.presence_penalty;
+  o.sampling.frequency_penalty = a.frequency_penalty;
+  if (a.logprobs_given) {
+    o.logprobs = true;
+    o.sampling.top_logprobs = a.logprobs;
+  }
+  o.sampling.validate();
+  const bool continuous = a.max_num_batched_tokens > 0 || a.max_num_seqs > 0;
+  if (continuous && (a.batch || a.no_kv_cache))
+    throw UsageError(
+        std::string("--max-num-batched-tokens and --max-num-seqs serve the prompts by continuous "
+                    "batching; ") +
+        (a.batch ? "--batch is the course's static batch" : "--no-kv-cache has no KV memory"));
+  at_most("--max-num-seqs", a.max_num_seqs, limits::kMaxBatch);
+  if (continuous && (!a.adapters.empty() || a.logprobs_given))
+    throw UsageError(std::string(a.adapters.empty() ? "--logprobs" : "--adapter") +
+                     " is not available with --max-num-batched-tokens / --max-num-seqs yet");
   std::vector<std::vector<int32_t>> ids;
   // --chat: each prompt is one user turn in the model's own chat template.
   std::vector<std::string> texts = a.prompts;
@@ -278,6 +318,34 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
       per_prompt.push_back(loaded[dir]);
     }
   }
+  if (continuous) {
+    if (a.kv != "paged" && a.kv != "slot") throw UsageError("--kv must be paged or slot, got '" + a.kv + "'");
+    std::vector<BatchRequest> requests;
+    for (const auto& one : ids) {
+      BatchRequest r;
+      r.prompt_ids = one;
+      r.max_new_tokens = a.max_new_tokens;
+      r.sampling = o.sampling;
+      r.stop_strings = a.stop;
+      requests.push_back(std::move(r));
+    }
+    BatchOptions bo;
+    bo.kv = a.kv == "paged" ? KvStrategy::Paged : KvStrategy::SlotKv;
+    bo.max_batch = a.max_num_seqs > 0 ? a.max_num_seqs : 8;
+    bo.max_num_batched_tokens = a.max_num_batched_tokens;
+    const BatchRunResult run = run_continuous_batching(engine->model(), engine->tokenizer(), requests, bo);
+    if (!a.json_out && engine->is_demo()) std::cout << "[" << engine->text_caveat() << "]\n";
+    for (size_t i = 0; i < run.requests.size(); ++i) {
+      if (a.json_out) {
+        json j = continuous_sequence_json(a.prompts[i], run.requests[i]);
+        if (a.chat) j["chat_prompt"] = texts[i];
+        print_json(j);
+      } else {
+        std::cout << a.prompts[i] << "\x1b[31m" << run.requests[i].text << "\x1b[0m\n";
+      }
+    }
+    return 0;
+  }
   std::vector<GeneratedSequence> out;
   std::vector<double> totals;  // wall time of the generate() call that produced each sequence
   if (a.batch) {
@@ -302,6 +370,16 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
       json j = sequence_json(a.prompts[i], out[i], totals[i]);
       if (a.chat) j["chat_prompt"] = texts[i];
       if (!per_prompt.empty()) j["adapter"] = per_prompt[i] ? per_prompt[i]->name() : "";
+      if (o.logprobs) {
+        json top = json::array();
+        for (const auto& step : out[i].top_logprobs) {
+          json row = json::array();
+          for (const auto& [id, lp] : step) row.push_back({id, lp});
+          top.push_back(row);
+        }
+        j["logprobs"] = out[i].logprobs;
+        j["top_logprobs"] = top;
+      }
       print_json(j);
     } else {
       std::cout << a.prompts[i] << "\x1b[31m" << out[i].text << "\x1b[0m\n";
@@ -400,6 +478,36 @@ int cmd_bench_course(const ModelArgs& m, const CourseBenchmarkParams& p, bool as
   return 0;
 }
 
+int cmd_bench_chunked_prefill(const ModelArgs& m, const ChunkedPrefillParams& p, bool as_json) {
+  at_most("--streams", p.streams, limits::kMaxBatch - 1);
+  at_most("--stream-tokens", p.stream_tokens, limits::kMaxTokens);
+  at_most("--long-new-tokens", p.long_new_tokens, limits::kMaxTokens);
+  at_most("--rounds", p.rounds, limits::kMaxRepeats);
+  auto engine = m.load();
+  const ChunkedPrefillResult r = run_chunked_prefill(*engine, p);
+  json j = r.to_json();
+  j["engine"] = engine->info();
+  if (as_json) {
+    print_json(j);
+    return 0;
+  }
+  std::printf("%lld streams decoding, a %lld-token prompt arriving at %.0f ms (%s, medians of %lld rounds)\n",
+              static_cast<long long>(p.streams), static_cast<long long>(p.long_prompt_tokens), r.arrival_ms,
+              kv_strategy_name(p.kv), static_cast<long long>(p.rounds));
+  std::printf("%-26s %10s %10s %10s %14s %10s\n", "", "ITL p50", "ITL p99", "ITL max", "long TTFT",
+              "tokens/s");
+  for (const ChunkedPrefillRun* run : {&r.unchunked, &r.chunked})
+    std::printf("%-26s %8.1f ms %7.1f ms %7.1f ms %11.0f ms %10.1f\n",
+                run->budget ? ("budget " + std::to_string(run->budget) + " tokens").c_str() : "whole prompts",
+                run->itl_p50_ms, run->itl_p99_ms, run->itl_max_ms, run->long_ttft_ms, run->tokens_per_s);
+  std::printf(
+      "max ITL %.1fx lower, p99 %.2fx; the long request's first token %.2fx later; throughput %.2fx; "
+      "greedy tokens %s\n",
+      r.itl_max_cut, r.itl_p99_cut, r.ttft_cost, r.throughput_ratio,
+      r.same_tokens ? "identical both ways" : "DIFFER");
+  return 0;
+}
+
 // bench paged-kv: its options, registered on the bench command, and the run.
 struct PagedKvCli {
   PagedKvParams p;
@@ -415,7 +523,9 @@ void add_bench_paged_kv(CLI::App* bench, ModelArgs& margs, PagedKvCli& a) {
   margs.add_to(a.cmd);
   CLI::App* c = a.cmd;
   c->add_option("--requests", a.p.requests, "requests in the queue");
-  c->add_option("--max-batch", a.p.max_batch, "requests running at once, whatever the memory");
+  c->add_option("--max-batch,--max-num-seqs", a.p.max_batch, "requests running at once, whatever the memory");
+  c->add_option("--max-num-batched-tokens", a.p.max_num_batched_tokens,
+                "chunked prefill for every method: tokens one step computes (off by default)");
   auto* mb = c->add_option("--budget-mb", a.p.budget_mb, "KV memory budget in megabytes (1e6 bytes)");
   auto* blocks = c->add_option("--budget-blocks", a.p.budget_blocks, "KV memory budget in blocks");
   mb->excludes(blocks);
@@ -761,6 +871,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8080;
   int64_t max_batch = 8, max_queue = 64, max_total_tokens = 0, adapter_cache = 8, max_body_bytes = 2 << 20;
+  int64_t max_num_batched_tokens = 0;
   std::vector<std::string> adapters;  // NAME=PEFT_DIR
   int http_threads = 0;
   double grace_s = 10;
@@ -780,6 +891,7 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);  // a client that leaves must not end the server
   ServeOptions so;
   so.max_batch = a.max_batch;
+  so.max_num_batched_tokens = a.max_num_batched_tokens;
   so.max_queue = a.max_queue;
   so.max_total_tokens = a.max_total_tokens;
   so.adapter_cache_capacity = a.adapter_cache;
@@ -968,6 +1080,23 @@ int main(int argc, char** argv) {
                   "PEFT LoRA folder: once for every prompt, or once per prompt in order (\"none\": the base "
                   "model)");
   gen->add_option("--lora-strategy", gargs.lora_strategy, "loop, gathered or segmented (batched prompts)");
+  gen->add_option("--min-p", gargs.min_p,
+                  "sample only tokens at least this fraction as likely as the top one");
+  gen->add_option(
+      "--repetition-penalty", gargs.repetition_penalty,
+      "divide (multiply, when negative) the logits of tokens seen in the prompt or output (> 0; 1: off)");
+  gen->add_option("--presence-penalty", gargs.presence_penalty,
+                  "subtract from the logit of every token already generated ([-2, 2])");
+  gen->add_option("--frequency-penalty", gargs.frequency_penalty,
+                  "subtract this times each token's count in the output ([-2, 2])");
+  gen->add_option(
+      "--logprobs", gargs.logprobs,
+      "with --json: each token's log-probability and this many most likely alternatives ([0, 20])");
+  gen->add_option("--max-num-batched-tokens", gargs.max_num_batched_tokens,
+                  "serve the prompts by continuous batching with chunked prefill: tokens per step");
+  gen->add_option("--max-num-seqs", gargs.max_num_seqs,
+                  "serve the prompts by continuous batching: requests running at once");
+  gen->add_option("--kv", gargs.kv, "with continuous batching: paged (default) or slot KV");
 
   auto* bench = app.add_subcommand("bench", "Timing experiments, as JSON");
   bench->require_subcommand(1);
@@ -999,7 +1128,9 @@ int main(int argc, char** argv) {
   margs.add_to(bench_svc);
   bench_svc->add_option("--prompt", svc.prompt, "prompt of every request");
   bench_svc->add_option("--requests", svc.requests, "requests in the queue");
-  bench_svc->add_option("--max-batch", svc.max_batch, "requests running at once");
+  bench_svc->add_option("--max-batch,--max-num-seqs", svc.max_batch, "requests running at once");
+  bench_svc->add_option("--max-num-batched-tokens", svc.max_num_batched_tokens,
+                        "chunked prefill on slot and paged KV: tokens one step computes (off by default)");
   bench_svc->add_option("--long-every", svc.long_every, "every n-th request is a long one");
   bench_svc->add_option("--long-tokens", svc.long_tokens, "new tokens of a long request");
   bench_svc->add_option("--short-tokens", svc.short_tokens, "new tokens of the others");
@@ -1013,6 +1144,24 @@ int main(int argc, char** argv) {
   bench_svc->add_flag("--json", svc_json, "compact JSON");
   CourseBenchmarkParams sb;
   bool sb_json = false;
+  ChunkedPrefillParams cp;
+  std::string cp_kv = "paged";
+  bool cp_json = false;
+  auto* bench_chunked = bench->add_subcommand(
+      "chunked-prefill",
+      "Streams decoding when a long prompt arrives: inter-token latency with and without "
+      "a token budget (chunked prefill)");
+  margs.add_to(bench_chunked);
+  bench_chunked->add_option("--streams", cp.streams, "requests decoding when the long prompt arrives");
+  bench_chunked->add_option("--stream-tokens", cp.stream_tokens, "new tokens of each stream");
+  bench_chunked->add_option("--long-prompt-tokens", cp.long_prompt_tokens, "the long prompt's length");
+  bench_chunked->add_option("--long-new-tokens", cp.long_new_tokens, "new tokens of the long request");
+  bench_chunked->add_option("--arrive-after-tokens", cp.arrive_after_tokens,
+                            "the long prompt arrives once the streams have this many tokens");
+  bench_chunked->add_option("--max-num-batched-tokens", cp.budget, "the token budget of the chunked run");
+  bench_chunked->add_option("--kv", cp_kv, "paged (default) or slot KV");
+  bench_chunked->add_option("--rounds", cp.rounds, "interleaved rounds of both ways (medians reported)");
+  bench_chunked->add_flag("--json", cp_json, "compact JSON");
   auto* bench_course = bench->add_subcommand(
       "course-benchmark", "The course's batch benchmark: queries one at a time vs continuous batching");
   bench_course->alias("seed-benchmark");  // its name before "seed" meant only the RNG seed
@@ -1111,7 +1260,9 @@ int main(int argc, char** argv) {
   margs.add_to(serve);
   serve->add_option("--host", sv.host, "address to listen on (default 127.0.0.1: this machine only)");
   serve->add_option("--port", sv.port, "port (0: a free one; the line printed when ready names it)");
-  serve->add_option("--max-batch", sv.max_batch, "requests running at once");
+  serve->add_option("--max-batch,--max-num-seqs", sv.max_batch, "requests running at once");
+  serve->add_option("--max-num-batched-tokens", sv.max_num_batched_tokens,
+                    "chunked prefill: tokens one engine step computes, decodes first (off by default)");
   serve->add_option("--max-queue", sv.max_queue, "requests waiting at most; more get 429");
   serve->add_option("--max-total-tokens", sv.max_total_tokens,
                     "prompt + new tokens per request (0: the model's context, at most 2048)");
@@ -1163,11 +1314,25 @@ int main(int argc, char** argv) {
     check_no_empty_values(app);
     // Sampling is --temperature; --greedy with it, or the sampling flags without it, contradict.
     gargs.sampling = gen->count("--temperature") > 0;
+    gargs.logprobs_given = gen->count("--logprobs") > 0;
     if (gargs.greedy && gargs.sampling)
       throw UsageError("--greedy and --temperature contradict each other: give one of them");
-    for (const char* flag : {"--top-k", "--top-p", "--seed"})
+    for (const char* flag : {"--top-k", "--top-p", "--min-p", "--seed"})
       if (gen->count(flag) && !gargs.sampling)
         throw UsageError(std::string(flag) + " needs --temperature (without it generation is greedy)");
+    if (gen->count("--kv") && !gen->count("--max-num-batched-tokens") && !gen->count("--max-num-seqs"))
+      throw UsageError(
+          "--kv chooses the KV memory of continuous batching: give --max-num-batched-tokens or "
+          "--max-num-seqs");
+    // 0 is the budget's "off" inside; on the command line, leaving the flag out says that. (Where
+    // --max-num-seqs names --max-batch, the engine's "max batch" check answers for both.)
+    for (CLI::App* cmd : {gen, serve, bench_svc, paged_kv.cmd, bench_chunked})
+      if (cmd->count("--max-num-batched-tokens") &&
+          cmd->get_option("--max-num-batched-tokens")->as<int64_t>() < 1)
+        throw UsageError("--max-num-batched-tokens must be at least 1, got " +
+                         cmd->get_option("--max-num-batched-tokens")->as<std::string>());
+    if (gen->count("--max-num-seqs") && gargs.max_num_seqs < 1)
+      throw UsageError("--max-num-seqs must be at least 1, got " + std::to_string(gargs.max_num_seqs));
     if (*paged_kv.cmd && !paged_kv.cmd->count("--budget-mb") && !paged_kv.cmd->count("--budget-blocks"))
       throw UsageError("bench paged-kv needs a KV budget: --budget-mb M or --budget-blocks B");
   } catch (const UsageError& e) {
@@ -1193,6 +1358,12 @@ int main(int argc, char** argv) {
       return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
     }
     if (*paged_kv.cmd) return cmd_bench_paged_kv(margs, paged_kv);
+    if (*bench_chunked) {
+      if (cp_kv != "paged" && cp_kv != "slot")
+        throw UsageError("--kv must be paged or slot, got '" + cp_kv + "'");
+      cp.kv = cp_kv == "paged" ? KvStrategy::Paged : KvStrategy::SlotKv;
+      return cmd_bench_chunked_prefill(margs, cp, cp_json);
+    }
     if (*bench_course) {
       sb.baseline = !sb_no_baseline;
       return cmd_bench_course(margs, sb, sb_json);

@@ -156,6 +156,7 @@ PagedKvResult run_paged_kv(const Engine& engine, const PagedKvParams& p, const E
   for (Plan& pl : plan) {
     pl.o.cancel = control.cancel;
     pl.o.max_batch = p.max_batch;
+    pl.o.max_num_batched_tokens = p.max_num_batched_tokens;
   }
   plan[0].name = "slot KV";
   plan[0].o.kv = KvStrategy::SlotKv;

@@ -15,7 +15,8 @@ namespace servelab {
 struct PagedKvParams {
   std::string prompt = "The quick brown fox jumped over the";
   int64_t requests = 32;
-  int64_t max_batch = 32;  // requests running at once, whatever the memory
+  int64_t max_batch = 32;              // requests running at once, whatever the memory
+  int64_t max_num_batched_tokens = 0;  // chunked prefill for every method (BatchOptions); 0: off
   // The course's mix: every long_every-th request generates long_tokens, the others short_tokens;
   // prompts of a random length in [prompt_tokens_min, prompt_tokens_max] (seeded).
   int64_t long_every = 8;

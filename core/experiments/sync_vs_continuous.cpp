@@ -228,6 +228,7 @@ SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVs
   const std::vector<BatchRequest> requests = make_sync_vs_continuous_requests(engine, p);
   BatchOptions o;
   o.max_batch = p.max_batch;
+  o.max_num_batched_tokens = p.max_num_batched_tokens;
   o.cancel = control.cancel;
   int64_t paged_blocks = 0;
   int64_t slot_batch = p.max_batch;  // the methods other than paged KV
@@ -272,6 +273,9 @@ SyncVsContinuousResult run_sync_vs_continuous(const Engine& engine, const SyncVs
   for (size_t i = 0; i < plan.size(); ++i) {
     o.kv = plan[i].second;
     o.max_batch = o.kv == KvStrategy::Paged ? p.max_batch : slot_batch;
+    // The course's merge/filter runs whole prompts only (and the synchronous baseline has no steps
+    // to share): the budget is the slot and paged runs'.
+    o.max_num_batched_tokens = o.kv == KvStrategy::NaiveMergeFilter ? 0 : p.max_num_batched_tokens;
     if (o.kv == KvStrategy::Paged) {
       o.kv_blocks = paged_blocks;
       o.kv_block_size = p.kv_block_size;

@@ -15,6 +15,8 @@ struct SyncVsContinuousParams {
   std::string prompt = "The quick brown fox jumped over the";
   int64_t requests = 32;
   int64_t max_batch = 8;
+  // Chunked prefill for the continuous methods on slot and paged KV (BatchOptions); 0: off.
+  int64_t max_num_batched_tokens = 0;
   int64_t long_every = 8;  // every n-th request (the first included) is a long one
   int64_t long_tokens = 100;
   int64_t short_tokens = 10;
