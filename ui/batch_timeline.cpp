@@ -55,6 +55,7 @@ void BatchTimeline::admit(qint64 request, qint64 slot, qint64 step) {
   if (Request* r = find(request)) {
     r->slot = slot;
     r->admitted = step;
+    r->chunks.clear();
     r->lane = freeLane(slot, step, request);
     slots_ = std::max(slots_, r->lane + 1);
   }
@@ -82,6 +83,7 @@ void BatchTimeline::step(const servelab::BatchStep& s) {
     occupancy_.resize(s.step + 1);
   }
   steps_[s.step] = Step{s.ms, s.kv_copy_bytes, s.kv_copy_ms, s.prefill_ms};
+  addChunks(s);
   for (int64_t id : s.preempted)
     if (Request* r = find(id); r && r->admitted >= 0) {
       r->interrupted.push_back({r->lane, r->admitted, s.step, r->lastToken, r->tokens});
@@ -91,6 +93,16 @@ void BatchTimeline::step(const servelab::BatchStep& s) {
   int generating = 0;
   for (const Request& r : requests_) generating += r.lastToken == s.step ? 1 : 0;
   occupancy_[s.step] = generating;
+}
+
+void BatchTimeline::addChunks(const servelab::BatchStep& s) {
+  // A whole prompt computed at admission is no chunk: only prompts split over steps are drawn so.
+  for (const servelab::PrefillChunk& c : s.chunks)
+    if (Request* r = find(c.request)) {
+      if (!r->chunks.isEmpty() && r->chunks.back().start + r->chunks.back().count != c.start)
+        r->chunks.clear();
+      r->chunks.push_back({s.step, c.start, c.count});
+    }
 }
 
 BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
@@ -130,11 +142,21 @@ BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
       before = i.tokens;
       r->admitted = in[k + 1];
     }
-    if (r->admitted >= 0 && r->tokens > 0) {
-      // A request gets a token at every step from its admission on (continuous batching gives it
-      // two in its first step) and leaves at its last one, unless its synchronous batch holds it.
-      r->lastToken = r->admitted + std::max<qint64>(r->tokens - before, 1) - 1;
-      if (r->finished >= 0) r->lastToken = std::min(r->lastToken, r->finished);
+  }
+  for (const servelab::BatchStep& s : run.steps) {
+    for (int64_t id : s.admitted)
+      if (Request* r = t.find(id)) r->chunks.clear();  // a readmission computes its prompt anew
+    t.addChunks(s);
+  }
+  for (Request& r : t.requests_) {
+    if (r.admitted >= 0 && r.tokens > 0) {
+      // A request gets a token at every step from the end of its prompt on (continuous batching
+      // without a budget gives it two in its first step) and leaves at its last one, unless its
+      // synchronous batch holds it.
+      const qint64 before = r.interrupted.isEmpty() ? 0 : r.interrupted.back().tokens;
+      const qint64 first = r.admitted + std::max<qint64>(r.chunks.size(), 1) - 1;
+      r.lastToken = first + std::max<qint64>(r.tokens - before, 1) - 1;
+      if (r.finished >= 0) r.lastToken = std::min(r.lastToken, r.finished);
     }
   }
   // Rows in the order the runs were admitted, as the live timeline chose them: each run prefers
@@ -185,13 +207,14 @@ BatchTimeline BatchTimeline::fromResult(const servelab::BatchRunResult& run) {
 BatchTimeline::Span BatchTimeline::prefillSpan(qint64 request) const {
   if (request < 0 || request >= requests_.size()) return {};
   const Request& r = requests_[request];
-  return r.admitted >= 0 ? Span{r.admitted, r.admitted} : Span{};
+  if (r.admitted < 0) return {};
+  return Span{r.admitted, r.chunks.isEmpty() ? r.admitted : std::max(r.admitted, r.chunks.back().step)};
 }
 
 BatchTimeline::Span BatchTimeline::decodeSpan(qint64 request) const {
   if (request < 0 || request >= requests_.size()) return {};
   const Request& r = requests_[request];
-  return r.admitted >= 0 ? Span{r.admitted + 1, r.lastToken} : Span{};
+  return r.admitted >= 0 ? Span{prefillSpan(request).last + 1, r.lastToken} : Span{};
 }
 
 BatchTimeline::Span BatchTimeline::paddingSpan(qint64 request) const {
@@ -283,9 +306,32 @@ QVector<ChartView::Cell> BatchTimeline::cells() const {
     else
       prefillInfo += tr("\nreadmitted after %1 preemption(s): its prompt and tokens so far recomputed")
                          .arg(r.interrupted.size());
-    out.push_back({r.admitted - 0.5, r.admitted + 0.5, row, color,
-                   r.interrupted.isEmpty() ? firstPrefill : ChartView::CellStyle::Solid,
-                   decode.empty() ? QStringLiteral("#%1").arg(id) : QString(), prefillInfo});
+    if (r.chunks.size() > 1) {
+      // Chunked prefill: a cell per piece of the prompt, each in the step that computed it.
+      for (qsizetype k = 0; k < r.chunks.size(); ++k) {
+        const Request::Chunk& c = r.chunks[k];
+        QString info = tr("%1\nstep %2: chunk %3 of %4 of its prompt, positions %5–%6")
+                           .arg(name)
+                           .arg(c.step)
+                           .arg(k + 1)
+                           .arg(r.chunks.size())
+                           .arg(c.start)
+                           .arg(c.start + c.count - 1);
+        if (k + 1 == r.chunks.size()) info += tr(", and its first token");
+        if (c.step < steps_.size())
+          info += tr("\nthe step took %1 ms, %2 ms of it for prompt chunks")
+                      .arg(steps_[c.step].ms, 0, 'f', 2)
+                      .arg(steps_[c.step].prefillMs, 0, 'f', 2);
+        if (k == 0) info += r.interrupted.isEmpty() ? cacheNote : QString();
+        out.push_back({c.step - 0.5, c.step + 0.5, row, color,
+                       k == 0 && r.interrupted.isEmpty() ? firstPrefill : ChartView::CellStyle::Solid,
+                       k == 0 ? QStringLiteral("%1").arg(r.chunks.size()) : QString(), info});
+      }
+    } else {
+      out.push_back({r.admitted - 0.5, r.admitted + 0.5, row, color,
+                     r.interrupted.isEmpty() ? firstPrefill : ChartView::CellStyle::Solid,
+                     decode.empty() ? QStringLiteral("#%1").arg(id) : QString(), prefillInfo});
+    }
     if (!decode.empty()) {
       out.push_back({decode.first - 0.5, decode.last + 0.5, row, color, ChartView::CellStyle::Tint,
                      QStringLiteral("#%1").arg(id),

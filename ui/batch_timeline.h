@@ -25,6 +25,12 @@ class BatchTimeline {
     // Paged KV: prompt positions its first admission found in the prefix cache (of promptTokens),
     // and its runs before each preemption (the blocks freed, its tokens recomputed on readmission).
     qint64 cachedTokens = 0, promptTokens = 0;
+    // Chunked prefill: the pieces its prompt (since its last admission) was computed in, one per
+    // step; the last of them gave its first token. Empty: the whole prompt at admission.
+    struct Chunk {
+      qint64 step = 0, start = 0, count = 0;
+    };
+    QVector<Chunk> chunks;
     struct Interrupted {
       qint64 lane = -1, admitted = -1, preempted = -1, lastToken = -1, tokens = 0;
     };
@@ -61,8 +67,8 @@ class BatchTimeline {
   // Requests that got a token at each step (the useful rows of the batch).
   const QVector<int>& occupancy() const { return occupancy_; }
 
-  // A request's prefill step, its decode steps, and the steps its slot waited for the rest of its
-  // (synchronous) batch after its last token: padding.
+  // A request's prefill steps (one, or its chunks'), its decode steps, and the steps its slot
+  // waited for the rest of its (synchronous) batch after its last token: padding.
   Span prefillSpan(qint64 request) const;
   Span decodeSpan(qint64 request) const;
   Span paddingSpan(qint64 request) const;
@@ -76,6 +82,8 @@ class BatchTimeline {
 
  private:
   Request* find(qint64 request);
+  // Records the step's prompt chunks on their requests.
+  void addChunks(const servelab::BatchStep& step);
   qint64 freeLane(qint64 preferred, qint64 step, qint64 self) const;
   qint64 currentStep() const { return static_cast<qint64>(steps_.size()) - 1; }
 

@@ -25,7 +25,9 @@
 
 #include "chart_view.h"
 #include "continuous/kv_memory_view.h"
+#include "continuous/long_prompt.h"
 #include "continuous/request_queue_form.h"
+#include "continuous/result_tables.h"
 #include "engine_controller.h"
 #include "form_widgets.h"
 #include "text_format.h"
@@ -43,14 +45,6 @@ QTableWidget* makeCentredTable(QWidget* parent, const QString& name, const QStri
   QTableWidget* t = makeTable(parent, name, headers);
   t->horizontalHeader()->setDefaultAlignment(Qt::AlignCenter);
   return t;
-}
-
-void setRow(QTableWidget* table, int row, const QStringList& cells) {
-  for (int c = 0; c < cells.size(); ++c) {
-    auto* item = new QTableWidgetItem(cells[c]);
-    item->setTextAlignment(c == 0 ? (Qt::AlignLeft | Qt::AlignVCenter) : (Qt::AlignRight | Qt::AlignVCenter));
-    table->setItem(row, c, item);
-  }
 }
 
 // The stream shows one line per request: line breaks inside a text are drawn as a symbol.
@@ -89,11 +83,18 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
       tr("Requests whose prompts share a long system prompt, served by paged KV without and with "
          "prefix caching: cache hits and time to first token"));
   connect(presetShared, &QPushButton::clicked, this, [this] { runPreset(Preset::SharedSystemPrompt); });
+  auto* presetLong = new QPushButton(tr("Long prompt arrives (chunked prefill)"), this);
+  presetLong->setObjectName(QStringLiteral("continuousPresetLongPrompt"));
+  presetLong->setToolTip(
+      tr("Four streams are decoding when a long prompt joins: served without a token budget (its whole "
+         "prefill in one step) and with the budget box's (decodes first, the prompt in chunks)"));
+  connect(presetLong, &QPushButton::clicked, this, [this] { runLongPrompt(); });
   auto* presets = new QVBoxLayout;
   presets->setSpacing(2);
   presets->addWidget(new QLabel(tr("Experiment presets (set the queue, then run):"), this));
   presets->addWidget(presetFit);
   presets->addWidget(presetShared);
+  presets->addWidget(presetLong);
   auto* queueBox = new QGroupBox(tr("Request queue"), this);
   auto* qv = new QVBoxLayout(queueBox);
   qv->addLayout(presets);
@@ -196,6 +197,9 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
   kvUsage_->setAxisLabels(tr("scheduler step"), tr("KV memory (MiB)"));
   kvUsage_->setLegendBelow(true);
   chartTabs_->addTab(kvUsage_, tr("KV utilisation"));
+  itl_ = new ChartView(this);
+  setupItlChart(itl_);
+  chartTabs_->addTab(itl_, tr("Inter-token latency"));
 
   // --- Results ---
   comparison_ = makeCentredTable(this, QStringLiteral("continuousComparison"), {});
@@ -249,6 +253,7 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
 void ContinuousTab::setPrompt(const QString& prompt) { queue_->setPrompt(prompt); }
 void ContinuousTab::setRequests(int n) { queue_->setRequests(n); }
 void ContinuousTab::setMaxBatch(int n) { queue_->setMaxBatch(n); }
+void ContinuousTab::setTokenBudget(int tokens) { queue_->setTokenBudget(tokens); }
 void ContinuousTab::setLongEvery(int n) { queue_->setLongEvery(n); }
 void ContinuousTab::setLongTokens(int n) { queue_->setLongTokens(n); }
 void ContinuousTab::setShortTokens(int n) { queue_->setShortTokens(n); }
@@ -345,6 +350,17 @@ bool ContinuousTab::runCourseBenchmark() {
   return startJob(Job::Course, job);
 }
 
+bool ContinuousTab::runLongPrompt() {
+  const servelab::ChunkedPrefillParams p =
+      longPromptParams(static_cast<int>(params().max_num_batched_tokens), model_.positions);
+  EngineJob* job = engine_->submit(tr("chunked prefill: a long prompt arrives"), [p](JobContext& c) {
+    return servelab::run_chunked_prefill(c.engine(), p, c.control());
+  });
+  if (!job) return false;
+  job->onResult<servelab::ChunkedPrefillResult>(this, [this](const auto& r) { onLongPromptFinished(r); });
+  return startJob(Job::LongPrompt, job);
+}
+
 bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
   connect(engineJob, &EngineJob::batchRunStarted, this, &ContinuousTab::onRunStarted);
   connect(engineJob, &EngineJob::batchAdmitted, this,
@@ -372,8 +388,11 @@ bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
     occupancy_->clearAll();
     latency_->clearAll();
     kvUsage_->clearAll();
-  } else {
+  } else if (job == Job::Course) {
     hasCourseResult_ = false;
+  } else {
+    hasLongPrompt_ = false;
+    itl_->clearAll();
   }
   selector_->blockSignals(true);
   selector_->clear();
@@ -389,6 +408,10 @@ bool ContinuousTab::startJob(Job job, EngineJob* engineJob) {
                           .arg(p.long_tokens)
                           .arg(p.short_tokens)
                           .arg(p.max_batch));
+  } else if (job == Job::LongPrompt) {
+    summary_->setText(
+        tr("Four streams decoding, then a long prompt arrives: served without a token budget, "
+           "then with one…"));
   } else {
     // The baseline sends no batch events: say so until the batched run starts.
     drawTimeline(BatchTimeline(), tr("course benchmark, the baseline first (one query at a time)"));
@@ -569,21 +592,38 @@ void ContinuousTab::changeEvent(QEvent* event) {
 
 // --- Results ---------------------------------------------------------------------------------
 
+ContinuousTab::Shown ContinuousTab::shownOf(const servelab::BatchRunResult& run) {
+  Shown s{QString::fromStdString(run.method), BatchTimeline::fromResult(run), {}, false, {}};
+  for (const servelab::RequestResult& rr : run.requests) s.texts << QString::fromStdString(rr.text);
+  for (const servelab::BatchStep& step : run.steps)
+    if (step.kv_blocks_total > 0 && (!s.hasKvBlocks || step.kv_blocks_used > s.kvStep.kv_blocks_used)) {
+      s.hasKvBlocks = true;
+      s.kvStep = step;
+    }
+  return s;
+}
+
+void ContinuousTab::onLongPromptFinished(const servelab::ChunkedPrefillResult& r) {
+  flush();
+  longPrompt_ = r;
+  hasLongPrompt_ = true;
+  // The two runs' timelines replace the queue's: the chunked one shown, its prompt in pieces.
+  shown_ = {shownOf(r.run_unchunked), shownOf(r.run_chunked)};
+  compareShown_ = static_cast<int>(shown_.size());
+  rebuildSelector(1);
+  drawItl(itl_, r);
+  chartTabs_->setCurrentWidget(itl_);
+  summary_->setText(longPromptSummary(r));
+  progress_->finish();
+  finishJob(true, QString());
+}
+
 void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r) {
   flush();
   result_ = r;
   hasResult_ = true;
   QVector<Shown> next;
-  for (const servelab::BatchRunResult& run : r.runs) {
-    Shown s{QString::fromStdString(run.method), BatchTimeline::fromResult(run), {}, false, {}};
-    for (const servelab::RequestResult& rr : run.requests) s.texts << QString::fromStdString(rr.text);
-    for (const servelab::BatchStep& step : run.steps)
-      if (step.kv_blocks_total > 0 && (!s.hasKvBlocks || step.kv_blocks_used > s.kvStep.kv_blocks_used)) {
-        s.hasKvBlocks = true;
-        s.kvStep = step;
-      }
-    next << s;
-  }
+  for (const servelab::BatchRunResult& run : r.runs) next << shownOf(run);
   const QVector<Shown> course = shown_.mid(compareShown_);
   compareShown_ = static_cast<int>(next.size());
   shown_ = next + course;
@@ -611,7 +651,7 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
   for (const servelab::BatchRunResult& run : r.runs)
     for (const servelab::BatchStep& step : run.steps) appendKvUsage(QString::fromStdString(run.method), step);
   kvUsage_->rescale();
-  fillComparison(r);
+  fillComparison(comparison_, r);
   resultTabs_->setCurrentWidget(comparison_);
   chartTabs_->setCurrentWidget(occupancy_);
 
@@ -653,111 +693,12 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
                 .arg(static_cast<double>(cont->kv_copy_bytes) / kMiB, 0, 'f', 1)
                 .arg(formatMsCoarse(naive->total_ms));
   }
-  text += pagedSummary(r);
+  text += pagedSummary(r, params());
   text += r.same_tokens ? tr("<p>Every method generated the same tokens ✓</p>")
                         : tr("<p><b>The methods generated different tokens.</b></p>");
   summary_->setText(text);
   progress_->finish();
   finishJob(true, QString());
-}
-
-QString ContinuousTab::pagedSummary(const servelab::SyncVsContinuousResult& r) const {
-  const servelab::SyncVsContinuousParams p = params();
-  const servelab::BatchRunResult* slot = nullptr;
-  const servelab::BatchRunResult* paged = nullptr;
-  const servelab::BatchRunResult* uncached = nullptr;
-  const servelab::ServeSummary* pagedSummary = nullptr;
-  const servelab::ServeSummary* uncachedSummary = nullptr;
-  for (size_t i = 0; i < r.runs.size() && i < r.methods.size(); ++i) {
-    const std::string& m = r.runs[i].method;
-    if (m == "continuous (slot KV)") slot = &r.runs[i];
-    if (m == "continuous (paged KV)" || m == "continuous (paged KV + prefix cache)") {
-      paged = &r.runs[i];
-      pagedSummary = &r.methods[i];
-    }
-    if (m == "continuous (paged KV, no prefix cache)") {
-      uncached = &r.runs[i];
-      uncachedSummary = &r.methods[i];
-    }
-  }
-  QString text;
-  if (slot && paged) {
-    const QString budget = p.kv_budget_mb > 0 && p.slots_in_budget
-                               ? tr("In the same %1 MB of KV memory").arg(p.kv_budget_mb, 0, 'g', 4)
-                               : tr("With max batch %1").arg(p.max_batch);
-    text += tr("<p><b>%1: slot KV held at most %2 requests at once, paged KV %3.</b> Average batch %4 vs %5; "
-               "paged KV preempted %6 times.</p>")
-                .arg(budget)
-                .arg(slot->max_running)
-                .arg(paged->max_running)
-                .arg(slot->average_batch, 0, 'f', 2)
-                .arg(paged->average_batch, 0, 'f', 2)
-                .arg(paged->preemptions);
-  }
-  if (paged && uncached && pagedSummary && uncachedSummary) {
-    text += tr("<p><b>Prefix cache: %1 of %2 prompt tokens were hits</b> (without it: %3); median time to "
-               "first token %4 → %5 ms.</p>")
-                .arg(paged->prefix_hit_tokens)
-                .arg(paged->prompt_tokens)
-                .arg(uncached->prefix_hit_tokens)
-                .arg(formatMsCoarse(uncachedSummary->ttft_p50), formatMsCoarse(pagedSummary->ttft_p50));
-  }
-  return text;
-}
-
-void ContinuousTab::fillComparison(const servelab::SyncVsContinuousResult& r) {
-  double syncMs = 0;
-  for (const servelab::ServeSummary& m : r.methods)
-    if (m.method == "synchronous") syncMs = m.total_ms;
-  // Methods side by side: a column each, a row per figure.
-  const QStringList figures = {tr("total time (ms)"),
-                               tr("tokens/s"),
-                               tr("speed-up vs synchronous"),
-                               tr("TTFT p50 (ms)"),
-                               tr("TTFT p90 (ms)"),
-                               tr("TTFT p99 (ms)"),
-                               tr("latency p50 (ms)"),
-                               tr("latency p90 (ms)"),
-                               tr("latency p99 (ms)"),
-                               tr("inference calls"),
-                               tr("average batch"),
-                               tr("max batch"),
-                               tr("KV cache (MiB)"),
-                               tr("KV copied (MiB)"),
-                               tr("most requests at once"),
-                               tr("preemptions"),
-                               tr("prefix-cache hits (tokens)")};
-  comparison_->clear();
-  comparison_->setRowCount(static_cast<int>(figures.size()));
-  comparison_->setColumnCount(static_cast<int>(r.methods.size()));
-  comparison_->setVerticalHeaderLabels(figures);
-  QStringList methods;
-  for (const servelab::ServeSummary& m : r.methods)
-    methods << QString::fromStdString(m.method).replace(QStringLiteral(" ("), QStringLiteral("\n("));
-  comparison_->setHorizontalHeaderLabels(methods);
-  for (int c = 0; c < static_cast<int>(r.methods.size()); ++c) {
-    const servelab::ServeSummary& m = r.methods[static_cast<size_t>(c)];
-    const servelab::BatchRunResult& run = r.runs[static_cast<size_t>(c)];
-    const bool sync = run.method == "synchronous";
-    const QStringList values = {
-        formatMsCoarse(m.total_ms), QString::number(m.tokens_per_s, 'f', 0),
-        m.total_ms > 0 && syncMs > 0 ? QStringLiteral("%1×").arg(syncMs / m.total_ms, 0, 'f', 2) : QString(),
-        formatMsCoarse(m.ttft_p50), formatMsCoarse(m.ttft_p90), formatMsCoarse(m.ttft_p99),
-        formatMsCoarse(m.latency_p50), formatMsCoarse(m.latency_p90), formatMsCoarse(m.latency_p99),
-        QString::number(m.inference_calls), QString::number(m.average_batch, 'f', 2),
-        QString::number(m.max_batch), QString::number(static_cast<double>(m.kv_cache_bytes) / kMiB, 'f', 2),
-        QString::number(static_cast<double>(m.kv_copy_bytes) / kMiB, 'f', 2),
-        // Synchronous batching keeps no count of these: its batch is max batch requests.
-        sync ? QStringLiteral("—") : QString::number(run.max_running),
-        sync ? QStringLiteral("—") : QString::number(run.preemptions),
-        sync ? QStringLiteral("—")
-             : QStringLiteral("%1 / %2").arg(run.prefix_hit_tokens).arg(run.prompt_tokens)};
-    for (int row = 0; row < values.size(); ++row) {
-      auto* item = new QTableWidgetItem(values[row]);
-      item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
-      comparison_->setItem(row, c, item);
-    }
-  }
 }
 
 void ContinuousTab::onCourseFinished(const servelab::CourseBenchmarkResult& r) {
@@ -767,7 +708,7 @@ void ContinuousTab::onCourseFinished(const servelab::CourseBenchmarkResult& r) {
   shown_ = shown_.mid(0, compareShown_);
   shown_ << Shown{seriesFor(live_.method()), live_, liveTexts_, false, {}};
   rebuildSelector(static_cast<int>(shown_.size()) - 1);
-  fillCourseTable(r);
+  fillCourseTable(courseTable_, r);
   resultTabs_->setCurrentIndex(2);
   if (r.rows.size() == 2) {
     const servelab::CourseBenchmarkRow& base = r.rows[0];
@@ -786,22 +727,6 @@ void ContinuousTab::onCourseFinished(const servelab::CourseBenchmarkResult& r) {
   }
   progress_->finish();
   finishJob(true, QString());
-}
-
-void ContinuousTab::fillCourseTable(const servelab::CourseBenchmarkResult& r) {
-  courseTable_->setRowCount(static_cast<int>(r.rows.size()));
-  for (int i = 0; i < static_cast<int>(r.rows.size()); ++i) {
-    const servelab::CourseBenchmarkRow& row = r.rows[static_cast<size_t>(i)];
-    QString method = QString::fromStdString(row.method);
-    method.replace(QStringLiteral(" ("), QStringLiteral("\n("));
-    setRow(courseTable_, i,
-           {method, QString::number(row.queries), QString::number(row.time_s, 'f', 2),
-            QStringLiteral("%1×").arg(row.throughput_vs_baseline, 0, 'f', 2), QString::number(row.max_batch),
-            QString::number(row.avg_batch, 'f', 2), QString::number(row.tokens),
-            QString::number(row.inference_calls)});
-    courseTable_->item(i, 0)->setToolTip(QString::fromStdString(row.method));
-  }
-  courseTable_->resizeRowsToContents();
 }
 
 void ContinuousTab::onFailed(const QString& kind, const QString& message) {
@@ -867,6 +792,7 @@ QJsonObject ContinuousTab::lastResult() const {
   if (hasCourseResult_) {
     o[QStringLiteral("course_benchmark")] = toQJsonObject(courseResult_.to_json());
   }
+  if (hasLongPrompt_) o[QStringLiteral("chunked_prefill")] = toQJsonObject(longPrompt_.to_json());
   if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
   return o;
 }

@@ -33,7 +33,7 @@ class ContinuousTab : public ExperimentTab {
   QString tabId() const override { return QStringLiteral("continuous"); }
   QString title() const override { return tr("Continuous batching"); }
   ChartView* primaryChart() const override { return gantt_; }
-  QList<ChartView*> charts() const override { return {gantt_, occupancy_, latency_, kvUsage_}; }
+  QList<ChartView*> charts() const override { return {gantt_, occupancy_, latency_, kvUsage_, itl_}; }
   // Serves the queue synchronously, then with continuous batching (and the course's merge/filter).
   bool run() override;
   // The course's benchmark: N queries one at a time, then continuously batched.
@@ -43,6 +43,12 @@ class ContinuousTab : public ExperimentTab {
   // budget spin box's value, or kPresetBudgetMb when it is 0). SharedSystemPrompt: prompts that
   // share a long prefix, paged KV without and with prefix caching.
   enum class Preset { FitInBudget, SharedSystemPrompt };
+  // Chunked prefill: streams decoding when a long prompt arrives, served without and with the
+  // queue's token budget (vLLM's 128 when it is 0); the streams' inter-token latency both ways.
+  bool runLongPrompt();
+  bool hasLongPromptResult() const { return hasLongPrompt_; }
+  const servelab::ChunkedPrefillResult& longPromptResult() const { return longPrompt_; }
+  const ChartView& itlChart() const { return *itl_; }
   static constexpr double kPresetBudgetMb = 12;
   void applyPreset(Preset preset);
   bool runPreset(Preset preset);
@@ -55,6 +61,7 @@ class ContinuousTab : public ExperimentTab {
   void setPrompt(const QString& prompt);
   void setRequests(int n);
   void setMaxBatch(int n);
+  void setTokenBudget(int tokens);  // chunked prefill (0: off)
   void setLongEvery(int n);
   void setLongTokens(int n);
   void setShortTokens(int n);
@@ -94,7 +101,7 @@ class ContinuousTab : public ExperimentTab {
   void changeEvent(QEvent* event) override;
 
  private:
-  enum class Job { None, Compare, Course };
+  enum class Job { None, Compare, Course, LongPrompt };
   struct Shown {
     QString name;
     BatchTimeline timeline;
@@ -111,6 +118,9 @@ class ContinuousTab : public ExperimentTab {
   void onStep(const servelab::BatchStep& step);
   void onCompareFinished(const servelab::SyncVsContinuousResult& result);
   void onCourseFinished(const servelab::CourseBenchmarkResult& result);
+  void onLongPromptFinished(const servelab::ChunkedPrefillResult& result);
+  // The timelines of finished runs on offer in the selector (each with its texts and fullest step).
+  static Shown shownOf(const servelab::BatchRunResult& run);
   void onFailed(const QString& kind, const QString& message);
   void finishJob(bool ok, const QString& message);
   void scheduleFlush();
@@ -120,11 +130,8 @@ class ContinuousTab : public ExperimentTab {
   void flushStream();
   QString seriesFor(const QString& method) const;
   int ensureSeries(ChartView* chart, const QString& name);
-  void fillComparison(const servelab::SyncVsContinuousResult& r);
-  void fillCourseTable(const servelab::CourseBenchmarkResult& r);
   void rebuildSelector(int select);
   void appendKvUsage(const QString& method, const servelab::BatchStep& step);
-  QString pagedSummary(const servelab::SyncVsContinuousResult& r) const;
 
   // Request queue.
   RequestQueueForm* queue_;
@@ -143,6 +150,7 @@ class ContinuousTab : public ExperimentTab {
   ChartView* latency_;
   KvMemoryView* kvView_;
   ChartView* kvUsage_;
+  ChartView* itl_;
   QTabWidget* resultTabs_;
   QTabWidget* chartTabs_;
   QTableWidget* comparison_;
@@ -163,6 +171,8 @@ class ContinuousTab : public ExperimentTab {
   bool hasResult_ = false;
   servelab::CourseBenchmarkResult courseResult_;
   bool hasCourseResult_ = false;
+  servelab::ChunkedPrefillResult longPrompt_;
+  bool hasLongPrompt_ = false;
   QString lastError_;
 };
 

@@ -8,6 +8,7 @@
 
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
+#include "experiments/chunked_prefill.h"
 #include "experiments/course_benchmark.h"
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"

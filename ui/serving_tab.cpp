@@ -99,6 +99,11 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   port_->setToolTip(tr("Port on 127.0.0.1 (this machine only); 0 picks a free one"));
   maxBatch_ = makeSpin(this, QStringLiteral("servingMaxBatch"), 1, 256, 8);
   maxBatch_->setToolTip(tr("Requests running at once (batch places, each with its KV slot)"));
+  tokenBudget_ = makeSpin(this, QStringLiteral("servingTokenBudget"), 0, 8192, 0, tr(" tokens"));
+  tokenBudget_->setSpecialValueText(tr("off (whole prompts)"));
+  tokenBudget_->setToolTip(
+      tr("Chunked prefill (--max-num-batched-tokens): tokens one engine step computes, decodes first and "
+         "prompts in chunks; off: every prompt in one step"));
   maxQueue_ = makeSpin(this, QStringLiteral("servingMaxQueue"), 0, 4096, 64);
   maxQueue_->setToolTip(tr("Requests waiting at most; one more gets 429 with Retry-After"));
   positions_ = makeSpin(this, QStringLiteral("servingPositions"), 0, 8192, 1024);
@@ -131,6 +136,7 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   auto* sf = new QFormLayout(serverBox);
   sf->addRow(tr("Port"), port_);
   sf->addRow(tr("Max batch"), maxBatch_);
+  sf->addRow(tr("Token budget"), tokenBudget_);
   sf->addRow(tr("Max queue"), maxQueue_);
   sf->addRow(tr("Positions"), positions_);
   sf->addRow(useAdapters_);
@@ -297,9 +303,9 @@ void ServingTab::updateButtons() {
   start_->setEnabled(!serving);
   stop_->setEnabled(serving);
   copy_->setEnabled(!url_.isEmpty());
-  for (QWidget* w :
-       {static_cast<QWidget*>(port_), static_cast<QWidget*>(maxBatch_), static_cast<QWidget*>(maxQueue_),
-        static_cast<QWidget*>(positions_), static_cast<QWidget*>(useAdapters_)})
+  for (QWidget* w : {static_cast<QWidget*>(port_), static_cast<QWidget*>(maxBatch_),
+                     static_cast<QWidget*>(tokenBudget_), static_cast<QWidget*>(maxQueue_),
+                     static_cast<QWidget*>(positions_), static_cast<QWidget*>(useAdapters_)})
     w->setEnabled(!serving);
   loadRun_->setEnabled(!loadRunning_);
   loadStop_->setEnabled(loadRunning_);
@@ -329,6 +335,7 @@ bool ServingTab::startServer() {
   }
   servelab::ServeOptions so;
   so.max_batch = maxBatch_->value();
+  so.max_num_batched_tokens = tokenBudget_->value();
   so.max_queue = maxQueue_->value();
   so.max_total_tokens = positions_->value();
   if (model_.positions > 0 && so.max_total_tokens > model_.positions) so.max_total_tokens = model_.positions;
@@ -690,6 +697,7 @@ void ServingTab::loadSettings(QSettings& s) {
   s.beginGroup(QStringLiteral("serving"));
   loadSpin(s, QStringLiteral("port"), port_);
   loadSpin(s, QStringLiteral("maxBatch"), maxBatch_);
+  loadSpin(s, QStringLiteral("maxNumBatchedTokens"), tokenBudget_);
   loadSpin(s, QStringLiteral("maxQueue"), maxQueue_);
   loadSpin(s, QStringLiteral("positions"), positions_);
   loadSpin(s, QStringLiteral("requests"), loadRequests_);
@@ -729,6 +737,7 @@ void ServingTab::saveSettings(QSettings& s) const {
   s.beginGroup(QStringLiteral("serving"));
   s.setValue(QStringLiteral("port"), port_->value());
   s.setValue(QStringLiteral("maxBatch"), maxBatch_->value());
+  s.setValue(QStringLiteral("maxNumBatchedTokens"), tokenBudget_->value());
   s.setValue(QStringLiteral("maxQueue"), maxQueue_->value());
   s.setValue(QStringLiteral("positions"), positions_->value());
   s.setValue(QStringLiteral("requests"), loadRequests_->value());

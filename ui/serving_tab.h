@@ -108,6 +108,7 @@ class ServingTab : public ExperimentTab {
   // Server form.
   QSpinBox* port_;
   QSpinBox* maxBatch_;
+  QSpinBox* tokenBudget_;
   QSpinBox* maxQueue_;
   QSpinBox* positions_;
   QCheckBox* useAdapters_;

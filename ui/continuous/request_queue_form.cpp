@@ -21,7 +21,13 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
   prompt_->setCursorPosition(0);
   requests_ = makeSpin(this, QStringLiteral("continuousRequests"), 1, 1024, 32);
   maxBatch_ = makeSpin(this, QStringLiteral("continuousMaxBatch"), 1, 256, 8);
-  maxBatch_->setToolTip(tr("Requests that run at once: the batch places (slots)"));
+  maxBatch_->setToolTip(tr("Requests that run at once: the batch places (slots; vLLM's max_num_seqs)"));
+  budget_ = makeSpin(this, QStringLiteral("continuousTokenBudget"), 0, 8192, 0, tr(" tokens"));
+  budget_->setSpecialValueText(tr("off (whole prompts)"));
+  budget_->setToolTip(
+      tr("Chunked prefill (vLLM's max_num_batched_tokens): the tokens one scheduler step computes. Decodes "
+         "go first, prompts fill the rest in chunks. Off: every prompt in one step (the course's scheduler); "
+         "the course's merge/filter always runs so"));
   longEvery_ = makeSpin(this, QStringLiteral("continuousLongEvery"), 1, 1000, 8);
   longEvery_->setToolTip(tr("Request 0 and every n-th after it is a long one"));
   longTokens_ = makeSpin(this, QStringLiteral("continuousLongTokens"), 1, 1000, 100, tr(" tokens"));
@@ -99,6 +105,7 @@ RequestQueueForm::RequestQueueForm(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("Prompt"), prompt_);
   form->addRow(tr("Requests"), requests_);
   form->addRow(tr("Max batch"), maxBatch_);
+  form->addRow(tr("Token budget"), budget_);
   form->addRow(tr("Every n-th is long"), longEvery_);
   form->addRow(tr("Long requests"), longTokens_);
   form->addRow(tr("Short requests"), shortTokens_);
@@ -132,6 +139,7 @@ void RequestQueueForm::updatePromptLengthEnabled() {
 void RequestQueueForm::setPrompt(const QString& prompt) { prompt_->setText(prompt); }
 void RequestQueueForm::setRequests(int n) { requests_->setValue(n); }
 void RequestQueueForm::setMaxBatch(int n) { maxBatch_->setValue(n); }
+void RequestQueueForm::setTokenBudget(int tokens) { budget_->setValue(tokens); }
 void RequestQueueForm::setLongEvery(int n) { longEvery_->setValue(n); }
 void RequestQueueForm::setLongTokens(int n) { longTokens_->setValue(n); }
 void RequestQueueForm::setShortTokens(int n) { shortTokens_->setValue(n); }
@@ -160,6 +168,7 @@ servelab::SyncVsContinuousParams RequestQueueForm::params() const {
   p.prompt = prompt_->text().toStdString();
   p.requests = requests_->value();
   p.max_batch = maxBatch_->value();
+  p.max_num_batched_tokens = budget_->value();
   p.long_every = longEvery_->value();
   p.long_tokens = longTokens_->value();
   p.short_tokens = shortTokens_->value();
@@ -181,6 +190,7 @@ void RequestQueueForm::setModel(const ModelSummary& model) {
   if (model.positions > 1)
     for (QSpinBox* s : {longTokens_, shortTokens_, promptMin_, promptMax_})
       s->setMaximum(model.positions - 1);
+  if (model.positions > 0) budget_->setMaximum(model.positions);
 }
 
 void RequestQueueForm::loadSettings(QSettings& s) {
@@ -189,6 +199,7 @@ void RequestQueueForm::loadSettings(QSettings& s) {
   const auto spin = [&s](QSpinBox* box, const char* key) { loadSpin(s, QLatin1String(key), box); };
   spin(requests_, "requests");
   spin(maxBatch_, "maxBatch");
+  spin(budget_, "maxNumBatchedTokens");
   spin(longEvery_, "longEvery");
   spin(longTokens_, "longTokens");
   spin(shortTokens_, "shortTokens");
@@ -210,6 +221,7 @@ void RequestQueueForm::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("prompt"), prompt_->text());
   s.setValue(QStringLiteral("requests"), requests_->value());
   s.setValue(QStringLiteral("maxBatch"), maxBatch_->value());
+  s.setValue(QStringLiteral("maxNumBatchedTokens"), budget_->value());
   s.setValue(QStringLiteral("longEvery"), longEvery_->value());
   s.setValue(QStringLiteral("longTokens"), longTokens_->value());
   s.setValue(QStringLiteral("shortTokens"), shortTokens_->value());

@@ -23,6 +23,8 @@ class RequestQueueForm : public QWidget {
   void setPrompt(const QString& prompt);
   void setRequests(int n);
   void setMaxBatch(int n);
+  // Chunked prefill's tokens per step (0: off).
+  void setTokenBudget(int tokens);
   void setLongEvery(int n);
   void setLongTokens(int n);
   void setShortTokens(int n);
@@ -51,6 +53,7 @@ class RequestQueueForm : public QWidget {
   QLineEdit* prompt_;
   QSpinBox* requests_;
   QSpinBox* maxBatch_;
+  QSpinBox* budget_;
   QSpinBox* longEvery_;
   QSpinBox* longTokens_;
   QSpinBox* shortTokens_;
