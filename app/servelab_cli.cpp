@@ -2,11 +2,13 @@
 // error is one readable line on stderr with a non-zero exit code.
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +51,19 @@ using nlohmann::json;
 using namespace servelab;
 
 namespace {
+
+// The generated text is coloured after its prompt only for a person at a terminal: never into a
+// pipe or a file (`servelab-cli generate ... | tail` gets plain text), and never when NO_COLOR is
+// set to a non-empty value (https://no-color.org).
+bool colour_output() {
+  static const bool on = [] {
+    const char* no_color = std::getenv("NO_COLOR");
+    return isatty(STDOUT_FILENO) == 1 && !(no_color && *no_color);
+  }();
+  return on;
+}
+const char* colour_generated() { return colour_output() ? "\x1b[31m" : ""; }
+const char* colour_reset() { return colour_output() ? "\x1b[0m" : ""; }
 
 const std::vector<std::string> kCoursePrompts = {"The quick brown fox jumped over the",
                                                  "The rain in Spain falls", "What comes up must"};
@@ -382,7 +397,7 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
       }
       print_json(j);
     } else {
-      std::cout << a.prompts[i] << "\x1b[31m" << out[i].text << "\x1b[0m\n";
+      std::cout << a.prompts[i] << colour_generated() << out[i].text << colour_reset() << "\n";
     }
   }
   return 0;
@@ -677,7 +692,8 @@ int cmd_demo(const ModelArgs& m) {
   GenerateResult g = generate(engine->model(), engine->tokenizer(), ids, o);
   std::cout << "\nGreedy, 10 new tokens, the three course prompts as one left-padded batch:\n";
   for (size_t i = 0; i < ids.size(); ++i)
-    std::cout << "  " << kCoursePrompts[i] << "\x1b[31m" << g.sequences[i].text << "\x1b[0m\n";
+    std::cout << "  " << kCoursePrompts[i] << colour_generated() << g.sequences[i].text << colour_reset()
+              << "\n";
   KvCacheTimingParams kp;
   kp.prompt = kCoursePrompts[0];
   kp.new_tokens = 10;
@@ -1037,7 +1053,10 @@ int cmd_loadgen(LoadgenArgs a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ServeLab headless engine: GPT-2 generation, tokenization and serving benchmarks"};
+  CLI::App app{
+      "servelab-cli: ServeLab's engine without the window. Generation, tokenization, the course's "
+      "experiments and benchmarks, and an OpenAI/TGI/LoRAX-compatible server, on the built-in "
+      "SmolLM2-135M-Instruct or any GPT-2 or Llama-family model (Hugging Face folder or GGUF file)"};
   app.require_subcommand(1);
   ModelArgs margs;
 
@@ -1245,8 +1264,8 @@ int main(int argc, char** argv) {
   lora_describe->add_option("dir", describe_dirs, "PEFT LoRA folders")->required();
 
   std::string export_dir;
-  auto* exp =
-      app.add_subcommand("export-demo", "Write the built-in demo model as a Hugging Face GPT-2 folder");
+  auto* exp = app.add_subcommand(
+      "export-demo", "Write the GPT-2 small shape with random weights (--demo) as a Hugging Face folder");
   bool export_tiny = false;
   exp->add_option("--out", export_dir, "output folder")->required();
   exp->add_flag("--tiny", export_tiny, "a 2-layer, 32-wide model with GPT-2's vocabulary (for tests)");

@@ -10,7 +10,7 @@
 weights, exported once with `servelab-cli export-demo`; "builtin" the SmolLM2-135M-Instruct GGUF
 that scripts/bootstrap installs; or a Hugging Face folder or .gguf file. HF loads a GGUF
 dequantized to the dtype (from_pretrained(gguf_file=...)), as our engine does today, and its GGUF
-tokenizer gets the digit-splitting pre-tokenizer SmolLM2 declares (../shared/MODELS.md).
+tokenizer gets the digit-splitting pre-tokenizer SmolLM2 declares (docs/models.md).
 
 What it measures (all medians over --repeats, our engine and HF interleaved so that both see the
 same machine state):

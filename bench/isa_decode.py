@@ -8,7 +8,7 @@ ISA (CT2_FORCE_CPU_ISA). Prints JSON (medians, ratios to the best ISA, every run
 
   .venv/bin/python bench/isa_decode.py [--models builtin,demo] [--isas avx512,avx2,generic]
                                        [--threads 2] [--new-tokens 32] [--rounds 5] [--no-ct2]
-                                       [--batch 32]
+                                       [--batch 32] [--out bench/results/FILE.json]
 
 With --batch N the GPT-2 shape also decodes N copies of the prompt at once under each ISA, ours
 (`servelab-cli bench batch-sweep --demo`) and CTranslate2's (`generate_batch`, a step's time taken
@@ -32,7 +32,8 @@ import subprocess
 import sys
 import tempfile
 
-from bench_machine import machine
+from bench_machine import machine, read_bandwidth
+from results_meta import run_metadata, write_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.environ.get("SERVELAB_CLI", os.path.join(ROOT, "build", "release", "app", "servelab-cli"))
@@ -58,26 +59,9 @@ def ours(model, isa, a):
     return statistics.median(r["cache_ms"][1:]), info
 
 
-# This machine's read bandwidth with the benchmark's threads, in a child process (libtorch's own
-# thread pool, as the engine's).
-READ_PROBE = r"""
-import json, statistics, sys, time, torch
-torch.set_num_threads(int(sys.argv[1]))
-x = torch.ones(128 * 1024 * 1024)
-y = torch.empty_like(x)
-x.sum(), y.copy_(x)
-read, copy = [], []
-for _ in range(5):
-    t = time.perf_counter(); x.sum(); read.append(x.numel() * 4 / (time.perf_counter() - t) / 1e9)
-    t = time.perf_counter(); y.copy_(x); copy.append(2 * x.numel() * 4 / (time.perf_counter() - t) / 1e9)
-print(json.dumps({"read_gb_s": statistics.median(read), "copy_gb_s": statistics.median(copy)}))
-"""
-
-
 def bandwidth(a):
-    out = subprocess.run([sys.executable, "-c", READ_PROBE, str(a.threads)], check=True, capture_output=True,
-                         text=True).stdout
-    return json.loads(out)
+    """The read floor's probe (bench_machine.read_bandwidth: libtorch's sum and copy over 512 MiB)."""
+    return read_bandwidth(a.threads, mib=512, repeats=5)
 
 
 # CTranslate2 in a child process (its ISA is read once, from the environment, at import).
@@ -173,7 +157,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-ct2", action="store_true", help="skip CTranslate2 even where it is installed")
     ap.add_argument("--batch", type=int, default=0, help="also decode this many rows at once (GPT-2 shape)")
+    ap.add_argument("--out", help="also write the result in the results schema to this file (bench/results/...)")
     a = ap.parse_args()
+    meta = run_metadata(sys.argv, threads=a.threads) if a.out else None
     m = machine()
     order = ["avx512", "avx2", "generic"]
     isas = [i for i in a.isas.split(",") if order.index(i) >= order.index(m["isa"])]
@@ -229,10 +215,22 @@ def main():
             ratios = [ms / (nbytes / (p["read_gb_s"] * 1e9) * 1e3) for ms, p in zip(result[key]["runs"], probes)]
             floor[f"{key}/over_read_floor_runs"] = ratios
             floor[f"{key}/over_read_floor_median"] = statistics.median(ratios)
-    print(json.dumps({"machine": {**m, "threads": a.threads, "load_average_end": os.getloadavg()[0]}, "new_tokens": a.new_tokens, "rounds": a.rounds, "batch": a.batch,
-                      "isas": isas, "ct2": "ctranslate2 (CT2_FORCE_CPU_ISA per ISA)" if ct_dir else "not run",
-                      "statistic": "median over rounds of each run's median decode step (prefill excluded)",
-                      "results": result, "read_floor": floor}, indent=2))
+    doc = {"machine": {**m, "threads": a.threads, "load_average_end": os.getloadavg()[0]}, "new_tokens": a.new_tokens,
+           "rounds": a.rounds, "batch": a.batch, "isas": isas,
+           "ct2": "ctranslate2 (CT2_FORCE_CPU_ISA per ISA)" if ct_dir else "not run",
+           "statistic": "median over rounds of each run's median decode step (prefill excluded)",
+           "results": result, "read_floor": floor}
+    print(json.dumps(doc, indent=2))
+    if a.out:  # the results schema (docs/benchmarks-schema.md): the same figures under "results"
+        summary = [{"label": f"{key} decode step, median of {a.rounds} rounds", "value": round(r["decode_ms_median"], 2),
+                    "unit": "ms", "verdict": "info"} for key, r in result.items()]
+        # A verdict needs rounds to take a median over and a machine that was not busy at the start.
+        judged = a.rounds >= 3 and meta["load_average_start"] < (meta["cpu_count"] or 1)
+        summary += [{"label": f"{k.rsplit('/', 1)[0]} over the read floor, median of rounds", "value": round(v, 3),
+                     "unit": "x", "target": "<= 1.2",
+                     "verdict": ("met" if v <= 1.2 else "missed") if judged else "not a verdict"}
+                    for k, v in floor.items() if k.endswith("/over_read_floor_median")]
+        write_result(a.out, meta, {"benchmark": "isa-decode", "results": doc, "summary": summary})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ServeLab vs llama.cpp on the same GGUF, same thread count, rounds interleaved.
 
-Peer build (outside the repo, see ../shared/MODELS.md "Peers to measure against"):
+Peer build (outside the repo, see docs/models.md "Peers we measure against"):
   mkdir -p /work/peers && cd /work/peers
   /work/main/.venv/bin/pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d .
   tar xzf llama_cpp_python-0.3.36.tar.gz && cd llama_cpp_python-0.3.36/vendor/llama.cpp

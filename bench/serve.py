@@ -10,7 +10,7 @@ whole token budget) at each concurrency level, closed loop, plus the course's th
 figure is the median over rounds; the ours/theirs throughput ratio is taken per round (adjacent
 runs share the machine's load at that moment) and its median reported.
 
-Peer build: ../shared/MODELS.md "Peers to measure against" (llama.cpp from llama-cpp-python's
+Peer build: docs/models.md "Peers we measure against" (llama.cpp from llama-cpp-python's
 sdist, target llama-server), e.g. under /work/peers.
 
 Run:  .venv/bin/python bench/serve.py --rounds 2 > bench/results/serve-vs-llama-server-<machine>.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The house rule of DESIGN.md, checked: core/ never includes Qt; ui/ and the GUI entry point never
+"""The house rule of docs/design.md, checked: core/ never includes Qt; ui/ and the GUI entry point never
 reach a libtorch header, directly or through any project header they include (transitively)."""
 import pathlib
 import re

@@ -144,6 +144,11 @@ servelab::GenerationSink* JobContext::tokens() { return &relays_->tokens; }
 
 QString JobContext::readableToken(int id) const { return servelab::ui::readableToken(engine_, id); }
 
+const servelab::Engine& JobContext::engine() const {
+  noteEngineCall();
+  return engine_;
+}
+
 void JobContext::post(std::function<void(EngineJob*)> f) const {
   // The job lives on the GUI thread until the controller replaces it, which is after its last
   // event (finish or fail) has been delivered: every event posted here finds it.
@@ -229,6 +234,7 @@ class EngineHost : public QObject {
       error = QStringLiteral("no model is loaded");
     } else {
       try {
+        noteEngineCall();
         result = run(*engine_);
       } catch (const std::bad_alloc&) {
         error = QStringLiteral("out of memory");

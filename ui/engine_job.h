@@ -84,7 +84,8 @@ class JobContext {
   JobContext(const JobContext&) = delete;
   JobContext& operator=(const JobContext&) = delete;
 
-  const servelab::Engine& engine() const { return engine_; }
+  // The engine, for the job's body on the engine thread (each call noted: engine_session.h).
+  const servelab::Engine& engine() const;
   const std::atomic<bool>* cancel() const { return cancel_; }
   // Every sink an experiment can report through, relayed to the job, and the Stop flag.
   servelab::ExperimentControl control();

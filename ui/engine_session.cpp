@@ -1,13 +1,31 @@
 #include "engine_session.h"
 
 #include <QByteArray>
+#include <QCoreApplication>
 #include <QDir>
+#include <QThread>
+#include <atomic>
 
 #include "model/engine.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
 
 namespace servelab::ui {
+
+namespace {
+std::atomic<qint64> g_engine_calls{0}, g_gui_engine_calls{0};
+}  // namespace
+
+void noteEngineCall() {
+  g_engine_calls.fetch_add(1, std::memory_order_relaxed);
+  const QCoreApplication* app = QCoreApplication::instance();
+  if (app && QThread::currentThread() == app->thread())
+    g_gui_engine_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+EngineCallCount engineCallCount() {
+  return {g_engine_calls.load(std::memory_order_relaxed), g_gui_engine_calls.load(std::memory_order_relaxed)};
+}
 
 double decodeTokensPerSecond(const QVector<double>& stepMs) {
   double ms = 0;
@@ -22,6 +40,7 @@ QStringList availableDevices() {
 }
 
 std::unique_ptr<servelab::Engine> loadEngine(const ModelRequest& r) {
+  noteEngineCall();
   const servelab::EngineOptions o{r.device.toStdString(), r.dtype.toStdString(), r.threads};
   if (r.demo) return servelab::Engine::load_demo(o);
   return r.folder.isEmpty() ? servelab::Engine::load_builtin(o)
@@ -29,6 +48,7 @@ std::unique_ptr<servelab::Engine> loadEngine(const ModelRequest& r) {
 }
 
 ModelSummary summarize(const servelab::Engine& engine, const QString& folder) {
+  noteEngineCall();
   const nlohmann::json j = engine.info();
   const servelab::ModelShape& c = engine.shape();
   ModelSummary s;
@@ -70,6 +90,7 @@ ModelSummary summarize(const servelab::Engine& engine, const QString& folder) {
 }
 
 QString readableToken(const servelab::Engine& engine, int id) {
+  noteEngineCall();
   const servelab::Tokenizer& tokenizer = engine.tokenizer();
   if (id < 0 || id >= tokenizer.vocab_size()) return QStringLiteral("<id %1>").arg(id);
   const std::string bytes = tokenizer.token_bytes(id);
@@ -91,6 +112,7 @@ QString readableToken(const servelab::Engine& engine, int id) {
 
 GenerateSummary generateText(const servelab::Engine& engine, const GenerateRequest& request,
                              servelab::GenerationSink* sink, const std::atomic<bool>* cancel) {
+  noteEngineCall();
   servelab::GenerateOptions o = request.options;
   o.cancel = cancel;
   const std::string text = request.chat
@@ -114,6 +136,7 @@ GenerateSummary generateText(const servelab::Engine& engine, const GenerateReque
 }
 
 servelab::PaddedPrompts padPrompts(const servelab::Engine& engine, const QStringList& prompts) {
+  noteEngineCall();
   std::vector<std::string> texts;
   for (const QString& p : prompts) texts.push_back(p.toStdString());
   servelab::PaddedPrompts padded = servelab::pad_prompts(engine.model(), engine.tokenizer(), texts);
@@ -125,6 +148,7 @@ servelab::PaddedPrompts padPrompts(const servelab::Engine& engine, const QString
 }
 
 void makeReadable(const servelab::Engine& engine, servelab::QuantModeResult& mode) {
+  noteEngineCall();
   for (servelab::GreedyComparison& g : mode.greedy) {
     g.reference_pieces.clear();
     g.pieces.clear();

@@ -5,6 +5,7 @@
 // Everything here runs on the engine thread.
 #include <QString>
 #include <QStringList>
+#include <QtGlobal>
 #include <atomic>
 #include <memory>
 
@@ -16,6 +17,17 @@ class GenerationSink;
 }  // namespace servelab
 
 namespace servelab::ui {
+
+// Every call the UI makes into the engine notes its thread here: this file's functions, the engine
+// host's load and answer, and JobContext::engine() for every job's body. None may run on the GUI
+// thread (that would freeze the window for as long as the call takes, whatever the machine's load);
+// test_main_window asserts it after runs.
+struct EngineCallCount {
+  qint64 total = 0;
+  qint64 onGuiThread = 0;
+};
+void noteEngineCall();
+EngineCallCount engineCallCount();
 
 // "cpu", plus "cuda" when libtorch sees a CUDA device.
 QStringList availableDevices();

@@ -29,6 +29,7 @@
 #include <QToolButton>
 #include <cstdio>
 
+#include "about_dialog.h"
 #include "batching_tab.h"
 #include "continuous_tab.h"
 #include "engine_session.h"
@@ -321,6 +322,18 @@ void MainWindow::buildMenus() {
           [this](bool on) { setTheme(on ? ChartTheme::Dark : ChartTheme::Light); });
   if (auto* dock = findChild<QDockWidget*>(QStringLiteral("logDock")))
     view->addAction(dock->toggleViewAction());
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  QAction* about = help->addAction(tr("About ServeLab"), this, [this] { showAbout(); });
+  about->setObjectName(QStringLiteral("aboutAction"));
+  about->setMenuRole(QAction::AboutRole);
+}
+
+AboutDialog* MainWindow::showAbout() {
+  auto* dialog = new AboutDialog(engine_->model(), this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  dialog->show();
+  return dialog;
 }
 
 void MainWindow::buildStatusBar() {

@@ -33,6 +33,8 @@ struct ScriptOptions {
   bool active() const { return run || !screenshot.isEmpty() || !exportChart.isEmpty(); }
 };
 
+class AboutDialog;
+
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
@@ -66,6 +68,9 @@ class MainWindow : public QMainWindow {
 
   ChartTheme theme() const { return theme_; }
   void setTheme(ChartTheme theme);
+  // Help → About ServeLab: the version, the licences and the machine (as the engine reports it);
+  // the dialog deletes itself when closed.
+  AboutDialog* showAbout();
 
   // Runs a scripted session and quits the application with 0 on success, 1 on failure.
   void runScript(const ScriptOptions& options);

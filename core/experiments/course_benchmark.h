@@ -1,6 +1,6 @@
 #pragma once
-// The GPT-2 batch-inference benchmark of SEEDS.md: N queries of M greedy tokens, one at a time
-// with the KV cache versus continuous batching; the course's table, row for row.
+// The GPT-2 batch-inference benchmark of the course (docs/course.md): N queries of M greedy tokens,
+// one at a time with the KV cache versus continuous batching; the course's table, row for row.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

@@ -12,8 +12,8 @@ namespace servelab {
 // ModelFormatError when a row of logits [batch, vocab] holds NaN or an infinity: the weights or an
 // adapter overflowed, and every token from here on would be garbage. `where` names the step (and
 // request) in the message. One fp32 sum over the logits (the rows are examined only when it is not
-// finite): about 7 us for GPT-2's 50,257 logits at batch 1 on one core (up to 80 us when libtorch
-// wakes a second thread on a busy machine), next to a decode step of 10 ms or more.
+// finite): negligible next to a decode step (docs/benchmarks.md, "The cost of checking for NaN and
+// infinity").
 void check_finite_logits(const at::Tensor& logits, const std::string& where);
 
 class Sampler {

@@ -72,8 +72,8 @@ struct Projection {
 
 // ModelFormatError naming `source` and the first tensor that holds a NaN or an infinity: a model
 // or adapter with such weights would generate garbage from non-finite logits. One pass over the
-// weights: one fp32 sum per tensor (about 35 ms for SmolLM2's 134M parameters on 2 cores), the
-// tensor examined only when the sum is not finite.
+// weights: one fp32 sum per tensor (its cost: docs/benchmarks.md, "The cost of checking for NaN and
+// infinity"), the tensor examined only when the sum is not finite.
 void check_finite_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                           const std::string& source);
 

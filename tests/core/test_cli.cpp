@@ -5,6 +5,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -326,7 +327,7 @@ class TestCli : public QObject {
 
   void tokenize_defaults_to_the_builtin_model() {
     if (!have_builtin()) QSKIP("the built-in model is not installed here (scripts/bootstrap installs it)");
-    // SmolLM2's pre-tokenizer isolates every digit (MODELS.md's examples).
+    // SmolLM2's pre-tokenizer isolates every digit (docs/models.md's examples).
     Run r = cli({"tokenize", "--json", "a  1", "1 2  3   4"});
     QCOMPARE(r.code, 0);
     auto lines = json_lines(r.out);
@@ -343,6 +344,45 @@ class TestCli : public QObject {
     QCOMPARE(r.code, 0);
     const QJsonObject j = json_lines(r.out).at(0);
     QVERIFY2(j["text"].toString().startsWith("Deep learning is a"), qPrintable(j["text"].toString()));
+  }
+
+  // The generated text's colour is for a terminal only: a pipe (QProcess's stdout) gets no ANSI
+  // escape; on a pseudo-terminal (script(1)) the colour is there unless NO_COLOR is set.
+  void no_colour_codes_in_a_pipe() {
+    Run r = cli({"generate", "--demo", "--prompt", "Hello", "--max-new-tokens", "3"});
+    QCOMPARE(r.code, 0);
+    QVERIFY2(!r.out.contains(QChar(0x1b)), qPrintable(r.out));
+    QVERIFY(r.out.contains("Hello"));
+  }
+
+  void colour_on_a_terminal_unless_no_color() {
+    const QString script = QStandardPaths::findExecutable("script");
+    if (script.isEmpty()) QSKIP("script(1) is not installed: no pseudo-terminal to run the CLI on");
+    const QString command =
+        QStringLiteral("'%1' generate --demo --prompt Hello --max-new-tokens 3").arg(SERVELAB_CLI);
+    auto run_on_terminal = [&](bool no_color) {
+      QProcess p;
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      env.remove("NO_COLOR");
+      if (no_color) env.insert("NO_COLOR", "1");
+      p.setProcessEnvironment(env);
+      p.start(script, {"-qec", command, "/dev/null"});
+      p.waitForFinished(300000);
+      return std::make_pair(p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()));
+    };
+    const auto [code, coloured] = run_on_terminal(false);
+    QCOMPARE(code, 0);
+    QVERIFY2(coloured.contains(QChar(0x1b)), qPrintable(coloured));
+    const auto [code2, plain] = run_on_terminal(true);
+    QCOMPARE(code2, 0);
+    QVERIFY2(!plain.contains(QChar(0x1b)), qPrintable(plain));
+  }
+
+  void help_names_the_models_it_runs() {
+    Run r = cli({"--help"});
+    QCOMPARE(r.code, 0);
+    QVERIFY2(r.out.contains("SmolLM2") && r.out.contains("Llama"), qPrintable(r.out));
+    QVERIFY2(!r.out.contains("GPT-2 generation"), qPrintable(r.out));
   }
 
   void lora_runs_on_the_builtin_model() {

@@ -262,7 +262,7 @@ class TestEngine : public QObject {
   }
 
   void course_padded_tensors() {
-    // SEEDS.md, lesson 2: the exact tensors the course shows for its three prompts.
+    // docs/course.md, lesson 2: the exact tensors the course shows for its three prompts.
     if (tokenizer_dir_.empty())
       QSKIP("SERVELAB_SHARED unset: the course check reads the real tokenizer from ../shared");
     auto ids = course_ids();

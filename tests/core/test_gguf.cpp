@@ -3,7 +3,7 @@
 // purpose, and every message is checked for the file and the culprit (key, tensor or field). Files
 // written by the PyPI `gguf` package (tests/oracle/make_gguf_fixtures.py, a CTest fixture) check
 // every metadata type and every supported tensor type against gguf-py's own reader and numpy
-// dequantization, bit for bit; the shipped SmolLM2 file, when present, against MODELS.md's facts.
+// dequantization, bit for bit; the shipped SmolLM2 file, when present, against docs/models.md's facts.
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -38,7 +38,7 @@ static_assert(std::endian::native == std::endian::little, "the crafted files are
 
 namespace {
 
-// MODELS.md's test vector: the first Q4_1 block of SmolLM2's blk.0.attn_q.weight.
+// docs/models.md's test vector: the first Q4_1 block of SmolLM2's blk.0.attn_q.weight.
 const char kQ4_1Block[] = "\x0f\x30\xd8\xb9\x45\x87\x65\x40\x6f\x65\x16\x4b\x67\x76\x64\x50\x22\x67\x65\x5a";
 const double kQ4_1Values[8] = {-0.096313, 0.157349,  -0.096313, -0.730469,
                                1.171997,  -0.096313, 0.030518,  0.664673};
@@ -116,7 +116,7 @@ struct CraftedTensor {
 };
 
 // A small valid GGUF file, field by field; each corruption test changes one thing. Its data:
-// "a.f32" = 0, 1, ..., 7 and "b.q4_1" = MODELS.md's Q4_1 block twice (two rows of 32).
+// "a.f32" = 0, 1, ..., 7 and "b.q4_1" = docs/models.md's Q4_1 block twice (two rows of 32).
 struct Crafted {
   std::string magic = "GGUF";
   uint32_t version = 3;
@@ -825,7 +825,7 @@ class GgufTest : public QObject {
     VERIFY_CONTAINS(msg, "unsupported tensor type Q5_0 (6)");
   }
 
-  // ---- the shipped model (MODELS.md) ----
+  // ---- the shipped model (docs/models.md) ----
 
   // A SentencePiece vocabulary in GGUF metadata (tokenizer.ggml.model "llama", as llama.cpp's
   // converter writes Llama 2 and TinyLlama): a BPE model with byte fallback trained here, its

@@ -581,7 +581,7 @@ class TestQuant : public QObject {
   }
 
   void gpt2_small_course_footprint() {
-    // SEEDS.md, lesson 4: GPT-2 small as uint8 is 124,439,808 bytes of values; with GPT-2's mask
+    // docs/course.md, lesson 4: GPT-2 small as uint8 is 124,439,808 bytes of values; with GPT-2's mask
     // buffers HF's get_memory_footprint() says 137,022,768 (and 510,342,192 in fp32).
     if (tokenizer_dir_.empty()) QSKIP("the built-in model needs the GPT-2 tokenizer files");
     auto demo = Engine::load_demo(EngineOptions{}, tokenizer_dir_);
@@ -607,7 +607,7 @@ class TestQuant : public QObject {
       QCOMPARE(demo->gpt2_model().dense_weights().parameter_count() * 4 + buffers,
                fp["course_before"].get<int64_t>());
     } else {
-      qInfo("quantization oracle absent: GPT-2 small checked against SEEDS.md's figures only");
+      qInfo("quantization oracle absent: GPT-2 small checked against the course's figures only");
     }
   }
 

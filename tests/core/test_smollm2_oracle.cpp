@@ -1,4 +1,4 @@
-// The built-in model itself (SmolLM2-135M-Instruct, Q4_1 GGUF; ../shared/MODELS.md) against Hugging
+// The built-in model itself (SmolLM2-135M-Instruct, Q4_1 GGUF; docs/models.md) against Hugging
 // Face transformers loading the very same file in fp32 (tests/oracle/make_smollm2_fixtures.py, a
 // CTest fixture): our tokenizer's ids, full logits for the course prompts and the chat-formatted
 // "What is deep learning?", the KV cache fed token by token, and greedy tokens alone and batched.
@@ -143,7 +143,7 @@ class TestSmolLM2Oracle : public QObject {
 
   void tokenizer_ids_are_hfs() {
     // HF's tokenizer from the same file, its pre-tokenizer corrected to llama.cpp's smollm
-    // (MODELS.md); the chat prompt carries control tokens (<|im_start|>, <|im_end|>) and the default
+    // (docs/models.md); the chat prompt carries control tokens (<|im_start|>, <|im_end|>) and the default
     // system message HF's chat template inserts; a few more texts with digits, spaces and UTF-8.
     if (!no_reference_.empty()) QSKIP(no_reference_.c_str());
     for (const Prompt& p : prompts_) QCOMPARE(engine_->tokenizer().encode(p.text), p.ids);

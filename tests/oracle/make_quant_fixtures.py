@@ -42,7 +42,7 @@ except ImportError as e:  # the C++ test skips with a message when the fixtures 
     sys.exit(1)
 
 
-# The course's code (SEEDS.md lesson 4), verbatim.
+# The course's code (lesson 4, docs/course.md), verbatim.
 def quantize(t):
     min_val, max_val = t.min(), t.max()
     scale = (max_val - min_val) / 255

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """What Hugging Face transformers computes with the built-in model (SmolLM2-135M-Instruct, the Q4_1
-GGUF; docs: ../shared/MODELS.md), for test_smollm2_oracle.
+GGUF; docs: docs/models.md), for test_smollm2_oracle.
 
 HF loads the very same file (AutoModelForCausalLM.from_pretrained(dir, gguf_file=name,
 dtype=float32): every tensor dequantized to fp32 by gguf-py, the Q/K rows un-permuted by transformers)
-and its tokenizer from the file's metadata, with the pre-tokenizer MODELS.md says transformers gets
+and its tokenizer from the file's metadata, with the pre-tokenizer docs/models.md says transformers gets
 wrong for `smollm` replaced by Sequence([Digits(individual_digits=True), ByteLevel]). Written:
 
   OUT/reference.safetensors  logits_<i>: HF's logits at every position of prompt i, fp32 [T, 49152]
@@ -123,7 +123,7 @@ def main():
     torch.set_num_threads(1)  # two threads spin against each other under ctest -j2 (3x slower)
     folder, name = os.path.split(os.path.realpath(a.model))
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    # transformers does not know llama.cpp's `smollm` pre-tokenizer (MODELS.md): digits one by one.
+    # transformers does not know llama.cpp's `smollm` pre-tokenizer (docs/models.md): digits one by one.
     tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
     assert tok("a  1", add_special_tokens=False).input_ids == [81, 256, 33], "pre-tokenizer fix failed"

@@ -1,9 +1,9 @@
-# The course's lesson 7 ("LoRAX") client code, copied from the seed file
-# (../shared/seeds/001_60e6316a4b518fb5.txt, the part headed "LoRAX") without changes but two the
-# seed text cannot carry: the notebook's indentation, restored, and "# %% <heading>" lines where
-# the notebook has its section headings, so that test_serve.py can run it one section at a time
-# (a notebook cell's top-level await included). endpoint_url and headers come from a `utils`
-# module that test_serve.py writes, as the course's own utils.py does.
+# The course's lesson 7 ("LoRAX") client code (docs/course.md), copied from the course's own text
+# (the part headed "LoRAX") without changes but two the text cannot carry: the notebook's
+# indentation, restored, and "# %% <heading>" lines where the notebook has its section headings,
+# so that test_serve.py can run it one section at a time (a notebook cell's top-level await
+# included). endpoint_url and headers come from a `utils` module that test_serve.py writes, as
+# the course's own utils.py does.
 # %% Setup
 import asyncio
 import json

@@ -1,6 +1,6 @@
 // The desktop app end to end on the offscreen platform: the window on the built-in model, tabs,
 // the KV-cache and Generate runs, Stop, a corrupt model folder, export, settings, responsiveness
-// of the event loop during a run, and the scripted --run/--screenshot mode.
+// no engine call on the GUI thread, and the scripted --run/--screenshot mode.
 #include <QElapsedTimer>
 #include <QFile>
 #include <QImage>
@@ -16,8 +16,10 @@
 #include <filesystem>
 #include <memory>
 
+#include "about_dialog.h"
 #include "chart_view.h"
 #include "engine_controller.h"
+#include "engine_session.h"
 #include "generate_tab.h"
 #include "job_spy.h"
 #include "kv_cache_tab.h"
@@ -82,6 +84,9 @@ class TestMainWindow : public QObject {
                            .arg(QString::fromUtf8(e.what()))));
     }
   }
+
+  // No test of this suite made an engine call on the GUI thread (see engineNeverRunsOnTheGuiThread).
+  void cleanupTestCase() { QCOMPARE(engineCallCount().onGuiThread, 0); }
 
   void opensOnBuiltInModel() {
     // The built-in model is real: SmolLM2-135M-Instruct from its GGUF, no caveat, chat available.
@@ -467,24 +472,29 @@ class TestMainWindow : public QObject {
     QVERIFY(clean->settingsWarningText().isEmpty());
   }
 
-  void eventLoopAnswersDuringARun() {
+  // The window stays responsive because no engine code ever runs on the GUI thread: every call
+  // into the engine (engine_session's functions, the engine host's load and answer, every job's
+  // JobContext::engine()) notes its thread, and a load and a generation make such calls, none of
+  // them on the GUI thread. This holds however busy the machine is; the test used to time a 10 ms
+  // timer and fail over a 50 ms gap, which measured the machine's load as much as the app. The
+  // timer stays as a diagnostic line only. cleanupTestCase checks the same over the whole suite.
+  void engineNeverRunsOnTheGuiThread() {
+    const EngineCallCount before = engineCallCount();
     auto w = makeWindow(QStringLiteral("responsive"));
-    auto* threads = w->findChild<QSpinBox*>(QStringLiteral("threadsSpin"));
-    threads->setValue(1);  // leave a core to the GUI thread on a 2-core machine
     w->loadDemo();
     QVERIFY(waitLoaded(*w));
+    const EngineCallCount loaded = engineCallCount();
+    QVERIFY(loaded.total > before.total);  // the load and its summary went through the engine host
     auto* tab = qobject_cast<GenerateTab*>(w->tab(QStringLiteral("generate")));
     tab->setMaxNewTokens(25);
     QElapsedTimer clock;
     qint64 last = 0, worst = 0;
-    int ticks = 0;
     QTimer timer;
     timer.setInterval(10);
     connect(&timer, &QTimer::timeout, this, [&] {
       const qint64 now = clock.elapsed();
       worst = std::max(worst, now - last);
       last = now;
-      ++ticks;
     });
     QSignalSpy done(tab, &ExperimentTab::runFinished);
     clock.start();
@@ -492,11 +502,44 @@ class TestMainWindow : public QObject {
     QVERIFY(tab->run());
     QVERIFY(done.wait(kRunTimeoutMs));
     timer.stop();
-    qInfo("run took %lld ms; timer fired %d times; longest gap %lld ms",
-          static_cast<long long>(clock.elapsed()), ticks, static_cast<long long>(worst));
-    QVERIFY(ticks > 10);
-    QVERIFY2(worst < 50, qPrintable(QStringLiteral("the GUI thread was blocked for %1 ms").arg(worst)));
-    threads->setValue(0);
+    qInfo("run took %lld ms; longest gap between 10 ms timer ticks %lld ms (a diagnostic, not asserted)",
+          static_cast<long long>(clock.elapsed()), static_cast<long long>(worst));
+    QVERIFY(!tab->tokens().isEmpty());
+    const EngineCallCount after = engineCallCount();
+    QVERIFY(after.total > loaded.total);  // the generation's job body took the engine
+    QCOMPARE(after.onGuiThread, before.onGuiThread);
+    QCOMPARE(after.onGuiThread, 0);
+  }
+
+  // Help → About ServeLab: the version, GPL-3.0-or-later with the main dependencies' licences,
+  // and the CPU and ISA as the engine reports them. SERVELAB_ABOUT_SCREENSHOT=path.png saves the
+  // dialog (run the suite under xvfb-run with QT_QPA_PLATFORM=xcb for real fonts).
+  void aboutDialogNamesVersionLicencesAndMachine() {
+    auto w = makeWindow(QStringLiteral("about"));
+    w->loadDemo();
+    QVERIFY(waitLoaded(*w));
+    auto* action = w->findChild<QAction*>(QStringLiteral("aboutAction"));
+    QVERIFY(action);
+    action->trigger();
+    auto* dialog = w->findChild<AboutDialog*>(QStringLiteral("aboutDialog"));
+    QVERIFY(dialog && dialog->isVisible());
+    QVERIFY(dialog->versionText().contains(QStringLiteral("ServeLab")));
+    for (const char* part : {"GPL-3.0-or-later", "QCustomPlot", "LGPL-3.0", "BSD-3-Clause", "Apache-2.0",
+                             "SmolLM2-135M-Instruct"})
+      QVERIFY2(dialog->licenceText().contains(QLatin1String(part)), part);
+    const ModelSummary& m = w->engine()->model();
+    QVERIFY(!m.cpuModel.isEmpty());
+    QCOMPARE(m.cpuModel, QString::fromStdString(servelab::cpu_model_name()));
+    QCOMPARE(m.cpuIsa, QString::fromUtf8(servelab::isa_name(servelab::active_isa())));
+    QVERIFY2(dialog->machineText().contains(m.cpuModel.toHtmlEscaped()), qPrintable(dialog->machineText()));
+    QVERIFY2(dialog->machineText().contains(m.cpuIsa), qPrintable(dialog->machineText()));
+    const QString shot = qEnvironmentVariable("SERVELAB_ABOUT_SCREENSHOT");
+    if (!shot.isEmpty()) {
+      dialog->adjustSize();
+      QTest::qWait(200);
+      QVERIFY(dialog->grab().save(shot));
+    }
+    dialog->close();
   }
 
   void scriptedRunSavesScreenshotChartAndReport() {
