@@ -429,9 +429,9 @@ void summarize(LoadLevel& l, const LoadOptions& o) {
     if (s.e2el_ms >= 0) e2e.push_back(s.e2el_ms);
   }
   l.ttft_p50_ms = m.ttft.median;
-  l.ttft_p99_ms = percentile(ttft, 99);
+  l.ttft_p99_ms = interpolated_percentile(ttft, 99);
   l.itl_p50_ms = m.itl.median;
-  l.itl_p99_ms = percentile(itl, 99);
+  l.itl_p99_ms = interpolated_percentile(itl, 99);
   l.e2e_p50_ms = m.e2el.median;
 }
 

@@ -34,7 +34,7 @@ void finish_timing(StreamTiming& s) {
     s.tpot_ms = (s.e2el_ms - s.ttft_ms) / static_cast<double>(s.output_tokens - 1);
 }
 
-double percentile(std::vector<double> v, double p) {
+double interpolated_percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(v.size() - 1);
@@ -53,9 +53,9 @@ Distribution distribution(const std::vector<double>& values, const std::vector<d
     double sq = 0;
     for (double v : values) sq += (v - d.mean) * (v - d.mean);
     d.std = std::sqrt(sq / static_cast<double>(values.size()));
-    d.median = percentile(values, 50);
+    d.median = interpolated_percentile(values, 50);
   }
-  for (double p : percentiles) d.percentiles.emplace_back(p, percentile(values, p));
+  for (double p : percentiles) d.percentiles.emplace_back(p, interpolated_percentile(values, p));
   return d;
 }
 

@@ -51,7 +51,7 @@ struct Distribution {
   std::vector<std::pair<double, double>> percentiles;  // (p in 0..100, value)
 };
 // The p-th percentile (0..100) with linear interpolation between closest ranks; 0 when empty.
-double percentile(std::vector<double> values, double p);
+double interpolated_percentile(std::vector<double> values, double p);
 Distribution distribution(const std::vector<double>& values, const std::vector<double>& percentiles);
 
 // Service-level objectives in milliseconds; < 0: not set.

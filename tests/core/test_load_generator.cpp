@@ -398,10 +398,10 @@ void TestLoadGenerator::garbageIsNeverANumber() {
 
 void TestLoadGenerator::metricsFollowVllm() {
   // numpy: mean, median, population std, percentile with linear interpolation.
-  QCOMPARE(percentile({1, 2, 3, 4}, 50), 2.5);
-  QCOMPARE(percentile({1, 2, 3, 4}, 90), 3.7);
-  QCOMPARE(percentile({10}, 99), 10.0);
-  QCOMPARE(percentile({}, 99), 0.0);
+  QCOMPARE(interpolated_percentile({1, 2, 3, 4}, 50), 2.5);
+  QCOMPARE(interpolated_percentile({1, 2, 3, 4}, 90), 3.7);
+  QCOMPARE(interpolated_percentile({10}, 99), 10.0);
+  QCOMPARE(interpolated_percentile({}, 99), 0.0);
   const Distribution d = distribution({2, 4, 4, 4, 5, 5, 7, 9}, {50, 99});
   QCOMPARE(d.mean, 5.0);
   QCOMPARE(d.std, 2.0);
