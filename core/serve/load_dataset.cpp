@@ -184,7 +184,7 @@ LoadDataset::LoadDataset(const DatasetOptions& o, const Tokenizer* tokenizer)
     : options_(o), tokenizer_(tokenizer) {
   check_range(o.output_len, 1, kMaxOutputLen, "--max-new-tokens");
   if (!(o.range_ratio >= 0 && o.range_ratio < 1))
-    throw InputError("--range-ratio must be in [0, 1), got " + std::to_string(o.range_ratio));
+    throw InputError("--range-ratio must be in [0, 1), got " + (std::ostringstream() << o.range_ratio).str());
   if (o.name == "fixed") {
     if (o.prompt.empty()) throw InputError("--prompt is empty");
     entries_.push_back({o.prompt, -1, -1});

@@ -112,11 +112,16 @@ std::string now_iso8601() {
   return buf;
 }
 
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 void check_seconds(double s, const char* flag, bool zero_ok) {
   if (!std::isfinite(s) || s < 0 || (!zero_ok && s == 0) || s > kMaxLoadSeconds)
     throw InputError(std::string(flag) + " must be " + (zero_ok ? "in [0, " : "in (0, ") +
-                     std::to_string(static_cast<int64_t>(kMaxLoadSeconds)) + "] seconds, got " +
-                     std::to_string(s));
+                     num(kMaxLoadSeconds) + "] seconds, got " + num(s));
 }
 
 }  // namespace
@@ -140,7 +145,7 @@ LoadApi parse_load_api(const std::string& name) {
   if (name == "tgi") return LoadApi::Tgi;
   if (name == "openai") return LoadApi::OpenAI;
   if (name == "openai-chat") return LoadApi::OpenAIChat;
-  throw InputError("unknown API '" + name + "': use lorax, tgi, openai or openai-chat");
+  throw InputError("--api: unknown API '" + name + "': use lorax, tgi, openai or openai-chat");
 }
 
 const std::string& person_schema() {
@@ -176,18 +181,20 @@ void check_load_options(const LoadTarget& target, const LoadOptions& o) {
   if (o.percentiles.empty()) throw InputError("--percentiles names no percentile");
   for (double p : o.percentiles)
     if (!(p > 0 && p <= 100)) throw InputError("--percentiles must be in (0, 100]");
+  if (target.api == LoadApi::Tgi && (!o.adapters.empty() || !o.request.adapter.empty()))
+    throw InputError("--adapter: the tgi API has no adapters: use --api lorax, openai or openai-chat");
   if (o.scenario != "sweep") return;
   if (o.arrival != "closed" && o.arrival != "poisson" && o.arrival != "gamma")
     throw InputError("--arrival must be closed, poisson or gamma, got '" + o.arrival + "'");
   if (!(std::isfinite(o.burstiness) && o.burstiness >= 0.01 && o.burstiness <= 100))
-    throw InputError("--burstiness must be in [0.01, 100], got " + std::to_string(o.burstiness));
+    throw InputError("--burstiness must be in [0.01, 100], got " + num(o.burstiness));
   if (o.levels.empty()) throw InputError("--clients: the sweep needs at least one level");
   if (o.levels.size() > 64) throw InputError("--clients: at most 64 levels");
   for (double level : o.levels) {
     if (o.arrival == "closed") {
       if (!(level >= 1 && level <= kMaxLoadClients) || level != std::floor(level))
         throw InputError("--clients: clients must be whole numbers in [1, " +
-                         std::to_string(kMaxLoadClients) + "], got " + std::to_string(level));
+                         std::to_string(kMaxLoadClients) + "], got " + num(level));
       continue;
     }
     if (!(std::isfinite(level) && level > 0 && level <= kMaxLoadRate))
@@ -326,18 +333,20 @@ StreamTiming run_stream(const LoadTarget& target, const LoadRequest& request, co
         default:
           if (silent)
             return fail(LoadErrorKind::Timeout, "no answer from " + target.url + " within --timeout " +
-                                                    std::to_string(target.read_timeout_s) + " s");
+                                                    num(target.read_timeout_s) + " s");
           // httplib cannot tell a connection closed before the status line (a server that died)
           // from an answer that is not HTTP (a wrong port): both are an answer that never came.
-          return fail(LoadErrorKind::Incomplete,
-                      "no HTTP answer from " + target.url +
-                          ": the connection closed before a status line, or what came back is not HTTP (" +
-                          httplib::to_string(err) + ")");
+          return fail(
+              LoadErrorKind::Incomplete,
+              "cannot reach " + target.url +
+                  ": no HTTP answer (the connection closed before a status line, or what came back is "
+                  "not HTTP: " +
+                  httplib::to_string(err) + ")");
       }
     }
     if (silent)
       return fail(LoadErrorKind::Timeout, "the stream from " + target.url + " went silent for --timeout " +
-                                              std::to_string(target.read_timeout_s) + " s");
+                                              num(target.read_timeout_s) + " s");
     return fail(LoadErrorKind::Incomplete,
                 "the stream from " + target.url + " ended after " + std::to_string(st.chunk_ms.size()) +
                     " chunks without its last event (" +
@@ -462,6 +471,8 @@ Phase run_phase(const LoadTarget& target, const LoadOptions& o, const LoadDatase
     r.prompt = e.prompt;
     r.prompt_tokens = e.prompt_tokens;
     if (e.output_tokens > 0) r.max_new_tokens = e.output_tokens;
+    if (!o.adapters.empty())
+      r.adapter = o.adapters[static_cast<size_t>((base + i) % static_cast<int64_t>(o.adapters.size()))];
     const double at = ms_since(t0);
     StreamTiming s = guarded_stream(target, r, &stop, o.tokenizer);
     s.index = i;

@@ -123,6 +123,7 @@ class TestLoadGenerator : public QObject {
   void goodputCountsRequestsMeetingEverySlo();
   void warmupIsLeftOut();
   void openLoopAndTimeBound();
+  void sweepAdaptersInTurn();
   void randomDatasetIsSeededWithoutSharedPrefixes();
   void prefixRepetitionHasNPrefixes();
   void tokenPromptsFromTheTokenizer();
@@ -557,6 +558,28 @@ void TestLoadGenerator::openLoopAndTimeBound() {
   QVERIFY(l.requests >= 1);
   QVERIFY(l.requests < 100000);
   QCOMPARE(l.ok, l.requests);  // those in flight at the bound finish
+}
+
+void TestLoadGenerator::sweepAdaptersInTurn() {
+  for (LoadApi api : {LoadApi::Lorax, LoadApi::OpenAIChat}) {
+    LoadOptions o;
+    o.scenario = "sweep";
+    o.levels = {1};
+    o.requests = 4;
+    o.request.max_new_tokens = 3;
+    o.adapters = {"one", "two"};
+    const LoadReport rep = run_load(target(QStringLiteral("s1"), api), o);
+    QCOMPARE(rep.levels.at(0).ok, int64_t(4));
+    const json models = stats()["models"];
+    std::vector<std::string> last;
+    for (size_t i = models.size() - 4; i < models.size(); ++i) last.push_back(models[i].get<std::string>());
+    QCOMPARE(last, (std::vector<std::string>{"one", "two", "one", "two"}));
+    for (const StreamTiming& s : rep.levels[0].streams) QCOMPARE(s.adapter, o.adapters[s.index % 2]);
+  }
+  // TGI has no adapters: refused before anything is sent.
+  LoadOptions o;
+  o.adapters = {"one"};
+  QVERIFY(refusal(target(QStringLiteral("s1"), LoadApi::Tgi), o).find("--adapter") != std::string::npos);
 }
 
 void TestLoadGenerator::randomDatasetIsSeededWithoutSharedPrefixes() {

@@ -17,7 +17,8 @@ POST /s3-emoji/v1/completions. Options:
   not JSON), badusage (completion_tokens "many"), http500, cut (the connection closes mid-stream),
   nothttp (the answer is not HTTP), errorevent (an error event mid-stream), silent (no answer for
   60 s)
-GET /stats answers {"requests": N, "prompts": [...]} (POSTs so far); GET <prefix>/v1/models lists
+GET /stats answers {"requests": N, "prompts": [...], "models": [...]} (POSTs so far; a model is
+OpenAI's "model" or LoRAX's adapter_id); GET <prefix>/v1/models lists
 "test-model".
 """
 import json
@@ -28,7 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
-STATS = {"requests": 0, "prompts": []}
+STATS = {"requests": 0, "prompts": [], "models": []}
 EMOJI = "\U0001F600".encode()
 
 
@@ -92,6 +93,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATS["requests"] += 1
             STATS["prompts"].append(prompt)
+            STATS["models"].append(body.get("model") if openai else body["parameters"].get("adapter_id"))
         if o.get("nothttp"):
             self.wfile.write(b"SSH-2.0-OpenSSH_9.2\r\nProtocol mismatch.\r\n")
             self.close_connection = True
