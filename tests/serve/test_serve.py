@@ -894,7 +894,8 @@ class LoadGenerator(unittest.TestCase):
     def test_bad_command_lines(self):
         srv = server("demo")
         for args, rc, words in [
-                (["--clients", "1,x"], 2, "--clients takes numbers"),
+                (["--scenario", "sweep", "--clients", "1,x"], 2, "--clients takes numbers"),
+                (["--clients", "1,2"], 2, "--clients applies to --scenario sweep"),
                 (["--header", "nocolon"], 2, "--header takes 'Key: value'"),
                 (["--api", "grpc"], 1, "unknown API 'grpc'"),
                 (["--scenario", "soak"], 1, "unknown scenario 'soak'"),
