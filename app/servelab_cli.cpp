@@ -885,6 +885,10 @@ void print_level(const LoadLevel& l) {
   row("Output token throughput (tok/s):", m.output_throughput);
   row("Total token throughput (tok/s):", m.total_token_throughput);
   auto dist = [](const char* name, const Distribution& d) {
+    if (d.count == 0) {
+      std::printf("    %-6s n/a (no request had one)\n", name);
+      return;
+    }
     std::printf("    %-6s mean %9.2f  median %9.2f  std %9.2f ", name, d.mean, d.median, d.std);
     for (const auto& [p, v] : d.percentiles) std::printf(" %s %9.2f", percentile_key(p).c_str(), v);
     std::printf("  (ms)\n");

@@ -249,7 +249,11 @@ std::vector<int32_t> LoadDataset::ids(uint64_t stream, int64_t index, int64_t co
   uint64_t rest = static_cast<uint64_t>(index);
   for (int64_t i = 0; i < count; ++i) {
     if (unique_head && i < 3) {
-      out.push_back(vocab_[static_cast<size_t>(rest % static_cast<uint64_t>(n))]);
+      // Digit d at position i as a seeded, one-to-one choice of token (a rotation per position, so
+      // that index 0 is not one token three times).
+      const uint64_t rotate = mix(options_.seed + static_cast<uint64_t>(i)) % static_cast<uint64_t>(n);
+      out.push_back(
+          vocab_[static_cast<size_t>((rest % static_cast<uint64_t>(n) + rotate) % static_cast<uint64_t>(n))]);
       rest /= static_cast<uint64_t>(n);
     } else {
       out.push_back(vocab_[static_cast<size_t>(pick(rng))]);
@@ -266,8 +270,11 @@ std::string LoadDataset::words(uint64_t stream, int64_t index, int64_t count, bo
   for (int64_t i = 0; i < count; ++i) {
     int64_t w;
     if (unique_head && i < 3) {
-      // Digit d as a seeded but one-to-one choice of word (167 is odd: a bijection mod 256).
-      w = static_cast<int64_t>((rest % kWordCount * 167 + mix(options_.seed) % kWordCount) % kWordCount);
+      // Digit d at position i as a seeded, one-to-one choice of word (167 is odd: a bijection mod 256;
+      // a rotation per position, so that index 0 is not one word three times).
+      w = static_cast<int64_t>(
+          (rest % kWordCount * 167 + mix(options_.seed + static_cast<uint64_t>(i)) % kWordCount) %
+          kWordCount);
       rest /= kWordCount;
     } else {
       w = pick(rng);
