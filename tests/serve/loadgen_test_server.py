@@ -80,8 +80,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         segments = self.path.strip("/").split("/")
-        o = parse_options(segments[0] if len(segments) > 1 else "")
-        route = "/" + "/".join(segments[1:] if len(segments) > 1 else segments)
+        if segments[0] in ("v1", "generate_stream", "generate", ""):
+            segments.insert(0, "")  # no options segment
+        o = parse_options(segments[0])
+        route = "/" + "/".join(segments[1:])
         chat = route == "/v1/chat/completions"
         openai = route in ("/v1/completions", "/v1/chat/completions")
         if openai:
