@@ -15,6 +15,12 @@ output token counts, which must agree exactly. Within 10% is the target for the 
   .venv/bin/python bench/loadgen_vs_guidellm.py [--levels 1,2,4] [--requests 16] [--rounds 1]
       > bench/results/loadgen-vs-guidellm-<machine>-<date>.json
 
+--server stream-interval runs the same comparison against tests/serve/loadgen_test_server.py
+instead: a server that streams as vLLM does with a stream interval of 3 (the first token alone, then
+3 tokens a chunk every 20 ms, usage at the end), timed by sleeps rather than by computation, so the
+machine's load matters little: token counts must agree exactly, and both clients should see ITL
+20/3 ms and TTFT about 20 ms.
+
 The tokenizer folder GuideLLM needs (tokenizer.json) is written from the GGUF with the project
 venv's transformers (the `smollm` pre-tokenizer set as ../shared/MODELS.md says) unless
 --tokenizer-dir names one. Loopback only; every run is bounded by its request count and a timeout.
@@ -121,6 +127,8 @@ def main():
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="the server's libtorch threads (0: its default)")
+    ap.add_argument("--server", choices=("ours", "stream-interval"), default="ours",
+                    help="ours: servelab-cli serve; stream-interval: tests/serve/loadgen_test_server.py")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     if any(l < 1 or l > 4 for l in levels) or not 1 <= a.requests <= 256 or not 1 <= a.rounds <= 5:
@@ -135,7 +143,12 @@ def main():
         log("writing an HF tokenizer folder from", a.gguf)
         make_tokenizer_dir(a.gguf, tokdir)
     version = subprocess.run([a.guidellm, "--version"], capture_output=True, text=True).stdout.strip()
-    server, url, server_cmd = start_server(a.cli, a.gguf, a.threads, max(levels))
+    if a.server == "ours":
+        server, url, server_cmd = start_server(a.cli, a.gguf, a.threads, max(levels))
+    else:
+        server_cmd = [sys.executable, os.path.join(ROOT, "tests/serve/loadgen_test_server.py")]
+        server = subprocess.Popen(server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        url = "http://127.0.0.1:%d/s3-d20" % int(server.stdout.readline())
     raw = []
     commands = {}
     try:
@@ -184,13 +197,16 @@ def main():
         all_ok = all_ok and all(within.values()) and tokens_equal
         table.append({"level": level, "ours": ours, "guidellm": theirs, "ratio_ours_over_guidellm": ratio,
                       "within_10_percent": within, "output_tokens_exact": tokens_equal})
-    out = {"what": "servelab-cli loadgen against GuideLLM on the same servelab-cli serve (127.0.0.1, prefix "
-                   "caching off), each client alone in turn, closed loop, chat completions, fixed-length workload",
+    what = ("servelab-cli serve (127.0.0.1, prefix caching off)" if a.server == "ours" else
+            "tests/serve/loadgen_test_server.py (127.0.0.1; 3 tokens a chunk every 20 ms after the first, usage "
+            "at the end)")
+    out = {"what": "servelab-cli loadgen against GuideLLM on the same server, " + what + ", each client alone in "
+                   "turn, closed loop, chat completions, fixed-length workload",
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": platform.processor() or
            platform.machine(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(),
            "guidellm_version": version, "gguf": os.path.basename(a.gguf), "requests_per_level": a.requests,
            "prompt_tokens": a.prompt_tokens, "output_tokens": a.output_tokens, "rounds": a.rounds,
-           "commands": {"server": " ".join(server_cmd), **commands},
+           "server": a.server, "commands": {"server": " ".join(server_cmd), **commands},
            "levels": table, "all_within_target": all_ok, "raw": raw}
     print(json.dumps(out, indent=1))
     return 0

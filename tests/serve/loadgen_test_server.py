@@ -17,7 +17,7 @@ POST /s3-emoji/v1/completions. Options:
   not JSON), badusage (completion_tokens "many"), http500, cut (the connection closes mid-stream),
   nothttp (the answer is not HTTP), errorevent (an error event mid-stream), silent (no answer for
   60 s)
-GET /stats answers {"requests": N, "prompts": [...], "models": [...]} (POSTs so far; a model is
+GET <prefix>/health answers 200 (GuideLLM checks it); GET /stats answers {"requests": N, "prompts": [...], "models": [...]} (POSTs so far; a model is
 OpenAI's "model" or LoRAX's adapter_id); GET <prefix>/v1/models lists
 "test-model".
 """
@@ -59,6 +59,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/stats":
             with LOCK:
                 body = json.dumps(STATS).encode()
+        elif self.path.endswith("/health"):
+            body = b"{}"
         elif self.path.endswith("/v1/models"):
             body = json.dumps({"object": "list", "data": [{"id": "test-model", "object": "model"}]}).encode()
         else:
@@ -88,6 +90,8 @@ class Handler(BaseHTTPRequestHandler):
         openai = route in ("/v1/completions", "/v1/chat/completions")
         if openai:
             prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+            if isinstance(prompt, list):  # OpenAI's content parts, as GuideLLM sends them
+                prompt = " ".join(p.get("text", "") for p in prompt if isinstance(p, dict))
             n = body.get("max_completion_tokens" if chat else "max_tokens", 16)
         else:
             prompt = body["inputs"]
