@@ -7,6 +7,7 @@
 #include <cmath>
 #include <ctime>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -122,6 +123,38 @@ void check_seconds(double s, const char* flag, bool zero_ok) {
   if (!std::isfinite(s) || s < 0 || (!zero_ok && s == 0) || s > kMaxLoadSeconds)
     throw InputError(std::string(flag) + " must be " + (zero_ok ? "in [0, " : "in (0, ") +
                      num(kMaxLoadSeconds) + "] seconds, got " + num(s));
+}
+
+// The clients of streams in flight, by the cancel flag they watch: a stream whose server is silent
+// sits in a blocking read that the flag cannot interrupt, so whoever raises the flag also calls
+// stop_clients(), which shuts the sockets down (httplib's Client::stop, safe from another thread).
+std::mutex g_clients_mutex;
+std::multimap<const std::atomic<bool>*, httplib::Client*> g_clients;
+
+struct RegisteredClient {
+  const std::atomic<bool>* cancel;
+  httplib::Client* client;
+  RegisteredClient(const std::atomic<bool>* c, httplib::Client* cl) : cancel(c), client(cl) {
+    if (!cancel) return;
+    std::lock_guard lock(g_clients_mutex);
+    g_clients.emplace(cancel, client);
+  }
+  ~RegisteredClient() {
+    if (!cancel) return;
+    std::lock_guard lock(g_clients_mutex);
+    for (auto [it, end] = g_clients.equal_range(cancel); it != end; ++it)
+      if (it->second == client) {
+        g_clients.erase(it);
+        break;
+      }
+  }
+  RegisteredClient(const RegisteredClient&) = delete;
+  RegisteredClient& operator=(const RegisteredClient&) = delete;
+};
+
+void stop_clients(const std::atomic<bool>* cancel) {
+  std::lock_guard lock(g_clients_mutex);
+  for (auto [it, end] = g_clients.equal_range(cancel); it != end; ++it) it->second->stop();
 }
 
 }  // namespace
@@ -268,6 +301,7 @@ StreamTiming run_stream(const LoadTarget& target, const LoadRequest& request, co
   }
 
   auto client = make_client(target, origin);
+  const RegisteredClient registered(cancel, client.get());
   httplib::Request req;
   req.method = "POST";
   req.path = prefix + (chat ? "/v1/chat/completions" : openai ? "/v1/completions" : "/generate_stream");
@@ -597,16 +631,20 @@ LoadReport run_load(const LoadTarget& target_in, const LoadOptions& o, const std
         report.timed_out = true;
         stop = true;
       }
+      if (stop) stop_clients(&stop);  // again each time: a stream may have started meanwhile
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
+  // The watcher writes report.cancelled / timed_out: it is joined before the report is returned
+  // (and on an exception).
   struct Join {
     std::atomic<bool>& done;
     std::thread& t;
-    ~Join() {
+    void now() {
       done = true;
-      t.join();
+      if (t.joinable()) t.join();
     }
+    ~Join() { now(); }
   } join{done, watcher};
 
   const Clock::time_point t0 = Clock::now();
@@ -667,6 +705,7 @@ LoadReport run_load(const LoadTarget& target_in, const LoadOptions& o, const std
       if (sink) sink->on_level(report.levels.back());
     }
   }
+  join.now();
   return report;
 }
 

@@ -118,6 +118,7 @@ class TestLoadGenerator : public QObject {
   void withoutUsageTheTokenizerCounts();
   void tgiCountsTokenEventsAndDetails();
   void errorsByKind();
+  void maxSecondsCutsOffASilentServer();
   void garbageIsNeverANumber();
   void metricsFollowVllm();
   void goodputCountsRequestsMeetingEverySlo();
@@ -378,6 +379,26 @@ void TestLoadGenerator::errorsByKind() {
   silent.read_timeout_s = 0.5;
   const StreamTiming timeout = run_stream(silent, r);
   QCOMPARE(timeout.error_kind, LoadErrorKind::Timeout);
+}
+
+void TestLoadGenerator::maxSecondsCutsOffASilentServer() {
+  // A server that never answers, a client that would wait 10 minutes for a byte, and a run bounded to
+  // half a second: the bound ends the run (without it this test would hang past its time limit).
+  LoadTarget silent = target(QStringLiteral("silent"));
+  silent.read_timeout_s = 600;
+  for (const char* scenario : {"single", "sweep"}) {
+    LoadOptions o;
+    o.scenario = scenario;
+    o.levels = {2};
+    o.requests = 2;
+    o.max_seconds = 0.5;
+    const LoadReport rep = run_load(silent, o);
+    QVERIFY(rep.timed_out);
+    const std::vector<StreamTiming>& streams =
+        rep.scenario == "sweep" ? rep.levels.at(0).streams : rep.streams;
+    QVERIFY(!streams.empty());
+    for (const StreamTiming& s : streams) QCOMPARE(s.error_kind, LoadErrorKind::Cancelled);
+  }
 }
 
 void TestLoadGenerator::garbageIsNeverANumber() {

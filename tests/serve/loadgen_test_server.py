@@ -16,7 +16,7 @@ POST /s3-emoji/v1/completions. Options:
   faults: garbage (200 and plain text), json (200 and one JSON answer), badjson (an event that is
   not JSON), badusage (completion_tokens "many"), http500, cut (the connection closes mid-stream),
   nothttp (the answer is not HTTP), errorevent (an error event mid-stream), silent (no answer for
-  60 s)
+  600 s)
 GET <prefix>/health answers 200 (GuideLLM checks it); GET /stats answers {"requests": N, "prompts": [...], "models": [...]} (POSTs so far; a model is
 OpenAI's "model" or LoRAX's adapter_id); GET <prefix>/v1/models lists
 "test-model".
@@ -105,7 +105,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if o.get("silent"):
-            time.sleep(60)
+            time.sleep(600)
             return
         if o.get("http500"):
             err = json.dumps({"error": {"message": "the engine fell over", "type": "server_error"}}).encode()
