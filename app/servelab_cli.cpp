@@ -1263,8 +1263,9 @@ int main(int argc, char** argv) {
       "--adapter", lg.options.adapters,
       "adapters scenario: an adapter name (repeatable; default: those /v1/models lists); sweep: "
       "requests name them in turn");
-  loadgen->add_option("--schema", lg.schema_file,
-                      "structured scenario: a JSON Schema file (default: Person)");
+  loadgen->add_option(
+      "--schema", lg.schema_file,
+      "a JSON Schema file: structured output for every request (structured scenario: default Person)");
   loadgen->add_option(
       "--clients", lg.clients,
       "sweep levels, comma-separated: clients (closed) or requests per second (poisson, gamma)");

@@ -780,6 +780,8 @@ json level_json(const LoadLevel& l, const LoadOptions& o) {
             {"output_throughput", m.output_throughput},
             {"total_token_throughput", m.total_token_throughput},
             {"good_requests", m.good},
+            {"max_output_tokens_per_s", m.max_output_tokens_per_s},
+            {"max_concurrent_requests", m.max_concurrent_requests},
             {"requests_without_output_count", m.without_output_count},
             {"requests_without_prompt_count", m.without_prompt_count}};
   if (l.arrival == "closed") {

@@ -154,6 +154,33 @@ LoadMetrics compute_metrics(const std::vector<StreamTiming>& streams, double dur
   } else if (slo.any()) {
     m.request_goodput = 0;
   }
+  // Per-second buckets from the first completed request's start (vLLM's max_output_tokens_per_s).
+  double first = -1, last = -1;
+  for (const StreamTiming& s : streams)
+    if (s.ok && s.e2el_ms >= 0) {
+      first = first < 0 ? s.start_ms : std::min(first, s.start_ms);
+      last = std::max(last, s.start_ms + s.e2el_ms);
+    }
+  if (first >= 0) {
+    const auto buckets = static_cast<size_t>(std::min(1e7, std::floor((last - first) / 1000.0) + 1));
+    std::vector<double> tokens(buckets, 0.0);
+    std::vector<int64_t> open(buckets, 0);
+    for (const StreamTiming& s : streams) {
+      if (!s.ok || s.e2el_ms < 0) continue;
+      for (double t : s.token_ms) {
+        const auto b = static_cast<size_t>(std::max(0.0, (s.start_ms + t - first) / 1000.0));
+        if (b < buckets) tokens[b] += 1;
+      }
+      const auto from = static_cast<size_t>(std::max(0.0, (s.start_ms - first) / 1000.0));
+      const auto to = static_cast<size_t>(std::max(0.0, (s.start_ms + s.e2el_ms - first) / 1000.0));
+      for (size_t b = from; b <= to && b < buckets; ++b) ++open[b];
+    }
+    for (size_t b = 0; b < buckets; ++b)
+      if (tokens[b] > m.max_output_tokens_per_s) {
+        m.max_output_tokens_per_s = tokens[b];
+        m.max_concurrent_requests = open[b];
+      }
+  }
   m.ttft = distribution(ttft, percentiles);
   m.tpot = distribution(tpot, percentiles);
   m.itl = distribution(itl, percentiles);

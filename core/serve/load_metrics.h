@@ -77,6 +77,10 @@ struct LoadMetrics {
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
   double request_goodput = -1;  // -1: no SLO given
   Distribution ttft, tpot, itl, e2el;
+  // vLLM's peak: the most output tokens that arrived within one second (seconds counted from the
+  // first completed request's start), and how many requests were open in that second.
+  double max_output_tokens_per_s = 0;
+  int64_t max_concurrent_requests = 0;
   std::vector<std::pair<std::string, int64_t>> errors_by_kind;  // kind name, count; kinds that occurred
 };
 // The figures of a level's measured requests (warm-up requests are left out by the caller).

@@ -451,6 +451,7 @@ void TestLoadGenerator::metricsFollowVllm() {
   b.output_tokens = 1;
   b.prompt_tokens = -1;
   b.e2el_ms = 60;
+  b.start_ms = 1500;
   finish_timing(b);
   QCOMPARE(b.tpot_ms, -1.0);  // one token: no TPOT
   StreamTiming c;
@@ -470,6 +471,10 @@ void TestLoadGenerator::metricsFollowVllm() {
   QCOMPARE(m.itl.median, 10.0);
   QCOMPARE(m.e2el.mean, 130.0);
   QCOMPARE(m.request_goodput, -1.0);  // no SLO given
+  // Peak second (vLLM's): a starts at 0 (tokens at 100, 130 x3, 190 x2 ms), b at 1500 ms (its token at
+  // 1550): 6 tokens in second 0 with one request open; second 1 has b's one token.
+  QCOMPARE(m.max_output_tokens_per_s, 6.0);
+  QCOMPARE(m.max_concurrent_requests, int64_t(1));
   QCOMPARE(m.errors_by_kind, (std::vector<std::pair<std::string, int64_t>>{{"timeout", 1}}));
 }
 
@@ -847,14 +852,31 @@ void TestLoadGenerator::reportsUseVllmNames() {
   QCOMPARE(j["dataset"]["name"].get<std::string>(), std::string("random"));
   QCOMPARE(j["levels"].size(), size_t(2));
   const json& l = j["levels"][1];
-  for (const char* key : {"duration",           "completed",           "failed",
-                          "total_input_tokens", "total_output_tokens", "request_throughput",
-                          "request_goodput",    "output_throughput",   "total_token_throughput",
-                          "mean_ttft_ms",       "median_ttft_ms",      "std_ttft_ms",
-                          "p50_ttft_ms",        "p99.9_ttft_ms",       "mean_tpot_ms",
-                          "p99.9_tpot_ms",      "mean_itl_ms",         "median_itl_ms",
-                          "std_itl_ms",         "mean_e2el_ms",        "p99.9_e2el_ms",
-                          "max_concurrency",    "errors_by_kind"})
+  for (const char* key : {"duration",
+                          "completed",
+                          "failed",
+                          "total_input_tokens",
+                          "total_output_tokens",
+                          "request_throughput",
+                          "request_goodput",
+                          "output_throughput",
+                          "total_token_throughput",
+                          "mean_ttft_ms",
+                          "median_ttft_ms",
+                          "std_ttft_ms",
+                          "p50_ttft_ms",
+                          "p99.9_ttft_ms",
+                          "mean_tpot_ms",
+                          "p99.9_tpot_ms",
+                          "mean_itl_ms",
+                          "median_itl_ms",
+                          "std_itl_ms",
+                          "mean_e2el_ms",
+                          "p99.9_e2el_ms",
+                          "max_concurrency",
+                          "errors_by_kind",
+                          "max_output_tokens_per_s",
+                          "max_concurrent_requests"})
     QVERIFY2(l.contains(key), key);
   QCOMPARE(l["completed"].get<int64_t>(), int64_t(3));
   QCOMPARE(l["total_output_tokens"].get<int64_t>(), int64_t(15));
