@@ -629,6 +629,40 @@ def cases(fx, builtin):
     add("lora serve", "--max-batch 0", [*R, "--max-batch", "0"], 1, "max batch")
     add("lora serve", "--rank 1e6", [*R, "--rank", "1000000"], 1, "--rank")
 
+    # loadgen: refused before a request is sent, one line naming the flag (nothing listens on port 9).
+    U = ["loadgen", "--url", "http://127.0.0.1:9"]
+    S = [*U, "--scenario", "sweep"]
+    add("loadgen", "no --url", ["loadgen", "--scenario", "single"], 2, "--url")
+    add("loadgen", "--url without a scheme", ["loadgen", "--url", "localhost:8000"], 1, "--url")
+    add("loadgen", "--url without a host", ["loadgen", "--url", "http://:8000"], 1, "--url")
+    add("loadgen", "--requests 1e9", [*S, "--requests", "1000000000"], 1, ["--requests", "1000000"])
+    add("loadgen", "--requests 0", [*S, "--requests", "0"], 1, "--requests")
+    add("loadgen", "a Poisson rate of 1e-300/s", [*S, "--arrival", "poisson", "--clients", "1e-300"], 1,
+        ["--clients", "time bound"])
+    add("loadgen", "a Poisson rate of 1e12/s", [*S, "--arrival", "poisson", "--clients", "1e12"], 1, "--clients")
+    add("loadgen", "--clients 0", [*S, "--clients", "0"], 1, "--clients")
+    add("loadgen", "--clients 1e6", [*S, "--clients", "1000000"], 1, "--clients")
+    add("loadgen", "--arrival bogus", [*S, "--arrival", "bogus"], 1, "--arrival")
+    add("loadgen", "--max-seconds nan", [*U, "--max-seconds", "nan"], 1, "--max-seconds")
+    add("loadgen", "--max-seconds 1e300", [*U, "--max-seconds", "1e300"], 1, "--max-seconds")
+    add("loadgen", "--duration -1", [*S, "--duration", "-1"], 1, "--duration")
+    add("loadgen", "--timeout 0", [*U, "--timeout", "0"], 1, "--timeout")
+    add("loadgen", "--max-new-tokens 1e12", [*U, "--max-new-tokens", "1000000000000"], 1, "--max-new-tokens")
+    add("loadgen", "--input-len 1e9", [*S, "--input-len", "1000000000"], 1, "--input-len")
+    add("loadgen", "--dataset bogus", [*S, "--dataset", "bogus"], 1, ["--dataset", "bogus"])
+    add("loadgen", "--dataset-path missing", [*S, "--dataset", "file", "--dataset-path", "/nonexistent/d.jsonl"], 1,
+        ["--dataset-path", "/nonexistent/d.jsonl"])
+    add("loadgen", "--dataset-path not JSONL", [*S, "--dataset", "file", "--dataset-path", fx["a_file"]], 1,
+        fx["a_file"])
+    add("loadgen", "--goodput without a value", [*S, "--goodput", "ttft"], 1, "--goodput")
+    add("loadgen", "--goodput unknown objective", [*S, "--goodput", "latency:5"], 1, ["--goodput", "latency"])
+    add("loadgen", "--percentiles 0", [*S, "--percentiles", "0,50"], 1, "--percentiles")
+    add("loadgen", "--warmup outside a sweep", [*U, "--warmup", "2"], 2, "--warmup")
+    add("loadgen", "--burstiness without gamma", [*S, "--burstiness", "0.5"], 2, "--burstiness")
+    add("loadgen", "--tokenizer missing", [*U, "--tokenizer", "/nonexistent/tok"], 1, "/nonexistent/tok")
+    add("loadgen", "--save-requests into no folder", [*U, "--save-requests", "/nonexistent/r.jsonl"], 1,
+        "--save-requests")
+
     # export-demo.
     add("export-demo", "unwritable folder", ["export-demo", "--tiny", "--out", "/proc/servelab-out"], 1,
         "/proc/servelab-out")

@@ -894,7 +894,8 @@ class LoadGenerator(unittest.TestCase):
     def test_bad_command_lines(self):
         srv = server("demo")
         for args, rc, words in [
-                (["--clients", "1,x"], 2, "--clients takes numbers"),
+                (["--scenario", "sweep", "--clients", "1,x"], 2, "--clients takes numbers"),
+                (["--clients", "1,2"], 2, "--clients applies to --scenario sweep"),
                 (["--header", "nocolon"], 2, "--header takes 'Key: value'"),
                 (["--api", "grpc"], 1, "unknown API 'grpc'"),
                 (["--scenario", "soak"], 1, "unknown scenario 'soak'"),
@@ -916,6 +917,42 @@ class LoadGenerator(unittest.TestCase):
         self.assertEqual(rc, 1, err)
         self.assertIn("every request failed: cannot reach", err)
         self.assertIn("cannot reach", r["streams"][0]["error"])
+
+    def test_vllm_stream_interval_counts_and_outputs(self):
+        """Against tests/serve/loadgen_test_server.py streaming 3 tokens a chunk with usage at the end
+        (and a chunk holding part of an emoji): exact token counts, the JSON, JSONL and CSV files."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        stub = subprocess.Popen([sys.executable, os.path.join(here, "loadgen_test_server.py")],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            url = "http://127.0.0.1:%d/s3-emoji" % int(stub.stdout.readline())
+            out = os.path.join(TMP, "lg")
+            rc, r, err = loadgen(url, "--api", "openai-chat", "--model", "m", "--scenario", "sweep",
+                                 "--clients", "1,2", "--requests", "3", "--warmup", "1", "--max-new-tokens", "20",
+                                 "--goodput", "e2el:600000", "--save-requests", out + ".jsonl", "--csv",
+                                 out + ".csv", "--save-result", out + ".json")
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(r["api"], "openai-chat")
+            self.assertEqual(r["dataset"]["name"], "random")
+            for l in r["levels"]:
+                self.assertEqual((l["completed"], l["failed"], l["warmup_requests"]), (3, 0, 1))
+                self.assertEqual(l["total_output_tokens"], 60)  # from usage, not the 8 chunks a stream
+                self.assertEqual(l["request_goodput"], l["request_throughput"])
+                self.assertLessEqual(l["p50_itl_ms"], l["p99_itl_ms"])
+            self.assertEqual(json.load(open(out + ".json"))["levels"], r["levels"])
+            lines = [json.loads(x) for x in open(out + ".jsonl")]
+            self.assertEqual(len(lines), 8)
+            self.assertEqual(sum(1 for x in lines if x.get("warmup")), 2)
+            for x in lines:
+                self.assertEqual((x["output_tokens"], x["output_tokens_source"], x["chunks"]), (20, "usage", 8))
+                self.assertEqual(sum(x["chunk_tokens"]), 20)
+                self.assertEqual(len(x["itl_ms"]), 19)
+            rows = open(out + ".csv").read().splitlines()
+            self.assertEqual(len(rows), 9)
+            self.assertTrue(rows[0].startswith("arrival,level,index,warmup,ok,error_kind"))
+        finally:
+            stub.stdin.close()
+            stub.wait(30)
 
     def test_server_goes_away_mid_run(self):
         victim = Server("victim", ["--demo", "--max-batch", "2", "--threads", "1"])
