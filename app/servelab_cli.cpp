@@ -506,9 +506,12 @@ int cmd_bench_chunked_prefill(const ModelArgs& m, const ChunkedPrefillParams& p,
     print_json(j);
     return 0;
   }
-  std::printf("%lld streams decoding, a %lld-token prompt arriving at %.0f ms (%s, medians of %lld rounds)\n",
-              static_cast<long long>(p.streams), static_cast<long long>(p.long_prompt_tokens), r.arrival_ms,
-              kv_strategy_name(p.kv), static_cast<long long>(p.rounds));
+  std::printf(
+      "%lld streams decoding, a %lld-token prompt arriving at step %lld (%.0f ms; %s, medians of %lld "
+      "rounds)\n",
+      static_cast<long long>(p.streams), static_cast<long long>(p.long_prompt_tokens),
+      static_cast<long long>(p.arrive_after_tokens), r.arrival_ms, kv_strategy_name(p.kv),
+      static_cast<long long>(p.rounds));
   std::printf("%-26s %10s %10s %10s %14s %10s\n", "", "ITL p50", "ITL p99", "ITL max", "long TTFT",
               "tokens/s");
   for (const ChunkedPrefillRun* run : {&r.unchunked, &r.chunked})

@@ -56,7 +56,13 @@ int main(int argc, char** argv) {
                                     QStringLiteral("ini"));
   const QCommandLineOption theme(QStringLiteral("theme"), QStringLiteral("light or dark."),
                                  QStringLiteral("name"));
-  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme});
+  const QCommandLineOption preset(
+      QStringLiteral("preset"),
+      QStringLiteral(
+          "With --run: run the tab's named preset (continuous: fit-in-budget, shared-system-prompt, "
+          "long-prompt)."),
+      QStringLiteral("name"));
+  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset});
   cli.process(app);
 
   std::unique_ptr<QSettings> store =
@@ -85,6 +91,11 @@ int main(int argc, char** argv) {
   script.screenshot = cli.value(screenshot);
   script.exportChart = cli.value(exportChart);
   script.report = cli.value(report);
+  script.preset = cli.value(preset);
+  if (!script.preset.isEmpty() && !script.run) {
+    std::fprintf(stderr, "servelab: --preset needs --run\n");
+    return 2;
+  }
   if (!script.active()) window.warnSettingsIssues();
   window.loadInitialModel(cli.isSet(demo) ? QString() : cli.value(model));
   if (script.active() || !script.tab.isEmpty()) {

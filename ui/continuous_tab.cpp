@@ -350,6 +350,18 @@ bool ContinuousTab::runCourseBenchmark() {
   return startJob(Job::Course, job);
 }
 
+QStringList ContinuousTab::presetIds() const {
+  return {QStringLiteral("fit-in-budget"), QStringLiteral("shared-system-prompt"),
+          QStringLiteral("long-prompt")};
+}
+
+bool ContinuousTab::runPresetId(const QString& id) {
+  if (id == QLatin1String("fit-in-budget")) return runPreset(Preset::FitInBudget);
+  if (id == QLatin1String("shared-system-prompt")) return runPreset(Preset::SharedSystemPrompt);
+  if (id == QLatin1String("long-prompt")) return runLongPrompt();
+  return refuseRun(tr("no preset \"%1\" (presets: %2)").arg(id, presetIds().join(QStringLiteral(", "))));
+}
+
 bool ContinuousTab::runLongPrompt() {
   const servelab::ChunkedPrefillParams p =
       longPromptParams(static_cast<int>(params().max_num_batched_tokens), model_.positions);

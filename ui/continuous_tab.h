@@ -52,6 +52,9 @@ class ContinuousTab : public ExperimentTab {
   static constexpr double kPresetBudgetMb = 12;
   void applyPreset(Preset preset);
   bool runPreset(Preset preset);
+  // "fit-in-budget", "shared-system-prompt", "long-prompt".
+  QStringList presetIds() const override;
+  bool runPresetId(const QString& id) override;
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;

@@ -3,6 +3,7 @@
 // parameters in QSettings, and its last result as JSON for scripts.
 #include <QJsonObject>
 #include <QSettings>
+#include <QStringList>
 #include <QWidget>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,13 @@ class ExperimentTab : public QWidget {
   // Starts the tab's experiment with its current parameters; false (with a message emitted
   // through runFailed) when it cannot start.
   virtual bool run() = 0;
+  // Named experiment presets (scripted mode's --preset): each sets the tab's controls for a
+  // question and runs. None by default.
+  virtual QStringList presetIds() const { return {}; }
+  // Runs the preset; false (refusal() says why) when it is unknown or cannot start.
+  virtual bool runPresetId(const QString& id) {
+    return refuseRun(QStringLiteral("this tab has no preset \"%1\"").arg(id));
+  }
   virtual void loadSettings(QSettings& settings) = 0;
   virtual void saveSettings(QSettings& settings) const = 0;
   virtual QJsonObject lastResult() const = 0;

@@ -621,7 +621,7 @@ void MainWindow::runScript(const ScriptOptions& options) {
     connect(t, &ExperimentTab::runFinished, this, [this](bool ok, const QString& message) {
       QTimer::singleShot(400, this, [this, ok, message] { finishScript(ok, message); });
     });
-    if (!t->run()) {
+    if (!(script_.preset.isEmpty() ? t->run() : t->runPresetId(script_.preset))) {
       // The tab's own words (or the engine's), not only that it did not start.
       const QString why = !t->refusal().isEmpty() ? t->refusal() : lastRejection_;
       finishScript(false, why.isEmpty() ? tr("the %1 experiment could not start").arg(t->tabId())

@@ -30,6 +30,7 @@ struct ScriptOptions {
   QString screenshot;
   QString exportChart;
   QString report;
+  QString preset;  // with run: the tab's named preset instead of its Run button
   bool active() const { return run || !screenshot.isEmpty() || !exportChart.isEmpty(); }
 };
 

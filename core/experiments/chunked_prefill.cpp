@@ -76,8 +76,7 @@ std::vector<double> stream_gaps(const BatchRunResult& run, int64_t streams) {
   return gaps;
 }
 
-std::vector<BatchRequest> make_chunked_prefill_requests(const Engine& engine, const ChunkedPrefillParams& p,
-                                                        double arrival_ms) {
+std::vector<BatchRequest> make_chunked_prefill_requests(const Engine& engine, const ChunkedPrefillParams& p) {
   const int64_t context = engine.shape().context;
   limits::check_range("streams", p.streams, 1, limits::kMaxBatch - 1);
   limits::check_range("stream tokens", p.stream_tokens, 2, limits::kMaxTokens);
@@ -102,7 +101,7 @@ std::vector<BatchRequest> make_chunked_prefill_requests(const Engine& engine, co
                                   p.long_prompt_tokens);
   l.max_new_tokens = p.long_new_tokens;
   l.stop_at_eos = false;
-  l.arrival_ms = arrival_ms;
+  l.arrival_step = p.arrive_after_tokens;
   out.push_back(std::move(l));
   return out;
 }
@@ -121,19 +120,12 @@ ChunkedPrefillResult run_chunked_prefill(const Engine& engine, const ChunkedPref
   o.max_batch = p.streams + 1;
   o.cancel = control.cancel;
   auto cancelled = [&] { return control.cancel && control.cancel->load(); };
-  // Calibration: the streams alone, to time their arrive_after_tokens-th token.
-  std::vector<BatchRequest> streams = make_chunked_prefill_requests(engine, p, 0);
-  streams.pop_back();
-  if (p.warmup) run_continuous_batching(engine.model(), engine.tokenizer(), streams, o);
-  {
-    const BatchRunResult cal = run_continuous_batching(engine.model(), engine.tokenizer(), streams, o);
-    if (cal.cancelled || cancelled()) throw CancelledError("chunked prefill cancelled while calibrating");
-    std::vector<double> at;
-    for (const RequestResult& r : cal.requests)
-      at.push_back(r.token_ms[static_cast<size_t>(p.arrive_after_tokens)]);
-    result.arrival_ms = median_of(at);
+  const std::vector<BatchRequest> requests = make_chunked_prefill_requests(engine, p);
+  if (p.warmup) {
+    std::vector<BatchRequest> w(requests.begin(), requests.begin() + 2);
+    for (BatchRequest& r : w) r.max_new_tokens = 2;
+    run_continuous_batching(engine.model(), engine.tokenizer(), w, o);
   }
-  const std::vector<BatchRequest> requests = make_chunked_prefill_requests(engine, p, result.arrival_ms);
   const double rounds = static_cast<double>(p.rounds);
   for (int64_t round = 0; round < p.rounds; ++round) {
     for (int way = 0; way < 2; ++way) {
@@ -154,6 +146,7 @@ ChunkedPrefillResult run_chunked_prefill(const Engine& engine, const ChunkedPref
       if (result.run_unchunked.requests[r].generated_ids != result.run_chunked.requests[r].generated_ids)
         result.same_tokens = false;
   }
+  result.arrival_ms = result.run_chunked.requests.back().arrival_ms;
   result.unchunked = medians(result.rounds_unchunked);
   result.chunked = medians(result.rounds_chunked);
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };

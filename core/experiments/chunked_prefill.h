@@ -22,8 +22,9 @@ struct ChunkedPrefillParams {
   int64_t stream_prompt_tokens = 16;
   int64_t long_prompt_tokens = 1500;
   int64_t long_new_tokens = 16;
-  // The long prompt arrives once the streams have decoded this many tokens (timed by a calibration
-  // run of the streams alone, so both ways see it at the same moment).
+  // The long prompt joins the queue at this scheduler step, once the streams have about this many
+  // tokens (a step, not a time: both ways see it at the same point of the streams' progress
+  // whatever the machine's speed).
   int64_t arrive_after_tokens = 16;
   int64_t budget = 128;  // max_num_batched_tokens of the chunked way
   KvStrategy kv = KvStrategy::Paged;
@@ -44,7 +45,7 @@ struct ChunkedPrefillRun {
 
 struct ChunkedPrefillResult {
   ChunkedPrefillParams params;
-  double arrival_ms = 0;                 // when the long prompt arrived
+  double arrival_ms = 0;                 // when the long prompt arrived (the chunked run's last round)
   ChunkedPrefillRun unchunked, chunked;  // medians over rounds
   std::vector<ChunkedPrefillRun> rounds_unchunked, rounds_chunked;
   // Last round of each: the runs themselves (per-token times for the ITL-over-time chart).
@@ -56,9 +57,9 @@ struct ChunkedPrefillResult {
   nlohmann::json to_json() const;
 };
 
-// The scenario's requests: `streams` short prompts at 0, then the long prompt at arrival_ms.
-std::vector<BatchRequest> make_chunked_prefill_requests(const Engine& engine, const ChunkedPrefillParams& p,
-                                                        double arrival_ms);
+// The scenario's requests: `streams` short prompts at 0, then the long prompt joining at step
+// arrive_after_tokens.
+std::vector<BatchRequest> make_chunked_prefill_requests(const Engine& engine, const ChunkedPrefillParams& p);
 // The inter-token gaps of requests [0, streams) (ms), the decoding streams.
 std::vector<double> stream_gaps(const BatchRunResult& run, int64_t streams);
 

@@ -62,6 +62,9 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
                        std::to_string(static_cast<int64_t>(limits::kMaxWaitSeconds * 1000.0)) + " ms, got " +
                        std::to_string(r.arrival_ms));
     r.sampling.validate();
+    if (r.arrival_step < -1 || r.arrival_step > limits::kMaxTokens * limits::kMaxRequests)
+      throw InputError(name + ": arrival step must be -1 (arrival time) or a scheduler step, got " +
+                       std::to_string(r.arrival_step));
     if (!r.adapter.empty() && std::none_of(options.adapters.begin(), options.adapters.end(),
                                            [&](const AdapterSource& a) { return a.name == r.adapter; })) {
       std::string known;
@@ -137,9 +140,24 @@ ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tok
   }
   core_ = std::make_unique<SchedulerCore>(
       *kv_, SchedulerConfig{options.max_batch, options.max_num_batched_tokens}, std::move(hooks));
-  for (size_t i = 0; i < requests.size(); ++i)
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].arrival_step >= 0) {
+      joining_.emplace(requests[i].arrival_step, static_cast<int64_t>(i));
+      continue;
+    }
     core_->add(static_cast<int64_t>(i), requests[i].prompt_ids, requests[i].max_new_tokens,
                requests[i].arrival_ms, adapter_key(requests[i].adapter));
+  }
+}
+
+void ContinuousBatchScheduler::join(int64_t step, double ms, bool all) {
+  while (!joining_.empty() && (all || joining_.begin()->first <= step)) {
+    const int64_t id = joining_.begin()->second;
+    joining_.erase(joining_.begin());
+    const BatchRequest& r = requests_[static_cast<size_t>(id)];
+    trackers_[static_cast<size_t>(id)].result().arrival_ms = ms;
+    core_->add(id, r.prompt_ids, r.max_new_tokens, ms, adapter_key(r.adapter));
+  }
 }
 
 ContinuousBatchScheduler::~ContinuousBatchScheduler() = default;
@@ -249,6 +267,7 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   s.step = static_cast<int64_t>(result_.steps.size());
   s.start_ms = clock.elapsed_ms();
   step_adapters_.clear();
+  join(s.step, s.start_ms, /*all=*/core_->idle());
   const bool chunked = options_.max_num_batched_tokens > 0;
   const DeviceTimer timer(model_.device());
   // Without a budget, the course's step: admissions prefill, then everyone decodes (the
@@ -314,7 +333,7 @@ BatchRunResult ContinuousBatchScheduler::run() {
                         std::min<int64_t>(options_.max_batch, static_cast<int64_t>(requests_.size())));
   const DeviceTimer clock(dev);
   try {
-    while (!core_->idle()) {
+    while (!core_->idle() || !joining_.empty()) {
       if (options_.cancel && options_.cancel->load()) {
         result_.cancelled = true;
         break;

@@ -53,6 +53,10 @@ class ContinuousBatchScheduler {
   std::unique_ptr<SchedulerCore> core_;
   std::vector<RequestTracker> trackers_;
   std::map<int64_t, Sampler> samplers_;  // per request, kept across preemptions
+  // Requests that join the queue at a scheduler step (BatchRequest::arrival_step), by step.
+  std::multimap<int64_t, int64_t> joining_;
+  // Adds the requests whose step has come (all of them when nothing else is left to run).
+  void join(int64_t step, double ms, bool all);
   BatchRunResult result_;
   int64_t forward_rows_ = 0;  // rows over every forward pass (prompt chunks and decodes)
   // Adapters of the run (when it has any), the one each running request holds, and those that

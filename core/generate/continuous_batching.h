@@ -25,6 +25,10 @@ struct BatchRequest {
   bool stop_at_eos = true;
   std::vector<std::string> stop_strings;
   double arrival_ms = 0;  // offset from the start of the run; never admitted earlier
+  // >= 0: the request joins the queue at the start of this scheduler step instead (arrival_ms is
+  // then that step's start): a scenario tied to the scheduler's progress, not to this machine's
+  // speed. Continuous batching only.
+  int64_t arrival_step = -1;
   // An adapter of BatchOptions::adapters by name; empty runs the base model. Requests with
   // different adapters share decode steps (heterogeneous batching, as LoRAX does).
   std::string adapter;

@@ -47,6 +47,15 @@ std::vector<PickedToken> pick_tokens(const at::Tensor& logits, const std::vector
   for (size_t i = 0; i < rows.size(); ++i)
     if (rows[i].constraint) rows[i].constraint->mask(data + static_cast<int64_t>(i) * vocab, vocab);
   std::vector<PickedToken> out(rows.size());
+  // Plain greedy rows (no penalty, no grammar) take one batched argmax: a reduction per row costs
+  // a dispatch each, which a large batch's step notices.
+  at::Tensor batched;
+  for (const PickRow& r : rows)
+    if (r.params->greedy && !r.params->penalized() && !r.constraint) {
+      batched = l.argmax(-1);
+      break;
+    }
+  const int64_t* batched_ids = batched.defined() ? batched.data_ptr<int64_t>() : nullptr;
   at::Tensor shaped = l;
   bool copied = false;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -62,7 +71,9 @@ std::vector<PickedToken> pick_tokens(const at::Tensor& logits, const std::vector
       apply_penalties(r.data_ptr<float>(), vocab, p, rows[i].prompt, rows[i].output);
     }
     int64_t id = 0;
-    if (p.greedy) {
+    if (p.greedy && !p.penalized() && !rows[i].constraint) {
+      id = batched_ids[row];
+    } else if (p.greedy) {
       id = r.argmax(-1).item<int64_t>();
     } else {
       if (!rows[i].sampler) throw InputError("pick_tokens: a sampling row without its generator");

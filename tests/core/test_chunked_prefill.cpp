@@ -7,6 +7,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
+#include <thread>
 
 #include "cli_runner.h"
 #include "generate/continuous_batching.h"
@@ -17,6 +18,7 @@
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
 #include "model/llama_model.h"
+#include "serve/serve_scheduler.h"
 #include "test_support.h"
 
 using namespace servelab;
@@ -205,7 +207,8 @@ class TestChunkedPrefill : public QObject {
       r.prompt_ids.insert(r.prompt_ids.end(), own.begin(), own.end());
       r.max_new_tokens = 2 + (i * 5) % 11;
       r.stop_at_eos = false;
-      r.arrival_ms = i < 4 ? 0 : 1;  // the later ones join running requests
+      r.arrival_ms = i < 4 ? 0 : 1;    // the later ones join running requests
+      if (i == 8) r.arrival_step = 3;  // and the last at a scheduler step
       rs.push_back(r);
     }
     BatchOptions o;
@@ -226,6 +229,68 @@ class TestChunkedPrefill : public QObject {
       QVERIFY2(tokens <= budget, qPrintable(QString("step %1 computed %2 tokens").arg(s.step).arg(tokens)));
     }
     if (kv == 2) QVERIFY(run.preemptions > 0);
+    QVERIFY(run.requests[8].admitted_step >= 3);
+  }
+
+  void the_server_chunks_prompts_with_solo_tokens_and_logprobs() {
+    // Through the server's engine (paged KV, a budget of 6 tokens a step): every request's tokens
+    // equal its solo run, its streamed log-probabilities equal a full forward's log-softmax, and a
+    // budget outside [1, context] is refused by name.
+    const Model& m = *llama_;
+    ServeOptions so;
+    so.max_batch = 3;
+    so.max_total_tokens = 64;
+    so.max_num_batched_tokens = 6;
+    so.engine_on_caller = true;
+    ServeScheduler scheduler(m, tok, so);
+    std::vector<BatchRequest> rs;
+    for (int64_t i = 0; i < 5; ++i) {
+      BatchRequest r;
+      r.prompt_ids = prompt(5 + 7 * i, static_cast<int32_t>(i + 20));
+      r.max_new_tokens = 3 + i;
+      r.stop_at_eos = false;
+      rs.push_back(r);
+    }
+    std::vector<std::vector<ServeToken>> got(rs.size());
+    std::vector<RequestResult> results(rs.size());
+    std::thread clients([&] {
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (const BatchRequest& r : rs) streams.push_back(scheduler.submit(r));
+      for (size_t i = 0; i < streams.size(); ++i)
+        for (;;) {
+          RequestStream::Update u = streams[i]->take(std::chrono::milliseconds(60000));
+          got[i].insert(got[i].end(), u.tokens.begin(), u.tokens.end());
+          if (u.done) {
+            results[i] = u.result;
+            break;
+          }
+        }
+      scheduler.stop_engine();
+    });
+    scheduler.run();
+    clients.join();
+    c10::InferenceMode guard;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      QCOMPARE(results[i].generated_ids, solo(m, rs[i]));
+      std::vector<int32_t> seq = rs[i].prompt_ids;
+      seq.insert(seq.end(), results[i].generated_ids.begin(), results[i].generated_ids.end());
+      const at::Tensor ref = at::log_softmax(full_forward(m, seq), -1);
+      QCOMPARE(got[i].size(), results[i].generated_ids.size());
+      for (size_t k = 0; k < got[i].size(); ++k) {
+        const int64_t pos = static_cast<int64_t>(rs[i].prompt_ids.size() + k) - 1;
+        QVERIFY(std::abs(got[i][k].logprob - ref[pos][got[i][k].id].item<float>()) < 1e-4);
+      }
+    }
+    for (int64_t bad : {int64_t{-1}, int64_t{97}}) {
+      ServeOptions o = so;
+      o.max_num_batched_tokens = bad;
+      try {
+        ServeScheduler refused(m, tok, o);
+        QFAIL("a budget outside [1, context] accepted");
+      } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains(QStringLiteral("max num batched tokens")), e.what());
+      }
+    }
   }
 
   void the_picker_does_what_each_parameter_says() {

@@ -667,6 +667,54 @@ class TestBatchingTabs : public QObject {
     for (const Cell& c : tab->primaryChart()->cells()) QVERIFY(c.style != Style::Cached);
   }
 
+  // Chunked prefill: streams decoding when a long prompt arrives, without and with a token budget.
+  // Both ways give the same tokens; with the budget the long prompt runs in several chunks, each a
+  // Gantt cell in the step that computed it; the ITL chart has a point per stream gap both ways.
+  void presetLongPromptChunksThePrefill() {
+    auto w = tinyWindow(QStringLiteral("preset-long"));
+    QVERIFY(w);
+    ContinuousTab* tab = continuousTab(*w);
+    w->selectTab(QStringLiteral("continuous"));
+    tab->setTokenBudget(32);
+    QVERIFY(tab->presetIds().contains(QStringLiteral("long-prompt")));
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY(tab->runPresetId(QStringLiteral("long-prompt")));
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    QVERIFY(tab->hasLongPromptResult());
+    const servelab::ChunkedPrefillResult& r = tab->longPromptResult();
+    QVERIFY(r.same_tokens);
+    QCOMPARE(r.chunked.budget, int64_t{32});
+    QCOMPARE(r.unchunked.chunks, int64_t{1});
+    QVERIFY2(r.chunked.chunks > 1, qPrintable(QString::number(r.chunked.chunks)));
+    const int64_t streams = r.params.streams, longId = streams;
+    for (const servelab::BatchStep& s : r.run_chunked.steps) {
+      int64_t tokens = s.decode_tokens;
+      for (const servelab::PrefillChunk& c : s.chunks) tokens += c.count;
+      QVERIFY(tokens <= 32);
+    }
+    const ChartView& itl = tab->itlChart();
+    QCOMPARE(itl.seriesCount(), 2);
+    QCOMPARE(itl.seriesPoints(0).size(),
+             static_cast<qsizetype>(servelab::stream_gaps(r.run_unchunked, streams).size()));
+    QCOMPARE(itl.seriesPoints(1).size(),
+             static_cast<qsizetype>(servelab::stream_gaps(r.run_chunked, streams).size()));
+    QVERIFY2(tab->summaryText().contains(QStringLiteral("longest gap between tokens")),
+             qPrintable(tab->summaryText()));
+    QCOMPARE(tab->timelineNames().size(), 2);
+    QCOMPARE(tab->shownTimeline(), 1);
+    int chunkCells = 0;
+    for (const Cell& c : cellsOf(tab->primaryChart()->cells(), longId))
+      if (c.info.contains(QStringLiteral("of its prompt, positions"))) ++chunkCells;
+    QCOMPARE(chunkCells, static_cast<int>(r.chunked.chunks));
+    tab->showTimeline(0);
+    for (const Cell& c : cellsOf(tab->primaryChart()->cells(), longId))
+      QVERIFY(!c.info.contains(QStringLiteral("of its prompt, positions")));
+    // An unknown preset is refused by name, listing the ones there are.
+    QVERIFY(!tab->runPresetId(QStringLiteral("no-such-preset")));
+    QVERIFY2(tab->refusal().contains(QStringLiteral("long-prompt")), qPrintable(tab->refusal()));
+  }
+
   // A KV budget too small for three requests at once: paged KV preempts the latest admitted one; its
   // bar stops at that step with a crossed-out mark (the hover text says so) and resumes when it is
   // admitted again, on the live timeline and on the one rebuilt from the result alike.

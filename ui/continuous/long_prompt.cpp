@@ -64,10 +64,11 @@ QString longPromptSummary(const servelab::ChunkedPrefillResult& r) {
   const servelab::ChunkedPrefillRun& u = r.unchunked;
   const servelab::ChunkedPrefillRun& c = r.chunked;
   QString text =
-      tr("<p><b>%1 streams decoding, a %2-token prompt arriving at %3 ms.</b> With a budget of %4 tokens per "
-         "step its prefill ran in %5 chunks beside the streams' decodes.</p>")
+      tr("<p><b>%1 streams decoding, a %2-token prompt arriving at scheduler step %3</b> (%4 ms in). With a "
+         "budget of %5 tokens per step its prefill ran in %6 chunks beside the streams' decodes.</p>")
           .arg(r.params.streams)
           .arg(r.params.long_prompt_tokens)
+          .arg(r.params.arrive_after_tokens)
           .arg(formatMsCoarse(r.arrival_ms))
           .arg(c.budget)
           .arg(c.chunks);
