@@ -12,14 +12,6 @@ namespace servelab {
 
 namespace {
 
-std::vector<int32_t> tokens_of_length(const Tokenizer& tok, const std::string& text, int64_t n) {
-  const std::vector<int32_t> base = encode_prompt(tok, text);
-  if (base.empty()) throw InputError("the prompt is empty");
-  std::vector<int32_t> out;
-  while (static_cast<int64_t>(out.size()) < n) out.push_back(base[out.size() % base.size()]);
-  return out;
-}
-
 double median_of(std::vector<double> v) { return v.empty() ? 0 : percentile(std::move(v), 50); }
 
 ChunkedPrefillRun measure(const BatchRunResult& run, const ChunkedPrefillParams& p, int64_t budget) {

@@ -19,15 +19,6 @@ namespace servelab {
 
 namespace {
 
-// The tokens of `text` repeated or cut to n.
-std::vector<int32_t> tokens_of_length(const Tokenizer& tok, const std::string& text, int64_t n) {
-  const std::vector<int32_t> base = encode_prompt(tok, text);
-  if (base.empty()) throw InputError("the prompt is empty");
-  std::vector<int32_t> out;
-  while (static_cast<int64_t>(out.size()) < n) out.push_back(base[out.size() % base.size()]);
-  return out;
-}
-
 double median(std::vector<double> v) { return v.empty() ? 0 : percentile(std::move(v), 50); }
 
 // Decode steps of one batch through three KV layouts in turn (interleaved), each its own memory.

@@ -88,6 +88,20 @@ KvMemoryManager::Packed KvMemoryManager::pack(const std::vector<StepSegment>& se
   return p;
 }
 
+at::Tensor KvMemoryManager::forward_packed(const Model& model, const Packed& packed, KvStore* store) const {
+  const at::Device dev = model.device();
+  const bool any_logits = packed.logit_positions.numel() > 0;
+  ForwardInput in;
+  in.input_ids = packed.input_ids.to(dev);
+  in.position_ids = packed.position_ids.to(dev);
+  in.logit_positions = (any_logits ? packed.logit_positions : at::zeros({1}, at::kLong)).to(dev);
+  const std::optional<LoraBatch> lora = lora_rows(packed.row_request);
+  in.lora = lora ? &*lora : nullptr;
+  in.kv_store = store;
+  at::Tensor logits = model.forward(in);
+  return any_logits ? logits : at::Tensor();
+}
+
 std::optional<LoraBatch> KvMemoryManager::lora_rows(const std::vector<int64_t>& ids) const {
   if (!lora_.adapter_of) return std::nullopt;
   std::vector<const LoraAdapter*> rows;

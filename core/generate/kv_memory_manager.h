@@ -102,6 +102,10 @@ class KvMemoryManager : public KvBookkeeping {
     std::vector<int64_t> row_request;    // per input row: a request of its adapter (LoRA routing)
   };
   Packed pack(const std::vector<StepSegment>& segments, int32_t pad, int64_t width_limit) const;
+  // The model's forward over a packed step, attending through `store`: the logits the segments ask
+  // for, or an undefined tensor when none asks (prompt chunks that all end mid-prompt still project
+  // one position, dropped).
+  at::Tensor forward_packed(const Model& model, const Packed& packed, KvStore* store) const;
   // dst.copy_(src), counted.
   void copy_kv(const at::Tensor& dst, const at::Tensor& src);
   // The LoRA rows of a forward pass whose input rows belong to these requests (-1: a padding

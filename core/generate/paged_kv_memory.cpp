@@ -146,23 +146,13 @@ at::Tensor PagedKvMemory::extend(const std::vector<StepSegment>& segments) {
   pass.write_slots = at::cat(write_slots);
   pass_ = std::move(pass);
   last_prefill_shape_ = {packed.input_ids.size(0), T};
-  const bool any_logits = packed.logit_positions.numel() > 0;
-  ForwardInput in;
-  in.input_ids = packed.input_ids.to(dev);
-  in.position_ids = packed.position_ids.to(dev);
-  // A step of prompt chunks that all end mid-prompt still runs the vocabulary projection for one
-  // position, dropped: the forward computes the logits of what it is asked for.
-  in.logit_positions = (any_logits ? packed.logit_positions : at::zeros({1}, at::kLong)).to(dev);
-  const std::optional<LoraBatch> lora = lora_rows(packed.row_request);
-  in.lora = lora ? &*lora : nullptr;
-  in.kv_store = this;
-  at::Tensor logits = model_.forward(in);
+  const at::Tensor logits = forward_packed(model_, packed, this);
   for (const StepSegment& sg : segments) {
     Request& q = requests_.at(sg.id);
     q.computed += static_cast<int64_t>(sg.tokens.size());
     blocks_.seal_upto(sg.id, q.computed);
   }
-  return any_logits ? logits : at::Tensor();
+  return logits;
 }
 
 at::Tensor PagedKvMemory::decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) {

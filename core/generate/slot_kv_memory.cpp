@@ -82,7 +82,6 @@ at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
 }
 
 at::Tensor SlotKvMemory::extend(const std::vector<StepSegment>& segments) {
-  const at::Device dev = model_.device();
   for (const StepSegment& sg : segments) {
     const auto it = slot_.find(sg.id);
     if (it == slot_.end()) throw InputError("request " + std::to_string(sg.id + 1) + " holds no KV slot");
@@ -96,19 +95,10 @@ at::Tensor SlotKvMemory::extend(const std::vector<StepSegment>& segments) {
   for (size_t i = 0; i < segments.size(); ++i)
     pass_.push_back({slot_.at(segments[i].id), packed.start[i],
                      static_cast<int64_t>(segments[i].tokens.size()), packed.row[i], packed.column[i]});
-  const bool any_logits = packed.logit_positions.numel() > 0;
-  ForwardInput in;
-  in.input_ids = packed.input_ids.to(dev);
-  in.position_ids = packed.position_ids.to(dev);
-  // Chunks that all end mid-prompt still project one position, dropped.
-  in.logit_positions = (any_logits ? packed.logit_positions : at::zeros({1}, at::kLong)).to(dev);
-  const std::optional<LoraBatch> lora = lora_rows(packed.row_request);
-  in.lora = lora ? &*lora : nullptr;
-  in.kv_store = this;
-  at::Tensor logits = model_.forward(in);
+  const at::Tensor logits = forward_packed(model_, packed, this);
   for (const Segment& sg : pass_) length_[static_cast<size_t>(sg.slot)] = sg.start + sg.count;
   pass_.clear();
-  return any_logits ? logits : at::Tensor();
+  return logits;
 }
 
 at::Tensor SlotKvMemory::attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

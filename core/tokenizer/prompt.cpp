@@ -12,6 +12,14 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view 
   return ids;
 }
 
+std::vector<int32_t> tokens_of_length(const Tokenizer& tokenizer, const std::string& text, int64_t n) {
+  const std::vector<int32_t> base = encode_prompt(tokenizer, text);
+  if (base.empty()) throw InputError("the prompt is empty");
+  std::vector<int32_t> out;
+  while (static_cast<int64_t>(out.size()) < n) out.push_back(base[out.size() % base.size()]);
+  return out;
+}
+
 std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_message,
                         const std::string& system_message) {
   if (tokenizer.chat_template().empty())

@@ -13,6 +13,10 @@ namespace servelab {
 // TinyLlama); GPT-2 and SmolLM2 add none.
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text);
 
+// encode_prompt(text)'s tokens repeated, or cut, to exactly n (a workload's prompt of a chosen
+// length). InputError when the text has no token.
+std::vector<int32_t> tokens_of_length(const Tokenizer& tokenizer, const std::string& text, int64_t n);
+
 // One user turn (after an optional system message) in the tokenizer's chat template, ending
 // where the assistant's answer begins. TokenizerError when the model has no chat template or one
 // that is not recognised (never a silent ChatML).
