@@ -13,7 +13,7 @@ namespace {
 QString tr(const char* text) { return QCoreApplication::translate("ContinuousTab", text); }
 
 QString wayName(const servelab::ChunkedPrefillRun& run) {
-  return run.budget > 0 ? tr("budget %1 tokens (chunked)").arg(run.budget) : tr("whole prompts (no budget)");
+  return run.budget > 0 ? tr("budget %1").arg(run.budget) : tr("no budget");
 }
 
 }  // namespace
@@ -54,7 +54,10 @@ void drawItl(ChartView* chart, const servelab::ChunkedPrefillResult& r) {
       x << t;
       y << gap;
     }
-    chart->setSeriesData(chart->addSeries(wayName(figures)), x, y);
+    // Points, not a line: no token came between two gaps, so nothing lies between them to draw.
+    const int series = chart->addSeries(wayName(figures));
+    chart->setSeriesStyle(series, ChartView::SeriesStyle::Points);
+    chart->setSeriesData(series, x, y);
   }
   chart->addVerticalMarker(r.arrival_ms, tr("long prompt arrives"));
   chart->rescale();
