@@ -10,12 +10,14 @@ namespace servelab {
 // Each architecture's file defines its record.
 Architecture gpt2_architecture();   // model/gpt2_architecture.cpp
 Architecture llama_architecture();  // model/llama_architecture.cpp
+Architecture qwen3_architecture();  // model/qwen3_architecture.cpp
 
 // The registrations: one line per architecture.
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> all = {
       gpt2_architecture(),
       llama_architecture(),
+      qwen3_architecture(),
   };
   return all;
 }
