@@ -8,6 +8,7 @@
 // (docs/howto/add-a-model.md).
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -72,6 +73,11 @@ struct Architecture {
   std::function<std::unique_ptr<Model>(const Model& model, const QuantSpec& spec, GemmBackend gemm)> quantize;
   // The quantization experiment's view of a reference model of this architecture.
   std::function<QuantTarget(const Model& reference)> quant_target;
+  // The built-in demo model (Engine::load_demo: a shape with seeded random weights) and its name;
+  // empty for every record but one.
+  std::function<std::unique_ptr<Model>(std::uint64_t seed, at::Device device, at::ScalarType dtype)>
+      make_demo;
+  std::string demo_name;
 };
 
 // Every registered architecture, in registration order.

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -10,7 +11,6 @@
 #include "model/blocked_linear.h"
 #include "model/decode_attention.h"
 #include "model/gguf_file.h"
-#include "model/gpt2_model.h"  // the demo model only (load_demo)
 #include "model/packed_linear.h"
 #include "quant/dequant_cpu.h"
 #include "tokenizer/chat_template.h"
@@ -62,12 +62,15 @@ std::unique_ptr<Engine> Engine::load_demo(const EngineOptions& o, const std::str
   std::unique_ptr<Engine> e(new Engine());
   e->tokenizer_ = load_tokenizer(tokenizer_dir.empty() ? default_tokenizer_dir() : tokenizer_dir);
   c10::InferenceMode guard;
-  Gpt2Config config = Gpt2Config::gpt2_small();
-  e->model_ =
-      std::make_unique<Gpt2Model>(config, make_random_gpt2_weights(config, o.demo_seed, device, dtype));
+  // The demo is the one record that builds one (the course's shape with seeded random weights).
+  const auto& all = architectures();
+  const auto demo =
+      std::find_if(all.begin(), all.end(), [](const Architecture& a) { return bool(a.make_demo); });
+  if (demo == all.end()) throw InputError("no registered architecture builds a demo model");
+  e->model_ = demo->make_demo(o.demo_seed, device, dtype);
   e->is_demo_ = true;
   e->format_ = "random";
-  e->name_ = "built-in demo (GPT-2 small shape, random weights)";
+  e->name_ = demo->demo_name;
   e->parameters_ = e->model_->parameter_count();
   e->apply_options(o);
   return e;

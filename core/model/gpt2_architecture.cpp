@@ -78,6 +78,12 @@ Architecture gpt2_architecture() {
     return g;
   };
   a.quant_target = gpt2_quant_target;
+  // The course's model: GPT-2 small's shape and tensors, its text noise.
+  a.make_demo = [](std::uint64_t seed, at::Device device, at::ScalarType dtype) {
+    const Gpt2Config config = Gpt2Config::gpt2_small();
+    return std::make_unique<Gpt2Model>(config, make_random_gpt2_weights(config, seed, device, dtype));
+  };
+  a.demo_name = "built-in demo (GPT-2 small shape, random weights)";
   return a;
 }
 
