@@ -12,10 +12,8 @@
 
 #include "experiments/batch_sweep.h"  // median
 #include "generate/generation.h"
-#include "model/gpt2_model.h"
-#include "model/llama_model.h"
+#include "model/architecture.h"
 #include "model/packed_linear.h"
-#include "quant/quantized_llama.h"
 #include "quant/quantized_model.h"
 #include "tokenizer/prompt.h"
 #include "util/device.h"
@@ -66,81 +64,12 @@ double copy_bandwidth_gbs(at::Device d) {
   return median(gbs);
 }
 
-std::string block_of(const std::string& name) {
+std::string block_of(const std::string& name, const Architecture& arch) {
   // "transformer.h.3.attn.c_attn.weight" -> "h.3"; "transformer.wte.weight" -> "wte";
   // "model.layers.3.mlp.up_proj.weight" -> "layers.3"; "model.embed_tokens.weight" -> "embed_tokens"
-  std::string s = name.rfind("transformer.", 0) == 0 ? name.substr(12)
-                  : name.rfind("model.", 0) == 0     ? name.substr(6)
-                                                     : name;
-  for (const char* layers : {"h.", "layers."})
-    if (s.rfind(layers, 0) == 0) return s.substr(0, s.find('.', std::string(layers).size()));
+  const std::string s = name.rfind(arch.hf_root, 0) == 0 ? name.substr(arch.hf_root.size()) : name;
+  if (s.rfind(arch.hf_blocks, 0) == 0) return s.substr(0, s.find('.', arch.hf_blocks.size()));
   return s.substr(0, s.find('.'));
-}
-
-// One architecture's side of the experiment: the reference's parameters as plain tensors, and per
-// scheme the quantized parameters (one per named entry, same order) and the model that runs them.
-struct QuantizedSet {
-  std::vector<QuantizedParameter> parameters;
-  std::function<std::unique_ptr<Model>(QuantExec)> build;
-};
-
-struct QuantTarget {
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  std::function<QuantizedSet(const QuantSpec&)> quantize;
-  int64_t hf_buffer_bytes = 0;  // what HF's get_memory_footprint() adds (GPT-2's attention masks)
-};
-
-QuantTarget gpt2_target(const Gpt2Model& ref) {
-  QuantTarget t;
-  // The reference's fp32 weights as plain tensors (rebuilt from oneDNN's or the blocked layout when packed).
-  auto dense = std::make_shared<const Gpt2Weights>(ref.dense_weights());
-  t.named = dense->named_tensors();
-  t.hf_buffer_bytes = hf_gpt2_buffer_bytes(ref.config());
-  // Dequantize-once models run the same GEMMs as the reference, so only the weights differ.
-  const GemmBackend gemm = gemm_backend_of(ref);
-  t.quantize = [&ref, dense, gemm](const QuantSpec& spec) {
-    auto q = std::make_shared<QuantizedGpt2>(quantize_gpt2(ref.config(), *dense, spec));
-    QuantizedSet set;
-    set.parameters = q->parameters;
-    set.build = [&ref, q, gemm](QuantExec used) -> std::unique_ptr<Model> {
-      std::unique_ptr<Gpt2Model> m = build_quantized_model(*q, ref.dtype(), used);
-      if (used == QuantExec::DequantOnce && gemm != GemmBackend::Aten) m = apply_gemm_backend(*m, gemm);
-      return m;
-    };
-    return set;
-  };
-  return t;
-}
-
-QuantTarget llama_target(const LlamaModel& ref) {
-  QuantTarget t;
-  // Plain tensors, also where the reference runs blocked fp32 kernels that hold its matrices.
-  auto dense = std::make_shared<const LlamaWeights>(ref.dense_weights());
-  t.named = dense->named_tensors();
-  // transformers' LlamaRotaryEmbedding keeps inv_freq (head_dim / 2 fp32) as a buffer.
-  t.hf_buffer_bytes = ref.config().head_dim / 2 * 4;
-  t.quantize = [&ref, dense, named = t.named](const QuantSpec& spec) {
-    auto q = std::make_shared<QuantizedMatrices>(quantize_llama(ref.config(), *dense, spec));
-    std::map<std::string, QuantizedTensor> matrices{{"model.embed_tokens.weight", q->token_embedding}};
-    if (!q->head_tied) matrices["lm_head.weight"] = q->head;
-    for (const Projection& p : ref.projections())
-      for (size_t l = 0; l < q->layers.size(); ++l)
-        matrices["model.layers." + std::to_string(l) + "." + p.hf_name + ".weight"] =
-            q->layers[l][static_cast<size_t>(p.slot)];
-    QuantizedSet set;
-    for (const auto& [name, w] : named) {
-      auto it = matrices.find(name);
-      QuantizedTensor kept;  // norms and biases stay as they are
-      kept.shape = w.sizes().vec();
-      kept.values = w;
-      set.parameters.push_back({name, it != matrices.end() ? it->second : kept});
-    }
-    set.build = [&ref, dense, q](QuantExec used) -> std::unique_ptr<Model> {
-      return build_quantized_llama(ref.config(), *dense, *q, ref.dtype(), used);
-    };
-    return set;
-  };
-  return t;
 }
 
 at::Tensor all_logits(const Model& m, const std::vector<int32_t>& ids) {
@@ -224,14 +153,9 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
   }
   c10::InferenceMode guard;
   const Tokenizer& tok = engine.tokenizer();
-  QuantTarget target;
-  if (const auto* g = dynamic_cast<const Gpt2Model*>(&ref)) {
-    target = gpt2_target(*g);
-  } else if (const auto* l = dynamic_cast<const LlamaModel*>(&ref)) {
-    target = llama_target(*l);
-  } else {
-    throw InputError("the quantization experiment has no " + ref.shape().architecture + " support");
-  }
+  // The architecture's side of the experiment (its record in the registry).
+  const Architecture& arch = architecture_of(ref);
+  const QuantTarget target = arch.quant_target(ref);
 
   QuantizationResult result;
   result.model = engine.name();
@@ -330,7 +254,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
         e.mean_abs = sa / static_cast<double>(e.numel);
         const double dd = d.square().sum().item<double>(), ww = w.square().sum().item<double>();
         e.rel_rms = ww > 0 ? std::sqrt(dd / ww) : 0.0;
-        const std::string blk = block_of(e.name);
+        const std::string blk = block_of(e.name, arch);
         if (!block_sq.count(blk)) block_order.push_back(blk);
         block_sq[blk].first += dd;
         block_sq[blk].second += ww;

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "model/architecture.h"
 #include "model/gpt2_model.h"
 #include "model/llama_model.h"
 #include "model/safetensors_file.h"
@@ -23,11 +25,6 @@ namespace servelab {
 namespace {
 
 constexpr LinearSlot slot_at(int i) { return static_cast<LinearSlot>(i); }
-
-bool is_gpt2_slot(LinearSlot s) {
-  return s == LinearSlot::Attn || s == LinearSlot::AttnProj || s == LinearSlot::Fc ||
-         s == LinearSlot::MlpProj;
-}
 
 // Whether a module name picks a projection the way PEFT's target_modules entries do: equal to its
 // full name, or to its last dot-separated parts.
@@ -98,41 +95,47 @@ std::string LoraTarget::module_path(int64_t layer, LinearSlot slot) const {
   return blocks + std::to_string(layer) + "." + projection(slot).hf_name;
 }
 
+namespace {
+
+// The record's side of a target: where Hugging Face (and PEFT's keys and target_modules regexes)
+// put its blocks, and its name in messages.
+LoraTarget target_of(const Architecture& a, int64_t n_layer, std::vector<Projection> projections) {
+  return {a.name, a.display, n_layer, std::move(projections), a.hf_root, a.hf_blocks};
+}
+
+}  // namespace
+
 LoraTarget lora_target(const Gpt2Config& c) {
-  return {"gpt2", "GPT-2", c.n_layer, gpt2_projections(c), "transformer.", "h."};
+  return target_of(architecture_named(gpt2_shape(c).architecture), c.n_layer, gpt2_projections(c));
 }
 
 LoraTarget lora_target(const LlamaConfig& c) {
-  return {"llama", "Llama", c.n_layer, llama_projections(c), "model.", "layers."};
+  return target_of(architecture_named(llama_shape(c).architecture), c.n_layer, llama_projections(c));
 }
 
 LoraTarget lora_target(const Model& model) {
-  const ModelShape& s = model.shape();
-  // Hugging Face nests GPT-2's blocks as transformer.h.N and every Llama-family model's as
-  // model.layers.N; PEFT's keys and target_modules regexes spell those paths.
-  if (s.architecture == "gpt2")
-    return {"gpt2", "GPT-2", s.n_layer, model.projections(), "transformer.", "h."};
-  if (s.architecture == "llama")
-    return {"llama", "Llama", s.n_layer, model.projections(), "model.", "layers."};
-  throw InputError("LoRA adapters know GPT-2 and Llama module names; this is a " + s.architecture + " model");
+  return target_of(architecture_of(model), model.shape().n_layer, model.projections());
 }
 
 const char* lora_module_name(LinearSlot slot) {
-  if (is_gpt2_slot(slot)) return gpt2_slot_name(slot);
-  // Llama's names do not depend on the config's sizes.
-  static const std::vector<Projection> llama = llama_projections(LlamaConfig{});
-  for (const Projection& p : llama)
-    if (p.slot == slot) return p.hf_name.c_str();
+  // A slot means one module in every architecture that has it (slots are distinct across them).
+  for (const Architecture& a : architectures())
+    for (const Projection& p : a.projection_names)
+      if (p.slot == slot) return p.hf_name.c_str();
   throw InputError("no LoRA module for projection number " + std::to_string(static_cast<int>(slot)));
 }
 
 LinearSlot lora_slot(const std::string& module) {
-  for (int i = 0; i < kLinearSlotCount; ++i)
-    if (module == lora_module_name(slot_at(i))) return slot_at(i);
-  throw InputError("unknown LoRA module '" + module +
-                   "' (GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj; Llama has "
-                   "self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, "
-                   "mlp.gate_proj, mlp.up_proj and mlp.down_proj)");
+  std::string known;
+  for (const Architecture& a : architectures()) {
+    std::string names;
+    for (const Projection& p : a.projection_names) {
+      if (module == p.hf_name) return p.slot;
+      names += (names.empty() ? "" : ", ") + p.hf_name;
+    }
+    known += (known.empty() ? "" : "; ") + a.display + " has " + names;
+  }
+  throw InputError("unknown LoRA module '" + module + "' (" + known + ")");
 }
 
 std::vector<LinearSlot> lora_slots(const LoraTarget& t, const std::string& module) {
@@ -515,56 +518,33 @@ std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, con
   return make_random_lora(target, source, base.device(), base.dtype());
 }
 
-void merge_lora(Gpt2Weights& w, const LoraAdapter& adapter, double sign) {
-  if (adapter.n_layer() != static_cast<int64_t>(w.layers.size()))
+void merge_lora_matrices(LinearMatrices& matrices, const LoraAdapter& adapter, double sign) {
+  int64_t n_layer = 0;
+  for (const LinearMatrix& m : matrices.projections) n_layer = std::max(n_layer, m.layer + 1);
+  if (adapter.n_layer() != n_layer)
     throw InputError("adapter '" + adapter.name() + "' has " + std::to_string(adapter.n_layer()) +
-                     " layers, the model " + std::to_string(w.layers.size()));
+                     " layers, the model " + std::to_string(n_layer));
   c10::InferenceMode guard;
-  for (int64_t l = 0; l < adapter.n_layer(); ++l) {
-    Gpt2LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    for (int s = 0; s < kLinearSlotCount; ++s)
-      if (!is_gpt2_slot(slot_at(s)) && adapter.weights(l, slot_at(s)).defined())
-        throw InputError("adapter '" + adapter.name() + "' wraps " + lora_module_name(slot_at(s)) +
-                         ", which a GPT-2 block does not have");
-    for (LinearSlot s : {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc, LinearSlot::MlpProj}) {
-      const LoraWeights& lo = adapter.weights(l, s);
-      if (!lo.defined()) continue;
-      at::Tensor& W = s == LinearSlot::Attn       ? lw.c_attn_weight
-                      : s == LinearSlot::AttnProj ? lw.c_proj_weight
-                      : s == LinearSlot::Fc       ? lw.c_fc_weight
-                                                  : lw.mlp_proj_weight;
-      if (!W.defined())
-        throw InputError("cannot merge adapter '" + adapter.name() + "': the base weights are quantized");
-      // In fp32 whatever the model's dtype, then rounded once.
-      at::Tensor delta = at::mm(lo.a.to(at::kFloat), lo.b.to(at::kFloat)) * (sign * lo.scale);
-      W = (W.to(at::kFloat) + delta.to(W.device())).to(W.scalar_type());
-    }
-  }
-}
-
-void merge_lora(LlamaWeights& w, const LoraAdapter& adapter, double sign) {
-  if (adapter.n_layer() != static_cast<int64_t>(w.layers.size()))
-    throw InputError("adapter '" + adapter.name() + "' has " + std::to_string(adapter.n_layer()) +
-                     " layers, the model " + std::to_string(w.layers.size()));
-  c10::InferenceMode guard;
-  static const std::vector<Projection> table = llama_projections(LlamaConfig{});
-  for (int64_t l = 0; l < adapter.n_layer(); ++l) {
-    LlamaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
+  for (int64_t l = 0; l < adapter.n_layer(); ++l)
     for (int s = 0; s < kLinearSlotCount; ++s) {
-      const LoraWeights& lo = adapter.weights(l, slot_at(s));
-      if (!lo.defined()) continue;
-      size_t k = 0;
-      while (k < table.size() && table[k].slot != slot_at(s)) ++k;
-      if (k == table.size())
+      if (!adapter.weights(l, slot_at(s)).defined()) continue;
+      bool found = false;
+      for (const LinearMatrix& m : matrices.projections) found |= m.layer == l && m.slot == slot_at(s);
+      if (!found)
         throw InputError("adapter '" + adapter.name() + "' wraps " + lora_module_name(slot_at(s)) +
-                         ", which a Llama block does not have");
-      at::Tensor& W = lw.w[k];
-      if (!W.defined())
-        throw InputError("cannot merge adapter '" + adapter.name() + "': the base weights are quantized");
-      // W is [out, in] (nn.Linear), A B is [in, out]; in fp32 whatever the model's dtype.
-      at::Tensor delta = at::mm(lo.a.to(at::kFloat), lo.b.to(at::kFloat)).t() * (sign * lo.scale);
-      W = (W.to(at::kFloat) + delta.to(W.device())).to(W.scalar_type());
+                         ", which this model's blocks do not have");
     }
+  for (const LinearMatrix& m : matrices.projections) {
+    const LoraWeights& lo = adapter.weights(m.layer, m.slot);
+    if (!lo.defined()) continue;
+    at::Tensor& W = *m.weight;
+    if (!W.defined())
+      throw InputError("cannot merge adapter '" + adapter.name() + "': the base weights are quantized");
+    // A B is [in, out], Conv1D's layout; nn.Linear's [out, in] takes its transpose. In fp32 whatever
+    // the model's dtype, then rounded once.
+    at::Tensor delta = at::mm(lo.a.to(at::kFloat), lo.b.to(at::kFloat)) * (sign * lo.scale);
+    if (!m.in_out) delta = delta.t();
+    W = (W.to(at::kFloat) + delta.to(W.device())).to(W.scalar_type());
   }
 }
 

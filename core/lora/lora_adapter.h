@@ -124,10 +124,15 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
 // Either of the two, on the model's device and dtype.
 std::shared_ptr<const LoraAdapter> load_adapter(const AdapterSource& source, const Model& model);
 
-// W += sign * scale * A B on every wrapped matrix of dense (Conv1D) weights: sign +1 merges the
-// adapter into the base model, -1 takes it back out.
-void merge_lora(Gpt2Weights& weights, const LoraAdapter& adapter, double sign = 1.0);
-// The same for a Llama's [out, in] matrices: W += sign * scale * (A B)^T.
-void merge_lora(LlamaWeights& weights, const LoraAdapter& adapter, double sign = 1.0);
+// W += sign * scale * A B on every wrapped matrix (its transpose for [out, in] matrices): sign +1
+// merges the adapter into the base model, -1 takes it back out. InputError for a module the
+// matrices lack, or matrices a quantization released.
+void merge_lora_matrices(LinearMatrices& matrices, const LoraAdapter& adapter, double sign = 1.0);
+// The same over an architecture's weights (Gpt2Weights, LlamaWeights: their linear_matrices()).
+template <class Weights>
+void merge_lora(Weights& weights, const LoraAdapter& adapter, double sign = 1.0) {
+  LinearMatrices matrices = weights.linear_matrices();
+  merge_lora_matrices(matrices, adapter, sign);
+}
 
 }  // namespace servelab

@@ -541,31 +541,15 @@ at::Tensor blocked_linear(const at::Tensor& x, const BlockedMatrix& w, const at:
   return y;
 }
 
-BlockedLinearKernels::BlockedLinearKernels(Gpt2Weights& w) {
-  for (auto& layer : w.layers) {
-    std::array<BlockedMatrix, kLinearSlotCount> p;
-    for (size_t i = 0; i < kLinearSlots.size(); ++i) {
-      at::Tensor& m = slot_weight(layer, kLinearSlots[i]);
-      p[static_cast<size_t>(kLinearSlots[i])] = BlockedMatrix::from_in_out(m);  // Conv1D [in, out]
-      m = at::Tensor();
-    }
-    layers_.push_back(std::move(p));
+BlockedLinearKernels::BlockedLinearKernels(LinearMatrices& matrices) {
+  for (const LinearMatrix& m : matrices.projections) {
+    if (static_cast<size_t>(m.layer) >= layers_.size()) layers_.resize(static_cast<size_t>(m.layer) + 1);
+    layers_[static_cast<size_t>(m.layer)][static_cast<size_t>(m.slot)] =
+        m.in_out ? BlockedMatrix::from_in_out(*m.weight) : BlockedMatrix::from_out_in(*m.weight);
+    *m.weight = at::Tensor();
   }
-  head_ = BlockedMatrix::from_out_in(w.lm_head.contiguous());
-  if (!w.lm_head_tied) w.lm_head = at::Tensor();
-}
-
-BlockedLinearKernels::BlockedLinearKernels(LlamaWeights& w, const std::vector<Projection>& table) {
-  for (auto& layer : w.layers) {
-    std::array<BlockedMatrix, kLinearSlotCount> p;
-    for (size_t k = 0; k < table.size(); ++k) {
-      p[static_cast<size_t>(table[k].slot)] = BlockedMatrix::from_out_in(layer.w[k]);  // nn.Linear [out, in]
-      layer.w[k] = at::Tensor();
-    }
-    layers_.push_back(std::move(p));
-  }
-  head_ = BlockedMatrix::from_out_in(w.lm_head.contiguous());
-  if (!w.lm_head_tied) w.lm_head = at::Tensor();
+  head_ = BlockedMatrix::from_out_in(matrices.lm_head->contiguous());
+  if (!matrices.lm_head_tied) *matrices.lm_head = at::Tensor();
 }
 
 at::Tensor BlockedLinearKernels::linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
@@ -604,30 +588,14 @@ at::Tensor BlockedLinearKernels::dense_weight(int64_t layer, LinearSlot slot) co
 
 at::Tensor BlockedLinearKernels::dense_lm_head() const { return head_.to_out_in(); }
 
-std::unique_ptr<Gpt2Model> pack_blocked_linears(const Gpt2Model& model) {
+std::unique_ptr<Model> pack_blocked_model(const Model& model) {
   std::string why;
   if (!blocked_linear_available(model.device(), model.dtype(), &why))
     throw InputError("blocked GEMM: " + why);
   if (model.kernels())
     throw InputError("blocked GEMM: the model's matrices are already run by other kernels");
-  Gpt2Weights w = model.weights();
-  auto kernels = std::make_shared<BlockedLinearKernels>(w);
-  auto m = std::make_unique<Gpt2Model>(model.config(), std::move(w), std::move(kernels));
-  m->set_attention_backend(model.attention_backend());
-  return m;
-}
-
-std::unique_ptr<LlamaModel> pack_blocked_linears(const LlamaModel& model) {
-  std::string why;
-  if (!blocked_linear_available(model.device(), model.dtype(), &why))
-    throw InputError("blocked GEMM: " + why);
-  if (model.kernels())
-    throw InputError("blocked GEMM: the model's matrices are already run by other kernels");
-  LlamaWeights w = model.weights();
-  auto kernels = std::make_shared<BlockedLinearKernels>(w, llama_projections(model.config()));
-  auto m = std::make_unique<LlamaModel>(model.config(), std::move(w), std::move(kernels));
-  m->set_attention_backend(model.attention_backend());
-  return m;
+  return model.with_kernels(
+      [](LinearMatrices& matrices) { return std::make_shared<BlockedLinearKernels>(matrices); });
 }
 
 }  // namespace servelab

@@ -18,8 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gpt2_model.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "util/cpu_features.h"
 
 namespace servelab {
@@ -66,10 +65,9 @@ at::Tensor blocked_linear(const at::Tensor& x, const BlockedMatrix& w, const at:
 // 5.7-10.7 ms (bench_linear_kernels, GPT-2 small's head, 2 threads).
 class BlockedLinearKernels final : public LinearKernels {
  public:
-  // Takes the projections out of w (and an untied LM head, which is then only kept blocked).
-  explicit BlockedLinearKernels(Gpt2Weights& w);
-  // The same for a Llama's projections, slot by slot as its projection table names them.
-  BlockedLinearKernels(LlamaWeights& w, const std::vector<Projection>& table);
+  // Takes the projections out of a model's matrices (Model::with_kernels), whatever their
+  // architecture and layout, and an untied LM head, which is then only kept blocked.
+  explicit BlockedLinearKernels(LinearMatrices& matrices);
 
   at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
                     const at::Tensor& bias) const override;
@@ -89,9 +87,13 @@ class BlockedLinearKernels final : public LinearKernels {
 };
 
 // The same model with its projections and LM head in the blocked layout (the embeddings stay, and
-// dense_weights() rebuilds the rest). Throws InputError when blocked_linear_available says no.
-std::unique_ptr<Gpt2Model> pack_blocked_linears(const Gpt2Model& model);
-// A Llama likewise (LlamaModel::dense_weights() rebuilds the plain matrices).
-std::unique_ptr<LlamaModel> pack_blocked_linears(const LlamaModel& model);
+// dense_weights() rebuilds the rest), any architecture. Throws InputError when
+// blocked_linear_available says no, or when other kernels already run its matrices.
+std::unique_ptr<Model> pack_blocked_model(const Model& model);
+// The same, typed as the model's own class (Gpt2Model, LlamaModel).
+template <class M>
+std::unique_ptr<M> pack_blocked_linears(const M& model) {
+  return std::unique_ptr<M>(static_cast<M*>(pack_blocked_model(model).release()));
+}
 
 }  // namespace servelab

@@ -3,20 +3,16 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
+#include "model/architecture.h"
 #include "model/blocked_linear.h"
 #include "model/decode_attention.h"
 #include "model/gguf_file.h"
-#include "model/gpt2_gguf.h"
-#include "model/gpt2_model.h"
-#include "model/llama_gguf.h"
-#include "model/llama_model.h"
 #include "model/packed_linear.h"
 #include "quant/dequant_cpu.h"
-#include "quant/quantized_llama.h"
-#include "quant/quantized_model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "util/cpu_features.h"
@@ -66,12 +62,15 @@ std::unique_ptr<Engine> Engine::load_demo(const EngineOptions& o, const std::str
   std::unique_ptr<Engine> e(new Engine());
   e->tokenizer_ = load_tokenizer(tokenizer_dir.empty() ? default_tokenizer_dir() : tokenizer_dir);
   c10::InferenceMode guard;
-  Gpt2Config config = Gpt2Config::gpt2_small();
-  e->model_ =
-      std::make_unique<Gpt2Model>(config, make_random_gpt2_weights(config, o.demo_seed, device, dtype));
+  // The demo is the one record that builds one (the course's shape with seeded random weights).
+  const auto& all = architectures();
+  const auto demo =
+      std::find_if(all.begin(), all.end(), [](const Architecture& a) { return bool(a.make_demo); });
+  if (demo == all.end()) throw InputError("no registered architecture builds a demo model");
+  e->model_ = demo->make_demo(o.demo_seed, device, dtype);
   e->is_demo_ = true;
   e->format_ = "random";
-  e->name_ = "built-in demo (GPT-2 small shape, random weights)";
+  e->name_ = demo->demo_name;
   e->parameters_ = e->model_->parameter_count();
   e->apply_options(o);
   return e;
@@ -90,10 +89,12 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
     if (!why.empty() && why != "not found") throw ModelFormatError((root / name).string() + ": " + why);
   }
   const fs::path weights = root / "model.safetensors";
-  const bool sharded_llama = fs::exists(root / "model.safetensors.index.json") &&
-                             fs::exists(root / "config.json") &&
-                             read_model_type((root / "config.json").string()) != "gpt2";
-  if (!fs::exists(weights) && !sharded_llama) {
+  const std::string config_json = (root / "config.json").string();
+  // The record that loads the folder's model_type (ModelFormatError naming the supported ones).
+  auto architecture = [&]() -> const Architecture& { return architecture_for_config(config_json); };
+  const bool sharded = fs::exists(root / "model.safetensors.index.json") && fs::exists(config_json) &&
+                       architecture().sharded_folders;
+  if (!fs::exists(weights) && !sharded) {
     if (fs::exists(root / "pytorch_model.bin"))
       throw ModelFormatError(dir +
                              ": only model.safetensors is supported, found pytorch_model.bin "
@@ -102,28 +103,18 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
       throw ModelFormatError(dir + ": sharded checkpoints (model.safetensors.index.json) are not supported");
     throw ModelFormatError(dir + ": model.safetensors not found");
   }
+  const Architecture& arch = architecture();
   std::unique_ptr<Engine> e(new Engine());
-  const std::string model_type = read_model_type((root / "config.json").string());
   {
     c10::InferenceMode guard;
     try {
-      if (model_type == "gpt2") {
-        Gpt2Config config = parse_gpt2_config((root / "config.json").string());
-        e->model_ =
-            std::make_unique<Gpt2Model>(config, load_gpt2_weights(weights.string(), config, device, dtype));
-      } else {
-        LlamaConfig config = parse_llama_config((root / "config.json").string());
-        e->model_ = std::make_unique<LlamaModel>(config, load_llama_safetensors(dir, config, device, dtype));
-      }
+      e->model_ = arch.load_folder(dir, device, dtype);
     } catch (const c10::OutOfMemoryError&) {
       throw OutOfMemoryError("out of memory loading " + weights.string() + " onto " + device.str());
     }
   }
-  if (const Gpt2Model* g = e->gpt2()) {
-    check_finite_tensors(g->weights().named_tensors(), weights.string());
-  } else if (const auto* l = dynamic_cast<const LlamaModel*>(e->model_.get())) {
-    check_finite_tensors(l->weights().named_tensors(), dir);
-  }
+  // Where shards may hold the weights, the folder names them.
+  check_finite_tensors(e->model_->named_tensors(), arch.sharded_folders ? dir : weights.string());
   e->tokenizer_ = load_tokenizer(dir);
   if (e->tokenizer_->vocab_size() > e->shape().vocab_size)
     throw ModelFormatError(dir + ": tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
@@ -163,57 +154,49 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
     throw ModelFormatError(path + ": the tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
                            " tokens but token_embd.weight only " + std::to_string(vocabulary_rows) + " rows");
   const bool requantize = parse_quant_mode(o.quant).is_quantized();
-  if (file.find_string("general.architecture") == std::optional<std::string>("gpt2")) {
-    // Our as-stored kernels are wired for Llama's projections; a GPT-2 file is dequantized at load.
-    if (!requantize && parse_quant_exec(o.quant_exec) == QuantExec::Native)
-      throw InputError("--quant-exec native needs --quant: a GGUF file's own blocks run dequantized once");
-    const Gpt2Config config = gpt2_config_from_gguf(file);
-    {
-      c10::InferenceMode guard;
-      try {
-        e->model_ = std::make_unique<Gpt2Model>(config, load_gpt2_gguf(file, config, device, dtype));
-      } catch (const c10::OutOfMemoryError&) {
-        throw OutOfMemoryError("out of memory loading " + path + " onto " + device.str());
-      }
-    }
-    check_finite_tensors(e->gpt2()->weights().named_tensors(), path);
-    e->file_tensors_run_as_ =
-        "dequantized once to " + dtype_label(dtype) + " at load (blocks run as stored for Llama files only)";
-    e->finish_gguf(file, o);
-    return e;
-  }
-  const LlamaConfig config = llama_config_from_gguf(file);
-  // The file's quantized blocks run as stored (our JIT kernels read Q4_0, Q4_1 and Q8_0 as they
-  // are) unless a quantization of our own is asked for (it starts from dense weights) or the
-  // execution says dequant-once; on the CPU in fp32, where those kernels are built.
+  // get_string throws, naming the file, when the key is missing or not a string.
+  const Architecture& arch = architecture_for_gguf(file.get_string("general.architecture"), path);
+  if (!arch.load_gguf) throw ModelFormatError(path + ": " + arch.display + " GGUF files do not load yet");
   const QuantExec exec = parse_quant_exec(o.quant_exec);
-  if (!requantize && exec == QuantExec::Native)
-    throw InputError(
-        "--quant-exec native needs --quant: a GGUF file's own blocks run with jit or jit-int8 (as "
-        "stored) or dequant-once");
   const bool cpu_fp32 = device.is_cpu() && dtype == at::kFloat;
-  if (!requantize && (exec == QuantExec::Jit || exec == QuantExec::JitInt8) && !cpu_fp32)
-    throw InputError(
-        "a GGUF file's blocks run as stored (--quant-exec jit or jit-int8) on the CPU in fp32 only; give "
-        "--quant-exec dequant-once for " +
-        device.str() + " " + dtype_label(dtype));
-  const bool as_stored = !requantize && cpu_fp32 && exec != QuantExec::DequantOnce;
+  // The file's quantized blocks run as stored (our JIT kernels read Q4_0, Q4_1 and Q8_0 as they
+  // are) where the architecture's record wires them, unless a quantization of our own is asked for
+  // (it starts from dense weights) or the execution says dequant-once; on the CPU in fp32, where
+  // those kernels are built.
+  bool as_stored = false;
+  if (!arch.load_gguf_as_stored) {
+    if (!requantize && exec == QuantExec::Native)
+      throw InputError("--quant-exec native needs --quant: a GGUF file's own blocks run dequantized once");
+  } else {
+    if (!requantize && exec == QuantExec::Native)
+      throw InputError(
+          "--quant-exec native needs --quant: a GGUF file's own blocks run with jit or jit-int8 (as "
+          "stored) or dequant-once");
+    if (!requantize && (exec == QuantExec::Jit || exec == QuantExec::JitInt8) && !cpu_fp32)
+      throw InputError(
+          "a GGUF file's blocks run as stored (--quant-exec jit or jit-int8) on the CPU in fp32 only; give "
+          "--quant-exec dequant-once for " +
+          device.str() + " " + dtype_label(dtype));
+    as_stored = !requantize && cpu_fp32 && exec != QuantExec::DequantOnce;
+  }
   {
     c10::InferenceMode guard;
     try {
       if (as_stored) {
-        e->model_ =
-            load_llama_gguf_as_stored(file, config, &e->file_tensors_run_as_, exec == QuantExec::JitInt8);
+        e->model_ = arch.load_gguf_as_stored(file, &e->file_tensors_run_as_, exec == QuantExec::JitInt8);
         e->int8_activations_ = exec == QuantExec::JitInt8;
       } else {
-        e->model_ = std::make_unique<LlamaModel>(config, load_llama_gguf(file, config, device, dtype));
-        e->file_tensors_run_as_ = "dequantized once to " + dtype_label(dtype) + " at load";
+        e->model_ = arch.load_gguf(file, device, dtype);
+        e->file_tensors_run_as_ =
+            "dequantized once to " + dtype_label(dtype) + " at load" +
+            (arch.load_gguf_as_stored ? std::string()
+                                      : " (" + arch.display + " files' blocks do not run as stored yet)");
       }
     } catch (const c10::OutOfMemoryError&) {
       throw OutOfMemoryError("out of memory loading " + path + " onto " + device.str());
     }
   }
-  check_finite_tensors(static_cast<const LlamaModel&>(*e->model_).weights().named_tensors(), path);
+  check_finite_tensors(e->model_->named_tensors(), path);
   e->finish_gguf(file, o);
   return e;
 }
@@ -235,72 +218,50 @@ void Engine::apply_options(const EngineOptions& o) {
   QuantSpec spec = parse_quant_mode(o.quant);
   spec.exec = parse_quant_exec(o.quant_exec);
   const GemmBackend requested = parse_gemm_backend(o.gemm);
-  if (!gpt2()) {
-    // A Llama's plain fp32 matrices run the blocked GEMV/GEMM (oneDNN's packed layout is built over
-    // GPT-2's weights only); a GGUF file's blocks run as stored by their own kernels, and a
-    // quantization of ours brings its kernels.
-    const auto* llama = dynamic_cast<const LlamaModel*>(model_.get());
-    const bool plain = llama && !llama->kernels() && !spec.is_quantized();
-    if (requested == GemmBackend::OneDnn || (requested == GemmBackend::Blocked && !plain))
-      throw InputError(std::string("--gemm ") + gemm_backend_name(requested) + " is not built for this " +
-                       model_->shape().architecture +
-                       " model (onednn: GPT-2 only; blocked: a model's plain fp32 matrices, not quantized "
-                       "ones); give --gemm auto or aten");
-    gemm_ = GemmBackend::Aten;
-    if (plain && resolve_gemm_backend(requested, model_->device(), model_->dtype()) == GemmBackend::Blocked) {
-      c10::InferenceMode guard;
-      model_ = pack_blocked_linears(*llama);
-      gemm_ = GemmBackend::Blocked;
-    }
-    if (spec.is_quantized()) quantize(spec);
-    return;
-  }
-  gemm_ = resolve_gemm_backend(requested, model_->device(), model_->dtype());
+  const Architecture& arch = architecture_of(*model_);
+  // Plain fp32 matrices, as loaded, that no quantization replaces: what the packed GEMMs take.
+  const bool plain = !model_->kernels() && !spec.is_quantized();
+  // The GEMM a model quantized later keeps, where its record says so (dequantize-once models then
+  // run the packed fp32 GEMMs).
+  const bool gemm_applies = plain || arch.dequantized_keeps_gemm;
+  if ((requested == GemmBackend::OneDnn && !arch.onednn_gemm) ||
+      (requested == GemmBackend::Blocked && !gemm_applies))
+    throw InputError(std::string("--gemm ") + gemm_backend_name(requested) + " is not built for this " +
+                     model_->shape().architecture +
+                     " model (onednn: " + (arch.onednn_gemm ? "yes" : "not for " + arch.display) +
+                     "; blocked: a model's plain fp32 matrices" +
+                     (arch.dequantized_keeps_gemm ? "" : ", not quantized ones") +
+                     "); give --gemm auto or aten");
+  GemmBackend gemm =
+      gemm_applies ? resolve_gemm_backend(requested, model_->device(), model_->dtype()) : GemmBackend::Aten;
+  if (gemm == GemmBackend::OneDnn && !arch.onednn_gemm) gemm = GemmBackend::Aten;  // auto's fallback
+  gemm_ = gemm;
   if (spec.is_quantized()) {
     quantize(spec);
-  } else if (gemm_ != GemmBackend::Aten) {
+  } else if (gemm != GemmBackend::Aten) {
     c10::InferenceMode guard;
-    model_ = apply_gemm_backend(*gpt2(), gemm_);
+    model_ = with_gemm_backend(*model_, gemm);
   }
 }
 
-const Gpt2Model* Engine::gpt2() const { return dynamic_cast<const Gpt2Model*>(model_.get()); }
-
-const Gpt2Model& Engine::gpt2_model() const {
-  if (const Gpt2Model* m = gpt2()) return *m;
-  throw InputError("this needs a GPT-2 model; the loaded one is " + model_->shape().architecture);
+void Engine::throw_not_model_class() const {
+  throw InputError("this needs another architecture; the loaded model is " + model_->shape().architecture);
 }
 
 void Engine::quantize(const QuantSpec& spec) {
   if (!spec.is_quantized()) return;
   if (quant_.is_quantized())
     throw InputError("the model is already quantized (" + quant_.mode_name() + "); load it again to change");
+  if (model_->kernels() && !model_->kernels()->holds_dense_weights())
+    throw InputError(
+        "this model runs its file's quantized blocks as stored; load it with --quant-exec "
+        "dequant-once to quantize it to " +
+        spec.mode_name());
   c10::InferenceMode guard;
   QuantSpec resolved = spec;
   resolved.exec = resolve_quant_exec(spec, model_->device());
   try {
-    std::unique_ptr<Model> m;
-    if (const Gpt2Model* base = gpt2()) {
-      std::unique_ptr<Gpt2Model> g;
-      {
-        QuantizedGpt2 q = quantize_gpt2(base->config(), base->dense_weights(), resolved);
-        g = build_quantized_model(q, model_->dtype(), resolved.exec);
-      }
-      if (resolved.exec == QuantExec::DequantOnce && gemm_ != GemmBackend::Aten)
-        g = apply_gemm_backend(*g, gemm_);
-      m = std::move(g);
-    } else if (const auto* llama = dynamic_cast<const LlamaModel*>(model_.get())) {
-      if (llama->kernels() && !llama->kernels()->holds_dense_weights())
-        throw InputError(
-            "this model runs its file's quantized blocks as stored; load it with --quant-exec "
-            "dequant-once to quantize it to " +
-            spec.mode_name());
-      const LlamaWeights dense = llama->dense_weights();
-      const QuantizedMatrices q = quantize_llama(llama->config(), dense, resolved);
-      m = build_quantized_llama(llama->config(), dense, q, model_->dtype(), resolved.exec);
-    } else {
-      throw InputError("quantizing a " + model_->shape().architecture + " model is not built");
-    }
+    std::unique_ptr<Model> m = architecture_of(*model_).quantize(*model_, resolved, gemm_);
     m->set_attention_backend(model_->attention_backend());
     model_ = std::move(m);
   } catch (const c10::OutOfMemoryError&) {
@@ -316,19 +277,18 @@ const ModelShape& Engine::shape() const { return model_->shape(); }
 
 std::shared_ptr<const Model> Engine::dense_reference() const {
   if (quant_.is_quantized()) return nullptr;
-  const auto* llama = dynamic_cast<const LlamaModel*>(model_.get());
-  // GPT-2's packed layouts and a Llama's blocked one give their matrices back (dense_weights()).
-  if (!llama || !llama->kernels() || llama->kernels()->holds_dense_weights()) return model_;
+  // Plain matrices, or packed layouts that give them back (dense_weights()).
+  if (!model_->kernels() || model_->kernels()->holds_dense_weights()) return model_;
   if (format_ != "gguf") return nullptr;
+  const Architecture& arch = architecture_of(*model_);
   c10::InferenceMode guard;
   const GgufFile file = GgufFile::open(source_path_);
-  std::unique_ptr<LlamaModel> m = std::make_unique<LlamaModel>(
-      llama->config(), load_llama_gguf(file, llama->config(), model_->device(), model_->dtype()));
+  std::unique_ptr<Model> m = arch.load_gguf(file, model_->device(), model_->dtype());
   m->set_attention_backend(model_->attention_backend());
   // The fp32 reference times with the fp32 kernels a model loaded dequantized gets (--gemm auto), or
   // every mode's speed-up over it would count aten's slower GEMV as the quantization's gain.
   if (resolve_gemm_backend(GemmBackend::Auto, model_->device(), model_->dtype()) == GemmBackend::Blocked)
-    m = pack_blocked_linears(*m);
+    m = pack_blocked_model(*m);
   return m;
 }
 
@@ -359,11 +319,7 @@ nlohmann::json Engine::info() const {
   j["demo"] = is_demo_;
   j["random_weights"] = is_demo_;
   if (is_demo_) j["caveat"] = text_caveat();
-  if (const Gpt2Model* g = gpt2()) {
-    j["config"] = g->config().to_json();
-  } else if (const auto* l = dynamic_cast<const LlamaModel*>(model_.get())) {
-    j["config"] = l->config().to_json();
-  }
+  j["config"] = model_->config_json();
   j["parameters"] = parameters_;
   // Every block's matrices as LoRA and quantization see them (Hugging Face's names).
   j["projections"] = nlohmann::json::array();
@@ -375,7 +331,7 @@ nlohmann::json Engine::info() const {
   j["weight_bytes"] =
       quant_.is_quantized() || stored_blocks ? model_->resident_bytes() : parameters_ * dtype_bytes();
   j["resident_weight_bytes"] = model_->resident_bytes();
-  j["gemm"] = model_->kernels() ? model_->kernels()->description() : gpt2() ? "aten addmm" : "aten linear";
+  j["gemm"] = model_->kernels() ? model_->kernels()->description() : architecture_of(*model_).plain_gemm;
   if (quant_.is_quantized())
     j["quantization"] = {
         {"mode", quant_.mode_name()}, {"exec", quant_exec_name(quant_.exec)}, {"kernel", quant_kernel_}};

@@ -14,7 +14,6 @@
 namespace servelab {
 
 class Model;             // model/model.h (which brings in libtorch)
-class Gpt2Model;         // model/gpt2_model.h
 class GgufFile;          // model/gguf_file.h
 enum class GemmBackend;  // model/packed_linear.h (which brings in libtorch)
 
@@ -39,15 +38,17 @@ class Engine {
   static std::unique_ptr<Engine> load_builtin(const EngineOptions& options);
   // A Hugging Face folder or a .gguf file.
   static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
-  // A GGUF file (architecture llama): config, weights and tokenizer from the file.
+  // A GGUF file of a registered general.architecture (model/architecture.h): config, weights and
+  // tokenizer from the file.
   static std::unique_ptr<Engine> load_gguf(const std::string& path, const EngineOptions& options);
   // GPT-2 small shape with seeded random weights and the real GPT-2 tokenizer (from
   // tokenizer_dir, or default_tokenizer_dir() when empty): the course's exact tensors and GPT-2
   // timings; its text is noise.
   static std::unique_ptr<Engine> load_demo(const EngineOptions& options,
                                            const std::string& tokenizer_dir = "");
-  // A Hugging Face folder: config.json (model_type gpt2, or llama / mistral / qwen2), the
-  // safetensors weights (sharded too, for the Llama family) and the tokenizer files.
+  // A Hugging Face folder: config.json (a model_type the registry knows: gpt2, llama, mistral,
+  // qwen2, qwen3), the safetensors weights (sharded too, where the architecture allows) and the
+  // tokenizer files.
   static std::unique_ptr<Engine> load_folder(const std::string& dir, const EngineOptions& options);
 
   ~Engine();
@@ -68,11 +69,13 @@ class Engine {
   std::shared_ptr<const Model> dense_reference() const;
   Model& model() { return *model_; }
   const ModelShape& shape() const;
-  // The model as GPT-2, for what only GPT-2 has built yet (quantization, LoRA, packed GEMMs);
-  // nullptr for other architectures.
-  const Gpt2Model* gpt2() const;
-  // The same, as a reference: InputError naming the architecture for other models.
-  const Gpt2Model& gpt2_model() const;
+  // The model as its class (Gpt2Model, LlamaModel; include its header): InputError naming the
+  // loaded architecture when it is another.
+  template <class M>
+  const M& model_as() const {
+    if (const M* m = dynamic_cast<const M*>(model_.get())) return *m;
+    throw_not_model_class();
+  }
   int64_t dtype_bytes() const;  // bytes per element of the weights and KV cache
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   bool is_demo() const { return is_demo_; }
@@ -89,6 +92,7 @@ class Engine {
  private:
   Engine() = default;
   void apply_options(const EngineOptions& options);
+  [[noreturn]] void throw_not_model_class() const;
   // What every GGUF load ends with: format, name, tensor types, then the options.
   void finish_gguf(const GgufFile& file, const EngineOptions& options);
   std::shared_ptr<Model> model_;

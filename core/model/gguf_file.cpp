@@ -615,4 +615,10 @@ std::vector<float> gguf_dequantize(const GgufTensor& tensor) {
   return out;
 }
 
+std::map<std::string, int64_t> gguf_tensor_type_counts(const GgufFile& f) {
+  std::map<std::string, int64_t> counts;
+  for (const GgufTensor& t : f.tensors()) ++counts[ggml_type_name(t.type)];
+  return counts;
+}
+
 }  // namespace servelab

@@ -123,4 +123,7 @@ class GgufFile {
 // The whole tensor as fp32, in its row-major order.
 std::vector<float> gguf_dequantize(const GgufTensor& tensor);
 
+// How many tensors of each ggml type the file holds ("Q4_1" -> 210).
+std::map<std::string, int64_t> gguf_tensor_type_counts(const GgufFile& file);
+
 }  // namespace servelab

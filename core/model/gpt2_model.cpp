@@ -156,4 +156,13 @@ at::Tensor Gpt2Model::forward(const ForwardInput& in, KvCache* cache) const {
   return kernels_ ? kernels_->lm_head(x) : at::matmul(x, w.lm_head.t());
 }
 
+std::unique_ptr<Model> Gpt2Model::with_kernels(const LinearKernelFactory& make) const {
+  Gpt2Weights w = kernels_ ? dense_weights() : weights_;
+  LinearMatrices matrices = w.linear_matrices();
+  std::shared_ptr<const LinearKernels> kernels = make(matrices);
+  auto m = std::make_unique<Gpt2Model>(config_, std::move(w), std::move(kernels));
+  m->set_attention_backend(backend_);
+  return m;
+}
+
 }  // namespace servelab

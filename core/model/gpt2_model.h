@@ -39,6 +39,11 @@ class Gpt2Model final : public Model {
   int64_t resident_bytes() const override;
   int64_t parameter_count() const override { return weights_.parameter_count(); }
   bool lm_head_tied() const override { return weights_.lm_head_tied; }
+  std::vector<std::pair<std::string, at::Tensor>> named_tensors() const override {
+    return weights_.named_tensors();
+  }
+  nlohmann::json config_json() const override { return config_.to_json(); }
+  std::unique_ptr<Model> with_kernels(const LinearKernelFactory& make) const override;
 
  private:
   at::Tensor attention(int64_t layer, const Gpt2LayerWeights& w, const at::Tensor& x,

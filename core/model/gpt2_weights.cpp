@@ -86,6 +86,21 @@ std::int64_t Gpt2Weights::parameter_count() const {
   return n;
 }
 
+LinearMatrices Gpt2Weights::linear_matrices() {
+  LinearMatrices m;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    Gpt2LayerWeights& lw = layers[l];
+    const int64_t layer = static_cast<int64_t>(l);
+    m.projections.push_back({layer, LinearSlot::Attn, &lw.c_attn_weight, true});
+    m.projections.push_back({layer, LinearSlot::AttnProj, &lw.c_proj_weight, true});
+    m.projections.push_back({layer, LinearSlot::Fc, &lw.c_fc_weight, true});
+    m.projections.push_back({layer, LinearSlot::MlpProj, &lw.mlp_proj_weight, true});
+  }
+  m.lm_head = &lm_head;
+  m.lm_head_tied = lm_head_tied;
+  return m;
+}
+
 std::int64_t Gpt2Weights::bytes() const {
   std::int64_t n = 0;
   for (const auto& [name, t] : named_tensors())

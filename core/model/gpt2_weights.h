@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/gpt2_config.h"
+#include "model/linear_kernels.h"
 
 namespace servelab {
 
@@ -31,6 +32,9 @@ struct Gpt2Weights {
   // Of the tensors held (a quantized model leaves its matrices undefined here).
   std::int64_t parameter_count() const;
   std::int64_t bytes() const;
+  // The projections of every block (Conv1D [in, out]) and the LM head, pointing into these weights
+  // (Model::with_kernels, merge_lora).
+  LinearMatrices linear_matrices();
 };
 
 // Reads model.safetensors of a Hugging Face GPT-2 folder. Both key layouts are accepted: with the

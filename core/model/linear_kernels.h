@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,25 @@ namespace servelab {
 //   Llama: Q, K, V, O, Gate, Up, Down
 enum class LinearSlot { Attn, AttnProj, Fc, MlpProj, Q, K, V, O, Gate, Up, Down };
 inline constexpr int kLinearSlotCount = 11;
+
+class LinearKernels;
+
+// A model's weight matrix handed to kernels that take it over (Model::with_kernels): kernels that
+// keep it in a layout of their own reset *weight, releasing the plain copy.
+struct LinearMatrix {
+  int64_t layer = 0;
+  LinearSlot slot{};
+  at::Tensor* weight = nullptr;
+  bool in_out = false;  // Conv1D's [in, out] (GPT-2's) rather than nn.Linear's [out, in]
+};
+// Every projection of every block, and the LM head [vocab, n_embd] (the embedding itself when tied).
+struct LinearMatrices {
+  std::vector<LinearMatrix> projections;
+  at::Tensor* lm_head = nullptr;
+  bool lm_head_tied = false;
+};
+// Builds kernels over a model's matrices; null leaves the model on its plain tensors.
+using LinearKernelFactory = std::function<std::shared_ptr<const LinearKernels>(LinearMatrices& matrices)>;
 
 class LinearKernels {
  public:

@@ -87,14 +87,16 @@ int64_t LlamaConfig::num_parameters() const {
   const int64_t attn = E * n_head * D * 2 + E * n_kv_head * D * 2 +
                        (attention_bias ? n_head * D + 2 * n_kv_head * D : 0) + (o_bias ? E : 0);
   const int64_t mlp = 3 * E * F + (mlp_bias ? 2 * F + E : 0);
-  const int64_t per_layer = attn + mlp + 2 * E;
+  const int64_t per_layer = attn + mlp + 2 * E + (qk_norm ? 2 * D : 0);
   return vocab_size * E * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + E;
 }
 
 nlohmann::json LlamaConfig::to_json() const {
   json j;
   j["model_type"] = model_type;
-  j["architectures"] = {model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["architectures"] = {model_type == "qwen2"   ? "Qwen2ForCausalLM"
+                        : model_type == "qwen3" ? "Qwen3ForCausalLM"
+                                                : "LlamaForCausalLM"};
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
@@ -128,10 +130,18 @@ nlohmann::json LlamaConfig::to_json() const {
 LlamaConfig llama_config_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw ModelFormatError("config.json at " + source + ": not a JSON object");
   Reader r(j, source);
+  std::string model_type = "llama";
+  if (const json* t = r.find("model_type"); t && t->is_string()) model_type = t->get<std::string>();
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2")
+    r.fail("model_type \"" + model_type + "\" is not a Llama-family model (llama, mistral, qwen2)");
+  return llama_family_config_from_json(j, source);
+}
+
+LlamaConfig llama_family_config_from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw ModelFormatError("config.json at " + source + ": not a JSON object");
+  Reader r(j, source);
   LlamaConfig c;
   if (const json* t = r.find("model_type"); t && t->is_string()) c.model_type = t->get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
-    r.fail("model_type \"" + c.model_type + "\" is not a Llama-family model (llama, mistral, qwen2)");
   if (const json* a = r.find("hidden_act"); a && (!a->is_string() || a->get<std::string>() != "silu"))
     r.fail("hidden_act " + a->dump() + " is not supported (Llama-family models use silu)");
   if (c.model_type != "llama") {
@@ -202,6 +212,10 @@ LlamaConfig llama_config_from_json(const nlohmann::json& j, const std::string& s
     }
   }
   return c;
+}
+
+nlohmann::json read_llama_family_json(const std::string& path, std::string* file) {
+  return read_json_file(path, file);
 }
 
 LlamaConfig parse_llama_config(const std::string& path) {

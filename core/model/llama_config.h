@@ -20,6 +20,8 @@ struct RopeScaling {
 
 struct LlamaConfig {
   std::string model_type = "llama";
+  // The registry's record that reads it (ModelShape::architecture): "llama", "qwen3".
+  std::string architecture = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -35,6 +37,11 @@ struct LlamaConfig {
   bool attention_bias = false;  // q, k, v (and o unless qwen2) carry biases
   bool o_bias = false;
   bool mlp_bias = false;
+  // Qwen3's QK-norm: an RMSNorm over each head's head_dim on q and k before the rotary embedding.
+  bool qk_norm = false;
+  // Whether a GGUF file of this architecture stores Q and K rows permuted per head (llama.cpp's
+  // converter does so for llama, whose rope it runs interleaved; not for qwen2/qwen3).
+  bool gguf_qk_permuted = true;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
@@ -50,6 +57,10 @@ struct LlamaConfig {
 // scaling types other than linear and llama3, activations other than silu).
 LlamaConfig parse_llama_config(const std::string& path);
 LlamaConfig llama_config_from_json(const nlohmann::json& json, const std::string& source_name);
+// The same without the check of model_type (an architecture's own reader calls it for the keys it
+// shares with Llama, then sets what differs); read_llama_family_json reads the file.
+LlamaConfig llama_family_config_from_json(const nlohmann::json& json, const std::string& source_name);
+nlohmann::json read_llama_family_json(const std::string& path, std::string* file);
 
 // The model_type of a config.json ("gpt2", "llama", ...), ModelFormatError when unreadable.
 std::string read_model_type(const std::string& folder);

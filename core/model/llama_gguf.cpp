@@ -5,11 +5,13 @@
 
 namespace servelab {
 
-LlamaConfig llama_config_from_gguf(const GgufFile& f) {
+LlamaConfig llama_config_from_gguf(const GgufFile& f) { return llama_family_config_from_gguf(f, "llama"); }
+
+LlamaConfig llama_family_config_from_gguf(const GgufFile& f, const std::string& expected) {
   const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama")
-    throw ModelFormatError(f.path() + ": general.architecture is \"" + arch + "\", not llama");
-  auto key = [](const char* k) { return std::string("llama.") + k; };
+  if (arch != expected)
+    throw ModelFormatError(f.path() + ": general.architecture is \"" + arch + "\", not " + expected);
+  auto key = [&](const char* k) { return arch + "." + k; };
   auto positive = [&](const std::string& k, std::optional<int64_t> fallback = std::nullopt) {
     std::optional<int64_t> v = f.find_int(k);
     if (!v) {
@@ -21,7 +23,8 @@ LlamaConfig llama_config_from_gguf(const GgufFile& f) {
     return *v;
   };
   LlamaConfig c;
-  c.model_type = "llama";
+  c.model_type = arch;
+  c.architecture = arch;
   c.n_layer = positive(key("block_count"));
   c.hidden_size = positive(key("embedding_length"));
   c.intermediate_size = positive(key("feed_forward_length"));
@@ -73,12 +76,6 @@ at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t heads) {
   return w.reshape(shape).transpose(1, 2).reshape(w.sizes()).contiguous();
 }
 
-std::map<std::string, int64_t> gguf_tensor_type_counts(const GgufFile& f) {
-  std::map<std::string, int64_t> counts;
-  for (const GgufTensor& t : f.tensors()) ++counts[ggml_type_name(t.type)];
-  return counts;
-}
-
 namespace {
 
 // llama.cpp's name of a tensor the weights ask for by Hugging Face's name.
@@ -93,6 +90,8 @@ std::string gguf_name_of(const std::string& hf, const std::vector<Projection>& t
     const std::string rest = hf.substr(dot + 1);
     if (rest == "input_layernorm.weight") return block + "attn_norm.weight";
     if (rest == "post_attention_layernorm.weight") return block + "ffn_norm.weight";
+    if (rest == "self_attn.q_norm.weight") return block + "attn_q_norm.weight";
+    if (rest == "self_attn.k_norm.weight") return block + "attn_k_norm.weight";
     for (const Projection& p : table)
       if (rest.rfind(p.hf_name + ".", 0) == 0) return block + p.gguf_name + rest.substr(p.hf_name.size());
   }
@@ -116,6 +115,7 @@ const GgufTensor* find_llama_gguf_tensor(const GgufFile& f, const LlamaConfig& c
 }
 
 int64_t llama_gguf_rope_heads(const GgufTensor& t, const LlamaConfig& c) {
+  if (!c.gguf_qk_permuted) return 0;
   if (t.name.find(".attn_q.") != std::string::npos) return c.n_head;
   if (t.name.find(".attn_k.") != std::string::npos) return c.n_kv_head;
   return 0;

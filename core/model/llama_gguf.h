@@ -15,6 +15,9 @@ namespace servelab {
 
 // ModelFormatError naming the file and key for a missing or inconsistent value.
 LlamaConfig llama_config_from_gguf(const GgufFile& file);
+// The same for another architecture on LlamaModel whose file has general.architecture `arch` and
+// keys under "arch." (its record then sets what differs, e.g. Qwen3's qk_norm).
+LlamaConfig llama_family_config_from_gguf(const GgufFile& file, const std::string& arch);
 
 LlamaWeights load_llama_gguf(const GgufFile& file, const LlamaConfig& config, at::Device device,
                              at::ScalarType dtype);
@@ -26,9 +29,6 @@ const GgufTensor* find_llama_gguf_tensor(const GgufFile& file, const LlamaConfig
                                          bool optional);
 // The heads of an attention Q or K matrix, whose rows llama.cpp permuted; 0 for any other tensor.
 int64_t llama_gguf_rope_heads(const GgufTensor& tensor, const LlamaConfig& config);
-
-// How many tensors of each ggml type the file holds ("Q4_1" -> 210).
-std::map<std::string, int64_t> gguf_tensor_type_counts(const GgufFile& file);
 
 // llama.cpp's converter stores Q and K with the two halves of every head interleaved (rows 2i and
 // 2i+1 hold Hugging Face's rows i and i + head_dim / 2); this puts them back. w: [heads * head_dim, ...].

@@ -21,7 +21,7 @@ std::vector<Projection> llama_projections(const LlamaConfig& c) {
 
 ModelShape llama_shape(const LlamaConfig& c) {
   ModelShape s;
-  s.architecture = "llama";
+  s.architecture = c.architecture;
   s.n_layer = c.n_layer;
   s.n_embd = c.hidden_size;
   s.n_head = c.n_head;
@@ -73,11 +73,25 @@ std::vector<std::pair<std::string, at::Tensor>> LlamaWeights::named_tensors() co
       out.emplace_back(p + kNames[k] + ".weight", l.w[k]);
       if (l.b[k].defined()) out.emplace_back(p + kNames[k] + ".bias", l.b[k]);
     }
+    if (l.q_norm.defined()) out.emplace_back(p + "self_attn.q_norm.weight", l.q_norm);
+    if (l.k_norm.defined()) out.emplace_back(p + "self_attn.k_norm.weight", l.k_norm);
     out.emplace_back(p + "post_attention_layernorm.weight", l.mlp_norm);
   }
   out.emplace_back("model.norm.weight", norm);
   if (!lm_head_tied) out.emplace_back("lm_head.weight", lm_head);
   return out;
+}
+
+LinearMatrices LlamaWeights::linear_matrices() {
+  // The slots do not depend on the config's sizes.
+  static const std::vector<Projection> table = llama_projections(LlamaConfig{});
+  LinearMatrices m;
+  for (size_t l = 0; l < layers.size(); ++l)
+    for (size_t k = 0; k < table.size(); ++k)
+      m.projections.push_back({static_cast<int64_t>(l), table[k].slot, &layers[l].w[k], false});
+  m.lm_head = &lm_head;
+  m.lm_head_tied = lm_head_tied;
+  return m;
 }
 
 int64_t LlamaWeights::parameter_count() const {
@@ -110,6 +124,10 @@ LlamaWeights assemble_llama_weights(const LlamaConfig& c, const LlamaTensorFetch
       const bool attn = k < 4;
       const bool biased = attn ? (pr.slot == LinearSlot::O ? c.o_bias : c.attention_bias) : c.mlp_bias;
       if (biased) lw.b[k] = fetch(p + pr.hf_name + ".bias", {pr.out}, false);
+    }
+    if (c.qk_norm) {
+      lw.q_norm = fetch(p + "self_attn.q_norm.weight", {c.head_dim}, false);
+      lw.k_norm = fetch(p + "self_attn.k_norm.weight", {c.head_dim}, false);
     }
     w.layers.push_back(std::move(lw));
   }
@@ -175,6 +193,12 @@ at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& x, const Atten
   at::Tensor q = qkv[0].view({B, T, H, D}).transpose(1, 2);
   at::Tensor k = qkv[1].view({B, T, H_kv, D}).transpose(1, 2);
   at::Tensor v = qkv[2].view({B, T, H_kv, D}).transpose(1, 2);
+  if (config_.qk_norm) {
+    // Qwen3: each head's q and k RMS-normalised over head_dim before the rotation.
+    const LlamaLayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
+    q = rms_norm(q, lw.q_norm, config_.rms_norm_eps);
+    k = rms_norm(k, lw.k_norm, config_.rms_norm_eps);
+  }
   // Keys are rotated before they are cached: the cache holds them at their absolute positions.
   q = rope_.apply(q, positions);
   k = rope_.apply(k, positions);
@@ -215,6 +239,15 @@ at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
   }
   x = rms_norm(x, weights_.norm, eps);
   return kernels_ ? kernels_->lm_head(x) : at::linear(x, weights_.lm_head);
+}
+
+std::unique_ptr<Model> LlamaModel::with_kernels(const LinearKernelFactory& make) const {
+  LlamaWeights w = kernels_ ? dense_weights() : weights_;
+  LinearMatrices matrices = w.linear_matrices();
+  std::shared_ptr<const LinearKernels> kernels = make(matrices);
+  auto m = std::make_unique<LlamaModel>(config_, std::move(w), std::move(kernels));
+  m->set_attention_backend(backend_);
+  return m;
 }
 
 }  // namespace servelab

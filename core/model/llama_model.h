@@ -26,6 +26,7 @@ struct LlamaLayerWeights {
   at::Tensor attn_norm, mlp_norm;               // [E]
   std::array<at::Tensor, kLlamaProjections> w;  // [out, in], in projection-table order
   std::array<at::Tensor, kLlamaProjections> b;  // [out] or undefined
+  at::Tensor q_norm, k_norm;                    // [head_dim] with QK-norm (Qwen3), else undefined
 };
 
 struct LlamaWeights {
@@ -37,6 +38,9 @@ struct LlamaWeights {
 
   // Every parameter once, with Hugging Face's names (lm_head only when untied).
   std::vector<std::pair<std::string, at::Tensor>> named_tensors() const;
+  // The projections of every block ([out, in], by the table's slots) and the LM head, pointing
+  // into these weights (Model::with_kernels, merge_lora).
+  LinearMatrices linear_matrices();
   int64_t parameter_count() const;
   int64_t bytes() const;
 };
@@ -70,6 +74,11 @@ class LlamaModel final : public Model {
   int64_t resident_bytes() const override;
   int64_t parameter_count() const override { return config_.num_parameters(); }
   bool lm_head_tied() const override { return weights_.lm_head_tied; }
+  std::vector<std::pair<std::string, at::Tensor>> named_tensors() const override {
+    return weights_.named_tensors();
+  }
+  nlohmann::json config_json() const override { return config_.to_json(); }
+  std::unique_ptr<Model> with_kernels(const LinearKernelFactory& make) const override;
 
  private:
   at::Tensor proj(int64_t layer, size_t index, const at::Tensor& x, const LoraBatch* lora) const;

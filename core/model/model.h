@@ -2,10 +2,12 @@
 // The interface generation, the schedulers, the KV memories and the experiments run a model
 // through, whatever its architecture. An architecture (gpt2_model.h, llama_model.h) wires the
 // shared layers of layers.h and declares its projections in a table that the loaders, LoRA,
-// quantization and the GEMM backends iterate.
+// quantization and the GEMM backends iterate; its record in the registry (architecture.h) says how
+// its files load and how it is quantized.
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -98,6 +100,15 @@ class Model {
   // Parameters as the checkpoint counts them (a tied head once).
   virtual int64_t parameter_count() const = 0;
   virtual bool lm_head_tied() const = 0;
+  // The tensors the model holds, with Hugging Face's names (matrices that kernels hold in another
+  // layout are left out or undefined): what the non-finite check at load reads.
+  virtual std::vector<std::pair<std::string, at::Tensor>> named_tensors() const = 0;
+  // Its hyperparameters as an HF-style config.json (`info`).
+  virtual nlohmann::json config_json() const = 0;
+  // The same model (its class, config and attention backend) with its matrices run by the kernels
+  // `make` builds over a copy of its plain weights (rebuilt by dense_weights() where kernels hold
+  // them now): how the packed GEMMs take any architecture's projections.
+  virtual std::unique_ptr<Model> with_kernels(const LinearKernelFactory& make) const = 0;
 
   // A cache for `batch` rows of `capacity` positions: key/value heads, not query heads.
   KvCache make_cache(int64_t batch, int64_t capacity) const;

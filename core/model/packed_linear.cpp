@@ -30,19 +30,17 @@ at::Tensor call_linear(const c10::OperatorHandle& op, const at::Tensor& x, const
 
 class PackedLinearKernels final : public LinearKernels {
  public:
-  PackedLinearKernels(Gpt2Weights& w)
+  explicit PackedLinearKernels(LinearMatrices& matrices)
       : reorder_(*find_op("mkldnn::_reorder_linear_weight")), linear_(*find_op("mkldnn::_linear_pointwise")) {
-    for (auto& layer : w.layers) {
-      std::array<Packed, 4> p;
-      for (size_t i = 0; i < kLinearSlots.size(); ++i) {
-        at::Tensor& m = slot_weight(layer, kLinearSlots[i]);
-        p[i] = pack(m.t().contiguous());  // [out, in], as oneDNN's linear takes it
-        m = at::Tensor();
-      }
-      layers_.push_back(std::move(p));
+    for (const LinearMatrix& m : matrices.projections) {
+      if (static_cast<size_t>(m.layer) >= layers_.size()) layers_.resize(static_cast<size_t>(m.layer) + 1);
+      // [out, in], as oneDNN's linear takes it.
+      layers_[static_cast<size_t>(m.layer)][static_cast<size_t>(m.slot)] =
+          pack(m.in_out ? m.weight->t().contiguous() : m.weight->contiguous());
+      *m.weight = at::Tensor();
     }
-    head_ = pack(w.lm_head.contiguous());
-    if (!w.lm_head_tied) w.lm_head = at::Tensor();
+    head_ = pack(matrices.lm_head->contiguous());
+    if (!matrices.lm_head_tied) *matrices.lm_head = at::Tensor();
   }
 
   at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
@@ -102,26 +100,11 @@ class PackedLinearKernels final : public LinearKernels {
   }
 
   c10::OperatorHandle reorder_, linear_;
-  std::vector<std::array<Packed, 4>> layers_;
+  std::vector<std::array<Packed, kLinearSlotCount>> layers_;  // by LinearSlot
   Packed head_;
 };
 
 }  // namespace
-
-at::Tensor& slot_weight(Gpt2LayerWeights& w, LinearSlot s) {
-  switch (s) {
-    case LinearSlot::Attn:
-      return w.c_attn_weight;
-    case LinearSlot::AttnProj:
-      return w.c_proj_weight;
-    case LinearSlot::Fc:
-      return w.c_fc_weight;
-    case LinearSlot::MlpProj:
-      return w.mlp_proj_weight;
-    default:
-      throw InputError("a GPT-2 block has no projection number " + std::to_string(static_cast<int>(s)));
-  }
-}
 
 bool packed_linear_available(at::Device device, at::ScalarType dtype, std::string* why_not) {
   auto no = [&](const std::string& why) {
@@ -136,15 +119,12 @@ bool packed_linear_available(at::Device device, at::ScalarType dtype, std::strin
   return true;
 }
 
-std::unique_ptr<Gpt2Model> pack_linears(const Gpt2Model& model) {
+std::unique_ptr<Model> pack_linears_model(const Model& model) {
   std::string why;
   if (!packed_linear_available(model.device(), model.dtype(), &why)) throw InputError("onednn GEMM: " + why);
   if (model.kernels()) throw InputError("onednn GEMM: the model's matrices are already run by other kernels");
-  Gpt2Weights w = model.weights();
-  auto kernels = std::make_shared<PackedLinearKernels>(w);
-  auto m = std::make_unique<Gpt2Model>(model.config(), std::move(w), std::move(kernels));
-  m->set_attention_backend(model.attention_backend());
-  return m;
+  return model.with_kernels(
+      [](LinearMatrices& matrices) { return std::make_shared<PackedLinearKernels>(matrices); });
 }
 
 at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -195,20 +175,18 @@ GemmBackend resolve_gemm_backend(GemmBackend requested, at::Device device, at::S
   return GemmBackend::Aten;
 }
 
-std::unique_ptr<Gpt2Model> apply_gemm_backend(const Gpt2Model& model, GemmBackend backend) {
+std::unique_ptr<Model> with_gemm_backend(const Model& model, GemmBackend backend) {
   switch (backend) {
     case GemmBackend::OneDnn:
-      return pack_linears(model);
+      return pack_linears_model(model);
     case GemmBackend::Blocked:
-      return pack_blocked_linears(model);
+      return pack_blocked_model(model);
     case GemmBackend::Aten:
       break;
     case GemmBackend::Auto:
       throw InputError("apply_gemm_backend needs a resolved backend, not auto");
   }
-  auto m = std::make_unique<Gpt2Model>(model.config(), model.dense_weights());
-  m->set_attention_backend(model.attention_backend());
-  return m;
+  return model.with_kernels([](LinearMatrices&) { return nullptr; });
 }
 
 GemmBackend gemm_backend_of(const Model& model) {

@@ -4,26 +4,26 @@
 // uses for frozen CPU models). Batched steps gain most (bench/batching.py, bench/compare_hf.py
 // with --gemm aten against --gemm onednn); the README has the figures. The default where the CPU
 // has no vector ISA of ours (active_isa() generic); elsewhere our blocked layout runs (blocked_linear.h).
-#include <array>
 #include <memory>
+#include <string>
 
-#include "model/gpt2_model.h"
+#include "model/model.h"
 
 namespace servelab {
-
-// The four projections of a block, and the Conv1D matrix [in, out] of one of them in w.
-constexpr std::array<LinearSlot, 4> kLinearSlots = {LinearSlot::Attn, LinearSlot::AttnProj, LinearSlot::Fc,
-                                                    LinearSlot::MlpProj};
-at::Tensor& slot_weight(Gpt2LayerWeights& w, LinearSlot slot);
 
 // Whether the prepacked oneDNN linear exists in this libtorch for the model's device and dtype
 // (CPU fp32 only); why not, when it does not.
 bool packed_linear_available(at::Device device, at::ScalarType dtype, std::string* why_not = nullptr);
 
-// The same model with its projections and LM head prepacked; the plain matrices are released
-// (the embeddings stay, and dense_weights() rebuilds the rest). Throws InputError when
-// packed_linear_available says no.
-std::unique_ptr<Gpt2Model> pack_linears(const Gpt2Model& model);
+// The same model with its projections and LM head prepacked, any architecture (Model::with_kernels);
+// the plain matrices are released (the embeddings stay, and dense_weights() rebuilds the rest).
+// Throws InputError when packed_linear_available says no.
+std::unique_ptr<Model> pack_linears_model(const Model& model);
+// The same, typed as the model's own class.
+template <class M>
+std::unique_ptr<M> pack_linears(const M& model) {
+  return std::unique_ptr<M>(static_cast<M*>(pack_linears_model(model).release()));
+}
 
 // x [rows, in] times weight [out, in] (plain, or packed by _reorder_linear_weight) plus bias,
 // through oneDNN. Only where packed_linear_available says yes.
@@ -39,8 +39,13 @@ const char* gemm_backend_name(GemmBackend backend);
 // blocked that cannot run here throws InputError saying why.
 GemmBackend resolve_gemm_backend(GemmBackend requested, at::Device device, at::ScalarType dtype);
 // The model with its fp32 matrices run by a resolved backend: pack_linears, pack_blocked_linears,
-// or (Aten) the model over plain tensors (dense_weights()).
-std::unique_ptr<Gpt2Model> apply_gemm_backend(const Gpt2Model& model, GemmBackend backend);
+// or (Aten) the model over plain tensors (dense_weights()); any architecture.
+std::unique_ptr<Model> with_gemm_backend(const Model& model, GemmBackend backend);
+// The same, typed as the model's own class.
+template <class M>
+std::unique_ptr<M> apply_gemm_backend(const M& model, GemmBackend backend) {
+  return std::unique_ptr<M>(static_cast<M*>(with_gemm_backend(model, backend).release()));
+}
 // Which backend runs a model's matrices: OneDnn or Blocked for models those packed, else Aten
 // (plain tensors, or quantized kernels).
 GemmBackend gemm_backend_of(const Model& model);

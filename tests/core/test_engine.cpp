@@ -15,6 +15,7 @@
 #include "model/blocked_linear.h"
 #include "model/engine.h"
 #include "model/fused_cpu.h"
+#include "model/gpt2_model.h"
 #include "model/layers.h"
 #include "model/model_export.h"
 #include "model/packed_linear.h"
@@ -97,8 +98,8 @@ class TestEngine : public QObject {
   }
 
   void demo_model_is_gpt2_small() {
-    QCOMPARE(demo_->gpt2_model().dense_weights().parameter_count(), int64_t{124439808});
-    QCOMPARE(demo_->gpt2_model().config().num_parameters(), int64_t{124439808});
+    QCOMPARE(demo_->model_as<Gpt2Model>().dense_weights().parameter_count(), int64_t{124439808});
+    QCOMPARE(demo_->model_as<Gpt2Model>().config().num_parameters(), int64_t{124439808});
     QVERIFY(demo_->is_demo());
     QVERIFY(QString::fromStdString(demo_->text_caveat()).contains("random weights"));
     const auto info = demo_->info();
@@ -106,8 +107,8 @@ class TestEngine : public QObject {
     QCOMPARE(info["weight_bytes"].get<int64_t>(), int64_t{124439808} * 4);
     // Deterministic: the same seed gives the same weights.
     auto again = Engine::load_demo({}, tokenizer_dir_);
-    QVERIFY(at::equal(again->gpt2_model().dense_weights().layers[5].c_fc_weight,
-                      demo_->gpt2_model().dense_weights().layers[5].c_fc_weight));
+    QVERIFY(at::equal(again->model_as<Gpt2Model>().dense_weights().layers[5].c_fc_weight,
+                      demo_->model_as<Gpt2Model>().dense_weights().layers[5].c_fc_weight));
   }
 
   void packed_gemm_matches_aten_data() {
@@ -138,22 +139,26 @@ class TestEngine : public QObject {
     QCOMPARE(QString::fromStdString(a->info()["gemm"].get<std::string>()), QString("aten addmm"));
     QVERIFY(QString::fromStdString(d->info()["gemm"].get<std::string>())
                 .contains(gemm == "onednn" ? "oneDNN" : "blocked"));
-    QVERIFY(!d->gpt2_model().weights().layers[0].c_attn_weight.defined());  // released after packing
-    const Gpt2Weights back = d->gpt2_model().dense_weights();
+    QVERIFY(!d->model_as<Gpt2Model>().weights().layers[0].c_attn_weight.defined());  // released after packing
+    const Gpt2Weights back = d->model_as<Gpt2Model>().dense_weights();
     for (size_t l : {size_t{0}, size_t{3}, size_t{11}}) {
-      QVERIFY(at::equal(back.layers[l].c_attn_weight, a->gpt2_model().weights().layers[l].c_attn_weight));
-      QVERIFY(at::equal(back.layers[l].c_proj_weight, a->gpt2_model().weights().layers[l].c_proj_weight));
-      QVERIFY(at::equal(back.layers[l].c_fc_weight, a->gpt2_model().weights().layers[l].c_fc_weight));
-      QVERIFY(at::equal(back.layers[l].mlp_proj_weight, a->gpt2_model().weights().layers[l].mlp_proj_weight));
+      QVERIFY(at::equal(back.layers[l].c_attn_weight,
+                        a->model_as<Gpt2Model>().weights().layers[l].c_attn_weight));
+      QVERIFY(at::equal(back.layers[l].c_proj_weight,
+                        a->model_as<Gpt2Model>().weights().layers[l].c_proj_weight));
+      QVERIFY(
+          at::equal(back.layers[l].c_fc_weight, a->model_as<Gpt2Model>().weights().layers[l].c_fc_weight));
+      QVERIFY(at::equal(back.layers[l].mlp_proj_weight,
+                        a->model_as<Gpt2Model>().weights().layers[l].mlp_proj_weight));
     }
-    QVERIFY(at::equal(back.lm_head, a->gpt2_model().weights().lm_head));
-    QVERIFY(at::equal(d->model().kernels()->dense_lm_head(), a->gpt2_model().weights().lm_head));
+    QVERIFY(at::equal(back.lm_head, a->model_as<Gpt2Model>().weights().lm_head));
+    QVERIFY(at::equal(d->model().kernels()->dense_lm_head(), a->model_as<Gpt2Model>().weights().lm_head));
     // What the process holds: the plain parameters (the embedding keeps wte) plus the head's second
     // copy, whose last block of 16 the blocked layout pads (50257 -> 50272 rows).
-    const auto& c = a->gpt2_model().config();
+    const auto& c = a->model_as<Gpt2Model>().config();
     const int64_t head_rows = gemm == "blocked" ? (c.vocab_size + 15) / 16 * 16 : c.vocab_size;
     QCOMPARE(d->info()["resident_weight_bytes"].get<int64_t>(),
-             a->gpt2_model().weights().parameter_count() * 4 + head_rows * c.n_embd * 4);
+             a->model_as<Gpt2Model>().weights().parameter_count() * 4 + head_rows * c.n_embd * 4);
     c10::InferenceMode guard;
     std::vector<std::vector<int32_t>> prompts;
     for (const char* p :
@@ -549,7 +554,7 @@ class TestEngine : public QObject {
     const std::string dir = tmp.filePath("tiny").toStdString();
     export_random_gpt2_folder(dir, tiny_gpt2_config(), 11, tokenizer_dir_);
     auto e = Engine::load_folder(dir, EngineOptions{});
-    QVERIFY(e->gpt2_model().config() == tiny_gpt2_config());
+    QVERIFY(e->model_as<Gpt2Model>().config() == tiny_gpt2_config());
     QCOMPARE(e->tokenizer().vocab_size(), 50257);
     QVERIFY(e->text_caveat().empty());
     // Unwritable destinations are input errors naming the path.

@@ -233,7 +233,7 @@ class TestLora : public QObject {
     const std::string name = adapter.toStdString();
     c10::InferenceMode guard;
     auto engine = Engine::load_folder(base_dir(), aten_fp32());
-    const Gpt2Model& m = engine->gpt2_model();
+    const Gpt2Model& m = engine->model_as<Gpt2Model>();
     auto lora = load_peft_lora(adapter_dir(name), m.config(), m.device(), m.dtype(), name);
     const nlohmann::json ref = reference();
     const nlohmann::json& r = ref["adapters"][name];
@@ -273,7 +273,7 @@ class TestLora : public QObject {
     require_oracle();
     c10::InferenceMode guard;
     auto engine = Engine::load_folder(base_dir(), aten_fp32());
-    const Gpt2Model& m = engine->gpt2_model();
+    const Gpt2Model& m = engine->model_as<Gpt2Model>();
     auto lora = load_peft_lora(adapter_dir("all"), m.config(), m.device(), m.dtype());
     const Gpt2Weights original = m.dense_weights();
     Gpt2Weights merged = original;
@@ -311,7 +311,8 @@ class TestLora : public QObject {
     q.quant = "int8-channel";
     q.quant_exec = "jit";
     auto quant = Engine::load_folder(base_dir(), q);
-    auto lora = load_peft_lora(adapter_dir("all"), aten->gpt2_model().config(), at::kCPU, at::kFloat);
+    auto lora =
+        load_peft_lora(adapter_dir("all"), aten->model_as<Gpt2Model>().config(), at::kCPU, at::kFloat);
     const std::vector<int64_t> ids = {1, 2, 3, 4, 200};
     LoraBatch batch({lora.get()}, MultiLoraStrategy::Segmented);
     const at::Tensor ref = all_logits(aten->model(), ids, &batch);
@@ -329,7 +330,7 @@ class TestLora : public QObject {
     // The adapter still changes the quantized model's output (it is applied, not lost).
     QVERIFY(test::max_abs_diff(qd, all_logits(quant->model(), ids, nullptr)) > 1e-2);
     // Merging needs dense weights.
-    Gpt2Weights w = quant->gpt2_model().weights();
+    Gpt2Weights w = quant->model_as<Gpt2Model>().weights();
     QVERIFY(test::error_of(ErrorKind::Input, [&] { merge_lora(w, *lora); }).find("quantized") !=
             std::string::npos);
   }
@@ -351,7 +352,7 @@ class TestLora : public QObject {
     QFETCH(QString, kase);
     QFETCH(QString, culprit);
     auto engine = Engine::load_folder(base_dir(), aten_fp32());
-    const Gpt2Model& m = engine->gpt2_model();
+    const Gpt2Model& m = engine->model_as<Gpt2Model>();
     const std::string dir = (fs::path(oracle_) / "bad" / kase.toStdString()).string();
     const std::string msg = test::error_of(ErrorKind::ModelFormat,
                                            [&] { load_peft_lora(dir, m.config(), m.device(), m.dtype()); });
@@ -392,7 +393,7 @@ class TestLora : public QObject {
     QFETCH(int, capacity);
     c10::InferenceMode guard;
     auto engine = Engine::load_folder(base_dir(), aten_fp32());
-    const Gpt2Model& m = engine->gpt2_model();
+    const Gpt2Model& m = engine->model_as<Gpt2Model>();
     BatchOptions o;
     o.max_batch = 3;
     o.kv = kv == 0 ? KvStrategy::SlotKv : KvStrategy::NaiveMergeFilter;

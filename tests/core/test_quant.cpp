@@ -527,10 +527,11 @@ class TestQuant : public QObject {
           "tests/oracle/make_quant_fixtures.py (CTest runs it first when .venv has torch and transformers).");
     const json fp = json::parse(std::ifstream(dir / "footprint.json"));
     auto engine = Engine::load_folder(dir.string(), EngineOptions{});
-    QCOMPARE(engine->gpt2_model().weights().lm_head_tied, model == "tied");
+    QCOMPARE(engine->model_as<Gpt2Model>().weights().lm_head_tied, model == "tied");
     c10::InferenceMode guard;
-    const QuantizedGpt2 q = quantize_gpt2(engine->gpt2_model().config(), engine->gpt2_model().dense_weights(),
-                                          parse_quant_mode("zp-uint8"));
+    const QuantizedGpt2 q =
+        quantize_gpt2(engine->model_as<Gpt2Model>().config(), engine->model_as<Gpt2Model>().dense_weights(),
+                      parse_quant_mode("zp-uint8"));
     // The same parameters, in the same order as HF's named_parameters().
     std::vector<std::string> names;
     for (const auto& p : q.parameters) names.push_back(p.name);
@@ -560,7 +561,7 @@ class TestQuant : public QObject {
       QVERIFY2(scale > 0,
                qPrintable(QString("%1 is constant: the oracle must test a real range").arg(p.name.c_str())));
     }
-    QCOMPARE(transposed, 4 * static_cast<int>(engine->gpt2_model().config().n_layer));
+    QCOMPARE(transposed, 4 * static_cast<int>(engine->model_as<Gpt2Model>().config().n_layer));
 
     // Memory: ours against get_memory_footprint(), to the byte.
     QuantizationParams p;
@@ -572,7 +573,8 @@ class TestQuant : public QObject {
     const QuantMemory& m = r.modes.at(1).memory;
     QCOMPARE(m.fp32_bytes, fp["params_before"].get<int64_t>());
     QCOMPARE(m.quantized_bytes + m.other_bytes, fp["params_after"].get<int64_t>());
-    QCOMPARE(hf_gpt2_buffer_bytes(engine->gpt2_model().config()), fp["course_buffer_bytes"].get<int64_t>());
+    QCOMPARE(hf_gpt2_buffer_bytes(engine->model_as<Gpt2Model>().config()),
+             fp["course_buffer_bytes"].get<int64_t>());
     QCOMPARE(m.course_fp32_footprint_bytes, fp["course_before"].get<int64_t>());
     QCOMPARE(m.course_footprint_bytes, fp["course_after"].get<int64_t>());
     qInfo("%s: HF get_memory_footprint() with the course's buffers %lld -> %lld bytes (transformers %s)",
@@ -588,23 +590,24 @@ class TestQuant : public QObject {
     c10::InferenceMode guard;
     QuantizedBytes b;
     {
-      const QuantizedGpt2 q = quantize_gpt2(demo->gpt2_model().config(), demo->gpt2_model().dense_weights(),
-                                            parse_quant_mode("zp-uint8"));
+      const QuantizedGpt2 q =
+          quantize_gpt2(demo->model_as<Gpt2Model>().config(), demo->model_as<Gpt2Model>().dense_weights(),
+                        parse_quant_mode("zp-uint8"));
       b = quantized_bytes(q);
     }
-    const int64_t buffers = hf_gpt2_buffer_bytes(demo->gpt2_model().config());
+    const int64_t buffers = hf_gpt2_buffer_bytes(demo->model_as<Gpt2Model>().config());
     QCOMPARE(b.parameters, int64_t{124439808});
     QCOMPARE(b.quantized, int64_t{124439808});
     QCOMPARE(b.other, int64_t{0});
     QCOMPARE(b.states, int64_t{148 * 8});
     QCOMPARE(b.quantized + b.other + buffers, int64_t{137022768});
-    QCOMPARE(demo->gpt2_model().dense_weights().parameter_count() * 4 + buffers, int64_t{510342192});
+    QCOMPARE(demo->model_as<Gpt2Model>().dense_weights().parameter_count() * 4 + buffers, int64_t{510342192});
     const fs::path small = fs::path(oracle_dir_) / "gpt2_small_footprint.json";
     if (!oracle_dir_.empty() && fs::exists(small)) {
       const json fp = json::parse(std::ifstream(small));
       QCOMPARE(b.quantized + b.other, fp["params_after"].get<int64_t>());
       QCOMPARE(b.quantized + b.other + buffers, fp["course_after"].get<int64_t>());
-      QCOMPARE(demo->gpt2_model().dense_weights().parameter_count() * 4 + buffers,
+      QCOMPARE(demo->model_as<Gpt2Model>().dense_weights().parameter_count() * 4 + buffers,
                fp["course_before"].get<int64_t>());
     } else {
       qInfo("quantization oracle absent: GPT-2 small checked against the course's figures only");
@@ -861,9 +864,9 @@ class TestQuant : public QObject {
     // The integer-activation products (int4 groups as GGUF's Q4_0/Q4_1, int8 groups as Q8_0) against
     // the same arithmetic in doubles: the dequantized matrix times x's int8 quantization
     // dequantized (int4's minimums times x's own block sums). 1 to 18 groups per row (every tail of AVX-512's
-    // steps of 4 and 2 groups and AVX2's of 4 (int4) and 1), 1 to 130 rows (the decode kernels, then blocks of 4
-    // rows). Each row's result is the same bits whatever the other rows (batch invariance: a request's tokens
-    // do not depend on its batch).
+    // steps of 4 and 2 groups and AVX2's of 4 (int4) and 1), 1 to 130 rows (the decode kernels, then blocks
+    // of 4 rows). Each row's result is the same bits whatever the other rows (batch invariance: a request's
+    // tokens do not depend on its batch).
     QFETCH(bool, int4);
     FORCE_DATA_ISA();
     c10::InferenceMode guard;
@@ -1281,7 +1284,7 @@ class TestQuant : public QObject {
     QCOMPARE(e->quantization().scheme, QuantScheme::PerChannelInt8);
     QCOMPARE(e->quantization().exec, QuantExec::Jit);
     QVERIFY(e->model().kernels() != nullptr);
-    QVERIFY(!e->gpt2_model().weights().wte.defined());
+    QVERIFY(!e->model_as<Gpt2Model>().weights().wte.defined());
     const json info = e->info();
     QCOMPARE(info["quantization"]["mode"].get<std::string>(), std::string("int8-channel"));
     QCOMPARE(info["quantization"]["exec"].get<std::string>(), std::string("jit"));
@@ -1301,8 +1304,8 @@ class TestQuant : public QObject {
       c10::InferenceMode guard;
       QuantSpec s = parse_quant_mode("int8-channel");
       auto by_hand = build_quantized_model(
-          quantize_gpt2(fp32->gpt2_model().config(), fp32->gpt2_model().dense_weights(), s), at::kFloat,
-          QuantExec::Jit);
+          quantize_gpt2(fp32->model_as<Gpt2Model>().config(), fp32->model_as<Gpt2Model>().dense_weights(), s),
+          at::kFloat, QuantExec::Jit);
       QVERIFY(at::equal(batch_logits(e->model(), prompts), batch_logits(*by_hand, prompts)));
       const GenerateResult a = generate(e->model(), e->tokenizer(), prompts, greedy(4));
       const GenerateResult b = generate(*by_hand, e->tokenizer(), prompts, greedy(4));
@@ -1563,7 +1566,7 @@ class TestQuant : public QObject {
     }
 
     // The largest error each scheme allows, from the weights themselves.
-    const auto named = engine->gpt2_model().dense_weights().named_tensors();
+    const auto named = engine->model_as<Gpt2Model>().dense_weights().named_tensors();
     double zp_bound = 0, int8_bound = 0;
     for (const auto& [name, t] : named) {
       zp_bound = std::max(zp_bound, (t.max() - t.min()).item<double>() / 255);

@@ -48,6 +48,13 @@ class ForcedToken final : public Model {
   int64_t resident_bytes() const override { return inner_.resident_bytes(); }
   int64_t parameter_count() const override { return inner_.parameter_count(); }
   bool lm_head_tied() const override { return inner_.lm_head_tied(); }
+  std::vector<std::pair<std::string, at::Tensor>> named_tensors() const override {
+    return inner_.named_tensors();
+  }
+  nlohmann::json config_json() const override { return inner_.config_json(); }
+  std::unique_ptr<Model> with_kernels(const LinearKernelFactory& make) const override {
+    return inner_.with_kernels(make);
+  }
 
  private:
   const Model& inner_;
