@@ -934,6 +934,7 @@ struct ServeArgs {
   double kv_budget_mb = 0;
   int64_t kv_budget_blocks = 0, block_size = 16;
   bool no_prefix_cache = false;
+  SpeculativeArgs speculative;
 };
 
 int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
@@ -975,9 +976,12 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
   // step twice `generate`'s. With the loader gone, the engine thread's team is the only one.
   std::unique_ptr<Engine> engine;
   std::unique_ptr<ServeScheduler> scheduler_owner;
+  SpeculativeSetup spec;
   std::async(std::launch::async, [&] {
     engine = m.load();
-    scheduler_owner = std::make_unique<ServeScheduler>(engine->model(), engine->tokenizer(), so);
+    spec = resolve_speculative(a.speculative, *engine, m.options());
+    so.speculative = spec.config;
+    scheduler_owner = std::make_unique<ServeScheduler>(*spec.target, engine->tokenizer(), so);
   }).get();
   ServeScheduler& scheduler = *scheduler_owner;
   HttpServerOptions ho;
@@ -994,7 +998,11 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::cout << "servelab-cli serve: " << ho.model_id << " at http://" << a.host << ":" << port
             << " (max batch " << a.max_batch << ", max queue " << a.max_queue << ", "
-            << scheduler.max_total_tokens() << " positions per request)" << std::endl;
+            << scheduler.max_total_tokens() << " positions per request"
+            << (so.speculative.enabled() ? ", speculative decoding: " + spec.description + ", k " +
+                                               std::to_string(so.speculative.num_speculative_tokens)
+                                         : std::string())
+            << ")" << std::endl;
   int sig = 0;
   sigwait(&stop_signals, &sig);
   const ServeStats before = scheduler.stats();
@@ -1446,6 +1454,7 @@ int main(int argc, char** argv) {
                     "connection threads; each open stream holds one (0: max batch + max queue + 8)");
   serve->add_option("--max-body-bytes", sv.max_body_bytes, "larger request bodies get 413");
   serve->add_option("--kv", sv.kv, "KV memory: paged (blocks, prefix caching; default) or slot");
+  sv.speculative.add_to(serve);
   auto* kv_mb = serve->add_option("--kv-budget-mb", sv.kv_budget_mb,
                                   "paged KV pool in megabytes (1e6 bytes; default: slot KV's memory)");
   serve->add_option("--kv-budget-blocks", sv.kv_budget_blocks, "paged KV pool in blocks")->excludes(kv_mb);
@@ -1541,6 +1550,7 @@ int main(int argc, char** argv) {
           "--kv chooses the KV memory of continuous batching: give --max-num-batched-tokens, "
           "--max-num-seqs or --speculative");
     check_speculative_flags(gen, gargs.speculative);
+    check_speculative_flags(serve, sv.speculative);
     // 0 is the budget's "off" inside; on the command line, leaving the flag out says that. (Where
     // --max-num-seqs names --max-batch, the engine's "max batch" check answers for both.)
     for (CLI::App* cmd : {gen, serve, bench_svc, paged_kv.cmd, bench_chunked})

@@ -44,8 +44,6 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
       throw InputError(
           "speculative decoding needs slot or paged KV; the course's merge/filter feeds one token per "
           "request and step");
-    if (options.speculative.method == SpeculativeMethod::DraftModel && !options.adapters.empty())
-      throw InputError("speculative decoding with a draft model does not run LoRA adapters; use ngram");
   }
   if (requests.empty()) throw InputError("no requests given");
   limits::check_range("requests", static_cast<int64_t>(requests.size()), 1, limits::kMaxRequests);
@@ -237,9 +235,7 @@ void ContinuousBatchScheduler::take_verified(const at::Tensor& logits, const Sch
 
 void ContinuousBatchScheduler::propose() {
   if (!spec_) return;
-  spec_->propose(*core_, [this](int64_t id) -> const SamplingParams& {
-    return requests_[static_cast<size_t>(id)].sampling;
-  });
+  spec_->propose(*core_, [this](int64_t id) { return &requests_[static_cast<size_t>(id)].sampling; });
 }
 
 void ContinuousBatchScheduler::note_plan(const SchedulePlan& plan, BatchStep& s, double ms) {

@@ -257,14 +257,15 @@ Speculator::Speculator(const SpeculativeConfig& config, const Model& target, int
 Speculator::~Speculator() = default;
 
 void Speculator::propose(SchedulerCore& core,
-                         const std::function<const SamplingParams&(int64_t)>& params_of) {
+                         const std::function<const SamplingParams*(int64_t)>& params_of) {
   std::vector<Drafter::Row> rows;
   for (int64_t id : core.running()) {
     const SchedulerCore::Request& r = core.request(id);
     if (r.prefilling()) continue;
     // The verification adds a token of its own: propose at most one fewer than are left.
     const int64_t k = std::min(config_.num_speculative_tokens, r.max_new_tokens - r.generated() - 1);
-    if (k >= 1) rows.push_back({id, &r.tokens, k, &params_of(id)});
+    const SamplingParams* params = k >= 1 ? params_of(id) : nullptr;
+    if (params) rows.push_back({id, &r.tokens, k, params});
   }
   if (rows.empty()) return;
   const DeviceTimer timer(config_.draft_model ? config_.draft_model->device() : at::Device(at::kCPU));

@@ -6,7 +6,9 @@
 // exactly the tokens plain greedy decoding gives; sampled ones keep the target's distribution by
 // the standard rejection rule (Leviathan et al., Chen et al.): a proposal d drawn from the draft's
 // q is accepted with probability min(1, p(d) / q(d)), and a rejection draws from max(p - q, 0)
-// normalised. Prompt lookup proposes deterministically (q is a point mass at d).
+// normalised. Prompt lookup proposes deterministically (q is a point mass at d). A draft model
+// drafts with its base weights even for a request with a LoRA adapter: the target verifies with
+// the adapter, so the tokens are the adapter's, only fewer proposals are accepted.
 #include <ATen/ATen.h>
 
 #include <functional>
@@ -75,7 +77,8 @@ class Speculator {
   ~Speculator();
   // Proposals for every decoding request of the core that has tokens left to draft, handed to the
   // core (SchedulerCore::propose) for its next schedule().
-  void propose(SchedulerCore& core, const std::function<const SamplingParams&(int64_t)>& params_of);
+  // params_of(id): the request's sampling, or null for a request that decodes without speculation.
+  void propose(SchedulerCore& core, const std::function<const SamplingParams*(int64_t)>& params_of);
   // Verifies a decode row of the plan that carried `draft` (logits [1 + draft.size(), vocab]).
   Verification verify(int64_t id, const at::Tensor& logits, const std::vector<int32_t>& draft,
                       const PickRow& row, const std::string& where);

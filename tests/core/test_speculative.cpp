@@ -9,6 +9,7 @@
 #include <QJsonObject>
 #include <QtTest>
 #include <cmath>
+#include <thread>
 
 #include "cli_runner.h"
 #include "generate/block_manager.h"
@@ -18,6 +19,7 @@
 #include "generate/paged_kv_memory.h"
 #include "generate/slot_kv_memory.h"
 #include "generate/speculative.h"
+#include "serve/serve_scheduler.h"
 #include "test_support.h"
 #include "tiny_models.h"
 
@@ -320,6 +322,76 @@ class TestSpeculative : public QObject {
     refused(o, "the draft model's vocabulary (320 tokens) is not the target's (300)");
     QCOMPARE(test::error_of(ErrorKind::Input, [] { parse_speculative_method("eagle"); }),
              std::string("speculative method must be ngram, draft or off, got 'eagle'"));
+  }
+
+  void the_server_speculates_with_plain_tokens_logprobs_and_metrics() {
+    // Through the server's engine (paged KV, the target drafting for itself so that several tokens
+    // come out of one step): every request's tokens equal its solo run, their log-probabilities a
+    // full forward's log-softmax, tokens of one step are marked as such, and /metrics counts the
+    // proposals under vLLM's names.
+    const Model& m = *gpt2_;
+    ServeOptions so;
+    so.max_batch = 3;
+    so.max_total_tokens = 64;
+    so.engine_on_caller = true;
+    so.speculative.method = SpeculativeMethod::DraftModel;
+    so.speculative.draft_model = gpt2_.get();
+    so.speculative.num_speculative_tokens = 3;
+    ServeScheduler scheduler(m, tok, so);
+    std::vector<BatchRequest> rs;
+    for (int64_t i = 0; i < 5; ++i) {
+      BatchRequest r;
+      r.prompt_ids = repeating(6 + 5 * i, static_cast<int32_t>(i + 20));
+      r.max_new_tokens = 5 + 2 * i;
+      r.stop_at_eos = false;
+      rs.push_back(r);
+    }
+    std::vector<std::vector<ServeToken>> got(rs.size());
+    std::vector<RequestResult> results(rs.size());
+    std::thread clients([&] {
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (const BatchRequest& r : rs) streams.push_back(scheduler.submit(r));
+      for (size_t i = 0; i < streams.size(); ++i)
+        for (;;) {
+          RequestStream::Update u = streams[i]->take(std::chrono::milliseconds(60000));
+          got[i].insert(got[i].end(), u.tokens.begin(), u.tokens.end());
+          if (u.done) {
+            results[i] = u.result;
+            break;
+          }
+        }
+      scheduler.stop_engine();
+    });
+    scheduler.run();
+    clients.join();
+    c10::InferenceMode guard;
+    int64_t joined = 0;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      QCOMPARE(results[i].generated_ids, solo(m, rs[i]));
+      std::vector<int32_t> seq = rs[i].prompt_ids;
+      seq.insert(seq.end(), results[i].generated_ids.begin(), results[i].generated_ids.end());
+      ForwardInput in;
+      const int64_t n = static_cast<int64_t>(seq.size());
+      in.input_ids = at::tensor(std::vector<int64_t>(seq.begin(), seq.end()), at::kLong).view({1, n});
+      in.position_ids = at::arange(n, at::kLong).view({1, n});
+      in.all_logits = true;
+      const at::Tensor ref = at::log_softmax(m.forward(in).squeeze(0), -1);
+      QCOMPARE(got[i].size(), results[i].generated_ids.size());
+      for (size_t k = 0; k < got[i].size(); ++k) {
+        const int64_t pos = static_cast<int64_t>(rs[i].prompt_ids.size() + k) - 1;
+        QVERIFY(std::abs(got[i][k].logprob - ref[pos][got[i][k].id].item<float>()) < 1e-4);
+        joined += got[i][k].with_previous ? 1 : 0;
+      }
+    }
+    const ServeMetrics metrics = scheduler.metrics();
+    QVERIFY(metrics.spec_decode.num_drafts > 0);
+    QCOMPARE(metrics.spec_decode.num_accepted_tokens, metrics.spec_decode.num_draft_tokens);
+    QVERIFY(joined > 0);
+    const QString text = QString::fromStdString(prometheus_text(metrics, "tiny"));
+    QVERIFY(text.contains(QString("vllm:spec_decode_num_draft_tokens_total{model_name=\"tiny\"} %1")
+                              .arg(metrics.spec_decode.num_draft_tokens)));
+    QVERIFY(text.contains(
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"0\"}"));
   }
 
   void the_cli_speculates_with_plain_greedy_tokens() {
