@@ -200,6 +200,54 @@ class TestSpeculative : public QObject {
     if (kv == 2) QVERIFY(run.preemptions > 0);
   }
 
+  void speculation_with_adapters_keeps_each_adapters_tokens_data() {
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<bool>("draft");
+    QTest::newRow("slot, ngram") << 0 << false;
+    QTest::newRow("paged, ngram") << 1 << false;
+    QTest::newRow("paged, the base model drafts") << 1 << true;
+  }
+  void speculation_with_adapters_keeps_each_adapters_tokens() {
+    // Requests with two random LoRA adapters and none share steps; the target verifies each row
+    // with its request's adapter, so every request gets the tokens of the same run without
+    // speculation (a base-model draft only lowers the acceptance).
+    QFETCH(int, kv);
+    QFETCH(bool, draft);
+    std::vector<BatchRequest> rs;
+    for (int32_t i = 0; i < 6; ++i) {
+      BatchRequest r;
+      r.prompt_ids = repeating(10 + 2 * i, i);
+      r.max_new_tokens = 10;
+      r.stop_at_eos = false;
+      r.adapter = i % 3 == 0 ? "" : i % 3 == 1 ? "a" : "b";
+      rs.push_back(r);
+    }
+    rs.push_back(rs[1]);
+    rs.back().adapter.clear();
+    BatchOptions o;
+    o.max_batch = 4;
+    o.kv = kv ? KvStrategy::Paged : KvStrategy::SlotKv;
+    for (const char* name : {"a", "b"}) {
+      AdapterSource a;
+      a.name = name;
+      a.seed = name[0] == 'a' ? 3 : 4;
+      a.alpha = 64;  // strong enough to change the tokens
+      o.adapters.push_back(a);
+    }
+    const BatchRunResult plain = run_continuous_batching(*llama_, tok, rs, o);
+    o.speculative.method = draft ? SpeculativeMethod::DraftModel : SpeculativeMethod::Ngram;
+    o.speculative.draft_model = draft ? llama_.get() : nullptr;
+    o.speculative.num_speculative_tokens = 3;
+    const BatchRunResult spec = run_continuous_batching(*llama_, tok, rs, o);
+    for (size_t i = 0; i < rs.size(); ++i)
+      QVERIFY2(
+          spec.requests[i].generated_ids == plain.requests[i].generated_ids,
+          qPrintable(QString("request %1 (adapter '%2')").arg(i).arg(QString::fromStdString(rs[i].adapter))));
+    // The adapter does change the tokens (request 6 is request 1 without it).
+    QVERIFY(plain.requests[6].generated_ids != plain.requests[1].generated_ids);
+    QVERIFY(spec.speculative.num_drafts > 0);
+  }
+
   void speculation_accepts_and_rejects_in_these_runs() {
     // The equality above means something only if both verdicts happen: over a run of prompt
     // lookup on repeating prompts, some proposals are accepted and some rejected.
