@@ -274,23 +274,54 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
     for (int64_t id : ids)
       if (const auto it = held_.find(id); it != held_.end()) step_adapters_.insert(it->second.get());
   };
-  // Decodes first: the running streams' tokens are out before a long prompt's chunk runs.
-  if (!plan.decode.empty()) {
+  auto note_admissions = [&] {
+    for (int64_t id : plan.admitted) {
+      const int64_t slot = kv_->slot_of(id);
+      RequestTracker& t = trackers_[static_cast<size_t>(id)];
+      t.admitted(slot, s.step, s.start_ms);
+      if (sink_) sink_->on_admit(id, slot, s.step, s.start_ms);
+    }
+  };
+  auto note_decodes = [&] {
     note_adapters(plan.decode);
-    const at::Tensor logits = run_decodes(*kv_, *core_, plan);
-    ++s.forward_calls;
     s.decode_tokens += static_cast<int64_t>(plan.decode.size());
     forward_rows_ += static_cast<int64_t>(plan.decode.size());
-    result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(plan.decode.size()));
+  };
+  auto take_decoded = [&](const at::Tensor& logits) {
     if (std::any_of(plan.drafts.begin(), plan.drafts.end(), [](const auto& d) { return !d.empty(); }))
       take_verified(logits, plan, clock.elapsed_ms(), s);
     else
       take_tokens(logits, plan.decode, clock.elapsed_ms(), s);
+  };
+  std::vector<int64_t> chunk_rows;
+  for (const ScheduledChunk& c : plan.prefill) chunk_rows.push_back(c.id);
+  const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
+  if (runs_mixed(*kv_, plan)) {
+    // Chunked prefill's step: the decode rows and the prompt chunks in one forward.
+    note_decodes();
+    note_adapters(chunk_rows);
+    const StepLogits logits = run_mixed(*kv_, *core_, plan);
+    ++s.forward_calls;
+    forward_rows_ += static_cast<int64_t>(plan.prefill.size());
+    result_.max_batch =
+        std::max(result_.max_batch, static_cast<int64_t>(plan.decode.size() + plan.prefill.size()));
+    note_admissions();
+    take_decoded(logits.decode);
+    if (!sampled.empty()) take_tokens(logits.prefill, sampled, clock.elapsed_ms(), s);
+    core_->ran(plan);
+    settle();
+    return;
+  }
+  // Decodes first: the running streams' tokens are out before a prompt runs.
+  if (!plan.decode.empty()) {
+    note_decodes();
+    const at::Tensor logits = run_decodes(*kv_, *core_, plan);
+    ++s.forward_calls;
+    result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(plan.decode.size()));
+    take_decoded(logits);
   }
   if (!plan.prefill.empty()) {
-    std::vector<int64_t> rows;
-    for (const ScheduledChunk& c : plan.prefill) rows.push_back(c.id);
-    note_adapters(rows);
+    note_adapters(chunk_rows);
     const DeviceTimer prefill_timer(model_.device());
     const at::Tensor logits = run_prefills(*kv_, *core_, plan);
     const KvMemoryManager::CopyStats copied = kv_->take_copy_stats();
@@ -300,16 +331,14 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
     ++s.forward_calls;
     forward_rows_ += static_cast<int64_t>(plan.prefill.size());
     result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(plan.prefill.size()));
-    for (int64_t id : plan.admitted) {
-      const int64_t slot = kv_->slot_of(id);
-      RequestTracker& t = trackers_[static_cast<size_t>(id)];
-      t.admitted(slot, s.step, s.start_ms);
-      if (sink_) sink_->on_admit(id, slot, s.step, s.start_ms);
-    }
-    const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
+    note_admissions();
     if (!sampled.empty()) take_tokens(logits, sampled, clock.elapsed_ms(), s);
   }
   core_->ran(plan);
+  settle();
+}
+
+void ContinuousBatchScheduler::settle() {
   for (const Settle& st : std::exchange(settling_, {})) spec_->settle(*core_, st.id, st.start, st.accepted);
 }
 

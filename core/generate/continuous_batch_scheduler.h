@@ -46,6 +46,8 @@ class ContinuousBatchScheduler {
   // Verifies the plan's decode rows that carried proposals (and picks the plain ones' tokens),
   // handing each request its tokens; the rejected proposals' KV is taken back after ran().
   void take_verified(const at::Tensor& logits, const SchedulePlan& plan, double ms, BatchStep& step);
+  // After the core ran a plan: the verified rows' rejected proposals are taken back.
+  void settle();
   // Hands a request the tokens of one step in order until it finishes; true when it did.
   bool hand_over(int64_t id, const std::vector<int32_t>& tokens, double ms, BatchStep& step);
   // Ends a request that can never fit the KV memory, with the reason, without running it.

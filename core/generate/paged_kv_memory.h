@@ -19,6 +19,7 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   PagedKvMemory(const Model& model, const PagedKvConfig& config, int32_t pad_id);
 
   at::Tensor extend(const std::vector<StepSegment>& segments) override;
+  bool extends() const override { return true; }
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
   void retire(const std::vector<int64_t>& ids) override;
   int64_t slot_of(int64_t id) const override;

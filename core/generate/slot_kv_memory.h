@@ -21,6 +21,7 @@ class SlotKvMemory : public KvMemoryManager, private KvStore {
   at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
   // Packed segments attending through this memory's KvStore (chunks, multi-token steps).
   at::Tensor extend(const std::vector<StepSegment>& segments) override;
+  bool extends() const override { return true; }
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
   // The slot's length goes back; the positions after it are overwritten by the next writes.
   void truncate(int64_t id, int64_t positions) override;

@@ -590,21 +590,33 @@ void ServeScheduler::loop() {
   // Decodes first (the running streams' tokens go out before a prompt chunk runs), then chunks.
   auto execute = [&](const SchedulePlan& plan) {
     lap(kKv);
-    if (!plan.decode.empty()) {
-      const at::Tensor logits = run_decodes(*s.kv, core, plan);
-      lap(kDecode);
+    auto take_decoded = [&](const at::Tensor& logits) {
       if (std::any_of(plan.drafts.begin(), plan.drafts.end(), [](const auto& d) { return !d.empty(); }))
         take_verified(logits, plan);
       else
         take_tokens(logits, plan.decode);
+    };
+    const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
+    if (runs_mixed(*s.kv, plan)) {
+      // Chunked prefill's step: the decode rows and the prompt chunks in one forward.
+      const StepLogits logits = run_mixed(*s.kv, core, plan);
+      lap(kDecode);
+      take_decoded(logits.decode);
+      if (!sampled.empty()) take_tokens(logits.prefill, sampled);
       lap(kSample);
-    }
-    if (!plan.prefill.empty()) {
-      const at::Tensor logits = run_prefills(*s.kv, core, plan);
-      lap(kPrefill);
-      const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
-      if (!sampled.empty()) take_tokens(logits, sampled);
-      lap(kSample);
+    } else {
+      if (!plan.decode.empty()) {
+        const at::Tensor logits = run_decodes(*s.kv, core, plan);
+        lap(kDecode);
+        take_decoded(logits);
+        lap(kSample);
+      }
+      if (!plan.prefill.empty()) {
+        const at::Tensor logits = run_prefills(*s.kv, core, plan);
+        lap(kPrefill);
+        if (!sampled.empty()) take_tokens(logits, sampled);
+        lap(kSample);
+      }
     }
     core.ran(plan);
     for (const Settle& st : std::exchange(settling, {})) s.spec->settle(core, st.id, st.start, st.accepted);
