@@ -229,6 +229,56 @@ struct HttpServer::Impl {
             {"special", t.special}};
   }
 
+  static double finite(double v) { return std::isfinite(v) ? v : -1e30; }
+  static json bytes_of(const std::string& s) {
+    json b = json::array();
+    for (unsigned char ch : s) b.push_back(ch);
+    return b;
+  }
+  // TGI's top_tokens entry of a token: its alternatives as tokens.
+  json top_tokens_json(const ServeToken& t) const {
+    const std::vector<int32_t> stops = tokenizer.stop_ids();
+    json top = json::array();
+    for (const auto& [id, lp] : t.top)
+      top.push_back({{"id", id},
+                     {"text", tokenizer.token_bytes(id)},
+                     {"logprob", finite(lp)},
+                     {"special", std::find(stops.begin(), stops.end(), id) != stops.end()}});
+    return top;
+  }
+  // OpenAI's logprobs of these tokens (stop tokens left out, as they are from the text): chat's
+  // {"content": [{token, logprob, bytes, top_logprobs}]}, completions' {tokens, token_logprobs,
+  // top_logprobs, text_offset}, offsets counted from `offset` in the returned text.
+  json openai_logprobs(const std::vector<const ServeToken*>& tokens, bool chat, size_t offset) const {
+    if (chat) {
+      json content = json::array();
+      for (const ServeToken* t : tokens) {
+        if (t->special) continue;
+        const std::string s = tokenizer.token_bytes(t->id);
+        json top = json::array();
+        for (const auto& [id, lp] : t->top) {
+          const std::string ts = tokenizer.token_bytes(id);
+          top.push_back({{"token", ts}, {"logprob", finite(lp)}, {"bytes", bytes_of(ts)}});
+        }
+        content.push_back(
+            {{"token", s}, {"logprob", finite(t->logprob)}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+      }
+      return {{"content", content}};
+    }
+    json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    for (const ServeToken* t : tokens) {
+      if (t->special) continue;
+      toks.push_back(tokenizer.token_bytes(t->id));
+      lps.push_back(finite(t->logprob));
+      json top = json::object();
+      for (const auto& [id, lp] : t->top) top[tokenizer.token_bytes(id)] = finite(lp);
+      tops.push_back(top);
+      offsets.push_back(offset);
+      offset += t->text.size();
+    }
+    return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  }
+
   json seed_json(const ParsedRequest& c) const { return c.seed ? json(*c.seed) : json(nullptr); }
 
   // ---- LoRAX / TGI ----
@@ -241,8 +291,11 @@ struct HttpServer::Impl {
       const std::vector<ServeToken> tokens = collect(*stream, r);
       json out = {{"generated_text", (c.full_text ? c.prompt_text : "") + r.text}};
       if (c.details) {
-        json toks = json::array();
-        for (const ServeToken& t : tokens) toks.push_back(token_json(t));
+        json toks = json::array(), top = json::array();
+        for (const ServeToken& t : tokens) {
+          toks.push_back(token_json(t));
+          top.push_back(top_tokens_json(t));
+        }
         out["details"] = {{"finish_reason", tgi_finish(r.finish_reason)},
                           {"prompt_tokens", r.prompt_ids.size()},
                           {"generated_tokens", r.generated_ids.size()},
@@ -250,6 +303,7 @@ struct HttpServer::Impl {
                           {"seed", seed_json(c)},
                           {"prefill", json::array()},
                           {"tokens", toks}};
+        if (c.logprobs > 0) out["details"]["top_tokens"] = top;
       } else {
         out["details"] = nullptr;
       }
@@ -262,36 +316,43 @@ struct HttpServer::Impl {
     auto held = std::make_shared<std::optional<ServeToken>>();
     const std::string prefix = c.full_text ? c.prompt_text : "";
     const json seed = seed_json(c);
-    stream_events(res, stream, std::move(first), [held, prefix, seed](RequestStream::Update& u) {
-      std::vector<std::string> events;
-      for (ServeToken& t : u.tokens) {
-        // The last token carries the result, which follows it at once: hold it until then.
-        if (t.final) {
-          *held = std::move(t);
-          continue;
-        }
-        events.push_back(sse({{"token", token_json(t)}, {"generated_text", nullptr}, {"details", nullptr}}));
-      }
-      if (!u.done) return events;
-      if (!u.error.empty()) {
-        events.push_back(sse({{"error", u.error}, {"error_type", u.error_type}}));
-      } else if (!held->has_value()) {
-        events.push_back(sse({{"error", "the request was " + std::string(u.result.finish_reason == "cancelled"
-                                                                             ? "cancelled"
-                                                                             : "ended without a token")},
-                              {"error_type", "generation"}}));
-      } else {
-        const RequestResult& r = u.result;
-        events.push_back(sse({{"token", token_json(**held)},
-                              {"generated_text", prefix + r.text},
-                              {"details",
-                               {{"finish_reason", tgi_finish(r.finish_reason)},
-                                {"prompt_tokens", r.prompt_ids.size()},
-                                {"generated_tokens", r.generated_ids.size()},
-                                {"seed", seed}}}}));
-      }
-      return events;
-    });
+    const bool top_tokens = c.logprobs > 0;
+    stream_events(
+        res, stream, std::move(first), [this, held, prefix, seed, top_tokens](RequestStream::Update& u) {
+          std::vector<std::string> events;
+          for (ServeToken& t : u.tokens) {
+            // The last token carries the result, which follows it at once: hold it until then.
+            if (t.final) {
+              *held = std::move(t);
+              continue;
+            }
+            json e = {{"token", token_json(t)}, {"generated_text", nullptr}, {"details", nullptr}};
+            if (top_tokens) e["top_tokens"] = top_tokens_json(t);
+            events.push_back(sse(e));
+          }
+          if (!u.done) return events;
+          if (!u.error.empty()) {
+            events.push_back(sse({{"error", u.error}, {"error_type", u.error_type}}));
+          } else if (!held->has_value()) {
+            events.push_back(
+                sse({{"error", "the request was " + std::string(u.result.finish_reason == "cancelled"
+                                                                    ? "cancelled"
+                                                                    : "ended without a token")},
+                     {"error_type", "generation"}}));
+          } else {
+            const RequestResult& r = u.result;
+            json e = {{"token", token_json(**held)},
+                      {"generated_text", prefix + r.text},
+                      {"details",
+                       {{"finish_reason", tgi_finish(r.finish_reason)},
+                        {"prompt_tokens", r.prompt_ids.size()},
+                        {"generated_tokens", r.generated_ids.size()},
+                        {"seed", seed}}}};
+            if (top_tokens) e["top_tokens"] = top_tokens_json(**held);
+            events.push_back(sse(e));
+          }
+          return events;
+        });
   }
 
   // ---- OpenAI ----
@@ -309,9 +370,15 @@ struct HttpServer::Impl {
     };
     if (!c.stream) {
       RequestResult r;
-      collect(*stream, r);
-      const std::string text = (c.full_text ? c.prompt_text : "") + r.text;
+      const std::vector<ServeToken> tokens = collect(*stream, r);
+      const std::string prefix = c.full_text ? c.prompt_text : "";
+      const std::string text = prefix + r.text;
       json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", openai_finish(r.finish_reason)}};
+      if (c.logprobs >= 0) {
+        std::vector<const ServeToken*> all;
+        for (const ServeToken& t : tokens) all.push_back(&t);
+        choice["logprobs"] = openai_logprobs(all, chat, prefix.size());
+      }
       if (chat)
         choice["message"] = {{"role", "assistant"}, {"content", text}};
       else
@@ -327,10 +394,17 @@ struct HttpServer::Impl {
     auto started = std::make_shared<bool>(false);
     const bool include_usage = c.include_usage;
     const std::string echo = c.full_text ? c.prompt_text : "";
-    stream_events(res, stream, std::move(first), [=](RequestStream::Update& u) {
+    const bool logprobs = c.logprobs >= 0;
+    auto offset = std::make_shared<size_t>(echo.size());  // completions' text_offset so far
+    stream_events(res, stream, std::move(first), [=, this](RequestStream::Update& u) {
       std::vector<std::string> events;
-      auto chunk = [&](const std::string& text, const json& finish, bool role) {
+      auto chunk = [&](const std::string& text, const json& finish, bool role,
+                       const std::vector<const ServeToken*>& tokens = {}) {
         json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+        if (logprobs && !tokens.empty()) {
+          choice["logprobs"] = openai_logprobs(tokens, chat, *offset);
+          *offset += text.size();
+        }
         if (chat) {
           json delta = {{"content", text}};
           if (role) delta["role"] = "assistant";
@@ -349,12 +423,16 @@ struct HttpServer::Impl {
       }
       // One event per engine step: the tokens a speculative step accepted together go out together.
       std::string text;
+      std::vector<const ServeToken*> group;
       for (const ServeToken& t : u.tokens) {
         if (!t.with_previous && !text.empty())
-          events.push_back(chunk(std::exchange(text, {}), nullptr, false));
-        if (!t.special) text += t.text;
+          events.push_back(chunk(std::exchange(text, {}), nullptr, false, std::exchange(group, {})));
+        if (!t.special) {
+          text += t.text;
+          group.push_back(&t);
+        }
       }
-      if (!text.empty()) events.push_back(chunk(text, nullptr, false));
+      if (!text.empty()) events.push_back(chunk(text, nullptr, false, group));
       if (!u.done) return events;
       if (!u.error.empty() || u.result.finish_reason == "cancelled") {
         const json err = {{"error",

@@ -192,6 +192,11 @@ class Parser {
       }
   }
 
+  void set_logprobs(ParsedRequest& c, int64_t alternatives) {
+    c.logprobs = alternatives;
+    c.request.sampling.top_logprobs = alternatives;
+  }
+
   void set_prompt(ParsedRequest& c, std::vector<int32_t> ids) {
     if (ids.empty()) throw validation("the prompt is empty: it needs at least one token");
     c.request.prompt_ids = std::move(ids);
@@ -237,9 +242,14 @@ class Parser {
     if (get_bool(p, "watermark", w).value_or(false))
       throw validation("parameters.watermark is not supported");
     // Asked-for extras the answer would silently lack: refused rather than ignored.
-    for (const char* k : {"top_n_tokens", "return_k_alternatives"})
-      if (const auto v = get_int(p, k, w); v && *v != 0)
-        throw validation(w + k + " is not supported by this server (got " + std::to_string(*v) + ")");
+    if (const auto v = get_int(p, "return_k_alternatives", w); v && *v != 0)
+      throw validation(w + "return_k_alternatives is not supported by this server (got " +
+                       std::to_string(*v) + ")");
+    if (const auto n = get_int(p, "top_n_tokens", w); n && *n != 0) {
+      if (*n < 0 || *n > 20)
+        throw validation(w + "top_n_tokens must be in [0, 20], got " + std::to_string(*n));
+      set_logprobs(c, *n);
+    }
     if (get_bool(p, "decoder_input_details", w).value_or(false))
       throw validation("parameters.decoder_input_details is not supported by this server");
     if (field(p, "merged_adapters"))
@@ -279,7 +289,8 @@ class Parser {
     return adapter(c.model, "");
   }
 
-  void parse_openai_common(ParsedRequest& c, const json& body, int64_t prompt_tokens, int64_t default_max) {
+  void parse_openai_common(ParsedRequest& c, const json& body, int64_t prompt_tokens, int64_t default_max,
+                           bool chat) {
     std::optional<int64_t> max = get_int(body, "max_completion_tokens", "");
     if (!max) max = get_int(body, "max_tokens", "");
     if (max && *max < 1) throw validation("max_tokens must be at least 1, got " + std::to_string(*max));
@@ -306,13 +317,23 @@ class Parser {
     c.request.stop_at_eos = !get_bool(body, "ignore_eos", "").value_or(false);
     if (const auto n = get_int(body, "n", ""); n && *n != 1)
       throw validation("n must be 1 here, got " + std::to_string(*n));
-    // Log probabilities (completions: an integer; chat: a bool plus top_logprobs), best_of, a
-    // logit bias or a suffix would be missing from the answer: refused rather than ignored.
-    if (const json* lp = field(body, "logprobs");
-        lp && !(lp->is_boolean() ? !lp->get<bool>() : lp->is_number() && lp->get<double>() == 0))
-      throw validation("logprobs is not supported by this server (got " + lp->dump() + ")");
-    if (const auto v = get_int(body, "top_logprobs", ""); v && *v != 0)
-      throw validation("top_logprobs is not supported by this server (got " + std::to_string(*v) + ")");
+    // Log-probabilities: chat takes logprobs (a bool) and top_logprobs, completions logprobs: N.
+    if (chat) {
+      const bool on = get_bool(body, "logprobs", "").value_or(false);
+      const auto top = get_int(body, "top_logprobs", "");
+      if (top && (*top < 0 || *top > 20))
+        throw validation("top_logprobs must be in [0, 20], got " + std::to_string(*top));
+      if (top && *top > 0 && !on) throw validation("top_logprobs needs logprobs: true");
+      if (on) set_logprobs(c, top.value_or(0));
+    } else {
+      if (const auto n = get_int(body, "logprobs", "")) {
+        if (*n < 0 || *n > 20) throw validation("logprobs must be in [0, 20], got " + std::to_string(*n));
+        set_logprobs(c, *n);
+      }
+      if (const auto v = get_int(body, "top_logprobs", ""); v && *v != 0)
+        throw validation("top_logprobs is a chat completions field; completions take logprobs: N");
+    }
+    // best_of, a logit bias or a suffix would be missing from the answer: refused, not ignored.
     if (const auto v = get_int(body, "best_of", ""); v && *v != 1)
       throw validation("best_of must be 1 here, got " + std::to_string(*v));
     if (const json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
@@ -351,7 +372,7 @@ class Parser {
     c.prompt_text = prompt->get<std::string>();
     if (get_bool(body, "echo", "").value_or(false)) c.full_text = true;
     set_prompt(c, encode_prompt(tokenizer_, c.prompt_text));
-    parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 16);
+    parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 16, /*chat=*/false);
     return c;
   }
 
@@ -395,7 +416,7 @@ class Parser {
         tokenizer_.chat_template(), spelling(tokenizer_.bos_id()), spelling(tokenizer_.eos_id()));
     c.prompt_text = tmpl.format(chat, true);
     set_prompt(c, tokenizer_.encode(c.prompt_text));
-    parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 1 << 30);
+    parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 1 << 30, /*chat=*/true);
     return c;
   }
 

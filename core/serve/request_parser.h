@@ -72,6 +72,9 @@ struct ParsedRequest {
   std::optional<uint64_t> seed;  // reported back when sampling
   std::string model;             // OpenAI: the name asked for
   bool include_usage = false;
+  // Log-probabilities asked for: -1 none; N >= 0: each token's, with its N most likely alternatives
+  // (OpenAI's logprobs / top_logprobs, TGI's top_n_tokens).
+  int64_t logprobs = -1;
   std::unique_ptr<TokenConstraint> constraint;  // structured output
 };
 

@@ -497,6 +497,7 @@ void ServeScheduler::loop() {
       t.id = id;
       t.text = e.tracker->push(id, ms);
       t.logprob = picked[k].logprob;
+      t.top = picked[k].top;
       t.special = e.tracker->result().finish_reason == "eos";
       if (t.special) t.text = tokenizer_.token_bytes(id);
       t.final = e.tracker->finished();

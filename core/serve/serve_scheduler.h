@@ -14,6 +14,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "generate/continuous_batching.h"
@@ -29,8 +30,10 @@ class Tokenizer;
 // One generated token as a client sees it.
 struct ServeToken {
   int32_t id = 0;
-  std::string text;      // the text it completes ("" while a UTF-8 character is incomplete)
-  double logprob = 0;    // log-softmax of the model's logits at this token
+  std::string text;    // the text it completes ("" while a UTF-8 character is incomplete)
+  double logprob = 0;  // log-softmax of the model's logits at this token
+  // The most likely tokens with theirs, when the request asked for alternatives (top_logprobs).
+  std::vector<std::pair<int32_t, float>> top;
   bool special = false;  // a stop token (EOS)
   bool final = false;    // the request's last token (its result follows at once)
   // Came out of the same engine step as the token before it (speculative decoding accepts several

@@ -554,7 +554,7 @@ class BadInput(unittest.TestCase):
             (L(stop=["x" * 1000]), ["parameters.stop", "256 bytes"]),
             (L(stop=[""]), ["parameters.stop", "empty"]),
             (L(stop={"a": 1}), ["stop", "list of strings"]),
-            (L(top_n_tokens=5), ["top_n_tokens"]),
+            (L(top_n_tokens=21), ["top_n_tokens", "[0, 20]"]),
             (L(return_k_alternatives=3), ["return_k_alternatives"]),
             (L(decoder_input_details=True), ["decoder_input_details"]),
             (L(details="yes"), ["details", "true or false"]),
@@ -581,9 +581,9 @@ class BadInput(unittest.TestCase):
             (C(seed="s"), ["seed", "integer"]),
             (C(n=3), ["n must be 1"]),
             (C(best_of=2), ["best_of"]),
-            (C(logprobs=5), ["logprobs"]),
+            (C(logprobs=21), ["logprobs", "[0, 20]"]),
             (C(logprobs=True), ["logprobs"]),
-            (C(top_logprobs=3), ["top_logprobs"]),
+            (C(top_logprobs=3), ["top_logprobs", "chat completions"]),
             (C(logit_bias={"50256": -100}), ["logit_bias"]),
             (C(suffix="end"), ["suffix"]),
             (C(presence_penalty=2.5), ["presence_penalty", "[-2, 2]"]),
@@ -620,6 +620,52 @@ class BadInput(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertIn(f"cannot listen on 127.0.0.1:{srv.port}", p.stderr)
         self.assertEqual(p.stdout, "")
+
+    def test_logprobs_on_every_api(self):
+        # Greedy, so each chosen token is its own most likely alternative: its log-probability is
+        # the first of the alternatives, and every alternative after it is no more likely.
+        import requests
+        srv = server("demo")
+        r = post(srv, "/v1/completions", {"prompt": "x", "max_tokens": 5, "temperature": 0, "logprobs": 3,
+                                          "ignore_eos": True})
+        self.assertEqual(r.status_code, 200, r.text)
+        lp = r.json()["choices"][0]["logprobs"]
+        self.assertEqual(len(lp["tokens"]), 5)
+        self.assertEqual(len(lp["token_logprobs"]), 5)
+        self.assertEqual(lp["text_offset"], sorted(lp["text_offset"]))
+        for chosen, top in zip(lp["token_logprobs"], lp["top_logprobs"]):
+            self.assertEqual(len(top), 3)
+            self.assertAlmostEqual(chosen, max(top.values()), places=4)
+            self.assertLessEqual(chosen, 0)
+        smol = server("smol")  # a model with a chat template
+        r = post(smol, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                                "temperature": 0, "logprobs": True, "top_logprobs": 2,
+                                                "ignore_eos": True})
+        self.assertEqual(r.status_code, 200, r.text)
+        content = r.json()["choices"][0]["logprobs"]["content"]
+        self.assertEqual(len(content), 4)
+        for c in content:
+            self.assertEqual(len(c["top_logprobs"]), 2)
+            self.assertEqual(c["token"], c["top_logprobs"][0]["token"])
+            self.assertEqual(bytes(c["bytes"]).decode("utf-8", "replace"), c["token"])
+        # Streaming: the log-probabilities come with the chunks, one entry per token.
+        seen = 0
+        with requests.post(smol.url + "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0,
+                "logprobs": True, "ignore_eos": True, "stream": True}, stream=True, timeout=120) as s:
+            for line in s.iter_lines():
+                if line.startswith(b"data: {"):
+                    ch = json.loads(line[6:])["choices"]
+                    if ch and ch[0]["logprobs"]:
+                        seen += len(ch[0]["logprobs"]["content"])
+        self.assertEqual(seen, 4)
+        # TGI: top_n_tokens alternatives per token in details.
+        r = post(srv, "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 3, "details": True,
+                                                                  "top_n_tokens": 2, "ignore_eos_token": True}})
+        self.assertEqual(r.status_code, 200, r.text)
+        d = r.json()["details"]
+        self.assertEqual([len(t) for t in d["top_tokens"]], [2, 2, 2])
+        self.assertEqual([t["id"] for t in d["tokens"]], [t[0]["id"] for t in d["top_tokens"]])
 
     def test_openai_errors(self):
         srv = server("demo")
