@@ -19,6 +19,7 @@
 #include "model/gpt2_weights.h"
 #include "model/llama_model.h"
 #include "serve/serve_scheduler.h"
+#include "serve_clients.h"
 #include "test_support.h"
 #include "tiny_models.h"
 
@@ -215,35 +216,12 @@ class TestChunkedPrefill : public QObject {
       r.stop_at_eos = false;
       rs.push_back(r);
     }
-    std::vector<std::vector<ServeToken>> got(rs.size());
-    std::vector<RequestResult> results(rs.size());
-    std::thread clients([&] {
-      std::vector<std::shared_ptr<RequestStream>> streams;
-      for (const BatchRequest& r : rs) streams.push_back(scheduler.submit(r));
-      for (size_t i = 0; i < streams.size(); ++i)
-        for (;;) {
-          RequestStream::Update u = streams[i]->take(std::chrono::milliseconds(60000));
-          got[i].insert(got[i].end(), u.tokens.begin(), u.tokens.end());
-          if (u.done) {
-            results[i] = u.result;
-            break;
-          }
-        }
-      scheduler.stop_engine();
-    });
-    scheduler.run();
-    clients.join();
+    const test::ServedRun run = test::serve_all(scheduler, rs);
     c10::InferenceMode guard;
     for (size_t i = 0; i < rs.size(); ++i) {
-      QCOMPARE(results[i].generated_ids, solo(m, rs[i]));
-      std::vector<int32_t> seq = rs[i].prompt_ids;
-      seq.insert(seq.end(), results[i].generated_ids.begin(), results[i].generated_ids.end());
-      const at::Tensor ref = at::log_softmax(full_forward(m, seq), -1);
-      QCOMPARE(got[i].size(), results[i].generated_ids.size());
-      for (size_t k = 0; k < got[i].size(); ++k) {
-        const int64_t pos = static_cast<int64_t>(rs[i].prompt_ids.size() + k) - 1;
-        QVERIFY(std::abs(got[i][k].logprob - ref[pos][got[i][k].id].item<float>()) < 1e-4);
-      }
+      QCOMPARE(run.results[i].generated_ids, solo(m, rs[i]));
+      QCOMPARE(run.tokens[i].size(), run.results[i].generated_ids.size());
+      QVERIFY(test::max_logprob_error(m, rs[i].prompt_ids, run.tokens[i]) < 1e-4);
     }
     for (int64_t bad : {int64_t{-1}, int64_t{97}}) {
       ServeOptions o = so;

@@ -25,6 +25,7 @@
 #include "quant/quant_spec.h"
 #include "quant/quantized_model.h"
 #include "test_support.h"
+#include "tiny_models.h"
 #include "util/cpu_features.h"
 #include "util/device.h"
 
@@ -32,44 +33,14 @@ using namespace servelab;
 
 namespace {
 
-Gpt2Config tiny_gpt2() {
-  Gpt2Config c;
-  c.vocab_size = 300;
-  c.n_positions = 64;
-  c.n_embd = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.bos_token_id = c.eos_token_id = 299;
-  return c;
-}
+Gpt2Config tiny_gpt2() { return test::tiny_gpt2_shape(64); }
 
-// A tiny Llama with grouped-query attention (4 query heads over 2 KV heads) and random weights.
+// A tiny Llama with grouped-query attention and random weights, 64 positions.
 std::unique_ptr<LlamaModel> tiny_llama(at::ScalarType dtype = at::kFloat, at::Device device = at::kCPU) {
-  LlamaConfig c;
-  c.vocab_size = 300;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.head_dim = 8;
-  c.context = 64;
-  c.eos_token_ids = {299};
-  at::Generator gen = at::detail::createCPUGenerator(11);
-  LlamaTensorFetch fetch = [&](const std::string& name, const std::vector<int64_t>& shape, bool optional) {
-    if (optional) return at::Tensor();
-    at::Tensor t = at::randn(shape, gen) * 0.2;
-    if (name.find("norm") != std::string::npos) t = 1.0 + t;
-    return t.to(device, dtype);
-  };
-  return std::make_unique<LlamaModel>(c, assemble_llama_weights(c, fetch));
+  return test::tiny_llama(11, 64, dtype, device);
 }
 
-std::vector<int32_t> prompt(int64_t len, int32_t salt) {
-  std::vector<int32_t> p;
-  for (int64_t i = 0; i < len; ++i) p.push_back(static_cast<int32_t>((salt * 37 + i * 11) % 290));
-  return p;
-}
+std::vector<int32_t> prompt(int64_t len, int32_t salt) { return test::tiny_prompt(len, salt); }
 
 // Mixed lengths and budgets; every third request starts with the same 12-token system prompt.
 std::vector<BatchRequest> mixed_requests(int64_t n) {

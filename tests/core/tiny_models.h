@@ -1,7 +1,8 @@
 #pragma once
-// Tiny random models and prompts for the scheduler suites (chunked prefill, speculative
-// decoding): a GPT-2 and a Llama with a 300-token vocabulary (eos 299) and 96 positions, seeded,
-// so that every suite runs the engine end to end in milliseconds.
+// Tiny random models and prompts for the scheduler suites (paged KV, chunked prefill, speculative
+// decoding): a GPT-2 and a Llama (grouped-query attention, 4 query heads over 2 KV heads) with a
+// 300-token vocabulary (eos 299), seeded, so that every suite runs the engine end to end in
+// milliseconds.
 #include <ATen/ATen.h>
 
 #include <memory>
@@ -14,10 +15,10 @@
 
 namespace servelab::test {
 
-inline Gpt2Config tiny_gpt2_config() {
+inline Gpt2Config tiny_gpt2_shape(int64_t context = 96) {
   Gpt2Config c;
   c.vocab_size = 300;
-  c.n_positions = 96;
+  c.n_positions = context;
   c.n_embd = 32;
   c.n_layer = 2;
   c.n_head = 4;
@@ -26,11 +27,13 @@ inline Gpt2Config tiny_gpt2_config() {
 }
 
 inline std::unique_ptr<Gpt2Model> tiny_gpt2(uint64_t seed = 5) {
-  const Gpt2Config c = tiny_gpt2_config();
+  const Gpt2Config c = tiny_gpt2_shape();
   return std::make_unique<Gpt2Model>(c, make_random_gpt2_weights(c, seed, at::kCPU, at::kFloat));
 }
 
-inline std::unique_ptr<LlamaModel> tiny_llama(uint64_t seed = 13) {
+inline std::unique_ptr<LlamaModel> tiny_llama(uint64_t seed = 13, int64_t context = 96,
+                                              at::ScalarType dtype = at::kFloat,
+                                              at::Device device = at::kCPU) {
   LlamaConfig c;
   c.vocab_size = 300;
   c.hidden_size = 32;
@@ -39,14 +42,14 @@ inline std::unique_ptr<LlamaModel> tiny_llama(uint64_t seed = 13) {
   c.n_head = 4;
   c.n_kv_head = 2;
   c.head_dim = 8;
-  c.context = 96;
+  c.context = context;
   c.eos_token_ids = {299};
   at::Generator gen = at::detail::createCPUGenerator(seed);
   LlamaTensorFetch fetch = [&](const std::string& name, const std::vector<int64_t>& shape, bool optional) {
     if (optional) return at::Tensor();
     at::Tensor t = at::randn(shape, gen) * 0.2;
     if (name.find("norm") != std::string::npos) t = 1.0 + t;
-    return t;
+    return t.to(device, dtype);
   };
   return std::make_unique<LlamaModel>(c, assemble_llama_weights(c, fetch));
 }
