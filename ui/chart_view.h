@@ -25,12 +25,14 @@ namespace servelab::ui {
 
 enum class ChartTheme { Light, Dark };
 
-// chart_view.cpp: each kind of data a chart shows, answering for its own extent, hover readout and
-// legend cost.
+// chart/: each kind of data a chart shows, answering for its own extent, hover readout and legend
+// cost (one header each), and what they draw with.
+namespace chart {
 class ChartData;
 class CellPlottable;
 class CategoryBars;
 class StackedBars;
+}  // namespace chart
 
 class ChartView : public QWidget {
   Q_OBJECT
@@ -187,7 +189,7 @@ class ChartView : public QWidget {
   void styleGraph(int series);
   bool categorical() const;
   // The data in the order the hover readout considers it: series, cells, bars, stacked bars.
-  QVector<const ChartData*> dataItems() const;
+  QVector<const chart::ChartData*> dataItems() const;
   void removeBars();
   void raiseSeries();  // series drawn over bars made after them
   // The annotation above each stack, at the stack's total.
@@ -212,8 +214,8 @@ class ChartView : public QWidget {
   QCustomPlot* plot_ = nullptr;
   QCPTextElement* titleElement_ = nullptr;
   QCPTextElement* footnoteElement_ = nullptr;
-  CategoryBars* bars_ = nullptr;
-  std::unique_ptr<StackedBars> stack_;  // setStackedBars
+  chart::CategoryBars* bars_ = nullptr;
+  std::unique_ptr<chart::StackedBars> stack_;  // setStackedBars
   QStringList stackAnnotations_;
   QStringList barLabels_;
   QString barValueName_;
@@ -229,8 +231,8 @@ class ChartView : public QWidget {
   QVector<QCPItemStraightLine*> markerLines_;
   QVector<QCPItemText*> markerTexts_;
   QVector<QCPItemText*> barTexts_;  // value labels above the bars
-  CellPlottable* cells_ = nullptr;
-  QVector<CellPlottable*> cellKeys_;
+  chart::CellPlottable* cells_ = nullptr;
+  QVector<chart::CellPlottable*> cellKeys_;
   QStringList cellRows_;
   int cellRowStride_ = 1;  // every n-th row labelled
   bool legendBelow_ = false;
