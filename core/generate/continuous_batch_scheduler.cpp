@@ -99,7 +99,12 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
 ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tokenizer& tokenizer,
                                                    const std::vector<BatchRequest>& requests,
                                                    const BatchOptions& options, BatchSink* sink)
-    : model_(model), tokenizer_(tokenizer), requests_(requests), options_(options), sink_(sink) {
+    : model_(model),
+      tokenizer_(tokenizer),
+      requests_(requests),
+      options_(options),
+      sink_(sink),
+      cost_(model.cost_model()) {
   check_batch_requests(model, requests, options);
   const std::vector<int32_t> stops = generation_stop_ids(model, tokenizer);
   int64_t capacity = 0;
@@ -230,6 +235,10 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
   // Decodes first: the running streams' tokens are out before a long prompt's chunk runs.
   if (!plan.decode.empty()) {
     note_adapters(plan.decode);
+    std::vector<CostRow> rows;
+    for (int64_t id : plan.decode)  // the last token is written at the position after those cached
+      rows.push_back({static_cast<int64_t>(core_->request(id).tokens.size()) - 1, 1, 1});
+    s.cost += cost_.forward(rows);
     const at::Tensor logits = run_decodes(*kv_, *core_, plan);
     ++s.forward_calls;
     s.decode_tokens += static_cast<int64_t>(plan.decode.size());
@@ -239,8 +248,13 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
   }
   if (!plan.prefill.empty()) {
     std::vector<int64_t> rows;
-    for (const ScheduledChunk& c : plan.prefill) rows.push_back(c.id);
+    std::vector<CostRow> cost_rows;
+    for (const ScheduledChunk& c : plan.prefill) {
+      rows.push_back(c.id);
+      cost_rows.push_back({c.start, c.count, c.last ? 1 : 0});
+    }
     note_adapters(rows);
+    s.cost += cost_.forward(cost_rows);
     const DeviceTimer prefill_timer(model_.device());
     const at::Tensor logits = run_prefills(*kv_, *core_, plan);
     const KvMemoryManager::CopyStats copied = kv_->take_copy_stats();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "generate/sampling_params.h"
+#include "model/step_cost.h"
 #include "lora/lora_spec.h"
 #include "tokenizer/tokenizer.h"
 
@@ -158,6 +159,9 @@ struct BatchStep {
   std::vector<int64_t> kv_cached_blocks;
   int64_t adapters_in_step = 0;     // distinct adapters among the running requests
   AdapterCacheStats adapter_cache;  // counters after this step
+  // FLOPs and bytes moved by the step's forward passes (model/step_cost.h), from the model's shapes
+  // and the rows and positions the step ran: its roofline point with ms.
+  StepCost cost;
 };
 
 struct BatchRunResult {

@@ -23,6 +23,13 @@ int64_t Model::kv_cache_bytes(int64_t batch, int64_t capacity) const {
   return KvCache::bytes_needed(shape_.n_layer, batch, shape_.n_kv_head, capacity, shape_.head_dim, dtype());
 }
 
+StepCostModel Model::cost_model() const {
+  std::vector<MatrixShape> matrices;
+  for (const Projection& p : projections_) matrices.push_back({p.in, p.out});
+  const auto bytes = static_cast<int64_t>(c10::elementSize(dtype()));
+  return StepCostModel(shape_, std::move(matrices), weight_quant_, bytes, bytes);
+}
+
 at::Tensor Model::add_lora(int64_t layer, LinearSlot slot, const at::Tensor& x, at::Tensor y,
                            const LoraBatch& lora) {
   return lora.apply(layer, slot, x, std::move(y));
