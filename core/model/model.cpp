@@ -27,7 +27,12 @@ StepCostModel Model::cost_model() const {
   std::vector<MatrixShape> matrices;
   for (const Projection& p : projections_) matrices.push_back({p.in, p.out});
   const auto bytes = static_cast<int64_t>(c10::elementSize(dtype()));
-  return StepCostModel(shape_, std::move(matrices), weight_quant_, bytes, bytes);
+  StepCostModel cost(shape_, std::move(matrices), weight_quant_, bytes, bytes);
+  // Kernels over a file's own quantized blocks (a GGUF run as stored): what they hold per parameter.
+  if (!weight_quant_.is_quantized() && kernels_ && !kernels_->holds_dense_weights() && parameter_count() > 0)
+    cost.set_stored_bytes_per_weight(static_cast<double>(resident_bytes()) /
+                                     static_cast<double>(parameter_count()));
+  return cost;
 }
 
 at::Tensor Model::add_lora(int64_t layer, LinearSlot slot, const at::Tensor& x, at::Tensor y,

@@ -119,8 +119,8 @@ class Model {
   // FLOPs and bytes of a forward pass over this model (model/step_cost.h): its shapes, its
   // projections, its dtype and its weights as quantized.
   StepCostModel cost_model() const;
-  // How the weights are stored, when quantized after loading (Engine::quantize says so); a GGUF
-  // file's blocks run as stored are counted at the model's dtype.
+  // How the weights are stored, when quantized after loading (Engine::quantize says so). A GGUF
+  // file's blocks run as stored are counted at the bytes per parameter the kernels hold.
   void set_weight_quantization(const QuantSpec& spec) { weight_quant_ = spec; }
 
   const LinearKernels* kernels() const { return kernels_.get(); }

@@ -49,6 +49,12 @@ double StepCostModel::matrix_bytes(const QuantSpec& weights, int64_t dtype_bytes
   return n * static_cast<double>(dtype_bytes);
 }
 
+double StepCostModel::bytes_of(const MatrixShape& m) const {
+  if (stored_bytes_per_weight_ > 0)
+    return stored_bytes_per_weight_ * static_cast<double>(m.in) * static_cast<double>(m.out);
+  return matrix_bytes(weights_, dtype_bytes_, m);
+}
+
 StepCost StepCostModel::forward(const std::vector<CostRow>& rows) const {
   StepCost c;
   double positions = 0, logit_rows = 0, context = 0, cached = 0;
@@ -69,7 +75,7 @@ StepCost StepCostModel::forward(const std::vector<CostRow>& rows) const {
   double macs_per_position = 0, block_bytes = 0, projection_io = 0;
   for (const MatrixShape& m : projections_) {
     macs_per_position += d(m.in) * d(m.out);
-    block_bytes += matrix_bytes(weights_, dtype_bytes_, m);
+    block_bytes += bytes_of(m);
     projection_io += d(m.in) + d(m.out);
   }
   const MatrixShape head{shape_.n_embd, shape_.vocab_size};
@@ -79,7 +85,7 @@ StepCost StepCostModel::forward(const std::vector<CostRow>& rows) const {
 
   // Token embedding rows; GPT-2 adds a learned position embedding row per position.
   const double embedding_tables = shape_.architecture == "gpt2" ? 2 : 1;
-  c.weight_bytes = layers * block_bytes + (logit_rows > 0 ? matrix_bytes(weights_, dtype_bytes_, head) : 0) +
+  c.weight_bytes = layers * block_bytes + (logit_rows > 0 ? bytes_of(head) : 0) +
                    embedding_tables * positions * width * d(dtype_bytes_);
 
   const double kv_per_position = layers * 2 * d(shape_.n_kv_head) * d(shape_.head_dim) * d(kv_dtype_bytes_);

@@ -62,6 +62,11 @@ class StepCostModel {
   // dtype_bytes).
   static double matrix_bytes(const QuantSpec& weights, int64_t dtype_bytes, const MatrixShape& m);
 
+  // Weights kept in a layout of a file's own (a GGUF file's quantized blocks run as stored): their
+  // bytes per weight as held in memory, for every matrix, instead of the quantization's.
+  void set_stored_bytes_per_weight(double bytes) { stored_bytes_per_weight_ = bytes; }
+  double stored_bytes_per_weight() const { return stored_bytes_per_weight_; }
+
   bool valid() const { return shape_.n_layer > 0; }
   const ModelShape& shape() const { return shape_; }
   const QuantSpec& weights() const { return weights_; }
@@ -72,6 +77,8 @@ class StepCostModel {
   QuantSpec weights_;
   int64_t dtype_bytes_ = 4;
   int64_t kv_dtype_bytes_ = 4;
+  double stored_bytes_per_weight_ = 0;  // 0: from weights_
+  double bytes_of(const MatrixShape& m) const;
 };
 
 }  // namespace servelab

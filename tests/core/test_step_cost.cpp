@@ -113,6 +113,14 @@ class TestStepCost : public QObject {
     QCOMPARE(StepCostModel::matrix_bytes(once, 4, m), 2560.0);
   }
 
+  // Weights run as a file stores them: the bytes per weight the kernels hold, for every matrix.
+  void storedWeights() {
+    StepCostModel model(smollm2(), smollm2Projections(), QuantSpec{}, 4, 4);
+    model.set_stored_bytes_per_weight(0.625);  // Q4_1: 20 bytes per block of 32
+    const StepCost c = model.forward({{10, 1, 1}});
+    QCOMPARE(c.weight_bytes, 0.625 * (30 * 3538944.0 + 576 * 49152.0) + 576 * 4.0);
+  }
+
   // A chunk mid-prompt produces no logits: no head read or computed; nothing at all costs nothing.
   void chunkWithoutLogitsAndEmpty() {
     const StepCostModel model(smollm2(), smollm2Projections(), QuantSpec{}, 4, 4);
