@@ -199,8 +199,19 @@ void ChartView::setAxisLabels(const QString& x, const QString& y, const QString&
 }
 
 void ChartView::setLogXBase2(bool on) {
-  if (logX_ == on) return;
+  if (logX_ == on && logXBase_ == 2) return;
   logX_ = on;
+  logXBase_ = 2;
+  applyXAxisMode();
+  fitPending_ = true;
+  if (!userZoomed_) fitToData();
+  replotSoon();
+}
+
+void ChartView::setLogXBase10(bool on) {
+  if (logX_ == on && logXBase_ == 10) return;
+  logX_ = on;
+  logXBase_ = 10;
   applyXAxisMode();
   fitPending_ = true;
   if (!userZoomed_) fitToData();
@@ -314,8 +325,14 @@ void ChartView::setSeriesData(int series, const QVector<double>& x, const QVecto
 void ChartView::clearSeries(int series) {
   if (!validSeries(series, "clearSeries")) return;
   graphs_[series]->data()->clear();
+  static_cast<SeriesGraph*>(graphs_[series])->pointLabels.clear();
   if (!userZoomed_) fitPending_ = true;
   replotSoon();
+}
+
+void ChartView::setPointLabels(int series, const QStringList& labels) {
+  if (!validSeries(series, "setPointLabels")) return;
+  static_cast<SeriesGraph*>(graphs_[series])->pointLabels = labels;
 }
 
 bool ChartView::validSeries(int series, const char* where) const {

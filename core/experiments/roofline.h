@@ -14,10 +14,11 @@
 namespace servelab {
 
 struct MachineLimits {
-  std::string cpu;       // the CPU's model name
-  std::string isa;       // the instruction set our kernels run (util/cpu_features.h)
-  std::string device;    // "cpu" or "cuda:0"
-  int threads = 0;       // the engine's (libtorch's) threads the probe ran with
+  std::string cpu;     // the CPU's model name
+  std::string isa;     // the instruction set our kernels run (util/cpu_features.h)
+  std::string device;  // "cpu" or "cuda:0"
+  int threads = 0;     // the engine's (libtorch's) threads the probe ran with
+  // Each the fastest of 7 runs (a limit is what the machine reaches at best).
   double read_gb_s = 0;  // a sum over 256 MiB of fp32: bytes read per second / 1e9
   // The faster of our GEMM paths on [512, 2048] x [2048, 2048] fp32: libtorch's at::mm and, on
   // the CPU, our blocked kernel (model/blocked_linear.h); gemm names the one that gave it.

@@ -117,8 +117,11 @@ void ChartView::fitToData() {
   if (categorical()) {
     xRange = QCPRange(keys.lo - 0.6, keys.hi + 0.6);
   } else if (logX) {
-    const double factor = keys.hi > keys.lo ? std::pow(2.0, 0.25) : 2.0;
+    const double factor = keys.hi > keys.lo ? std::pow(static_cast<double>(logXBase_), 0.25) : 2.0;
     xRange = QCPRange(keys.lo / factor, keys.hi * factor);
+    // At least two decades on a log10 axis: under 1.6 QCustomPlot's log ticker falls back to linear
+    // ticks, which the axis then labels in rounded powers ("2·10²" twice).
+    if (logXBase_ == 10) xRange.upper = std::max(xRange.upper, xRange.lower * 100);
   } else if (timeline) {
     const double pad = std::max(0.5, (keys.hi - keys.lo) * 0.01);
     xRange = QCPRange(keys.lo - pad, std::max(keys.hi + pad, keys.lo + 8));
@@ -131,7 +134,8 @@ void ChartView::fitToData() {
   if (left.valid() && !timeline && logY_ && left.lo > 0) {
     // Whole decades below, half a decade of air above.
     const double lower = std::pow(10.0, std::floor(std::log10(left.lo)));
-    const double upper = std::max(left.hi * std::sqrt(10.0), lower * 10);
+    // At least two decades (see the log10 x axis above).
+    const double upper = std::max(left.hi * std::sqrt(10.0), lower * 100);
     fitLeft_ = FitRange{true, lower, upper};
     plot_->yAxis->setRange(lower, upper);
   } else if (left.valid() && !timeline) {
@@ -325,15 +329,15 @@ void ChartView::applyXAxisMode() {
     x->grid()->setVisible(true);
   } else if (logX_) {
     auto ticker = QSharedPointer<QCPAxisTickerLog>::create();
-    ticker->setLogBase(2);
-    ticker->setSubTickCount(0);
+    ticker->setLogBase(logXBase_);
+    ticker->setSubTickCount(logXBase_ == 10 ? 8 : 0);
     ticker->setTickCount(12);
     x->setTicker(ticker);
     x->setScaleType(QCPAxis::stLogarithmic);
     x->setNumberFormat(QStringLiteral("g"));
     x->setNumberPrecision(9);
     x->setTickLabelRotation(0);
-    x->setSubTicks(false);
+    x->setSubTicks(logXBase_ == 10);
     x->setTickLengthIn(4);
     x->setTickLengthOut(0);
     x->grid()->setVisible(true);
@@ -360,7 +364,8 @@ void ChartView::updateLegendVisibility() { plot_->legend->setVisible(plot_->lege
 
 void ChartView::styleGraph(int series) {
   const SeriesStyle style = seriesStyles_[series];
-  const QColor color = style == SeriesStyle::Ticks ? colorsFor(theme_).text : seriesColor(series, theme_);
+  const bool textColored = style == SeriesStyle::Ticks || style == SeriesStyle::Bound;
+  const QColor color = textColored ? colorsFor(theme_).text : seriesColor(series, theme_);
   QPen pen(color, style == SeriesStyle::Ticks ? 3.0 : 2.0);
   pen.setJoinStyle(Qt::RoundJoin);
   pen.setCapStyle(style == SeriesStyle::Ticks ? Qt::FlatCap : Qt::RoundCap);
@@ -378,6 +383,10 @@ void ChartView::styleGraph(int series) {
       graph->setLineStyle(QCPGraph::lsNone);
       graph->setScatterStyle(
           QCPScatterStyle(QCPScatterStyle::ssDiamond, QPen(color.darker(120), 1.5), QBrush(color), 11));
+      break;
+    case SeriesStyle::Bound:
+      graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssNone));
+      graph->setPen(QPen(withAlpha(color, 170), 2.5));
       break;
     case SeriesStyle::Steps:
       graph->setLineStyle(QCPGraph::lsStepCenter);

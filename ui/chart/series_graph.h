@@ -19,6 +19,7 @@ class SeriesGraph : public QCPGraph, public ChartData {
   QString seriesName;                             // without the "(right axis)" of the legend
   bool right = false;
   bool ticks = false;
+  QStringList pointLabels;  // ChartView::setPointLabels
 
   bool onRightAxis() const override { return right; }
   // QCustomPlot's own extents: the keys (positive ones on a log axis), and the values of the points
@@ -39,7 +40,10 @@ class SeriesGraph : public QCPGraph, public ChartData {
     const QCPAxis* k = keyAxis();
     const QCPAxis* v = valueAxis();
     // A point on a bar chart is named by its category.
-    const auto pointText = [&](double key, double value) {
+    const auto pointText = [&](double key, double value, qsizetype index) {
+      if (index < pointLabels.size() && !pointLabels[index].isEmpty())
+        return QStringLiteral("%1: x = %2, y = %3")
+            .arg(pointLabels[index], formatNumber(key), formatNumber(value));
       const long category = std::lround(key) - 1;
       if (!pick.categories.isEmpty() && key == std::round(key) && category >= 0 &&
           category < pick.categories.size())
@@ -56,14 +60,14 @@ class SeriesGraph : public QCPGraph, public ChartData {
         const double d = squaredDistanceToRect(pick.at, x0, x1, q.y(), q.y());
         if (d < pick.tickBest) {
           pick.tickBest = d;
-          pick.tickText = pointText(it->key, it->value);
+          pick.tickText = pointText(it->key, it->value, it - data()->constBegin());
         }
         continue;
       }
       const double d = squaredDistance(pick.at, q);
       if (d < pick.best) {
         pick.best = d;
-        pick.text = pointText(it->key, it->value);
+        pick.text = pointText(it->key, it->value, it - data()->constBegin());
       }
     }
   }
