@@ -8,36 +8,28 @@ using namespace servelab;
 
 namespace {
 
-ModelShape gpt2Small() {
+ModelShape shapeOf(const char* architecture, int64_t layers, int64_t width, int64_t heads, int64_t kvHeads,
+                   int64_t inner, int64_t vocab, int64_t context) {
   ModelShape s;
-  s.architecture = "gpt2";
-  s.n_layer = 12;
-  s.n_embd = 768;
-  s.n_head = 12;
-  s.n_kv_head = 12;
-  s.head_dim = 64;
-  s.n_inner = 3072;
-  s.vocab_size = 50257;
-  s.context = 1024;
+  s.architecture = architecture;
+  s.n_layer = layers;
+  s.n_embd = width;
+  s.n_head = heads;
+  s.n_kv_head = kvHeads;
+  s.head_dim = width / heads;
+  s.n_inner = inner;
+  s.vocab_size = vocab;
+  s.context = context;
   return s;
 }
+
+ModelShape gpt2Small() { return shapeOf("gpt2", 12, 768, 12, 12, 3072, 50257, 1024); }
 
 // c_attn (q, k, v in one), c_proj, c_fc, mlp c_proj.
 std::vector<MatrixShape> gpt2Projections() { return {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}; }
 
-ModelShape smollm2() {
-  ModelShape s;
-  s.architecture = "llama";
-  s.n_layer = 30;
-  s.n_embd = 576;
-  s.n_head = 9;
-  s.n_kv_head = 3;
-  s.head_dim = 64;
-  s.n_inner = 1536;
-  s.vocab_size = 49152;
-  s.context = 8192;
-  return s;
-}
+// SmolLM2-135M: 9 query heads of 64 over 3 key/value heads, a tied head.
+ModelShape smollm2() { return shapeOf("llama", 30, 576, 9, 3, 1536, 49152, 8192); }
 
 // q, k, v, o, gate, up, down.
 std::vector<MatrixShape> smollm2Projections() {
