@@ -77,8 +77,8 @@ class ChartView : public QWidget {
   // categories on a bar chart); a histogram's steps centred on each x and filled down to the axis;
   // or a short level mark across each category without a line, in the text colour (a floor or a
   // resident size on a bar chart); or a bound: a line without markers in the text colour (a
-  // roofline's slope and roof).
-  enum class SeriesStyle { Line, Points, Steps, Ticks, Bound };
+  // roofline's slope and roof), solid or dashed (a second roof).
+  enum class SeriesStyle { Line, Points, Steps, Ticks, Bound, DashedBound };
   void setSeriesStyle(int series, SeriesStyle style);
   SeriesStyle seriesStyle(int series) const;
   // Live append: rescales to fit unless the user has zoomed or panned since the last fit.

@@ -125,7 +125,8 @@ RooflineTab::RooflineTab(EngineController* engine, QWidget* parent) : Experiment
   layout->addLayout(right, 1);
 }
 
-QString RooflineTab::roofSeriesName() { return tr("this machine's roof"); }
+QString RooflineTab::roofSeriesName() { return tr("this machine's roof (fp32)"); }
+QString RooflineTab::int8RoofSeriesName() { return tr("int8 roof (--quant-exec jit-int8)"); }
 
 QString RooflineTab::seriesFor(const servelab::RooflinePoint& point) {
   const QString kind =
@@ -202,18 +203,30 @@ void RooflineTab::onPoint(const QString& label, double intensity, double flopPer
   chart_->append(seriesNamed(kindSeries(label)), intensity, flopPerSecond / kGiga);
 }
 
-void RooflineTab::drawRoof(const servelab::MachineLimits& m, double lo, double hi) {
+void RooflineTab::drawRoof(const servelab::MachineLimits& m, double x0, double x1) {
   if (m.read_gb_s <= 0 || m.fp32_gflop_s <= 0) return;
   int roof = chart_->seriesIndex(roofSeriesName());
   if (roof < 0) roof = chart_->addSeries(roofSeriesName());
   chart_->setSeriesStyle(roof, ChartView::SeriesStyle::Bound);
   const double ridge = m.ridge();
-  const double x0 = std::min(lo, ridge) / 4, x1 = std::max(hi, ridge) * 4;
   chart_->setSeriesData(roof, {x0, ridge, x1}, {m.read_gb_s * x0, m.fp32_gflop_s, m.fp32_gflop_s});
   chart_->setPointLabels(roof, {tr("bandwidth slope: %1 GB/s × intensity").arg(m.read_gb_s, 0, 'f', 1),
                                 tr("ridge point: %1 FLOP/byte").arg(ridge, 0, 'f', 1),
                                 tr("compute roof: %1 GFLOP/s fp32").arg(m.fp32_gflop_s, 0, 'f', 1)});
   chart_->addVerticalMarker(ridge, tr("ridge %1 FLOP/B").arg(ridge, 0, 'g', 3));
+}
+
+void RooflineTab::drawInt8Roof(const servelab::MachineLimits& m, double x0, double x1) {
+  if (m.int8_gop_s <= 0 || m.read_gb_s <= 0) return;
+  const int int8 = chart_->addSeries(int8RoofSeriesName());
+  chart_->setSeriesStyle(int8, ChartView::SeriesStyle::DashedBound);
+  const double ridge = m.int8_gop_s / m.read_gb_s;
+  chart_->setSeriesData(int8, {x0, ridge, std::max(x1, ridge * 4)},
+                        {m.read_gb_s * x0, m.int8_gop_s, m.int8_gop_s});
+  chart_->setPointLabels(int8, {QString(), tr("int8 ridge point: %1 OP/byte").arg(ridge, 0, 'f', 1),
+                                tr("int8 roof: %1 GOP/s (%2)")
+                                    .arg(m.int8_gop_s, 0, 'f', 1)
+                                    .arg(QString::fromStdString(m.int8_kernel))});
 }
 
 void RooflineTab::onFinished(const servelab::RooflineResult& r) {
@@ -227,7 +240,8 @@ void RooflineTab::onFinished(const servelab::RooflineResult& r) {
     lo = std::min(lo, pt.intensity());
     hi = std::max(hi, pt.intensity());
   }
-  drawRoof(m, lo, hi);
+  const double x0 = lo / 4, x1 = hi * 4;  // the ridge and every step, with room around
+  drawRoof(m, x0, x1);
   // Series in the order the workload ran (prefill, then decode by batch); each one's points in the
   // order of their intensity (the chart's), named by their step for the hover readout.
   QStringList order;
@@ -261,15 +275,19 @@ void RooflineTab::onFinished(const servelab::RooflineResult& r) {
     chart_->setSeriesData(i, xs, ys);
     chart_->setPointLabels(i, labels);
   }
+  // After the steps, so that each kind keeps its colour from the live points.
+  drawInt8Roof(m, x0, x1);
   chart_->rescale();
+  const QString int8 = m.int8_gop_s > 0 ? tr(" · int8 %1 GOP/s").arg(m.int8_gop_s, 0, 'f', 1) : QString();
   machine_->setText(
-      tr("<b>%1</b> · %2 · %3 threads on %4<br>read %5 GB/s · fp32 %6 GFLOP/s<br>ridge %7 "
-         "FLOP/byte<br><small>GEMM: %8 · measured %9</small>")
+      tr("<b>%1</b> · %2 · %3 threads on %4<br>read %5 GB/s<br>fp32 %6 GFLOP/s%7<br>ridge %8 "
+         "FLOP/byte<br><small>GEMM: %9 · measured %10</small>")
           .arg(QString::fromStdString(m.cpu).toHtmlEscaped(), QString::fromStdString(m.isa))
           .arg(m.threads)
           .arg(QString::fromStdString(m.device))
           .arg(m.read_gb_s, 0, 'f', 1)
           .arg(m.fp32_gflop_s, 0, 'f', 1)
+          .arg(int8)
           .arg(m.ridge(), 0, 'f', 1)
           .arg(QString::fromStdString(m.gemm).toHtmlEscaped(), QString::fromStdString(m.measured_at)));
   summary_->setText(tr("<table cellspacing='3'><tr><td><b>step</b></td><td align='right'><b>FLOP/B</b></td>"

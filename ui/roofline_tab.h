@@ -45,13 +45,16 @@ class RooflineTab : public ExperimentTab {
   // quantized ("decode batch 8", "prefill · int8-channel").
   static QString seriesFor(const servelab::RooflinePoint& point);
   static QString roofSeriesName();
+  static QString int8RoofSeriesName();
 
  private:
   void onPoint(const QString& label, double intensity, double flopPerSecond);
   void onFinished(const servelab::RooflineResult& result);
   void onFailed(const QString& kind, const QString& message);
   int seriesNamed(const QString& name);
-  void drawRoof(const servelab::MachineLimits& machine, double lo, double hi);
+  // The fp32 roof and our int8 kernel's (where it runs) over intensities x0 to x1.
+  void drawRoof(const servelab::MachineLimits& machine, double x0, double x1);
+  void drawInt8Roof(const servelab::MachineLimits& machine, double x0, double x1);
 
   QLineEdit* prefillLengths_;
   QLineEdit* decodeBatches_;

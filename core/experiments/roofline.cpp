@@ -15,6 +15,8 @@
 #include "model/blocked_linear.h"
 #include "model/model.h"
 #include "model/step_cost.h"
+#include "quant/int8_activations.h"
+#include "quant/quantizer.h"
 #include "tokenizer/prompt.h"
 #include "util/cpu_features.h"
 #include "util/device.h"
@@ -74,7 +76,8 @@ nlohmann::json MachineLimits::to_json() const {
           {"gemm_probe",
            "[512, 2048] x [2048, 2048] fp32, the fastest of 7, through the faster of at::mm and our blocked "
            "GEMM"},
-          {"int8", "not probed: our int8 kernels run inside quantized projections only"}};
+          {"int8_gop_s", int8_gop_s},
+          {"int8_kernel", int8_kernel}};
 }
 
 MachineLimits MachineLimits::from_json(const nlohmann::json& j) {
@@ -86,6 +89,8 @@ MachineLimits MachineLimits::from_json(const nlohmann::json& j) {
   m.read_gb_s = j.value("read_gb_s", 0.0);
   m.fp32_gflop_s = j.value("fp32_gflop_s", 0.0);
   m.gemm = j.value("gemm", "");
+  m.int8_gop_s = j.value("int8_gop_s", 0.0);
+  m.int8_kernel = j.value("int8_kernel", "");
   m.measured_at = j.value("measured_at", "");
   return m;
 }
@@ -127,6 +132,13 @@ MachineLimits probe_machine(const Engine& engine) {
       if (blocked > m.fp32_gflop_s) {
         m.fp32_gflop_s = blocked;
         m.gemm = "blocked (" + blocked_linear_kernel(active_isa()) + ")";
+      }
+    }
+    if (device.is_cpu()) {
+      const QuantizedTensor w = quantize_int8_group(b.t().contiguous(), 32);  // [N, K]
+      if (int8_activation_supported(w)) {
+        m.int8_gop_s = flop / (best_ms(device, [&] { (void)int8_activation_linear_cpu(w, a); }) * 1e6);
+        m.int8_kernel = int8_activation_kernel(active_isa());
       }
     }
   }

@@ -24,6 +24,10 @@ struct MachineLimits {
   // the CPU, our blocked kernel (model/blocked_linear.h); gemm names the one that gave it.
   double fp32_gflop_s = 0;
   std::string gemm;
+  // Our integer kernel (int8 activations times int8 weights in groups of 32, --quant-exec jit-int8)
+  // on the same shape, in GOP/s; 0 where it does not run (no AVX2 or AVX-512, or not the CPU).
+  double int8_gop_s = 0;
+  std::string int8_kernel;
   std::string measured_at;  // UTC, ISO 8601
   // The intensity where the bandwidth slope meets the compute roof (FLOP/byte).
   double ridge() const { return read_gb_s > 0 ? fp32_gflop_s / read_gb_s : 0; }

@@ -47,6 +47,8 @@ class TestCliRoofline : public QObject {
     QVERIFY(m["threads"].toInt() > 0);
     QVERIFY(m["read_gb_s"].toDouble() > 0);
     QVERIFY(m["fp32_gflop_s"].toDouble() > 0);
+    QVERIFY(m["int8_gop_s"].toDouble() >= 0);  // 0 where our integer kernel does not run
+    QCOMPARE(m["int8_kernel"].toString().isEmpty(), m["int8_gop_s"].toDouble() == 0);
     QVERIFY(qFuzzyCompare(m["ridge_flop_per_byte"].toDouble(),
                           m["fp32_gflop_s"].toDouble() / m["read_gb_s"].toDouble()));
     const QJsonArray points = j["points"].toArray();

@@ -84,7 +84,13 @@ class TestRooflineTab : public QObject {
     QVERIFY(r.machine.fp32_gflop_s > 0);
 
     ChartView* chart = tab->primaryChart();
-    QCOMPARE(chart->seriesCount(), 4);  // the roof, prefill, decode batch 1, decode batch 4
+    // The roof (and the int8 roof where our integer kernel runs), prefill, decode batch 1 and 4.
+    QCOMPARE(chart->seriesCount(), r.machine.int8_gop_s > 0 ? 5 : 4);
+    if (r.machine.int8_gop_s > 0) {
+      const int int8 = chart->seriesIndex(RooflineTab::int8RoofSeriesName());
+      QCOMPARE(chart->seriesStyle(int8), ChartView::SeriesStyle::DashedBound);
+      QVERIFY(qFuzzyCompare(chart->seriesPoints(int8).last().y(), r.machine.int8_gop_s));
+    }
     const int roof = chart->seriesIndex(RooflineTab::roofSeriesName());
     QCOMPARE(roof, 0);
     QCOMPARE(chart->seriesStyle(roof), ChartView::SeriesStyle::Bound);

@@ -364,7 +364,8 @@ void ChartView::updateLegendVisibility() { plot_->legend->setVisible(plot_->lege
 
 void ChartView::styleGraph(int series) {
   const SeriesStyle style = seriesStyles_[series];
-  const bool textColored = style == SeriesStyle::Ticks || style == SeriesStyle::Bound;
+  const bool textColored =
+      style == SeriesStyle::Ticks || style == SeriesStyle::Bound || style == SeriesStyle::DashedBound;
   const QColor color = textColored ? colorsFor(theme_).text : seriesColor(series, theme_);
   QPen pen(color, style == SeriesStyle::Ticks ? 3.0 : 2.0);
   pen.setJoinStyle(Qt::RoundJoin);
@@ -385,8 +386,10 @@ void ChartView::styleGraph(int series) {
           QCPScatterStyle(QCPScatterStyle::ssDiamond, QPen(color.darker(120), 1.5), QBrush(color), 11));
       break;
     case SeriesStyle::Bound:
+    case SeriesStyle::DashedBound:
       graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssNone));
-      graph->setPen(QPen(withAlpha(color, 170), 2.5));
+      graph->setPen(
+          QPen(withAlpha(color, 170), 2.5, style == SeriesStyle::Bound ? Qt::SolidLine : Qt::DashLine));
       break;
     case SeriesStyle::Steps:
       graph->setLineStyle(QCPGraph::lsStepCenter);
