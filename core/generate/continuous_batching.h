@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "generate/sampling_params.h"
-#include "model/step_cost.h"
+#include "generate/speculative_config.h"
 #include "lora/lora_spec.h"
+#include "model/step_cost.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
@@ -75,6 +76,8 @@ struct BatchOptions {
   int64_t kv_block_size = 16;
   bool prefix_caching = true;
   PagedAttentionKernel paged_attention = PagedAttentionKernel::Auto;
+  // Speculative decoding (slot or paged KV): proposals verified in each decode (off by default).
+  SpeculativeConfig speculative;
 };
 
 // One admission of a request and the batch place it ran in from then on. Paged KV preempts a
@@ -157,6 +160,8 @@ struct BatchStep {
   // used first. Taken after ms is measured, so the snapshot is not part of the step's time.
   std::vector<KvBlockTable> kv_block_tables;
   std::vector<int64_t> kv_cached_blocks;
+  // Speculative decoding: the decode rows that verified proposals this step.
+  std::vector<SpecRow> speculation;
   int64_t adapters_in_step = 0;     // distinct adapters among the running requests
   AdapterCacheStats adapter_cache;  // counters after this step
   // FLOPs and bytes moved by the step's forward passes (model/step_cost.h), from the model's shapes
@@ -180,6 +185,7 @@ struct BatchRunResult {
   int64_t prompt_tokens = 0;        // prompt positions admitted (recomputations included)
   int64_t prefix_hit_tokens = 0;    // of which found in the prefix cache
   AdapterCacheStats adapter_cache;  // at the end of the run
+  SpecDecodeStats speculative;      // speculative decoding's counters (zero when off)
   bool cancelled = false;
 };
 

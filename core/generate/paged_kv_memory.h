@@ -31,6 +31,8 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   void commit(int64_t id, int64_t positions) override;
   bool grow(int64_t id, int32_t token) override;
   bool grow_tokens(int64_t id, const std::vector<int32_t>& tokens) override;
+  // Blocks past the positions go back to the pool; a block cut into leaves the prefix cache.
+  void truncate(int64_t id, int64_t positions) override;
   Usage usage() const override;
   void snapshot_blocks(BatchStep& step) const override;
 

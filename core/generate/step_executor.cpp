@@ -6,10 +6,30 @@ namespace servelab {
 
 at::Tensor run_decodes(KvMemoryManager& kv, const SchedulerCore& core, const SchedulePlan& plan) {
   if (plan.decode.empty()) return {};
+  const bool verifying = std::any_of(plan.drafts.begin(), plan.drafts.end(),
+                                     [](const std::vector<int32_t>& d) { return !d.empty(); });
+  if (verifying) {
+    // Proposals to verify: each row feeds its last token and its proposals, and every one of
+    // their positions gives logits (a plain row's only one).
+    std::vector<StepSegment> segments;
+    for (size_t i = 0; i < plan.decode.size(); ++i) {
+      StepSegment sg{plan.decode[i], {core.request(plan.decode[i]).tokens.back()}, StepSegment::Logits::All};
+      sg.tokens.insert(sg.tokens.end(), plan.drafts[i].begin(), plan.drafts[i].end());
+      segments.push_back(std::move(sg));
+    }
+    return kv.extend(segments);
+  }
   std::vector<int32_t> last;
   last.reserve(plan.decode.size());
   for (int64_t id : plan.decode) last.push_back(core.request(id).tokens.back());
   return kv.decode(plan.decode, last);
+}
+
+std::vector<int64_t> decode_rows(const SchedulePlan& plan) {
+  std::vector<int64_t> at{0};
+  for (size_t i = 0; i < plan.decode.size(); ++i)
+    at.push_back(at.back() + 1 + static_cast<int64_t>(i < plan.drafts.size() ? plan.drafts[i].size() : 0));
+  return at;
 }
 
 std::vector<int64_t> prefill_sampled_ids(const SchedulePlan& plan) {
