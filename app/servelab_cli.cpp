@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_roofline.h"
 #include "cli_speculative.h"
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
@@ -29,7 +30,6 @@
 #include "experiments/multi_lora.h"
 #include "experiments/paged_kv.h"
 #include "experiments/quantization.h"
-#include "experiments/roofline.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
@@ -560,58 +560,6 @@ int cmd_bench_chunked_prefill(const ModelArgs& m, const ChunkedPrefillParams& p,
       "greedy tokens %s\n",
       r.itl_max_cut, r.itl_p99_cut, r.ttft_cost, r.throughput_ratio,
       r.same_tokens ? "identical both ways" : "DIFFER");
-  return 0;
-}
-
-// bench roofline: the machine's limits (cached) and a short workload's steps as roofline points.
-struct RooflineCli {
-  RooflineParams p;
-  std::string prefill_lengths, decode_batches;
-  std::string cache = default_machine_limits_path();
-  bool remeasure = false, json = false;
-  CLI::App* cmd = nullptr;
-};
-
-void add_bench_roofline(CLI::App* bench, ModelArgs& margs, RooflineCli& a) {
-  a.cmd = bench->add_subcommand("roofline",
-                                "This machine's limits (read bandwidth, peak fp32 FLOP/s) and prefill and "
-                                "decode steps as arithmetic intensity against achieved FLOP/s");
-  margs.add_to(a.cmd);
-  CLI::App* c = a.cmd;
-  c->add_option("--prefill-lengths", a.prefill_lengths,
-                "comma-separated prompt lengths (default 32,128,512)");
-  c->add_option("--decode-batches", a.decode_batches, "comma-separated decode batch sizes (default 1,8,32)");
-  c->add_option("--decode-context", a.p.decode_context, "positions cached per row before the decode steps");
-  c->add_option("--decode-steps", a.p.decode_steps, "timed decode steps per batch size");
-  c->add_option("--repeats", a.p.repeats, "timed prefills per length (medians reported)");
-  c->add_option("--limits-cache", a.cache, "the machine-limits cache file (empty: measure, keep nothing)");
-  c->add_flag("--remeasure", a.remeasure, "measure the machine's limits again");
-  c->add_flag("--json", a.json, "compact JSON");
-}
-
-int cmd_bench_roofline(const ModelArgs& m, RooflineCli& a) {
-  if (!a.prefill_lengths.empty())
-    a.p.prefill_lengths = parse_int_list(a.prefill_lengths, "--prefill-lengths", 1, limits::kMaxTokens);
-  if (!a.decode_batches.empty())
-    a.p.decode_batches = parse_int_list(a.decode_batches, "--decode-batches", 1, limits::kMaxBatch);
-  at_most("--repeats", a.p.repeats, limits::kMaxRepeats);
-  auto engine = m.load();
-  check_roofline_params(*engine, a.p);
-  const MachineLimits machine = machine_limits(*engine, a.cache, a.remeasure);
-  const RooflineResult r = run_roofline(*engine, a.p, machine);
-  json j = r.to_json();
-  j["engine"] = engine->info();
-  if (a.json) {
-    print_json(j);
-    return 0;
-  }
-  std::printf("%s, %s, %d threads: read %.1f GB/s, fp32 %.1f GFLOP/s, ridge %.1f FLOP/byte\n",
-              machine.cpu.c_str(), machine.isa.c_str(), machine.threads, machine.read_gb_s,
-              machine.fp32_gflop_s, machine.ridge());
-  std::printf("%-22s %12s %12s %10s %12s %14s\n", "step", "GFLOP", "MB moved", "ms", "FLOP/byte", "GFLOP/s");
-  for (const RooflinePoint& pt : r.points)
-    std::printf("%-22s %12.3f %12.2f %10.2f %12.2f %14.2f\n", pt.label.c_str(), pt.flops / 1e9,
-                pt.bytes / 1e6, pt.ms, pt.intensity(), pt.flop_s() / 1e9);
   return 0;
 }
 
@@ -1410,8 +1358,9 @@ int main(int argc, char** argv) {
   bench_course->add_flag("--json", sb_json, "compact JSON");
   PagedKvCli paged_kv;
   add_bench_paged_kv(bench, margs, paged_kv);
-  RooflineCli roofline;
-  add_bench_roofline(bench, margs, roofline);
+  RooflineCommand roofline;
+  roofline.add_to(bench);
+  margs.add_to(roofline.cmd);
 
   QuantizationParams qp;
   std::string q_modes;
@@ -1640,7 +1589,13 @@ int main(int argc, char** argv) {
       return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
     }
     if (*paged_kv.cmd) return cmd_bench_paged_kv(margs, paged_kv);
-    if (*roofline.cmd) return cmd_bench_roofline(margs, roofline);
+    if (*roofline.cmd) {
+      auto engine = margs.load();
+      json j = roofline.run(*engine);
+      j["engine"] = engine->info();
+      if (roofline.json) print_json(j);
+      return 0;
+    }
     if (*bench_chunked) {
       if (cp_kv != "paged" && cp_kv != "slot")
         throw UsageError("--kv must be paged or slot, got '" + cp_kv + "'");

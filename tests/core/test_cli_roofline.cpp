@@ -146,7 +146,12 @@ class TestCliRoofline : public QObject {
         SERVELAB_CLI,
         {"bench", "roofline", "--demo", "--prefill-lengths", "0", "--limits-cache", "", "--json"});
     QCOMPARE(r.code, 1);
-    QVERIFY2(r.err.contains("--prefill-lengths"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("prefill length"), qPrintable(r.err));
+    const servelab::test::CliRun word = servelab::test::run_cli(
+        SERVELAB_CLI,
+        {"bench", "roofline", "--demo", "--decode-batches", "1,x", "--limits-cache", "", "--json"});
+    QCOMPARE(word.code, 2);  // not a number: a usage error
+    QVERIFY2(word.err.contains("--decode-batches"), qPrintable(word.err));
     const servelab::test::CliRun tooLong = servelab::test::run_cli(
         SERVELAB_CLI,
         {"bench", "roofline", "--demo", "--prefill-lengths", "5000", "--limits-cache", "", "--json"});
