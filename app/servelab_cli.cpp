@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_roofline.h"
 #include "cli_speculative.h"
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
@@ -1357,6 +1358,9 @@ int main(int argc, char** argv) {
   bench_course->add_flag("--json", sb_json, "compact JSON");
   PagedKvCli paged_kv;
   add_bench_paged_kv(bench, margs, paged_kv);
+  RooflineCommand roofline;
+  roofline.add_to(bench);
+  margs.add_to(roofline.cmd);
 
   QuantizationParams qp;
   std::string q_modes;
@@ -1585,6 +1589,13 @@ int main(int argc, char** argv) {
       return cmd_bench_sync_vs_continuous(margs, svc, svc_json);
     }
     if (*paged_kv.cmd) return cmd_bench_paged_kv(margs, paged_kv);
+    if (*roofline.cmd) {
+      auto engine = margs.load();
+      json j = roofline.run(*engine);
+      j["engine"] = engine->info();
+      if (roofline.json) print_json(j);
+      return 0;
+    }
     if (*bench_chunked) {
       if (cp_kv != "paged" && cp_kv != "slot")
         throw UsageError("--kv must be paged or slot, got '" + cp_kv + "'");

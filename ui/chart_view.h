@@ -25,12 +25,14 @@ namespace servelab::ui {
 
 enum class ChartTheme { Light, Dark };
 
-// chart_view.cpp: each kind of data a chart shows, answering for its own extent, hover readout and
-// legend cost.
+// chart/: each kind of data a chart shows, answering for its own extent, hover readout and legend
+// cost (one header each), and what they draw with.
+namespace chart {
 class ChartData;
 class CellPlottable;
 class CategoryBars;
 class StackedBars;
+}  // namespace chart
 
 class ChartView : public QWidget {
   Q_OBJECT
@@ -49,6 +51,8 @@ class ChartView : public QWidget {
   void setAxisLabels(const QString& x, const QString& y, const QString& y2 = QString());
   // x axis in log2 with ticks at powers of two (batch sizes).
   void setLogXBase2(bool on);
+  // x axis in log10 with ticks at powers of ten (quantities that span decades: FLOP per byte).
+  void setLogXBase10(bool on);
   // Ticks on whole numbers only (request ids, step numbers, counts) on a linear x and/or y axis.
   void setIntegerTicks(bool x, bool y);
   // Left y axis in log10 (counts that span decades); values <= 0 are left out of the fit and drop
@@ -72,14 +76,19 @@ class ChartView : public QWidget {
   // How a series is drawn: a line through point markers (the default); markers alone (values of
   // categories on a bar chart); a histogram's steps centred on each x and filled down to the axis;
   // or a short level mark across each category without a line, in the text colour (a floor or a
-  // resident size on a bar chart).
-  enum class SeriesStyle { Line, Points, Steps, Ticks };
+  // resident size on a bar chart); or a bound: a line without markers in the text colour (a
+  // roofline's slope and roof), solid or dashed (a second roof).
+  enum class SeriesStyle { Line, Points, Steps, Ticks, Bound, DashedBound };
   void setSeriesStyle(int series, SeriesStyle style);
   SeriesStyle seriesStyle(int series) const;
   // Live append: rescales to fit unless the user has zoomed or panned since the last fit.
   void append(int series, double x, double y);
   void setSeriesData(int series, const QVector<double>& x, const QVector<double>& y);
   void clearSeries(int series);
+  // Names for a series' points, one per point in the order of their x (the order the chart keeps
+  // them in): the hover readout names a point by its own label (a roofline step) instead of the
+  // series'. Cleared with the series' data.
+  void setPointLabels(int series, const QStringList& labels);
 
   // Categorical bars (e.g. the top-10 next tokens). Replaces any previous bars. A value that is not
   // finite leaves its category empty (a result still to come). Categories sit at x = 1, 2, ...: a
@@ -187,7 +196,7 @@ class ChartView : public QWidget {
   void styleGraph(int series);
   bool categorical() const;
   // The data in the order the hover readout considers it: series, cells, bars, stacked bars.
-  QVector<const ChartData*> dataItems() const;
+  QVector<const chart::ChartData*> dataItems() const;
   void removeBars();
   void raiseSeries();  // series drawn over bars made after them
   // The annotation above each stack, at the stack's total.
@@ -212,8 +221,8 @@ class ChartView : public QWidget {
   QCustomPlot* plot_ = nullptr;
   QCPTextElement* titleElement_ = nullptr;
   QCPTextElement* footnoteElement_ = nullptr;
-  CategoryBars* bars_ = nullptr;
-  std::unique_ptr<StackedBars> stack_;  // setStackedBars
+  chart::CategoryBars* bars_ = nullptr;
+  std::unique_ptr<chart::StackedBars> stack_;  // setStackedBars
   QStringList stackAnnotations_;
   QStringList barLabels_;
   QString barValueName_;
@@ -229,8 +238,8 @@ class ChartView : public QWidget {
   QVector<QCPItemStraightLine*> markerLines_;
   QVector<QCPItemText*> markerTexts_;
   QVector<QCPItemText*> barTexts_;  // value labels above the bars
-  CellPlottable* cells_ = nullptr;
-  QVector<CellPlottable*> cellKeys_;
+  chart::CellPlottable* cells_ = nullptr;
+  QVector<chart::CellPlottable*> cellKeys_;
   QStringList cellRows_;
   int cellRowStride_ = 1;  // every n-th row labelled
   bool legendBelow_ = false;
@@ -251,6 +260,7 @@ class ChartView : public QWidget {
   ChartTheme theme_ = ChartTheme::Light;
   bool userZoomed_ = false;
   bool logX_ = false;
+  int logXBase_ = 2;
   bool logY_ = false;
   bool integerX_ = false, integerY_ = false;
   bool replotPending_ = false;

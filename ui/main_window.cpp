@@ -39,6 +39,7 @@
 #include "kv_cache_tab.h"
 #include "multi_lora_tab.h"
 #include "quantization_tab.h"
+#include "roofline_tab.h"
 #include "serving_tab.h"
 #include "text_format.h"
 
@@ -114,7 +115,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   auto* serving = new ServingTab(engine_, this);
   serving->setAdapterProvider(
       [lora = qobject_cast<MultiLoraTab*>(tabs_.back())] { return lora->adapterSources(); });
-  tabs_ << serving;
+  tabs_ << serving << new RooflineTab(engine_, this);
   for (ExperimentTab* t : tabs_) {
     t->setObjectName(t->tabId() + QStringLiteral("Tab"));
     tabWidget_->addTab(t, t->title());

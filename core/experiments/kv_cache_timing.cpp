@@ -5,6 +5,7 @@
 
 #include "experiments/batch_sweep.h"
 #include "generate/generator.h"
+#include "model/model.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
 #include "util/limits.h"
@@ -12,6 +13,13 @@
 namespace servelab {
 
 nlohmann::json KvCacheTimingResult::to_json() const {
+  const auto field = [](const std::vector<StepCost>& costs, double (*of)(const StepCost&)) {
+    std::vector<double> v;
+    for (const StepCost& c : costs) v.push_back(of(c));
+    return v;
+  };
+  const auto flops = [](const StepCost& c) { return c.flops; };
+  const auto bytes = [](const StepCost& c) { return c.bytes(); };
   return {{"experiment", "kv-cache"},
           {"prompt_ids", prompt_ids},
           {"tokens", tokens},
@@ -37,6 +45,10 @@ nlohmann::json KvCacheTimingResult::to_json() const {
           {"kv_cache_bytes", kv_cache_bytes},
           {"kv_bytes_per_token", kv_bytes_per_token},
           {"repeats", repeats},
+          {"no_cache_flops", field(no_cache_cost, flops)},
+          {"no_cache_bytes", field(no_cache_cost, bytes)},
+          {"cache_flops", field(cache_cost, flops)},
+          {"cache_bytes", field(cache_cost, bytes)},
           {"statistic", "median per token over repeats"}};
 }
 
@@ -147,6 +159,12 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
   const double c_decode = r.cache_total_ms - r.cache_ms.front();
   r.decode_speedup = c_decode > 0 ? nc_decode / c_decode : 0;
   r.repeats = p.repeats;
+  const StepCostModel cost = engine.model().cost_model();
+  const auto prompt = static_cast<int64_t>(r.prompt_ids.size());
+  for (int64_t i = 0; i < p.new_tokens; ++i) {
+    r.no_cache_cost.push_back(cost.forward({{0, prompt + i, 1}}));
+    r.cache_cost.push_back(cost.forward({i == 0 ? CostRow{0, prompt, 1} : CostRow{prompt + i - 1, 1, 1}}));
+  }
   return r;
 }
 

@@ -113,6 +113,8 @@ nlohmann::json batch_run_json(const BatchRunResult& run) {
                      {"kv_copy_bytes", s.kv_copy_bytes},
                      {"kv_copy_ms", s.kv_copy_ms},
                      {"prefill_ms", s.prefill_ms},
+                     {"flops", s.cost.flops},
+                     {"bytes", s.cost.bytes()},
                      {"admitted", s.admitted},
                      {"retired", s.retired}});
   return {{"method", run.method},

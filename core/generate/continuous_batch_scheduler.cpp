@@ -106,7 +106,12 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
 ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tokenizer& tokenizer,
                                                    const std::vector<BatchRequest>& requests,
                                                    const BatchOptions& options, BatchSink* sink)
-    : model_(model), tokenizer_(tokenizer), requests_(requests), options_(options), sink_(sink) {
+    : model_(model),
+      tokenizer_(tokenizer),
+      requests_(requests),
+      options_(options),
+      sink_(sink),
+      cost_(model.cost_model()) {
   check_batch_requests(model, requests, options);
   const std::vector<int32_t> stops = generation_stop_ids(model, tokenizer);
   int64_t capacity = 0;
@@ -282,6 +287,22 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
       if (sink_) sink_->on_admit(id, slot, s.step, s.start_ms);
     }
   };
+  // What each forward computes, for the step's cost: a decode row feeds its last token (written at
+  // the position after those cached) and any proposals to verify, every one of them giving
+  // logits; a chunk its positions. A draft model's own passes are not counted.
+  auto decode_costs = [&] {
+    std::vector<CostRow> rows;
+    for (size_t i = 0; i < plan.decode.size(); ++i) {
+      const int64_t fed = 1 + (i < plan.drafts.size() ? static_cast<int64_t>(plan.drafts[i].size()) : 0);
+      rows.push_back({static_cast<int64_t>(core_->request(plan.decode[i]).tokens.size()) - 1, fed, fed});
+    }
+    return rows;
+  };
+  auto chunk_costs = [&] {
+    std::vector<CostRow> rows;
+    for (const ScheduledChunk& c : plan.prefill) rows.push_back({c.start, c.count, c.last ? 1 : 0});
+    return rows;
+  };
   auto note_decodes = [&] {
     note_adapters(plan.decode);
     s.decode_tokens += static_cast<int64_t>(plan.decode.size());
@@ -300,6 +321,9 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
     // Chunked prefill's step: the decode rows and the prompt chunks in one forward.
     note_decodes();
     note_adapters(chunk_rows);
+    std::vector<CostRow> rows = decode_costs();
+    for (const CostRow& r : chunk_costs()) rows.push_back(r);
+    s.cost += cost_.forward(rows);
     const StepLogits logits = run_mixed(*kv_, *core_, plan);
     ++s.forward_calls;
     forward_rows_ += static_cast<int64_t>(plan.prefill.size());
@@ -315,6 +339,7 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
   // Decodes first: the running streams' tokens are out before a prompt runs.
   if (!plan.decode.empty()) {
     note_decodes();
+    s.cost += cost_.forward(decode_costs());
     const at::Tensor logits = run_decodes(*kv_, *core_, plan);
     ++s.forward_calls;
     result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(plan.decode.size()));
@@ -322,6 +347,7 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
   }
   if (!plan.prefill.empty()) {
     note_adapters(chunk_rows);
+    s.cost += cost_.forward(chunk_costs());
     const DeviceTimer prefill_timer(model_.device());
     const at::Tensor logits = run_prefills(*kv_, *core_, plan);
     const KvMemoryManager::CopyStats copied = kv_->take_copy_stats();

@@ -75,6 +75,7 @@ class ContinuousBatchScheduler {
   // Adds the requests whose step has come (all of them when nothing else is left to run).
   void join(int64_t step, double ms, bool all);
   BatchRunResult result_;
+  StepCostModel cost_;        // each step's FLOPs and bytes (BatchStep::cost)
   int64_t forward_rows_ = 0;  // rows over every forward pass (prompt chunks and decodes)
   // Adapters of the run (when it has any), the one each running request holds, and those that
   // ran in the current step.

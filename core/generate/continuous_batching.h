@@ -11,6 +11,7 @@
 #include "generate/sampling_params.h"
 #include "generate/speculative_config.h"
 #include "lora/lora_spec.h"
+#include "model/step_cost.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
@@ -163,6 +164,9 @@ struct BatchStep {
   std::vector<SpecRow> speculation;
   int64_t adapters_in_step = 0;     // distinct adapters among the running requests
   AdapterCacheStats adapter_cache;  // counters after this step
+  // FLOPs and bytes moved by the step's forward passes (model/step_cost.h), from the model's shapes
+  // and the rows and positions the step ran: its roofline point with ms.
+  StepCost cost;
 };
 
 struct BatchRunResult {

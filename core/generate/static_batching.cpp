@@ -9,6 +9,7 @@
 #include "generate/request_tracker.h"
 #include "lora/adapter_cache.h"
 #include "lora/lora_adapter.h"
+#include "model/model.h"
 #include "util/device.h"
 #include "util/errors.h"
 
@@ -20,8 +21,8 @@ namespace {
 class BatchRecorder : public GenerationSink {
  public:
   BatchRecorder(std::vector<RequestTracker*> rows, const DeviceTimer& clock, BatchRunResult& result,
-                BatchSink* sink)
-      : rows_(std::move(rows)), clock_(clock), result_(result), sink_(sink) {}
+                BatchSink* sink, const StepCostModel& cost)
+      : rows_(std::move(rows)), clock_(clock), result_(result), sink_(sink), cost_(cost) {}
 
   void on_token(const TokenEvent& e) override {
     RequestTracker& t = *rows_[e.row];
@@ -44,6 +45,12 @@ class BatchRecorder : public GenerationSink {
     } else {
       s.decode_tokens = static_cast<int64_t>(rows_.size());
     }
+    // Every row of the padded batch is computed, padding included: the prompts at the batch's width,
+    // then one position a row.
+    const auto batch = static_cast<int64_t>(rows_.size());
+    if (e.step == 0) width_ = batch > 0 ? e.positions / batch : 0;
+    const CostRow row = e.step == 0 ? CostRow{0, width_, 1} : CostRow{width_ + e.step - 1, 1, 1};
+    s.cost = cost_.forward(std::vector<CostRow>(rows_.size(), row));
     s.forward_calls = 1;
     result_.inference_calls += 1;
     result_.max_batch = std::max(result_.max_batch, s.running);
@@ -61,6 +68,8 @@ class BatchRecorder : public GenerationSink {
   const DeviceTimer& clock_;
   BatchRunResult& result_;
   BatchSink* sink_;
+  const StepCostModel& cost_;
+  int64_t width_ = 0;  // the padded prompts' width
 };
 
 }  // namespace
@@ -90,6 +99,7 @@ BatchRunResult run_static_batching(const Model& model, const Tokenizer& tokenize
   if (!options.adapters.empty())
     adapters = std::make_unique<AdapterCache>(model, options.adapters, options.adapter_cache_capacity);
   const DeviceTimer clock(model.device());
+  const StepCostModel cost = model.cost_model();
   const size_t batch = static_cast<size_t>(options.max_batch);
   for (size_t first = 0; first < order.size() && !result.cancelled; first += batch) {
     const size_t last = std::min(order.size(), first + batch);
@@ -140,7 +150,7 @@ BatchRunResult run_static_batching(const Model& model, const Tokenizer& tokenize
       rows[i]->admitted(static_cast<int64_t>(i), step, start);
       if (sink) sink->on_admit(rows[i]->result().id, static_cast<int64_t>(i), step, start);
     }
-    BatchRecorder recorder(rows, clock, result, sink);
+    BatchRecorder recorder(rows, clock, result, sink, cost);
     try {
       generate(model, tokenizer, prompts, o, &recorder);
     } catch (const CancelledError&) {

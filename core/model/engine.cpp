@@ -263,6 +263,7 @@ void Engine::quantize(const QuantSpec& spec) {
   try {
     std::unique_ptr<Model> m = architecture_of(*model_).quantize(*model_, resolved, gemm_);
     m->set_attention_backend(model_->attention_backend());
+    m->set_weight_quantization(resolved);
     model_ = std::move(m);
   } catch (const c10::OutOfMemoryError&) {
     throw OutOfMemoryError("out of memory quantizing the model to " + spec.mode_name());

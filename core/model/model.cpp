@@ -23,6 +23,18 @@ int64_t Model::kv_cache_bytes(int64_t batch, int64_t capacity) const {
   return KvCache::bytes_needed(shape_.n_layer, batch, shape_.n_kv_head, capacity, shape_.head_dim, dtype());
 }
 
+StepCostModel Model::cost_model() const {
+  std::vector<MatrixShape> matrices;
+  for (const Projection& p : projections_) matrices.push_back({p.in, p.out});
+  const auto bytes = static_cast<int64_t>(c10::elementSize(dtype()));
+  StepCostModel cost(shape_, std::move(matrices), weight_quant_, bytes, bytes);
+  // Kernels over a file's own quantized blocks (a GGUF run as stored): what they hold per parameter.
+  if (!weight_quant_.is_quantized() && kernels_ && !kernels_->holds_dense_weights() && parameter_count() > 0)
+    cost.set_stored_bytes_per_weight(static_cast<double>(resident_bytes()) /
+                                     static_cast<double>(parameter_count()));
+  return cost;
+}
+
 at::Tensor Model::add_lora(int64_t layer, LinearSlot slot, const at::Tensor& x, at::Tensor y,
                            const LoraBatch& lora) {
   return lora.apply(layer, slot, x, std::move(y));

@@ -14,6 +14,8 @@
 #include "model/kv_cache.h"
 #include "model/linear_kernels.h"
 #include "model/model_shape.h"
+#include "model/step_cost.h"
+#include "quant/quant_spec.h"
 
 namespace servelab {
 
@@ -114,6 +116,13 @@ class Model {
   KvCache make_cache(int64_t batch, int64_t capacity) const;
   int64_t kv_cache_bytes(int64_t batch, int64_t capacity) const;
 
+  // FLOPs and bytes of a forward pass over this model (model/step_cost.h): its shapes, its
+  // projections, its dtype and its weights as quantized.
+  StepCostModel cost_model() const;
+  // How the weights are stored, when quantized after loading (Engine::quantize says so). A GGUF
+  // file's blocks run as stored are counted at the bytes per parameter the kernels hold.
+  void set_weight_quantization(const QuantSpec& spec) { weight_quant_ = spec; }
+
   const LinearKernels* kernels() const { return kernels_.get(); }
   void set_attention_backend(AttentionBackend b) { backend_ = b; }
   AttentionBackend attention_backend() const { return backend_; }
@@ -162,6 +171,7 @@ class Model {
   std::vector<Projection> projections_;
   std::shared_ptr<const LinearKernels> kernels_;
   AttentionBackend backend_ = AttentionBackend::Sdpa;
+  QuantSpec weight_quant_;
 };
 
 }  // namespace servelab

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <list>
 #include <map>
 #include <memory>
@@ -16,6 +15,7 @@
 #include <thread>
 
 #include "util/errors.h"
+#include "util/utc_time.h"
 
 #ifndef SERVELAB_VERSION
 #define SERVELAB_VERSION "unknown"
@@ -102,15 +102,6 @@ StreamProtocol protocol_of(LoadApi api) {
   return api == LoadApi::OpenAI       ? StreamProtocol::OpenAICompletions
          : api == LoadApi::OpenAIChat ? StreamProtocol::OpenAIChat
                                       : StreamProtocol::Tgi;
-}
-
-std::string now_iso8601() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 std::string num(double v) {
@@ -601,7 +592,7 @@ LoadReport run_load(const LoadTarget& target_in, const LoadOptions& o, const std
   report.scenario = o.scenario;
   report.url = target.url;
   report.api = load_api_name(target.api);
-  report.started_at = now_iso8601();
+  report.started_at = utc_now_iso8601();
   report.options = o;
   report.options.tokenizer = nullptr;
   report.options.dataset.output_len = o.request.max_new_tokens;

@@ -269,6 +269,20 @@ class TestSpeculative : public QObject {
     int64_t per_position = 0;
     for (int64_t n : run.speculative.accepted_per_position) per_position += n;
     QCOMPARE(per_position, run.speculative.num_accepted_tokens);
+    // A verifying step's cost counts every position it fed: each row's last token and its proposals,
+    // each at least what one position at the start costs and at most one after 64 cached positions
+    // (prompts of 24 and 20 new tokens).
+    const StepCostModel cost = gpt2_->cost_model();
+    int verifying = 0;
+    for (const BatchStep& s : run.steps) {
+      if (s.speculation.empty() || s.prefill_tokens > 0) continue;
+      ++verifying;
+      double fed = static_cast<double>(s.decode_tokens);
+      for (const SpecRow& row : s.speculation) fed += static_cast<double>(row.proposed.size());
+      QVERIFY(s.cost.flops >= fed * cost.forward({{0, 1, 1}}).flops);
+      QVERIFY(s.cost.flops <= fed * cost.forward({{64, 1, 1}}).flops);
+    }
+    QVERIFY(verifying > 0);
   }
 
   void a_stop_string_inside_an_accepted_run_cuts_there() {

@@ -495,6 +495,34 @@ class ChartViewTest : public QObject {
     QVERIFY((l1 - l10) * 5 < (l10 - l100));  // linear again
   }
 
+  // A roofline's axes: log10 on both, decades evenly spaced, at least two decades shown; a bound
+  // series (no markers) and points named one by one in the hover readout.
+  void log10AxesBoundsAndPointLabels() {
+    ChartView chart;
+    chart.setLogXBase10(true);
+    chart.setLogY(true);
+    const int roof = chart.addSeries(QStringLiteral("roof"));
+    chart.setSeriesStyle(roof, ChartView::SeriesStyle::Bound);
+    QCOMPARE(chart.seriesStyle(roof), ChartView::SeriesStyle::Bound);
+    chart.setSeriesData(roof, {0.5, 5, 500}, {10, 100, 100});
+    const int steps = chart.addSeries(QStringLiteral("decode"));
+    chart.setSeriesStyle(steps, ChartView::SeriesStyle::Points);
+    chart.setSeriesData(steps, {1, 10}, {15, 60});
+    chart.setPointLabels(steps, {QStringLiteral("decode batch 1"), QStringLiteral("decode batch 8")});
+    showChart(chart);
+    const int x1 = chart.pixelFor(steps, 0).x(), x10 = chart.pixelFor(steps, 1).x();
+    const int x05 = chart.pixelFor(roof, 0).x(), x5 = chart.pixelFor(roof, 1).x();
+    QVERIFY(x1 >= 0 && x10 > x1);
+    QVERIFY(std::abs((x10 - x1) - (x5 - x05)) <= 1);  // a decade is a decade anywhere
+    QVERIFY2(chart.readoutAt(chart.pixelFor(steps, 1)).startsWith(QStringLiteral("decode batch 8: ")),
+             qPrintable(chart.readoutAt(chart.pixelFor(steps, 1))));
+    chart.clearSeries(steps);
+    chart.setSeriesData(steps, {1}, {15});
+    QVERIFY(
+        chart.readoutAt(chart.pixelFor(steps, 0)).startsWith(QStringLiteral("decode: ")));  // labels cleared
+    QVERIFY(!isUniform(chart.renderImage(640, 360, 1.0)));
+  }
+
   void log2AxisSpacesPowersEvenly() {
     ChartView chart;
     chart.setAxisLabels(QStringLiteral("batch size"), QStringLiteral("tokens/s"));

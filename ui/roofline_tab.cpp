@@ -1,0 +1,334 @@
+#include "roofline_tab.h"
+
+#include <QCheckBox>
+#include <QDir>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+
+#include "chart_view.h"
+#include "engine_controller.h"
+#include "form_widgets.h"
+#include "util/limits.h"
+
+namespace servelab::ui {
+
+namespace {
+
+constexpr double kGiga = 1e9;
+
+// "32, 128,512" -> {32, 128, 512}; empty with *error set when an entry is not a whole number in
+// [1, hi].
+std::vector<int64_t> parseSizes(const QString& text, qint64 hi, const QString& what, QString* error) {
+  std::vector<int64_t> out;
+  for (const QString& part : text.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
+    bool ok = false;
+    const qint64 v = part.trimmed().toLongLong(&ok);
+    if (!ok || v < 1 || v > hi) {
+      *error = QObject::tr("%1: \"%2\" is not a whole number from 1 to %3").arg(what, part.trimmed()).arg(hi);
+      return {};
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) *error = QObject::tr("%1: give at least one size").arg(what);
+  return out;
+}
+
+// Which kind of step a live point's label names ("prefill 128 tokens" -> "prefill").
+QString kindSeries(const QString& label) {
+  return label.startsWith(QLatin1String("prefill")) ? QStringLiteral("prefill") : label;
+}
+
+}  // namespace
+
+RooflineTab::RooflineTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
+  cachePath_ = QDir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation))
+                   .filePath(QStringLiteral("machine_limits.json"));
+  prefillLengths_ = new QLineEdit(QStringLiteral("32, 128, 512"), this);
+  prefillLengths_->setObjectName(QStringLiteral("rooflinePrefillLengths"));
+  prefillLengths_->setToolTip(tr("Prompt lengths, one prefill step each"));
+  decodeBatches_ = new QLineEdit(QStringLiteral("1, 8, 32"), this);
+  decodeBatches_->setObjectName(QStringLiteral("rooflineDecodeBatches"));
+  decodeBatches_->setToolTip(tr("Rows of a decode step, one point each"));
+  decodeContext_ = new QSpinBox(this);
+  decodeContext_->setObjectName(QStringLiteral("rooflineDecodeContext"));
+  decodeContext_->setRange(1, 8192);
+  decodeContext_->setValue(64);
+  decodeContext_->setSuffix(tr(" tokens"));
+  decodeSteps_ = new QSpinBox(this);
+  decodeSteps_->setObjectName(QStringLiteral("rooflineDecodeSteps"));
+  decodeSteps_->setRange(1, 64);
+  decodeSteps_->setValue(4);
+  remeasure_ = new QCheckBox(tr("Measure the machine again"), this);
+  remeasure_->setObjectName(QStringLiteral("rooflineRemeasure"));
+  remeasure_->setToolTip(tr("The limits are measured once and kept; tick to measure them again on this run"));
+
+  auto* form = new QFormLayout;
+  form->addRow(tr("Prefill lengths"), prefillLengths_);
+  form->addRow(tr("Decode batches"), decodeBatches_);
+  form->addRow(tr("Decode context"), decodeContext_);
+  form->addRow(tr("Decode steps"), decodeSteps_);
+  form->addRow(remeasure_);
+  QHBoxLayout* buttons =
+      makeRunButtons(QStringLiteral("roofline"), tr("Run the prefill and decode steps on the loaded model"));
+  progress_ = new RunProgressBar(this);
+  machine_ = new QLabel(tr("The machine's limits are measured on the first run."), this);
+  machine_->setObjectName(QStringLiteral("rooflineMachine"));
+  machine_->setWordWrap(true);
+  machine_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  summary_ = new QLabel(tr("Run to place prefill and decode steps under this machine's roof."), this);
+  summary_->setObjectName(QStringLiteral("rooflineSummary"));
+  summary_->setWordWrap(true);
+  summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  auto* controls = new QGroupBox(tr("Experiment"), this);
+  auto* cv = new QVBoxLayout(controls);
+  cv->addLayout(form);
+  cv->addLayout(buttons);
+  cv->addWidget(progress_);
+  cv->addWidget(machine_);
+  cv->addWidget(summary_);
+  cv->addStretch();
+  controls->setMinimumWidth(300);
+  controls->setMaximumWidth(380);
+
+  chart_ = new ChartView(this);
+  chart_->setObjectName(QStringLiteral("rooflineChart"));
+  chart_->setTitle(tr("Roofline: arithmetic intensity against achieved FLOP/s"));
+  chart_->setAxisLabels(tr("arithmetic intensity (FLOP per byte moved)"), tr("achieved GFLOP/s"));
+  chart_->setLogXBase10(true);
+  chart_->setLogY(true);
+
+  auto* explanation = new QLabel(
+      tr("A step that moves many bytes per FLOP is limited by memory: its point sits under the "
+         "<b>slope</b> (bandwidth × intensity). One that does many FLOPs per byte is limited by "
+         "arithmetic: under the flat <b>roof</b>. <b>Decode</b> reads every weight for one token per row, "
+         "so it sits far left, on the slope, and a bigger batch moves it right almost for free; "
+         "<b>prefill</b> reuses each weight for many positions and climbs towards the roof. Quantized "
+         "weights move fewer bytes for the same FLOPs: the point moves right."),
+      this);
+  explanation->setWordWrap(true);
+  explanation->setObjectName(QStringLiteral("rooflineExplanation"));
+  auto* right = new QVBoxLayout;
+  right->addWidget(chart_, 1);
+  right->addWidget(explanation);
+  auto* layout = new QHBoxLayout(this);
+  layout->addWidget(controls);
+  layout->addLayout(right, 1);
+}
+
+QString RooflineTab::roofSeriesName() { return tr("this machine's roof (fp32)"); }
+QString RooflineTab::int8RoofSeriesName() { return tr("int8 roof (--quant-exec jit-int8)"); }
+
+QString RooflineTab::seriesFor(const servelab::RooflinePoint& point) {
+  const QString kind =
+      point.kind == "prefill" ? QStringLiteral("prefill") : QString::fromStdString(point.label);
+  return point.quant.empty() || point.quant == "none"
+             ? kind
+             : QStringLiteral("%1 · %2").arg(kind, QString::fromStdString(point.quant));
+}
+
+void RooflineTab::setWorkload(const QString& prefillLengths, const QString& decodeBatches, int decodeContext,
+                              int decodeSteps) {
+  prefillLengths_->setText(prefillLengths);
+  decodeBatches_->setText(decodeBatches);
+  decodeContext_->setValue(decodeContext);
+  decodeSteps_->setValue(decodeSteps);
+}
+
+void RooflineTab::setRemeasure(bool on) { remeasure_->setChecked(on); }
+
+QString RooflineTab::summaryText() const { return summary_->text(); }
+
+void RooflineTab::setModel(const ModelSummary& model) {
+  model_ = model;
+  chart_->setFootnote(chartFootnote(model));
+  if (model.positions > 2) decodeContext_->setMaximum(model.positions - 2);
+}
+
+int RooflineTab::seriesNamed(const QString& name) {
+  int i = chart_->seriesIndex(name);
+  if (i < 0) {
+    i = chart_->addSeries(name);
+    chart_->setSeriesStyle(i, ChartView::SeriesStyle::Points);
+  }
+  return i;
+}
+
+bool RooflineTab::run() {
+  QString error;
+  servelab::RooflineParams p;
+  p.prefill_lengths =
+      parseSizes(prefillLengths_->text(), servelab::limits::kMaxTokens, tr("prefill lengths"), &error);
+  if (!error.isEmpty()) return refuseRun(error);
+  p.decode_batches =
+      parseSizes(decodeBatches_->text(), servelab::limits::kMaxBatch, tr("decode batches"), &error);
+  if (!error.isEmpty()) return refuseRun(error);
+  p.decode_context = decodeContext_->value();
+  p.decode_steps = decodeSteps_->value();
+  const bool remeasure = remeasure_->isChecked();
+  const std::string cache = cachePath_.toStdString();
+  EngineJob* job = engine_->submit(tr("Roofline"), [p, remeasure, cache](JobContext& c) {
+    servelab::check_roofline_params(c.engine(), p);
+    const servelab::MachineLimits limits = servelab::machine_limits(c.engine(), cache, remeasure);
+    return servelab::run_roofline(c.engine(), p, limits, c.control());
+  });
+  if (!job) return false;
+  connect(job, &EngineJob::point, this, &RooflineTab::onPoint);
+  progress_->follow(job);
+  job->onResult<servelab::RooflineResult>(this, [this](const auto& r) { onFinished(r); });
+  connect(job, &EngineJob::failed, this, &RooflineTab::onFailed);
+  runStarted();
+  hasResult_ = false;
+  lastError_.clear();
+  chart_->clearAll();
+  // The roof first, so that each kind of step keeps its colour from the live points to the result.
+  chart_->setSeriesStyle(chart_->addSeries(roofSeriesName()), ChartView::SeriesStyle::Bound);
+  progress_->start();
+  summary_->setText(tr("Running %1 prefill and %2 decode steps…")
+                        .arg(p.prefill_lengths.size())
+                        .arg(p.decode_batches.size()));
+  return true;
+}
+
+void RooflineTab::onPoint(const QString& label, double intensity, double flopPerSecond) {
+  chart_->append(seriesNamed(kindSeries(label)), intensity, flopPerSecond / kGiga);
+}
+
+void RooflineTab::drawRoof(const servelab::MachineLimits& m, double x0, double x1) {
+  if (m.read_gb_s <= 0 || m.fp32_gflop_s <= 0) return;
+  int roof = chart_->seriesIndex(roofSeriesName());
+  if (roof < 0) roof = chart_->addSeries(roofSeriesName());
+  chart_->setSeriesStyle(roof, ChartView::SeriesStyle::Bound);
+  const double ridge = m.ridge();
+  chart_->setSeriesData(roof, {x0, ridge, x1}, {m.read_gb_s * x0, m.fp32_gflop_s, m.fp32_gflop_s});
+  chart_->setPointLabels(roof, {tr("bandwidth slope: %1 GB/s × intensity").arg(m.read_gb_s, 0, 'f', 1),
+                                tr("ridge point: %1 FLOP/byte").arg(ridge, 0, 'f', 1),
+                                tr("compute roof: %1 GFLOP/s fp32").arg(m.fp32_gflop_s, 0, 'f', 1)});
+  chart_->addVerticalMarker(ridge, tr("ridge %1 FLOP/B").arg(ridge, 0, 'g', 3));
+}
+
+void RooflineTab::drawInt8Roof(const servelab::MachineLimits& m, double x0, double x1) {
+  if (m.int8_gop_s <= 0 || m.read_gb_s <= 0) return;
+  const int int8 = chart_->addSeries(int8RoofSeriesName());
+  chart_->setSeriesStyle(int8, ChartView::SeriesStyle::DashedBound);
+  const double ridge = m.int8_gop_s / m.read_gb_s;
+  chart_->setSeriesData(int8, {x0, ridge, std::max(x1, ridge * 4)},
+                        {m.read_gb_s * x0, m.int8_gop_s, m.int8_gop_s});
+  chart_->setPointLabels(int8, {QString(), tr("int8 ridge point: %1 OP/byte").arg(ridge, 0, 'f', 1),
+                                tr("int8 roof: %1 GOP/s (%2)")
+                                    .arg(m.int8_gop_s, 0, 'f', 1)
+                                    .arg(QString::fromStdString(m.int8_kernel))});
+}
+
+void RooflineTab::onFinished(const servelab::RooflineResult& r) {
+  result_ = r;
+  hasResult_ = true;
+  const servelab::MachineLimits& m = r.machine;
+  chart_->clearAll();
+  chart_->setSeriesStyle(chart_->addSeries(roofSeriesName()), ChartView::SeriesStyle::Bound);
+  double lo = m.ridge() > 0 ? m.ridge() : 1, hi = lo;
+  for (const servelab::RooflinePoint& pt : r.points) {
+    lo = std::min(lo, pt.intensity());
+    hi = std::max(hi, pt.intensity());
+  }
+  const double x0 = lo / 4, x1 = hi * 4;  // the ridge and every step, with room around
+  drawRoof(m, x0, x1);
+  // Series in the order the workload ran (prefill, then decode by batch); each one's points in the
+  // order of their intensity (the chart's), named by their step for the hover readout.
+  QStringList order;
+  QString rows;
+  for (const servelab::RooflinePoint& pt : r.points) {
+    if (!order.contains(seriesFor(pt))) order << seriesFor(pt);
+    rows +=
+        QStringLiteral("<tr><td>%1</td><td align='right'>%2</td><td align='right'>%3</td><td>%4</td></tr>")
+            .arg(QString::fromStdString(pt.label).toHtmlEscaped())
+            .arg(pt.intensity(), 0, 'f', 1)
+            .arg(pt.flop_s() / kGiga, 0, 'f', 1)
+            .arg(pt.intensity() < m.ridge() ? tr("memory-bound") : tr("compute-bound"));
+  }
+  std::vector<servelab::RooflinePoint> points = r.points;
+  std::stable_sort(points.begin(), points.end(),
+                   [](const auto& a, const auto& b) { return a.intensity() < b.intensity(); });
+  for (const QString& series : order) {
+    QVector<double> xs, ys;
+    QStringList labels;
+    for (const servelab::RooflinePoint& pt : points) {
+      if (seriesFor(pt) != series) continue;
+      xs << pt.intensity();
+      ys << pt.flop_s() / kGiga;
+      const double attainable = std::min(m.fp32_gflop_s, m.read_gb_s * pt.intensity());
+      labels << (attainable > 0 ? tr("%1, %2% of the roof here")
+                                      .arg(QString::fromStdString(pt.label))
+                                      .arg(100 * pt.flop_s() / kGiga / attainable, 0, 'f', 0)
+                                : QString::fromStdString(pt.label));
+    }
+    const int i = seriesNamed(series);
+    chart_->setSeriesData(i, xs, ys);
+    chart_->setPointLabels(i, labels);
+  }
+  // After the steps, so that each kind keeps its colour from the live points.
+  drawInt8Roof(m, x0, x1);
+  chart_->rescale();
+  const QString int8 = m.int8_gop_s > 0 ? tr(" · int8 %1 GOP/s").arg(m.int8_gop_s, 0, 'f', 1) : QString();
+  machine_->setText(
+      tr("<b>%1</b> · %2 · %3 threads on %4<br>read %5 GB/s<br>fp32 %6 GFLOP/s%7<br>ridge %8 "
+         "FLOP/byte<br><small>GEMM: %9 · measured %10</small>")
+          .arg(QString::fromStdString(m.cpu).toHtmlEscaped(), QString::fromStdString(m.isa))
+          .arg(m.threads)
+          .arg(QString::fromStdString(m.device))
+          .arg(m.read_gb_s, 0, 'f', 1)
+          .arg(m.fp32_gflop_s, 0, 'f', 1)
+          .arg(int8)
+          .arg(m.ridge(), 0, 'f', 1)
+          .arg(QString::fromStdString(m.gemm).toHtmlEscaped(), QString::fromStdString(m.measured_at)));
+  summary_->setText(tr("<table cellspacing='3'><tr><td><b>step</b></td><td align='right'><b>FLOP/B</b></td>"
+                       "<td align='right'><b>GFLOP/s</b></td><td></td></tr>%1</table>")
+                        .arg(rows));
+  progress_->finish();
+  runEnded(true, QString());
+}
+
+void RooflineTab::onFailed(const QString& kind, const QString& message) {
+  lastError_ = message;
+  showRunFailure(progress_, summary_, kind, message,
+                 tr("<b>Stopped.</b> The steps measured so far stay on the chart."));
+  runEnded(false, message);
+}
+
+QJsonObject RooflineTab::lastResult() const {
+  if (!hasResult_) {
+    QJsonObject o{{QStringLiteral("experiment"), QStringLiteral("roofline")}};
+    if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
+    return o;
+  }
+  return toQJsonObject(result_.to_json());
+}
+
+void RooflineTab::loadSettings(QSettings& s) {
+  s.beginGroup(tabId());
+  if (const auto v = settingString(s, QStringLiteral("prefillLengths"))) prefillLengths_->setText(*v);
+  if (const auto v = settingString(s, QStringLiteral("decodeBatches"))) decodeBatches_->setText(*v);
+  loadSpin(s, QStringLiteral("decodeContext"), decodeContext_);
+  loadSpin(s, QStringLiteral("decodeSteps"), decodeSteps_);
+  s.endGroup();
+}
+
+void RooflineTab::saveSettings(QSettings& s) const {
+  s.beginGroup(tabId());
+  s.setValue(QStringLiteral("prefillLengths"), prefillLengths_->text());
+  s.setValue(QStringLiteral("decodeBatches"), decodeBatches_->text());
+  s.setValue(QStringLiteral("decodeContext"), decodeContext_->value());
+  s.setValue(QStringLiteral("decodeSteps"), decodeSteps_->value());
+  s.endGroup();
+}
+
+}  // namespace servelab::ui
