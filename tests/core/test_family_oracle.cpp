@@ -1,0 +1,241 @@
+// Parity of the architectures added to the registry after Qwen3 against transformers, on tiny random
+// checkpoints (tests/oracle/make_family_fixtures.py) whose sliding window (8 positions) is shorter
+// than the longer prompts (20 and 17 tokens, 8 more generated): Mistral and Qwen2 with a sliding
+// window, Gemma 2 (soft-capping, (1 + w) norms around each block, GeGLU, alternating windows),
+// Gemma 3 text (QK-norm, two rope bases) and Phi-3 (fused projections split at load, partial
+// rotary). Full logits (SDPA and the manual attention), the KV cache token by token, the padded
+// batch, greedy tokens alone and batched, continuous batching over slot KV and paged KV (in place
+// and gathered) with and without chunked prefill equal to solo, and what is refused by name.
+#include <c10/core/InferenceMode.h>
+
+#include <QtTest>
+#include <filesystem>
+#include <fstream>
+
+#include "batching_oracle.h"
+#include "generate/continuous_batching.h"
+#include "model/llama_model.h"
+#include "oracle_case.h"
+
+using namespace servelab;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kCases[] = {"mistral_window", "qwen2_window", "gemma2", "gemma3", "phi3"};
+
+const LlamaConfig& config_of(const test::OracleCase& c) {
+  return dynamic_cast<const LlamaModel&>(*c.model).config();
+}
+
+}  // namespace
+
+class TestFamilyOracle : public QObject {
+  Q_OBJECT
+
+  std::string dir_;
+
+  test::OracleCase load(const QString& name, AttentionBackend backend = AttentionBackend::Sdpa) {
+    return test::load_oracle_case(fs::path(dir_) / name.toStdString(), backend);
+  }
+
+  void add_cases() {
+    QTest::addColumn<QString>("name");
+    for (const char* n : kCases) QTest::newRow(n) << QString(n);
+  }
+
+  // A copy of a case's folder with config.json edited, for the refusals.
+  std::string edited(const QString& name, const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path from = fs::path(dir_) / name.toStdString();
+    const fs::path to = fs::path(dir_) / (name.toStdString() + "_edited");
+    fs::create_directories(to);
+    nlohmann::json j;
+    std::ifstream(from / "config.json") >> j;
+    edit(j);
+    std::ofstream(to / "config.json") << j.dump();
+    fs::copy_file(from / "model.safetensors", to / "model.safetensors", fs::copy_options::overwrite_existing);
+    return to.string();
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    dir_ = test::env_or_empty("SERVELAB_FAMILY_ORACLE_DIR");
+    if (dir_.empty() || !fs::exists(fs::path(dir_) / "phi3" / "reference.json"))
+      QSKIP(
+          "family oracle fixtures not found: SERVELAB_FAMILY_ORACLE_DIR is unset or empty. They are written "
+          "by tests/oracle/make_family_fixtures.py (CTest runs it first when .venv has transformers).");
+  }
+
+  void registry_reads_each_config() {
+    {
+      test::OracleCase c = load("mistral_window");
+      QCOMPARE(QString::fromStdString(c.arch->name), QString("llama"));
+      QCOMPARE(config_of(c).sliding_window, int64_t{8});
+      QCOMPARE(config_of(c).window_of(2), int64_t{8});
+    }
+    {
+      // use_sliding_window with max_window_layers 1: layer 0 global, the others windowed.
+      test::OracleCase c = load("qwen2_window");
+      const LlamaConfig& q = config_of(c);
+      QCOMPARE(q.window_of(0), int64_t{0});
+      QCOMPARE(q.window_of(1), int64_t{8});
+    }
+    {
+      test::OracleCase c = load("gemma2");
+      const LlamaConfig& g = config_of(c);
+      QCOMPARE(QString::fromStdString(c.arch->name), QString("gemma2"));
+      QCOMPARE(QString::fromStdString(c.model->shape().architecture), QString("gemma2"));
+      QVERIFY(&architecture_of(*c.model) == c.arch);
+      QVERIFY(g.gemma_norms && !g.qk_norm);
+      QCOMPARE(QString::fromStdString(g.hidden_act), QString("gelu_pytorch_tanh"));
+      QCOMPARE(g.attn_logit_softcap, 2.0);
+      QCOMPARE(g.final_logit_softcap, 5.0);
+      QCOMPARE(g.window_of(0), int64_t{8});
+      QCOMPARE(g.window_of(1), int64_t{0});
+    }
+    {
+      test::OracleCase c = load("gemma3");
+      const LlamaConfig& g = config_of(c);
+      QCOMPARE(QString::fromStdString(c.arch->name), QString("gemma3"));
+      QVERIFY(g.gemma_norms && g.qk_norm);
+      QCOMPARE(g.rope_theta, 1000000.0);
+      QCOMPARE(g.local_rope_theta, 10000.0);
+      QCOMPARE(g.window_of(2), int64_t{0});
+      QCOMPARE(g.window_of(3), int64_t{8});
+    }
+    {
+      test::OracleCase c = load("phi3");
+      QCOMPARE(QString::fromStdString(c.arch->name), QString("phi3"));
+      QCOMPARE(config_of(c).rotary_dim, int64_t{8});
+      QCOMPARE(config_of(c).window_of(0), int64_t{8});
+    }
+  }
+
+  void parameters_counted_as_hf_does_data() { add_cases(); }
+  void parameters_counted_as_hf_does() {
+    QFETCH(QString, name);
+    test::OracleCase c = load(name);
+    const auto& m = dynamic_cast<const LlamaModel&>(*c.model);
+    QCOMPARE(m.weights().parameter_count(), c.ref["num_parameters"].get<int64_t>());
+    QCOMPARE(m.config().num_parameters(), c.ref["num_parameters"].get<int64_t>());
+  }
+
+  void full_logits_match_hf_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<int>("backend");
+    for (const char* n : kCases) {
+      QTest::newRow((std::string(n) + "/sdpa").c_str())
+          << QString(n) << static_cast<int>(AttentionBackend::Sdpa);
+      QTest::newRow((std::string(n) + "/manual").c_str())
+          << QString(n) << static_cast<int>(AttentionBackend::Manual);
+    }
+  }
+  void full_logits_match_hf() {
+    QFETCH(QString, name);
+    QFETCH(int, backend);
+    c10::InferenceMode guard;
+    test::OracleCase c = load(name, static_cast<AttentionBackend>(backend));
+    test::check_full_logits(*c.model, c);
+  }
+
+  void kv_cache_and_batch_match_hf_data() { add_cases(); }
+  void kv_cache_and_batch_match_hf() {
+    QFETCH(QString, name);
+    c10::InferenceMode guard;
+    test::check_kv_cache_and_batch(load(name));
+  }
+
+  void greedy_tokens_match_hf_data() { add_cases(); }
+  void greedy_tokens_match_hf() {
+    QFETCH(QString, name);
+    test::check_greedy(load(name));
+  }
+
+  void continuous_batching_equals_solo_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<int>("kernel");
+    QTest::addColumn<int>("chunk");
+    for (const char* n : kCases)
+      for (int chunk : {0, 6}) {
+        const std::string c = chunk ? "/chunked" : "";
+        QTest::newRow((std::string(n) + "/slot-kv" + c).c_str())
+            << QString(n) << static_cast<int>(KvStrategy::SlotKv) << 0 << chunk;
+        QTest::newRow((std::string(n) + "/paged" + c).c_str())
+            << QString(n) << static_cast<int>(KvStrategy::Paged)
+            << static_cast<int>(PagedAttentionKernel::InPlace) << chunk;
+        QTest::newRow((std::string(n) + "/paged-gather" + c).c_str())
+            << QString(n) << static_cast<int>(KvStrategy::Paged)
+            << static_cast<int>(PagedAttentionKernel::Gather) << chunk;
+      }
+  }
+  void continuous_batching_equals_solo() {
+    // Requests join and leave a running batch, prompts in chunks of 6 tokens where chunked (a
+    // chunk then attends to earlier chunks through the window), blocks of 4 positions for paged KV.
+    QFETCH(QString, name);
+    QFETCH(int, kv);
+    QFETCH(int, kernel);
+    QFETCH(int, chunk);
+    test::OracleCase c = load(name);
+    const auto ps = c.prompts();
+    BatchOptions o;
+    o.max_num_batched_tokens = chunk;
+    o.paged_attention = static_cast<PagedAttentionKernel>(kernel);
+    o.kv_block_size = 4;
+    std::vector<int64_t> budgets;
+    BatchRunResult r =
+        test::run_staggered_queue(*c.model, c.id_tokenizer(), ps, c.ref["new_tokens"].get<int64_t>(),
+                                  static_cast<KvStrategy>(kv), &budgets, o);
+    QCOMPARE(r.requests.size(), ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      std::vector<int32_t> expected = c.single(i);
+      expected.resize(static_cast<size_t>(budgets[i]));
+      QCOMPARE(r.requests[i].generated_ids, expected);
+    }
+  }
+
+  void unsupported_features_are_refused_by_name_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QString>("key");
+    QTest::addColumn<QString>("value");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("phi3 longrope") << "phi3"
+                                   << "rope_parameters"
+                                   << R"({"rope_type": "longrope", "rope_theta": 10000.0})"
+                                   << "\"longrope\"";
+    QTest::newRow("phi3 su") << "phi3"
+                             << "rope_scaling"
+                             << R"({"type": "su"})"
+                             << "\"su\"";
+    QTest::newRow("gemma3 bidirectional") << "gemma3"
+                                          << "use_bidirectional_attention"
+                                          << "true"
+                                          << "use_bidirectional_attention";
+    QTest::newRow("gemma2 chunked layers")
+        << "gemma2"
+        << "layer_types"
+        << R"(["chunked_attention", "full_attention", "sliding_attention"])"
+        << "\"chunked_attention\"";
+    QTest::newRow("gemma2 activation") << "gemma2"
+                                       << "hidden_activation"
+                                       << R"("relu")"
+                                       << "\"relu\"";
+  }
+  void unsupported_features_are_refused_by_name() {
+    QFETCH(QString, name);
+    QFETCH(QString, key);
+    QFETCH(QString, value);
+    QFETCH(QString, expected);
+    const std::string dir = edited(name, [&](nlohmann::json& j) {
+      if (key == "rope_scaling") j.erase("rope_parameters");
+      j[key.toStdString()] = nlohmann::json::parse(value.toStdString());
+    });
+    const Architecture& arch = architecture_for_model_type(read_model_type(dir), dir);
+    const std::string msg = test::error_of(ErrorKind::ModelFormat,
+                                           [&] { arch.load_folder(dir, at::Device(at::kCPU), at::kFloat); });
+    QVERIFY2(msg.find(expected.toStdString()) != std::string::npos, msg.c_str());
+  }
+};
+
+QTEST_GUILESS_MAIN(TestFamilyOracle)
+#include "test_family_oracle.moc"
