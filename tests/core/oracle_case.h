@@ -2,6 +2,8 @@
 // What the registry's oracle suites (test_qwen3_oracle, test_family_oracle) share: a fixture case
 // (a tiny HF checkpoint written by a tests/oracle script, with transformers' logits and greedy
 // tokens) loaded through the architecture registry, and the checks every family runs.
+#include <c10/core/InferenceMode.h>
+
 #include <QtTest>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +55,19 @@ inline OracleCase load_oracle_case(const std::filesystem::path& d,
   return c;
 }
 
+// QTest rows "case/sdpa" and "case/manual" (columns name, backend) for every case.
+template <typename Names>
+void add_backend_rows(const Names& names) {
+  QTest::addColumn<QString>("name");
+  QTest::addColumn<int>("backend");
+  for (const char* n : names) {
+    QTest::newRow((std::string(n) + "/sdpa").c_str())
+        << QString(n) << static_cast<int>(AttentionBackend::Sdpa);
+    QTest::newRow((std::string(n) + "/manual").c_str())
+        << QString(n) << static_cast<int>(AttentionBackend::Manual);
+  }
+}
+
 inline at::Tensor row_ids(const std::vector<int32_t>& p) {
   return at::tensor(std::vector<int64_t>(p.begin(), p.end())).unsqueeze(0);
 }
@@ -68,6 +83,16 @@ inline void check_full_logits(const Model& m, const OracleCase& c) {
     const double d = max_abs_diff(logits, c.tensors.at("logits_" + std::to_string(i)));
     QVERIFY2(d < 1e-4, qPrintable(QString("prompt %1: max |logit diff| = %2").arg(i).arg(d)));
   }
+}
+
+// The row's case (add_backend_rows) loaded by load(name, backend): full logits within 1e-4 of HF's.
+template <typename Load>
+void check_full_logits_row(Load&& load) {
+  QFETCH(QString, name);
+  QFETCH(int, backend);
+  c10::InferenceMode guard;
+  const auto c = load(name, static_cast<AttentionBackend>(backend));
+  check_full_logits(*c.model, c);
 }
 
 // Prompt 0 prefilled two positions at a time then decoded one at a time through the KV cache, and

@@ -5,7 +5,8 @@
 // Gemma 3 text (QK-norm, two rope bases) and Phi-3 (fused projections split at load, partial
 // rotary). Full logits (SDPA and the manual attention), the KV cache token by token, the padded
 // batch, greedy tokens alone and batched, continuous batching over slot KV and paged KV (in place
-// and gathered) with and without chunked prefill equal to solo, and what is refused by name.
+// and gathered) with and without chunked prefill equal to solo, every eos id of config.json
+// stopping generation, and what is refused by name.
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
@@ -120,22 +121,9 @@ class TestFamilyOracle : public QObject {
     QCOMPARE(m.config().num_parameters(), c.ref["num_parameters"].get<int64_t>());
   }
 
-  void full_logits_match_hf_data() {
-    QTest::addColumn<QString>("name");
-    QTest::addColumn<int>("backend");
-    for (const char* n : kCases) {
-      QTest::newRow((std::string(n) + "/sdpa").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Sdpa);
-      QTest::newRow((std::string(n) + "/manual").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Manual);
-    }
-  }
+  void full_logits_match_hf_data() { test::add_backend_rows(kCases); }
   void full_logits_match_hf() {
-    QFETCH(QString, name);
-    QFETCH(int, backend);
-    c10::InferenceMode guard;
-    test::OracleCase c = load(name, static_cast<AttentionBackend>(backend));
-    test::check_full_logits(*c.model, c);
+    test::check_full_logits_row([this](const QString& n, AttentionBackend b) { return load(n, b); });
   }
 
   void kv_cache_and_batch_match_hf_data() { add_cases(); }
@@ -192,6 +180,26 @@ class TestFamilyOracle : public QObject {
       expected.resize(static_cast<size_t>(budgets[i]));
       QCOMPARE(r.requests[i].generated_ids, expected);
     }
+  }
+
+  void every_eos_id_stops_generation() {
+    // config.json's eos_token_id as a list: the second id (here the greedy continuation's first
+    // token) ends generation although the tokenizer names only the first.
+    test::OracleCase c = load("mistral_window");
+    const int32_t first = c.single(0)[0];
+    const std::string dir = edited("mistral_window", [&](nlohmann::json& j) {
+      j["eos_token_id"] = {c.ref["eos"], first};
+    });
+    const std::unique_ptr<Model> m =
+        architecture_for_model_type("mistral", dir).load_folder(dir, at::Device(at::kCPU), at::kFloat);
+    QCOMPARE(m->shape().eos_token_ids.size(), size_t{2});
+    GenerateOptions o = c.greedy();
+    o.stop_at_eos = true;
+    const GenerateResult r = generate(*m, c.id_tokenizer(), {c.prompts()[0]}, o);
+    QVERIFY(!r.sequences[0].generated_ids.empty());
+    QCOMPARE(r.sequences[0].generated_ids.back(), first);
+    QCOMPARE(r.sequences[0].generated_ids.size(), size_t{1});
+    QCOMPARE(QString::fromStdString(r.sequences[0].finish_reason), QString("eos"));
   }
 
   void unsupported_features_are_refused_by_name_data() {

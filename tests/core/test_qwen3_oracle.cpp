@@ -77,22 +77,9 @@ class TestQwen3Oracle : public QObject {
              msg.c_str());
   }
 
-  void full_logits_match_hf_data() {
-    QTest::addColumn<QString>("name");
-    QTest::addColumn<int>("backend");
-    for (const char* n : kCases) {
-      QTest::newRow((std::string(n) + "/sdpa").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Sdpa);
-      QTest::newRow((std::string(n) + "/manual").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Manual);
-    }
-  }
+  void full_logits_match_hf_data() { test::add_backend_rows(kCases); }
   void full_logits_match_hf() {
-    QFETCH(QString, name);
-    QFETCH(int, backend);
-    c10::InferenceMode guard;
-    Case c = load(name, static_cast<AttentionBackend>(backend));
-    check_full_logits(*c.model, c);
+    test::check_full_logits_row([this](const QString& n, AttentionBackend b) { return load(n, b); });
   }
 
   void kv_cache_and_batch_match_hf_data() {
