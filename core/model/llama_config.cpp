@@ -265,6 +265,18 @@ LlamaConfig llama_family_config_from_json(const nlohmann::json& j, const std::st
   return c;
 }
 
+LlamaConfig llama_family_config_of_type(const std::string& path, const std::string& model_type,
+                                        const std::string& architecture) {
+  std::string file;
+  const json j = read_json_file(path, &file);
+  LlamaConfig c = llama_family_config_from_json(j, file);
+  if (c.model_type != model_type)
+    throw ModelFormatError("config.json at " + file + ": model_type \"" + c.model_type + "\" is not " +
+                           model_type);
+  c.architecture = architecture;
+  return c;
+}
+
 nlohmann::json read_llama_family_json(const std::string& path, std::string* file) {
   return read_json_file(path, file);
 }

@@ -89,6 +89,10 @@ LlamaConfig llama_config_from_json(const nlohmann::json& json, const std::string
 // shares with Llama, then sets what differs); read_llama_family_json reads the file.
 LlamaConfig llama_family_config_from_json(const nlohmann::json& json, const std::string& source_name);
 nlohmann::json read_llama_family_json(const std::string& path, std::string* file);
+// config.json at `path` read by the shared reader, refused unless its model_type is `model_type`,
+// its record named `architecture` (Qwen3's and Phi-3's readers, which then set what differs).
+LlamaConfig llama_family_config_of_type(const std::string& path, const std::string& model_type,
+                                        const std::string& architecture);
 
 // The model_type of a config.json ("gpt2", "llama", ...), ModelFormatError when unreadable.
 std::string read_model_type(const std::string& folder);

@@ -14,15 +14,7 @@ namespace servelab {
 
 namespace {
 
-LlamaConfig phi3_config(const std::string& path) {
-  std::string file;
-  const nlohmann::json j = read_llama_family_json(path, &file);
-  LlamaConfig c = llama_family_config_from_json(j, file);
-  if (c.model_type != "phi3")
-    throw ModelFormatError("config.json at " + file + ": model_type \"" + c.model_type + "\" is not phi3");
-  c.architecture = "phi3";
-  return c;
-}
+LlamaConfig phi3_config(const std::string& path) { return llama_family_config_of_type(path, "phi3", "phi3"); }
 
 // Asked for a block's q/k/v or gate/up matrix, reads the fused one (once per block) and hands back
 // its rows.
