@@ -5,7 +5,8 @@
 // Gemma 3 text (QK-norm, two rope bases) and Phi-3 (fused projections split at load, partial
 // rotary). Full logits (SDPA and the manual attention), the KV cache token by token, the padded
 // batch, greedy tokens alone and batched, continuous batching over slot KV and paged KV (in place
-// and gathered) with and without chunked prefill equal to solo, every eos id of config.json
+// and gathered) with and without chunked prefill, and the course's merge/filter, equal to solo; the
+// blocked GEMMs and int8 quantization through each record; every eos id of config.json
 // stopping generation, and what is refused by name.
 #include <c10/core/InferenceMode.h>
 
@@ -15,6 +16,7 @@
 
 #include "batching_oracle.h"
 #include "generate/continuous_batching.h"
+#include "model/blocked_linear.h"
 #include "model/llama_model.h"
 #include "oracle_case.h"
 
@@ -156,6 +158,9 @@ class TestFamilyOracle : public QObject {
             << QString(n) << static_cast<int>(KvStrategy::Paged)
             << static_cast<int>(PagedAttentionKernel::Gather) << chunk;
       }
+    for (const char* n : kCases)  // the course's merge/filter (whole prompts only)
+      QTest::newRow((std::string(n) + "/merge-filter").c_str())
+          << QString(n) << static_cast<int>(KvStrategy::NaiveMergeFilter) << 0 << 0;
   }
   void continuous_batching_equals_solo() {
     // Requests join and leave a running batch, prompts in chunks of 6 tokens where chunked (a
@@ -180,6 +185,29 @@ class TestFamilyOracle : public QObject {
       expected.resize(static_cast<size_t>(budgets[i]));
       QCOMPARE(r.requests[i].generated_ids, expected);
     }
+  }
+
+  void blocked_gemms_and_quantization_data() { add_cases(); }
+  void blocked_gemms_and_quantization() {
+    // The blocked fp32 GEMMs over the model's matrices give HF's logits; int8 per-channel through
+    // the record's quantizer stays near them.
+    QFETCH(QString, name);
+    c10::InferenceMode guard;
+    test::OracleCase c = load(name);
+    test::check_full_logits(*pack_blocked_model(*c.model), c);
+    QuantSpec spec = parse_quant_mode("int8-channel");
+    spec.exec = QuantExec::DequantOnce;
+    const std::unique_ptr<Model> q = c.arch->quantize(*c.model, spec, GemmBackend::Aten);
+    // These random checkpoints (weights of scale 0.3, untied heads quantized too) amplify int8's
+    // error over 20 positions: up to 15% of the largest logit; a wrong wiring is far off.
+    const auto p = c.prompts()[0];
+    const at::Tensor logits =
+        q->forward(
+             {test::row_ids(p), at::arange(static_cast<int64_t>(p.size())).unsqueeze(0), at::Tensor(), true})
+            .squeeze(0);
+    const at::Tensor& ref = c.tensors.at("logits_0");
+    const double d = test::max_abs_diff(logits, ref), top = ref.abs().max().item<double>();
+    QVERIFY2(d < 0.2 * top, qPrintable(QString("int8: max |logit diff| = %1 of %2").arg(d).arg(top)));
   }
 
   void every_eos_id_stops_generation() {
