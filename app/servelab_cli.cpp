@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_speculative.h"
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
 #include "experiments/chunked_prefill.h"
@@ -107,11 +108,15 @@ struct ModelArgs {
         "how quantized weights run: dequant-once, jit, jit-int8 (jit with int8 activations for int4/int8 "
         "groups of 32, as llama.cpp computes), native or auto (native where a kernel exists)");
   }
-  std::unique_ptr<Engine> load() const {
+  EngineOptions options() const {
     EngineOptions o{device, dtype, threads};
     o.quant = quant;
     o.quant_exec = quant_exec;
     o.gemm = gemm;
+    return o;
+  }
+  std::unique_ptr<Engine> load() const {
+    const EngineOptions o = options();
     if (demo && !model.empty()) throw InputError("give --model or --demo, not both");
     if (!isa.empty()) set_active_isa(parse_isa(isa, "--isa"), "--isa");
     limits::check_range("--threads", threads, 0, limits::max_threads());
@@ -120,12 +125,29 @@ struct ModelArgs {
   }
 };
 
+// Speculation's settings given without speculation (or the other method's) mean nothing.
+void check_speculative_flags(CLI::App* cmd, const SpeculativeArgs& a);
+
 // A command line that cannot mean anything (an unknown subcommand, contradictory options, an empty
 // value): exit code 2, like the parser's own errors.
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+void check_speculative_flags(CLI::App* cmd, const SpeculativeArgs& a) {
+  const bool on = a.enabled();
+  for (const char* flag :
+       {"--num-speculative-tokens", "--prompt-lookup-max", "--prompt-lookup-min", "--draft-model"}) {
+    if (!cmd->count(flag)) continue;
+    if (!on) throw UsageError(std::string(flag) + " needs --speculative ngram or draft");
+    const bool ngram_only = std::string(flag).rfind("--prompt-lookup", 0) == 0;
+    if (ngram_only && a.method != "ngram")
+      throw UsageError(std::string(flag) + " is a setting of --speculative ngram");
+    if (std::string(flag) == "--draft-model" && a.method != "draft")
+      throw UsageError("--draft-model is a setting of --speculative draft");
+  }
+}
 
 std::string one_line(std::string s) {
   for (char& c : s)
@@ -245,6 +267,7 @@ struct GenerateArgs {
   // The prompts through the continuous-batching scheduler (given when either is > 0).
   int64_t max_num_batched_tokens = 0, max_num_seqs = 0;
   std::string kv = "paged";
+  SpeculativeArgs speculative;
 };
 
 // The prompts as requests of the continuous-batching scheduler, the way the server runs them.
@@ -292,16 +315,16 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
     o.sampling.top_logprobs = a.logprobs;
   }
   o.sampling.validate();
-  const bool continuous = a.max_num_batched_tokens > 0 || a.max_num_seqs > 0;
+  const bool continuous = a.max_num_batched_tokens > 0 || a.max_num_seqs > 0 || a.speculative.enabled();
   if (continuous && (a.batch || a.no_kv_cache))
     throw UsageError(
-        std::string("--max-num-batched-tokens and --max-num-seqs serve the prompts by continuous "
-                    "batching; ") +
+        std::string("--max-num-batched-tokens, --max-num-seqs and --speculative serve the prompts by "
+                    "continuous batching; ") +
         (a.batch ? "--batch is the course's static batch" : "--no-kv-cache has no KV memory"));
   at_most("--max-num-seqs", a.max_num_seqs, limits::kMaxBatch);
   if (continuous && (!a.adapters.empty() || a.logprobs_given))
     throw UsageError(std::string(a.adapters.empty() ? "--logprobs" : "--adapter") +
-                     " is not available with --max-num-batched-tokens / --max-num-seqs yet");
+                     " is not available with --max-num-batched-tokens / --max-num-seqs / --speculative yet");
   std::vector<std::vector<int32_t>> ids;
   // --chat: each prompt is one user turn in the model's own chat template.
   std::vector<std::string> texts = a.prompts;
@@ -348,16 +371,29 @@ int cmd_generate(const ModelArgs& m, const GenerateArgs& a) {
     bo.kv = a.kv == "paged" ? KvStrategy::Paged : KvStrategy::SlotKv;
     bo.max_batch = a.max_num_seqs > 0 ? a.max_num_seqs : 8;
     bo.max_num_batched_tokens = a.max_num_batched_tokens;
-    const BatchRunResult run = run_continuous_batching(engine->model(), engine->tokenizer(), requests, bo);
+    const SpeculativeSetup spec = resolve_speculative(a.speculative, *engine, m.options());
+    bo.speculative = spec.config;
+    const BatchRunResult run = run_continuous_batching(*spec.target, engine->tokenizer(), requests, bo);
     if (!a.json_out && engine->is_demo()) std::cout << "[" << engine->text_caveat() << "]\n";
     for (size_t i = 0; i < run.requests.size(); ++i) {
       if (a.json_out) {
         json j = continuous_sequence_json(a.prompts[i], run.requests[i]);
         if (a.chat) j["chat_prompt"] = texts[i];
+        if (bo.speculative.enabled()) j["speculative"] = speculative_json(spec, run.speculative);
         print_json(j);
       } else {
-        std::cout << a.prompts[i] << "\x1b[31m" << run.requests[i].text << "\x1b[0m\n";
+        std::cout << a.prompts[i] << colour_generated() << run.requests[i].text << colour_reset() << "\n";
       }
+    }
+    if (!a.json_out && bo.speculative.enabled()) {
+      const SpecDecodeStats& st = run.speculative;
+      std::fprintf(
+          stderr,
+          "speculative decoding, %s, k %lld: %lld of %lld proposed tokens accepted (%.0f%%), %.2f tokens per "
+          "verified step\n",
+          spec.description.c_str(), static_cast<long long>(bo.speculative.num_speculative_tokens),
+          static_cast<long long>(st.num_accepted_tokens), static_cast<long long>(st.num_draft_tokens),
+          100.0 * st.acceptance_rate(), st.mean_accepted_length());
     }
     return 0;
   }
@@ -898,6 +934,7 @@ struct ServeArgs {
   double kv_budget_mb = 0;
   int64_t kv_budget_blocks = 0, block_size = 16;
   bool no_prefix_cache = false;
+  SpeculativeArgs speculative;
 };
 
 int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
@@ -939,9 +976,12 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
   // step twice `generate`'s. With the loader gone, the engine thread's team is the only one.
   std::unique_ptr<Engine> engine;
   std::unique_ptr<ServeScheduler> scheduler_owner;
+  SpeculativeSetup spec;
   std::async(std::launch::async, [&] {
     engine = m.load();
-    scheduler_owner = std::make_unique<ServeScheduler>(engine->model(), engine->tokenizer(), so);
+    spec = resolve_speculative(a.speculative, *engine, m.options());
+    so.speculative = spec.config;
+    scheduler_owner = std::make_unique<ServeScheduler>(*spec.target, engine->tokenizer(), so);
   }).get();
   ServeScheduler& scheduler = *scheduler_owner;
   HttpServerOptions ho;
@@ -958,7 +998,11 @@ int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::cout << "servelab-cli serve: " << ho.model_id << " at http://" << a.host << ":" << port
             << " (max batch " << a.max_batch << ", max queue " << a.max_queue << ", "
-            << scheduler.max_total_tokens() << " positions per request)" << std::endl;
+            << scheduler.max_total_tokens() << " positions per request"
+            << (so.speculative.enabled() ? ", speculative decoding: " + spec.description + ", k " +
+                                               std::to_string(so.speculative.num_speculative_tokens)
+                                         : std::string())
+            << ")" << std::endl;
   int sig = 0;
   sigwait(&stop_signals, &sig);
   const ServeStats before = scheduler.stats();
@@ -1231,6 +1275,7 @@ int main(int argc, char** argv) {
   gen->add_option("--max-num-seqs", gargs.max_num_seqs,
                   "serve the prompts by continuous batching: requests running at once");
   gen->add_option("--kv", gargs.kv, "with continuous batching: paged (default) or slot KV");
+  gargs.speculative.add_to(gen);
 
   auto* bench = app.add_subcommand("bench", "Timing experiments, as JSON");
   bench->require_subcommand(1);
@@ -1296,6 +1341,9 @@ int main(int argc, char** argv) {
   bench_chunked->add_option("--kv", cp_kv, "paged (default) or slot KV");
   bench_chunked->add_option("--rounds", cp.rounds, "interleaved rounds of both ways (medians reported)");
   bench_chunked->add_flag("--json", cp_json, "compact JSON");
+  SpeculativeBenchCommand bench_spec;
+  bench_spec.add_to(bench);
+  margs.add_to(bench_spec.cmd);
   auto* bench_course = bench->add_subcommand(
       "course-benchmark", "The course's batch benchmark: queries one at a time vs continuous batching");
   bench_course->alias("seed-benchmark");  // its name before "seed" meant only the RNG seed
@@ -1406,6 +1454,7 @@ int main(int argc, char** argv) {
                     "connection threads; each open stream holds one (0: max batch + max queue + 8)");
   serve->add_option("--max-body-bytes", sv.max_body_bytes, "larger request bodies get 413");
   serve->add_option("--kv", sv.kv, "KV memory: paged (blocks, prefix caching; default) or slot");
+  sv.speculative.add_to(serve);
   auto* kv_mb = serve->add_option("--kv-budget-mb", sv.kv_budget_mb,
                                   "paged KV pool in megabytes (1e6 bytes; default: slot KV's memory)");
   serve->add_option("--kv-budget-blocks", sv.kv_budget_blocks, "paged KV pool in blocks")->excludes(kv_mb);
@@ -1495,10 +1544,13 @@ int main(int argc, char** argv) {
     for (const char* flag : {"--top-k", "--top-p", "--min-p", "--seed"})
       if (gen->count(flag) && !gargs.sampling)
         throw UsageError(std::string(flag) + " needs --temperature (without it generation is greedy)");
-    if (gen->count("--kv") && !gen->count("--max-num-batched-tokens") && !gen->count("--max-num-seqs"))
+    if (gen->count("--kv") && !gen->count("--max-num-batched-tokens") && !gen->count("--max-num-seqs") &&
+        !gargs.speculative.enabled())
       throw UsageError(
-          "--kv chooses the KV memory of continuous batching: give --max-num-batched-tokens or "
-          "--max-num-seqs");
+          "--kv chooses the KV memory of continuous batching: give --max-num-batched-tokens, "
+          "--max-num-seqs or --speculative");
+    check_speculative_flags(gen, gargs.speculative);
+    check_speculative_flags(serve, sv.speculative);
     // 0 is the budget's "off" inside; on the command line, leaving the flag out says that. (Where
     // --max-num-seqs names --max-batch, the engine's "max batch" check answers for both.)
     for (CLI::App* cmd : {gen, serve, bench_svc, paged_kv.cmd, bench_chunked})
@@ -1538,6 +1590,13 @@ int main(int argc, char** argv) {
         throw UsageError("--kv must be paged or slot, got '" + cp_kv + "'");
       cp.kv = cp_kv == "paged" ? KvStrategy::Paged : KvStrategy::SlotKv;
       return cmd_bench_chunked_prefill(margs, cp, cp_json);
+    }
+    if (*bench_spec.cmd) {
+      auto engine = margs.load();
+      json j = bench_spec.run(*engine, margs.options());
+      j["engine"] = engine->info();
+      if (bench_spec.json) print_json(j);
+      return 0;
     }
     if (*bench_course) {
       sb.baseline = !sb_no_baseline;

@@ -202,6 +202,30 @@ std::optional<std::pair<int64_t, int64_t>> BlockManager::fork(int64_t parent, in
   return copy;
 }
 
+void BlockManager::truncate(int64_t seq, int64_t length) {
+  Sequence& s = seqs_.at(seq);
+  const int64_t n = static_cast<int64_t>(s.tokens.size());
+  if (length < 1 || length > n)
+    throw InputError("cannot truncate sequence " + std::to_string(seq) + " of " + std::to_string(n) +
+                     " tokens to " + std::to_string(length));
+  // A block sealed with tokens now dropped: out of the cache, unless another sequence shares it
+  // (then its tokens are that sequence's too, and stay true).
+  const int64_t full = length / block_size_;
+  for (int64_t i = full; i < static_cast<int64_t>(s.hashes.size()); ++i) {
+    const int64_t b = s.table[static_cast<size_t>(i)];
+    if (blocks_[static_cast<size_t>(b)].refs == 1 && blocks_[static_cast<size_t>(b)].hashed &&
+        blocks_[static_cast<size_t>(b)].hash == s.hashes[static_cast<size_t>(i)])
+      uncache(b);
+  }
+  if (static_cast<int64_t>(s.hashes.size()) > full) s.hashes.resize(static_cast<size_t>(full));
+  const int64_t keep = blocks_for(length);
+  while (static_cast<int64_t>(s.table.size()) > keep) {
+    release(s.table.back());
+    s.table.pop_back();
+  }
+  s.tokens.resize(static_cast<size_t>(length));
+}
+
 void BlockManager::free(int64_t seq, int64_t computed) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;

@@ -53,6 +53,10 @@ class BlockManager {
   // Makes room for one more token at the end of `seq` and records it; false (and changes nothing)
   // when a new block is needed and none is available.
   bool append(int64_t seq, int32_t token);
+  // Drops the sequence's tokens from `length` on (speculative tokens the verification rejected):
+  // blocks past it go back to the pool, and a block it cuts into leaves the prefix cache (its
+  // tokens are no longer what it holds). InputError when length is beyond the sequence or below 1.
+  void truncate(int64_t seq, int64_t length);
   // A new sequence `child` with parent's tokens: full blocks shared, the partial last block (if
   // any) copied into a fresh one. Returns {source, destination} of that copy, or nullopt when the
   // parent ends on a block boundary. Throws InputError when no block is available for the copy.

@@ -38,6 +38,13 @@ void check_batch_requests(const Model& model, const std::vector<BatchRequest>& r
           "chunked prefill (max num batched tokens) needs slot or paged KV; the course's "
           "merge/filter runs whole prompts only");
   }
+  if (options.speculative.enabled()) {
+    options.speculative.validate();
+    if (options.kv == KvStrategy::NaiveMergeFilter)
+      throw InputError(
+          "speculative decoding needs slot or paged KV; the course's merge/filter feeds one token per "
+          "request and step");
+  }
   if (requests.empty()) throw InputError("no requests given");
   limits::check_range("requests", static_cast<int64_t>(requests.size()), 1, limits::kMaxRequests);
   if (options.adapter_cache_capacity < 0)
@@ -113,6 +120,9 @@ ContinuousBatchScheduler::ContinuousBatchScheduler(const Model& model, const Tok
                                PagedKvConfig{options.kv_blocks, options.kv_block_size, options.prefix_caching,
                                              options.paged_attention});
   result_.method = std::string("continuous (") + kv_strategy_name(options.kv) + ")";
+  if (options.speculative.enabled())
+    spec_ = std::make_unique<Speculator>(options.speculative, model, slots, capacity,
+                                         padding_id(model, tokenizer));
   SchedulerCore::Hooks hooks;
   if (!options.adapters.empty()) {
     adapters_ = std::make_unique<AdapterCache>(model, options.adapters, options.adapter_cache_capacity);
@@ -176,20 +186,56 @@ void ContinuousBatchScheduler::take_tokens(const at::Tensor& logits, const std::
       pick_tokens(logits, rows,
                   "scheduler step " + std::to_string(step.step + 1) + " (request " +
                       std::to_string(ids.front() + 1) + " and its batch)");
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = ids[i];
-    RequestTracker& t = trackers_[static_cast<size_t>(id)];
-    const std::string piece = t.push(picked[i].id, ms);
-    core_->append(id, picked[i].id);
-    if (sink_) sink_->on_token(id, picked[i].id, piece, step.step, ms);
-    if (t.finished()) {
-      // Its memory is free for the rest of the step (a paged request that ended in its prefill
-      // needs no block for a decode).
-      step.retired.push_back(id);
-      core_->finish(id);
-      samplers_.erase(id);
-    }
+  for (size_t i = 0; i < ids.size(); ++i) hand_over(ids[i], {picked[i].id}, ms, step);
+}
+
+bool ContinuousBatchScheduler::hand_over(int64_t id, const std::vector<int32_t>& tokens, double ms,
+                                         BatchStep& step) {
+  RequestTracker& t = trackers_[static_cast<size_t>(id)];
+  for (int32_t token : tokens) {
+    const std::string piece = t.push(token, ms);
+    core_->append(id, token);
+    if (sink_) sink_->on_token(id, token, piece, step.step, ms);
+    if (!t.finished()) continue;
+    // A stop, EOS or the last token inside an accepted run: the rest is dropped with the request.
+    step.retired.push_back(id);
+    core_->finish(id);
+    samplers_.erase(id);
+    if (spec_) spec_->finish(id);
+    return true;
   }
+  return false;
+}
+
+void ContinuousBatchScheduler::take_verified(const at::Tensor& logits, const SchedulePlan& plan, double ms,
+                                             BatchStep& step) {
+  const std::vector<int64_t> at = decode_rows(plan);
+  for (size_t i = 0; i < plan.decode.size(); ++i) {
+    const int64_t id = plan.decode[i];
+    RequestTracker& t = trackers_[static_cast<size_t>(id)];
+    auto sampler = samplers_.try_emplace(id, t.request().sampling).first;
+    const PickRow row{&t.request().sampling, &sampler->second, &t.request().prompt_ids,
+                      &t.result().generated_ids};
+    const at::Tensor rows = logits.narrow(0, at[i], at[i + 1] - at[i]);
+    const std::string where =
+        "scheduler step " + std::to_string(step.step + 1) + " (request " + std::to_string(id + 1) + ")";
+    const std::vector<int32_t>& draft = plan.drafts[i];
+    const int64_t start = core_->request(id).computed;
+    const Verification v = draft.empty() ? verify_proposal(rows, draft, {}, row, where)
+                                         : spec_->verify(id, rows, draft, row, where);
+    if (!draft.empty()) {
+      step.speculation.push_back({id, draft, v.accepted});
+      settling_.push_back({id, start, v.accepted});
+    }
+    std::vector<int32_t> ids;
+    for (const PickedToken& p : v.tokens) ids.push_back(p.id);
+    hand_over(id, ids, ms, step);
+  }
+}
+
+void ContinuousBatchScheduler::propose() {
+  if (!spec_) return;
+  spec_->propose(*core_, [this](int64_t id) { return &requests_[static_cast<size_t>(id)].sampling; });
 }
 
 void ContinuousBatchScheduler::note_plan(const SchedulePlan& plan, BatchStep& s, double ms) {
@@ -199,6 +245,7 @@ void ContinuousBatchScheduler::note_plan(const SchedulePlan& plan, BatchStep& s,
     ++t.result().preemptions;
     ++result_.preemptions;
     s.preempted.push_back(id);
+    if (spec_) spec_->finish(id);
     if (sink_) sink_->on_preempt(id, s.step, ms);
   }
   for (int64_t id : plan.admitted) {
@@ -227,20 +274,54 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
     for (int64_t id : ids)
       if (const auto it = held_.find(id); it != held_.end()) step_adapters_.insert(it->second.get());
   };
-  // Decodes first: the running streams' tokens are out before a long prompt's chunk runs.
-  if (!plan.decode.empty()) {
+  auto note_admissions = [&] {
+    for (int64_t id : plan.admitted) {
+      const int64_t slot = kv_->slot_of(id);
+      RequestTracker& t = trackers_[static_cast<size_t>(id)];
+      t.admitted(slot, s.step, s.start_ms);
+      if (sink_) sink_->on_admit(id, slot, s.step, s.start_ms);
+    }
+  };
+  auto note_decodes = [&] {
     note_adapters(plan.decode);
-    const at::Tensor logits = run_decodes(*kv_, *core_, plan);
-    ++s.forward_calls;
     s.decode_tokens += static_cast<int64_t>(plan.decode.size());
     forward_rows_ += static_cast<int64_t>(plan.decode.size());
+  };
+  auto take_decoded = [&](const at::Tensor& logits) {
+    if (std::any_of(plan.drafts.begin(), plan.drafts.end(), [](const auto& d) { return !d.empty(); }))
+      take_verified(logits, plan, clock.elapsed_ms(), s);
+    else
+      take_tokens(logits, plan.decode, clock.elapsed_ms(), s);
+  };
+  std::vector<int64_t> chunk_rows;
+  for (const ScheduledChunk& c : plan.prefill) chunk_rows.push_back(c.id);
+  const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
+  if (runs_mixed(*kv_, plan)) {
+    // Chunked prefill's step: the decode rows and the prompt chunks in one forward.
+    note_decodes();
+    note_adapters(chunk_rows);
+    const StepLogits logits = run_mixed(*kv_, *core_, plan);
+    ++s.forward_calls;
+    forward_rows_ += static_cast<int64_t>(plan.prefill.size());
+    result_.max_batch =
+        std::max(result_.max_batch, static_cast<int64_t>(plan.decode.size() + plan.prefill.size()));
+    note_admissions();
+    take_decoded(logits.decode);
+    if (!sampled.empty()) take_tokens(logits.prefill, sampled, clock.elapsed_ms(), s);
+    core_->ran(plan);
+    settle();
+    return;
+  }
+  // Decodes first: the running streams' tokens are out before a prompt runs.
+  if (!plan.decode.empty()) {
+    note_decodes();
+    const at::Tensor logits = run_decodes(*kv_, *core_, plan);
+    ++s.forward_calls;
     result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(plan.decode.size()));
-    take_tokens(logits, plan.decode, clock.elapsed_ms(), s);
+    take_decoded(logits);
   }
   if (!plan.prefill.empty()) {
-    std::vector<int64_t> rows;
-    for (const ScheduledChunk& c : plan.prefill) rows.push_back(c.id);
-    note_adapters(rows);
+    note_adapters(chunk_rows);
     const DeviceTimer prefill_timer(model_.device());
     const at::Tensor logits = run_prefills(*kv_, *core_, plan);
     const KvMemoryManager::CopyStats copied = kv_->take_copy_stats();
@@ -250,16 +331,15 @@ void ContinuousBatchScheduler::execute(const SchedulePlan& plan, const DeviceTim
     ++s.forward_calls;
     forward_rows_ += static_cast<int64_t>(plan.prefill.size());
     result_.max_batch = std::max(result_.max_batch, static_cast<int64_t>(plan.prefill.size()));
-    for (int64_t id : plan.admitted) {
-      const int64_t slot = kv_->slot_of(id);
-      RequestTracker& t = trackers_[static_cast<size_t>(id)];
-      t.admitted(slot, s.step, s.start_ms);
-      if (sink_) sink_->on_admit(id, slot, s.step, s.start_ms);
-    }
-    const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
+    note_admissions();
     if (!sampled.empty()) take_tokens(logits, sampled, clock.elapsed_ms(), s);
   }
   core_->ran(plan);
+  settle();
+}
+
+void ContinuousBatchScheduler::settle() {
+  for (const Settle& st : std::exchange(settling_, {})) spec_->settle(*core_, st.id, st.start, st.accepted);
 }
 
 bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
@@ -272,12 +352,14 @@ bool ContinuousBatchScheduler::step(const DeviceTimer& clock) {
   const DeviceTimer timer(model_.device());
   // Without a budget, the course's step: admissions prefill, then everyone decodes (the
   // just-admitted included); with one, a single plan of decodes and prompt chunks.
+  if (chunked) propose();
   SchedulePlan plan = core_->schedule(s.start_ms, /*admit=*/true, /*decode=*/chunked);
   note_plan(plan, s, s.start_ms);
   if (plan.empty() && core_->running().empty()) return false;
   execute(plan, clock, s);
   if (!chunked) {
     // ran() and the tokens above told the core who decodes now.
+    propose();
     const SchedulePlan decodes = core_->schedule(clock.elapsed_ms(), /*admit=*/false, /*decode=*/true);
     note_plan(decodes, s, clock.elapsed_ms());
     execute(decodes, clock, s);
@@ -350,6 +432,7 @@ BatchRunResult ContinuousBatchScheduler::run() {
                            std::to_string(options_.max_batch) + "; try a smaller max batch");
   }
   result_.total_ms = clock.elapsed_ms();
+  if (spec_) result_.speculative = spec_->stats();
   result_.average_batch = result_.inference_calls ? static_cast<double>(forward_rows_) /
                                                         static_cast<double>(result_.inference_calls)
                                                   : 0;

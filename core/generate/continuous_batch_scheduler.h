@@ -15,6 +15,7 @@
 #include "generate/request_tracker.h"
 #include "generate/sampling.h"
 #include "generate/scheduler_core.h"
+#include "generate/speculative.h"
 #include "util/device.h"
 
 namespace servelab {
@@ -40,6 +41,15 @@ class ContinuousBatchScheduler {
   void execute(const SchedulePlan& plan, const DeviceTimer& clock, BatchStep& step);
   // Picks each row's next token and hands it to its request; ends the requests that finished.
   void take_tokens(const at::Tensor& logits, const std::vector<int64_t>& ids, double ms, BatchStep& step);
+  // Speculative decoding: proposals for the decoding requests' next decode.
+  void propose();
+  // Verifies the plan's decode rows that carried proposals (and picks the plain ones' tokens),
+  // handing each request its tokens; the rejected proposals' KV is taken back after ran().
+  void take_verified(const at::Tensor& logits, const SchedulePlan& plan, double ms, BatchStep& step);
+  // After the core ran a plan: the verified rows' rejected proposals are taken back.
+  void settle();
+  // Hands a request the tokens of one step in order until it finishes; true when it did.
+  bool hand_over(int64_t id, const std::vector<int32_t>& tokens, double ms, BatchStep& step);
   // Ends a request that can never fit the KV memory, with the reason, without running it.
   void reject(int64_t id, const std::string& why, BatchStep& step);
   int64_t adapter_key(const std::string& adapter) const;
@@ -51,6 +61,13 @@ class ContinuousBatchScheduler {
   BatchSink* sink_;
   std::unique_ptr<KvMemoryManager> kv_;
   std::unique_ptr<SchedulerCore> core_;
+  std::unique_ptr<Speculator> spec_;  // speculative decoding, when on
+  // Verified rows of the step in flight, settled once the core has run the plan: request, its
+  // computed positions before the step, its accepted proposals.
+  struct Settle {
+    int64_t id, start, accepted;
+  };
+  std::vector<Settle> settling_;
   std::vector<RequestTracker> trackers_;
   std::map<int64_t, Sampler> samplers_;  // per request, kept across preemptions
   // Requests that join the queue at a scheduler step (BatchRequest::arrival_step), by step.

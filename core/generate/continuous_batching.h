@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "generate/sampling_params.h"
+#include "generate/speculative_config.h"
 #include "lora/lora_spec.h"
 #include "tokenizer/tokenizer.h"
 
@@ -74,6 +75,8 @@ struct BatchOptions {
   int64_t kv_block_size = 16;
   bool prefix_caching = true;
   PagedAttentionKernel paged_attention = PagedAttentionKernel::Auto;
+  // Speculative decoding (slot or paged KV): proposals verified in each decode (off by default).
+  SpeculativeConfig speculative;
 };
 
 // One admission of a request and the batch place it ran in from then on. Paged KV preempts a
@@ -156,6 +159,8 @@ struct BatchStep {
   // used first. Taken after ms is measured, so the snapshot is not part of the step's time.
   std::vector<KvBlockTable> kv_block_tables;
   std::vector<int64_t> kv_cached_blocks;
+  // Speculative decoding: the decode rows that verified proposals this step.
+  std::vector<SpecRow> speculation;
   int64_t adapters_in_step = 0;     // distinct adapters among the running requests
   AdapterCacheStats adapter_cache;  // counters after this step
 };
@@ -176,6 +181,7 @@ struct BatchRunResult {
   int64_t prompt_tokens = 0;        // prompt positions admitted (recomputations included)
   int64_t prefix_hit_tokens = 0;    // of which found in the prefix cache
   AdapterCacheStats adapter_cache;  // at the end of the run
+  SpecDecodeStats speculative;      // speculative decoding's counters (zero when off)
   bool cancelled = false;
 };
 

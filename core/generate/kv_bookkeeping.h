@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "util/errors.h"
+
 namespace servelab {
 
 struct PrefillRequest {
@@ -41,6 +43,13 @@ class KvBookkeeping {
   // Room for several tokens at the request's next positions (a decoding request verifying
   // proposed tokens): all of them or, returning false, none.
   virtual bool grow_tokens(int64_t /*id*/, const std::vector<int32_t>& /*tokens*/) { return true; }
+  // Forgets a running request's positions from `positions` on (proposed tokens the verification
+  // rejected): they are written again later, and a layout that shares blocks never offers them.
+  // InputError from a layout that cannot (the course's merge/filter, which never verifies).
+  virtual void truncate(int64_t id, int64_t positions) {
+    throw InputError("this KV layout cannot take back positions (request " + std::to_string(id + 1) + " to " +
+                     std::to_string(positions) + ")");
+  }
   // Frees the memory of finished (or preempted) requests.
   virtual void retire(const std::vector<int64_t>& ids) = 0;
 };

@@ -51,6 +51,8 @@ class KvMemoryManager : public KvBookkeeping {
   // of the positions each segment asks for, segments in order, [rows, vocab] (no rows: an
   // undefined tensor). InputError from a layout that cannot (the course's merge/filter).
   virtual at::Tensor extend(const std::vector<StepSegment>& segments);
+  // Whether extend() runs (the course's merge/filter runs whole prompts only).
+  virtual bool extends() const { return false; }
   // One forward pass that feeds every listed request its last token: logits [ids, vocab] in the
   // order of ids. Requests not listed (finished this step) may hold memory but take no token.
   virtual at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) = 0;

@@ -101,6 +101,15 @@ bool PagedKvMemory::grow_tokens(int64_t id, const std::vector<int32_t>& tokens) 
   return true;
 }
 
+void PagedKvMemory::truncate(int64_t id, int64_t positions) {
+  Request& q = requests_.at(id);
+  if (positions < 1 || positions > q.computed)
+    throw InputError("cannot take request " + std::to_string(id + 1) + " back from " +
+                     std::to_string(q.computed) + " to " + std::to_string(positions) + " positions");
+  q.computed = positions;
+  blocks_.truncate(id, positions);
+}
+
 at::Tensor PagedKvMemory::slots(int64_t id, int64_t from, int64_t to) const {
   const std::vector<int64_t>& table = blocks_.block_table(id);
   const int64_t bs = blocks_.block_size();

@@ -19,6 +19,7 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   PagedKvMemory(const Model& model, const PagedKvConfig& config, int32_t pad_id);
 
   at::Tensor extend(const std::vector<StepSegment>& segments) override;
+  bool extends() const override { return true; }
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
   void retire(const std::vector<int64_t>& ids) override;
   int64_t slot_of(int64_t id) const override;
@@ -31,6 +32,8 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
   void commit(int64_t id, int64_t positions) override;
   bool grow(int64_t id, int32_t token) override;
   bool grow_tokens(int64_t id, const std::vector<int32_t>& tokens) override;
+  // Blocks past the positions go back to the pool; a block cut into leaves the prefix cache.
+  void truncate(int64_t id, int64_t positions) override;
   Usage usage() const override;
   void snapshot_blocks(BatchStep& step) const override;
 

@@ -59,6 +59,10 @@ Sampler::Sampler(const SamplingParams& params)
 
 at::Tensor Sampler::next(const at::Tensor& logits) {
   if (params_.greedy) return logits.argmax(-1).to(at::kCPU);
+  return at::multinomial(probs(logits), 1, /*replacement=*/false, generator_).squeeze(-1);
+}
+
+at::Tensor Sampler::probs(const at::Tensor& logits) const {
   // Sampling happens on the CPU in fp32 so that a seed gives the same tokens on every device.
   at::Tensor l = logits.to(at::kCPU, at::kFloat) / params_.temperature;
   const double neg_inf = -std::numeric_limits<double>::infinity();
@@ -80,7 +84,13 @@ at::Tensor Sampler::next(const at::Tensor& logits) {
     sorted = sorted.masked_fill(drop, neg_inf);
     l = at::full_like(l, neg_inf).scatter(-1, order, sorted);
   }
-  return at::multinomial(l.softmax(-1), 1, /*replacement=*/false, generator_).squeeze(-1);
+  return l.softmax(-1);
 }
+
+int64_t Sampler::draw(const at::Tensor& probs) {
+  return at::multinomial(probs.reshape({1, -1}), 1, /*replacement=*/false, generator_).item<int64_t>();
+}
+
+double Sampler::uniform() { return at::rand({1}, generator_, at::kDouble).item<double>(); }
 
 }  // namespace servelab

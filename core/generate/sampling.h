@@ -21,6 +21,13 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
   // logits [batch, vocab] on any device -> next ids [batch] int64 on the CPU.
   at::Tensor next(const at::Tensor& logits);
+  // The distribution sampling draws from: temperature, min-p, top-k and top-p applied to logits
+  // [batch, vocab], softmaxed; fp32 on the CPU (speculative decoding's rejection rule compares it).
+  at::Tensor probs(const at::Tensor& logits) const;
+  // One token drawn from probs [vocab] with this request's generator.
+  int64_t draw(const at::Tensor& probs);
+  // A uniform number in [0, 1) from this request's generator.
+  double uniform();
 
  private:
   SamplingParams params_;

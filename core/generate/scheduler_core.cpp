@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "util/errors.h"
 
@@ -9,6 +10,7 @@ namespace servelab {
 
 int64_t SchedulePlan::tokens() const {
   int64_t n = static_cast<int64_t>(decode.size());
+  for (const std::vector<int32_t>& d : drafts) n += static_cast<int64_t>(d.size());
   for (const ScheduledChunk& c : prefill) n += c.count;
   return n;
 }
@@ -62,6 +64,18 @@ void SchedulerCore::schedule_decodes(SchedulePlan& plan, int64_t& budget) {
     const int64_t id = running_[i];
     Request& r = requests_.at(id);
     if (r.prefilling()) continue;
+    // Proposals to verify: as many as the budget leaves after the request's own token, and never
+    // more than its remaining tokens minus the one the verification adds in any case.
+    std::vector<int32_t> draft = std::exchange(r.draft, {});
+    const int64_t room = std::min(budget - 1, r.max_new_tokens - r.generated() - 1);
+    if (static_cast<int64_t>(draft.size()) > room)
+      draft.resize(static_cast<size_t>(std::max<int64_t>(room, 0)));
+    if (!draft.empty()) {
+      std::vector<int32_t> fed{r.tokens.back()};
+      fed.insert(fed.end(), draft.begin(), draft.end());
+      // No room for the proposals: a plain decode rather than a preemption.
+      if (!kv_.grow_tokens(id, fed)) draft.clear();
+    }
     bool evicted = false;
     while (!kv_.grow(id, r.tokens.back())) {
       const int64_t victim = running_.back();
@@ -73,7 +87,8 @@ void SchedulerCore::schedule_decodes(SchedulePlan& plan, int64_t& budget) {
     }
     if (evicted) break;  // it was the latest: nobody after it runs
     plan.decode.push_back(id);
-    --budget;
+    budget -= 1 + static_cast<int64_t>(draft.size());
+    plan.drafts.push_back(std::move(draft));
   }
 }
 
@@ -128,6 +143,7 @@ void SchedulerCore::preempt(int64_t id, SchedulePlan& plan) {
   running_.erase(std::find(running_.begin(), running_.end(), id));
   r.running = false;
   r.computed = r.prefill_to = 0;
+  r.draft.clear();
   ++r.preemptions;
   // At the head of the queue; preemption goes latest admitted first, so the earliest admitted of
   // those preempted resumes first.
@@ -136,13 +152,28 @@ void SchedulerCore::preempt(int64_t id, SchedulePlan& plan) {
 }
 
 void SchedulerCore::ran(const SchedulePlan& plan) {
-  for (int64_t id : plan.decode)
-    if (auto it = requests_.find(id); it != requests_.end()) ++it->second.computed;
+  for (size_t i = 0; i < plan.decode.size(); ++i)
+    if (auto it = requests_.find(plan.decode[i]); it != requests_.end())
+      it->second.computed += 1 + static_cast<int64_t>(i < plan.drafts.size() ? plan.drafts[i].size() : 0);
   for (const ScheduledChunk& c : plan.prefill)
     if (auto it = requests_.find(c.id); it != requests_.end()) it->second.computed = c.start + c.count;
 }
 
 void SchedulerCore::append(int64_t id, int32_t token) { requests_.at(id).tokens.push_back(token); }
+
+void SchedulerCore::propose(int64_t id, std::vector<int32_t> draft) {
+  Request& r = requests_.at(id);
+  if (!r.running || r.prefilling())
+    throw InputError("request " + std::to_string(id + 1) + " is not decoding: nothing to propose for");
+  r.draft = std::move(draft);
+}
+
+void SchedulerCore::rewind(int64_t id, int64_t positions) {
+  Request& r = requests_.at(id);
+  if (positions == r.computed) return;
+  kv_.truncate(id, positions);
+  r.computed = positions;
+}
 
 void SchedulerCore::finish(int64_t id) {
   const auto it = requests_.find(id);

@@ -10,6 +10,11 @@
 // called twice per step (admit, then decode). With a budget (max_num_batched_tokens, chunked
 // prefill), one call plans the step: decodes first, one token each, then prompt chunks fill what
 // is left of the budget, a running request's unfinished prompt before a new admission's.
+//
+// Speculative decoding: a decoding request may carry proposed tokens (propose()); its decode then
+// computes its last token and the proposals in one row (1 + k positions of the budget, k cut to
+// what the budget and the request's remaining tokens allow), and after verification rewind()
+// takes back the positions of the proposals that were rejected.
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -38,7 +43,10 @@ struct ScheduledChunk {
 };
 
 struct SchedulePlan {
-  std::vector<int64_t> decode;          // running requests that feed their last token
+  std::vector<int64_t> decode;  // running requests that feed their last token
+  // Per decode row (same order): the proposed tokens it feeds after its last token, to verify
+  // (empty: a plain decode).
+  std::vector<std::vector<int32_t>> drafts;
   std::vector<ScheduledChunk> prefill;  // prompt chunks, whole prompts without a budget
   std::vector<int64_t> admitted;        // admitted by this call (their first chunk is in prefill)
   std::vector<int64_t> preempted;       // evicted by this call to be recomputed, at the queue's head
@@ -71,6 +79,7 @@ class SchedulerCore {
     int64_t prefill_to = 0;
     int64_t preemptions = 0;
     bool running = false;
+    std::vector<int32_t> draft;  // proposed tokens for its next decode (speculative decoding)
     int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_tokens; }
     bool prefilling() const { return computed < prefill_to; }
   };
@@ -90,6 +99,12 @@ class SchedulerCore {
   void ran(const SchedulePlan& plan);
   // A request's new token (it is fed back at its next decode).
   void append(int64_t id, int32_t token);
+  // Proposed tokens for a decoding request's next decode, to be verified with it (speculative
+  // decoding); used by the next schedule() only.
+  void propose(int64_t id, std::vector<int32_t> draft);
+  // After a verification: the request's KV keeps positions [0, positions) (its last token and the
+  // accepted proposals), the rejected ones are taken back from the KV memory.
+  void rewind(int64_t id, int64_t positions);
   // The request ends (stop, length, cancel, error): its memory and hooks are released.
   void finish(int64_t id);
 

@@ -33,6 +33,14 @@ int64_t SlotKvMemory::computed(int64_t id) const {
   return it == slot_.end() ? 0 : length_[static_cast<size_t>(it->second)];
 }
 
+void SlotKvMemory::truncate(int64_t id, int64_t positions) {
+  int64_t& length = length_[static_cast<size_t>(slot_.at(id))];
+  if (positions < 1 || positions > length)
+    throw InputError("cannot take request " + std::to_string(id + 1) + " back from " +
+                     std::to_string(length) + " to " + std::to_string(positions) + " positions");
+  length = positions;
+}
+
 at::Tensor SlotKvMemory::prefill(const std::vector<PrefillRequest>& admitted) {
   const at::Device dev = model_.device();
   std::vector<std::vector<int32_t>> prompts;

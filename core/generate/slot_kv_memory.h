@@ -21,7 +21,10 @@ class SlotKvMemory : public KvMemoryManager, private KvStore {
   at::Tensor prefill(const std::vector<PrefillRequest>& admitted) override;
   // Packed segments attending through this memory's KvStore (chunks, multi-token steps).
   at::Tensor extend(const std::vector<StepSegment>& segments) override;
+  bool extends() const override { return true; }
   at::Tensor decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) override;
+  // The slot's length goes back; the positions after it are overwritten by the next writes.
+  void truncate(int64_t id, int64_t positions) override;
   void retire(const std::vector<int64_t>& ids) override;
   int64_t slot_of(int64_t id) const override { return slot_.at(id); }
   int64_t bytes() const override { return cache_.bytes(); }

@@ -33,6 +33,19 @@ void apply_penalties(float* logits, int64_t vocab, const SamplingParams& p,
   }
 }
 
+void fill_logprobs(PickedToken& t, const at::Tensor& row, const SamplingParams& p) {
+  // Log-probabilities of what the model (and the grammar) said, before penalties and temperature.
+  const at::Tensor lp = at::log_softmax(row, -1);
+  t.logprob = lp[t.id].item<float>();
+  t.top.clear();
+  if (p.top_logprobs > 0) {
+    const auto [values, ids] = lp.topk(std::min<int64_t>(p.top_logprobs, row.size(-1)));
+    const auto va = values.accessor<float, 1>();
+    const auto ia = ids.accessor<int64_t, 1>();
+    for (int64_t k = 0; k < values.size(0); ++k) t.top.emplace_back(static_cast<int32_t>(ia[k]), va[k]);
+  }
+}
+
 std::vector<PickedToken> pick_tokens(const at::Tensor& logits, const std::vector<PickRow>& rows,
                                      const std::string& where) {
   if (logits.dim() != 2 || logits.size(0) != static_cast<int64_t>(rows.size()))
@@ -82,15 +95,7 @@ std::vector<PickedToken> pick_tokens(const at::Tensor& logits, const std::vector
     PickedToken& t = out[i];
     t.id = static_cast<int32_t>(id);
     if (!rows[i].logprobs && p.top_logprobs == 0) continue;
-    // Log-probabilities of what the model (and the grammar) said, before penalties and temperature.
-    const at::Tensor lp = at::log_softmax(l.select(0, row), -1);
-    t.logprob = lp[id].item<float>();
-    if (p.top_logprobs > 0) {
-      const auto [values, ids] = lp.topk(std::min<int64_t>(p.top_logprobs, vocab));
-      const auto va = values.accessor<float, 1>();
-      const auto ia = ids.accessor<int64_t, 1>();
-      for (int64_t k = 0; k < values.size(0); ++k) t.top.emplace_back(static_cast<int32_t>(ia[k]), va[k]);
-    }
+    fill_logprobs(t, l.select(0, row), p);
   }
   for (size_t i = 0; i < rows.size(); ++i)
     if (rows[i].constraint) rows[i].constraint->accept(out[i].id);

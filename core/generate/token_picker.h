@@ -39,6 +39,10 @@ struct PickedToken {
 std::vector<PickedToken> pick_tokens(const at::Tensor& logits, const std::vector<PickRow>& rows,
                                      const std::string& where);
 
+// The chosen token's log-probability and the params' top_logprobs alternatives, from a row of
+// fp32 CPU logits [vocab] as the model (and grammar) gave them.
+void fill_logprobs(PickedToken& token, const at::Tensor& row, const SamplingParams& params);
+
 // The penalties of params over a row of fp32 logits, in place (exposed for tests).
 void apply_penalties(float* logits, int64_t vocab, const SamplingParams& params,
                      const std::vector<int32_t>* prompt, const std::vector<int32_t>* output);

@@ -292,6 +292,30 @@ std::shared_ptr<const Model> Engine::dense_reference() const {
   return m;
 }
 
+Engine::DraftPair Engine::int4_draft_pair() const {
+  if (quant_.is_quantized())
+    throw InputError(
+        "--draft-model int4 drafts with a cheaper copy of a dense model, and this one is quantized (" +
+        quant_.mode_name() + "): load it without --quant, or give --draft-model PATH");
+  if (model_->kernels() && !model_->kernels()->holds_dense_weights()) {
+    std::shared_ptr<const Model> dense = dense_reference();
+    if (!dense)
+      throw InputError("--draft-model int4: this model's dense weights cannot be rebuilt from its file");
+    return {dense, model_,
+            "target: the file dequantized once to " + dtype_label(model_->dtype()) +
+                "; draft: its quantized blocks as stored (" + file_tensors_run_as_ + ")"};
+  }
+  c10::InferenceMode guard;
+  QuantSpec spec = parse_quant_mode("int4-g32");
+  spec.exec = QuantExec::Jit;
+  spec.exec = resolve_quant_exec(spec, model_->device());
+  std::shared_ptr<Model> draft = architecture_of(*model_).quantize(*model_, spec, gemm_);
+  draft->set_attention_backend(model_->attention_backend());
+  return {model_, draft,
+          "target: the model as loaded; draft: its int4-g32 copy (" +
+              std::string(quant_exec_name(spec.exec)) + ")"};
+}
+
 int64_t Engine::dtype_bytes() const { return static_cast<int64_t>(c10::elementSize(model_->dtype())); }
 
 int engine_threads() { return at::get_num_threads(); }

@@ -68,6 +68,17 @@ class Engine {
   // quantized by --quant: load it again without).
   std::shared_ptr<const Model> dense_reference() const;
   Model& model() { return *model_; }
+  // Speculative decoding's default draft (--draft-model int4), a cheaper copy of this model, with
+  // the target it drafts for. A GGUF whose quantized blocks run as stored (the built-in model): the
+  // target is the file dequantized once (dense_reference()) and the draft is the model as loaded,
+  // verifying the blocks against the weights they came from; a dense model: the target is the model
+  // and the draft its int4-group quantization (group 32, JIT), as gpt-fast drafts. InputError for a
+  // model quantized by --quant (no dense target left).
+  struct DraftPair {
+    std::shared_ptr<const Model> target, draft;
+    std::string description;
+  };
+  DraftPair int4_draft_pair() const;
   const ModelShape& shape() const;
   // The model as its class (Gpt2Model, LlamaModel; include its header): InputError naming the
   // loaded architecture when it is another.

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <utility>
 
 #include "serve/request_parser.h"
 #include "util/errors.h"
@@ -346,8 +347,14 @@ struct HttpServer::Impl {
         *started = true;
         if (chat || !echo.empty()) events.push_back(chunk(echo, nullptr, true));
       }
-      for (const ServeToken& t : u.tokens)
-        if (!t.special && !t.text.empty()) events.push_back(chunk(t.text, nullptr, false));
+      // One event per engine step: the tokens a speculative step accepted together go out together.
+      std::string text;
+      for (const ServeToken& t : u.tokens) {
+        if (!t.with_previous && !text.empty())
+          events.push_back(chunk(std::exchange(text, {}), nullptr, false));
+        if (!t.special) text += t.text;
+      }
+      if (!text.empty()) events.push_back(chunk(text, nullptr, false));
       if (!u.done) return events;
       if (!u.error.empty() || u.result.finish_reason == "cancelled") {
         const json err = {{"error",

@@ -175,6 +175,23 @@ class Parser {
     p.seed = *c.seed;
   }
 
+  // The penalties (greedy decoding too): repetition > 0 (1: off), presence and frequency in
+  // [-2, 2] (0: off), each refused by its name `w + key` outside its range.
+  void set_penalties(ParsedRequest& c, const json& p, const std::string& w) {
+    SamplingParams& s = c.request.sampling;
+    if (const auto rp = get_number(p, "repetition_penalty", w)) {
+      if (!(*rp > 0 && *rp <= 100))
+        throw validation(w + "repetition_penalty must be in (0, 100] (1: off), got " + std::to_string(*rp));
+      s.repetition_penalty = *rp;
+    }
+    for (const char* k : {"presence_penalty", "frequency_penalty"})
+      if (const auto v = get_number(p, k, w)) {
+        if (!(*v >= -2 && *v <= 2))
+          throw validation(w + k + " must be in [-2, 2], got " + std::to_string(*v));
+        (std::string(k) == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) = *v;
+      }
+  }
+
   void set_prompt(ParsedRequest& c, std::vector<int32_t> ids) {
     if (ids.empty()) throw validation("the prompt is empty: it needs at least one token");
     c.request.prompt_ids = std::move(ids);
@@ -214,9 +231,7 @@ class Parser {
     c.request.stop_at_eos = !get_bool(p, "ignore_eos_token", w).value_or(false);
     c.details = get_bool(p, "details", w).value_or(false);
     c.full_text = get_bool(p, "return_full_text", w).value_or(false);
-    if (const auto rp = get_number(p, "repetition_penalty", w); rp && *rp != 1.0)
-      throw validation("parameters.repetition_penalty is not supported by this server (got " +
-                       std::to_string(*rp) + ")");
+    set_penalties(c, p, w);
     if (const auto best_of = get_int(p, "best_of", w); best_of && *best_of != 1)
       throw validation("parameters.best_of must be 1 here, got " + std::to_string(*best_of));
     if (get_bool(p, "watermark", w).value_or(false))
@@ -273,18 +288,24 @@ class Parser {
     const auto temperature = get_number(body, "temperature", "");
     if (temperature && *temperature > 2)
       throw validation("temperature must be in [0, 2], got " + std::to_string(*temperature));
-    // OpenAI's default temperature is 1: sampling unless temperature is 0.
-    set_sampling(c, true, temperature.value_or(1.0), std::nullopt, get_number(body, "top_p", ""),
+    // OpenAI's default temperature is 1: sampling unless temperature is 0. top_k and min_p are
+    // vLLM's extensions (top_k -1 or 0: off, as vLLM takes them).
+    std::optional<int64_t> top_k = get_int(body, "top_k", "");
+    if (top_k && (*top_k == -1 || *top_k == 0)) top_k.reset();
+    set_sampling(c, true, temperature.value_or(1.0), top_k, get_number(body, "top_p", ""),
                  get_int(body, "seed", ""));
+    if (const auto min_p = get_number(body, "min_p", "")) {
+      if (!(*min_p >= 0 && *min_p <= 1))
+        throw validation("min_p must be in [0, 1], got " + std::to_string(*min_p));
+      if (!c.request.sampling.greedy) c.request.sampling.min_p = *min_p;
+    }
+    set_penalties(c, body, "");
     c.request.stop_strings = get_strings(body, "stop", "");
     check_stop_strings(c.request.stop_strings, "stop");
     // vLLM's extension (llama.cpp's server takes it too): load generators ask for whole budgets.
     c.request.stop_at_eos = !get_bool(body, "ignore_eos", "").value_or(false);
     if (const auto n = get_int(body, "n", ""); n && *n != 1)
       throw validation("n must be 1 here, got " + std::to_string(*n));
-    for (const char* k : {"presence_penalty", "frequency_penalty"})
-      if (const auto v = get_number(body, k, ""); v && *v != 0)
-        throw validation(std::string(k) + " is not supported by this server");
     // Log probabilities (completions: an integer; chat: a bool plus top_logprobs), best_of, a
     // logit bias or a suffix would be missing from the answer: refused rather than ignored.
     if (const json* lp = field(body, "logprobs");

@@ -121,6 +121,20 @@ std::string prometheus_text(const ServeMetrics& m, const std::string& model_name
   w.gauge("servelab:kv_blocks_used", d(m.kv_blocks_used), "KV blocks referenced by a running request.");
   w.gauge("servelab:kv_blocks_cached", d(m.kv_blocks_cached),
           "KV blocks nobody references, kept for the prefix cache (evicted least recently used).");
+  if (m.speculative) {
+    const SpecDecodeStats& sd = m.spec_decode;
+    w.counter("vllm:spec_decode_num_drafts_total", d(sd.num_drafts),
+              "Decode rows that verified proposed tokens (vLLM's name).");
+    w.counter("vllm:spec_decode_num_draft_tokens_total", d(sd.num_draft_tokens),
+              "Tokens proposed and verified (vLLM's name).");
+    w.counter("vllm:spec_decode_num_accepted_tokens_total", d(sd.num_accepted_tokens),
+              "Proposed tokens the target accepted (vLLM's name).");
+    w.head("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Accepted tokens by their position in the draft, 0 first (vLLM's name).");
+    for (size_t i = 0; i < sd.accepted_per_position.size(); ++i)
+      w.sample("vllm:spec_decode_num_accepted_tokens_per_pos_total", d(sd.accepted_per_position[i]),
+               "position=\"" + std::to_string(i) + "\"");
+  }
   w.counter("vllm:prompt_tokens_total", d(m.prompt_tokens), "Prompt tokens prefilled (vLLM's name).");
   w.counter("vllm:generation_tokens_total", d(m.generation_tokens), "Tokens generated (vLLM's name).");
   w.head("vllm:request_success_total", "counter",

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "generate/speculative_config.h"
 #include "lora/lora_spec.h"
 
 namespace servelab {
@@ -61,6 +62,9 @@ struct ServeMetrics {
   int64_t prefix_cache_hits = 0;     // of those, found cached
   int64_t preemptions = 0;           // running requests evicted for blocks, to be recomputed
   AdapterCacheStats adapters;
+  // Speculative decoding: vllm:spec_decode_* (all zero when it is off).
+  bool speculative = false;
+  SpecDecodeStats spec_decode;
   // Where the engine thread's time went, seconds summed over steps: what a step costs beyond the
   // model's forward (kEnginePhases names them).
   std::vector<double> engine_phase_seconds;

@@ -15,6 +15,7 @@
 #include "generate/request_tracker.h"
 #include "generate/sampling.h"
 #include "generate/scheduler_core.h"
+#include "generate/speculative.h"
 #include "generate/step_executor.h"
 #include "generate/token_picker.h"
 #include "lora/adapter_cache.h"
@@ -132,6 +133,7 @@ struct ServeScheduler::Impl {
   // (waiting or running) by id.
   std::unique_ptr<KvMemoryManager> kv;
   std::unique_ptr<SchedulerCore> core;
+  std::unique_ptr<Speculator> spec;  // speculative decoding, when on
   std::map<int64_t, std::unique_ptr<Entry>> entries;
   std::unique_ptr<AdapterCache> adapters;
   std::map<int64_t, const LoraAdapter*> held;   // running request -> its adapter, for the routing
@@ -238,6 +240,10 @@ ServeScheduler::ServeScheduler(const Model& model, const Tokenizer& tokenizer, S
   };
   s.core = std::make_unique<SchedulerCore>(
       *s.kv, SchedulerConfig{options_.max_batch, options_.max_num_batched_tokens}, std::move(hooks));
+  if (options_.speculative.enabled()) {
+    s.spec = std::make_unique<Speculator>(options_.speculative, model, options_.max_batch, max_total_tokens_,
+                                          padding_id(model, tokenizer));
+  }
   if (!options_.engine_on_caller) s.thread = std::thread([this] { loop(); });
 }
 
@@ -450,6 +456,7 @@ void ServeScheduler::loop() {
   // Takes a request out of the core (its memory and adapter pin) and out of the engine's hands.
   auto remove = [&](int64_t id) {
     core.finish(id);
+    if (s.spec) s.spec->finish(id);
     std::unique_ptr<Entry> e = std::move(s.entries.at(id));
     s.entries.erase(id);
     return e;
@@ -465,23 +472,13 @@ void ServeScheduler::loop() {
     const std::vector<int64_t> running = core.running();
     for (int64_t id : running) fail(id, message);
   };
-  // Picks each row's next token, with its log-probability, and hands it to its request.
-  auto take_tokens = [&](const at::Tensor& logits, const std::vector<int64_t>& ids) {
-    std::vector<PickRow> rows;
-    for (int64_t id : ids) {
-      Entry& e = *s.entries.at(id);
-      const RequestResult& so_far = e.tracker->result();
-      rows.push_back({&e.request.sampling, &*e.sampler, &e.request.prompt_ids, &so_far.generated_ids,
-                      e.constraint.get(), true});
-    }
-    const std::vector<PickedToken> picked =
-        pick_tokens(logits, rows,
-                    "server step " + std::to_string(steps + 1) + " (request " +
-                        std::to_string(ids.front() + 1) + " and its batch)");
+  // Hands a request the tokens one step gave it (one, or a verified row's accepted proposals and
+  // the target's own), each with its log-probability; stops where the request finishes.
+  auto hand_over = [&](int64_t rid, const std::vector<PickedToken>& picked) {
+    Entry& e = *s.entries.at(rid);
     const double ms = s.now_ms();
     const Clock::time_point now = Clock::now();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      Entry& e = *s.entries.at(ids[i]);
+    for (size_t k = 0; k < picked.size(); ++k) {
       if (e.info.generated == 0) {
         e.first_token = now;
         e.info.ttft_ms = seconds_between(e.submitted, now) * 1000;
@@ -495,24 +492,62 @@ void ServeScheduler::loop() {
       const double decode_s = seconds_between(e.first_token, now);
       e.info.tokens_per_s = decode_s > 0 ? static_cast<double>(e.info.generated - 1) / decode_s : 0.0;
       ++em.generation_tokens;
-      const int32_t id = picked[i].id;
+      const int32_t id = picked[k].id;
       ServeToken t;
       t.id = id;
       t.text = e.tracker->push(id, ms);
-      t.logprob = picked[i].logprob;
+      t.logprob = picked[k].logprob;
       t.special = e.tracker->result().finish_reason == "eos";
       if (t.special) t.text = tokenizer_.token_bytes(id);
       t.final = e.tracker->finished();
+      t.with_previous = k > 0;
       e.stream->push(std::move(t));
-      core.append(ids[i], id);
+      core.append(rid, id);
       ++generated;
       if (e.tracker->finished()) {
-        const int64_t rid = ids[i];
         std::unique_ptr<Entry> gone = remove(rid);
         ended_as(*gone, "finished", gone->tracker->result().finish_reason);
         ++finished;
         done.push_back(std::move(gone));
+        return;
       }
+    }
+  };
+  auto pick_row = [&](int64_t id) {
+    Entry& e = *s.entries.at(id);
+    return PickRow{&e.request.sampling,   &*e.sampler,
+                   &e.request.prompt_ids, &e.tracker->result().generated_ids,
+                   e.constraint.get(),    true};
+  };
+  // Picks each row's next token and hands it to its request.
+  auto take_tokens = [&](const at::Tensor& logits, const std::vector<int64_t>& ids) {
+    std::vector<PickRow> rows;
+    for (int64_t id : ids) rows.push_back(pick_row(id));
+    const std::vector<PickedToken> picked =
+        pick_tokens(logits, rows,
+                    "server step " + std::to_string(steps + 1) + " (request " +
+                        std::to_string(ids.front() + 1) + " and its batch)");
+    for (size_t i = 0; i < ids.size(); ++i) hand_over(ids[i], {picked[i]});
+  };
+  // Decode rows that verified proposals (speculative decoding): each row's accepted tokens; the
+  // rejected proposals' KV is taken back once the core has run the plan (settle).
+  struct Settle {
+    int64_t id, start, accepted;
+  };
+  std::vector<Settle> settling;
+  auto take_verified = [&](const at::Tensor& logits, const SchedulePlan& plan) {
+    const std::vector<int64_t> at = decode_rows(plan);
+    for (size_t i = 0; i < plan.decode.size(); ++i) {
+      const int64_t id = plan.decode[i];
+      const std::vector<int32_t>& draft = plan.drafts[i];
+      const std::string where =
+          "server step " + std::to_string(steps + 1) + " (request " + std::to_string(id + 1) + ")";
+      const at::Tensor rows = logits.narrow(0, at[i], at[i + 1] - at[i]);
+      const int64_t start = core.request(id).computed;
+      const Verification v = draft.empty() ? verify_proposal(rows, draft, {}, pick_row(id), where)
+                                           : s.spec->verify(id, rows, draft, pick_row(id), where);
+      if (!draft.empty()) settling.push_back({id, start, v.accepted});
+      hand_over(id, v.tokens);
     }
   };
   // What a plan decided before it runs: preemptions (back to waiting, their streams untouched),
@@ -529,6 +564,7 @@ void ServeScheduler::loop() {
     for (int64_t id : plan.preempted) {
       s.entries.at(id)->info.state = "waiting";
       ++em.preemptions;
+      if (s.spec) s.spec->finish(id);
     }
     for (int64_t id : plan.admitted) {
       Entry& e = *s.entries.at(id);
@@ -554,20 +590,44 @@ void ServeScheduler::loop() {
   // Decodes first (the running streams' tokens go out before a prompt chunk runs), then chunks.
   auto execute = [&](const SchedulePlan& plan) {
     lap(kKv);
-    if (!plan.decode.empty()) {
-      const at::Tensor logits = run_decodes(*s.kv, core, plan);
+    auto take_decoded = [&](const at::Tensor& logits) {
+      if (std::any_of(plan.drafts.begin(), plan.drafts.end(), [](const auto& d) { return !d.empty(); }))
+        take_verified(logits, plan);
+      else
+        take_tokens(logits, plan.decode);
+    };
+    const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
+    if (runs_mixed(*s.kv, plan)) {
+      // Chunked prefill's step: the decode rows and the prompt chunks in one forward.
+      const StepLogits logits = run_mixed(*s.kv, core, plan);
       lap(kDecode);
-      take_tokens(logits, plan.decode);
+      take_decoded(logits.decode);
+      if (!sampled.empty()) take_tokens(logits.prefill, sampled);
       lap(kSample);
-    }
-    if (!plan.prefill.empty()) {
-      const at::Tensor logits = run_prefills(*s.kv, core, plan);
-      lap(kPrefill);
-      const std::vector<int64_t> sampled = prefill_sampled_ids(plan);
-      if (!sampled.empty()) take_tokens(logits, sampled);
-      lap(kSample);
+    } else {
+      if (!plan.decode.empty()) {
+        const at::Tensor logits = run_decodes(*s.kv, core, plan);
+        lap(kDecode);
+        take_decoded(logits);
+        lap(kSample);
+      }
+      if (!plan.prefill.empty()) {
+        const at::Tensor logits = run_prefills(*s.kv, core, plan);
+        lap(kPrefill);
+        if (!sampled.empty()) take_tokens(logits, sampled);
+        lap(kSample);
+      }
     }
     core.ran(plan);
+    for (const Settle& st : std::exchange(settling, {})) s.spec->settle(core, st.id, st.start, st.accepted);
+  };
+  // Proposals for the decoding requests (speculative decoding), except those under a grammar.
+  auto propose = [&] {
+    if (!s.spec) return;
+    s.spec->propose(core, [&](int64_t id) -> const SamplingParams* {
+      const Entry& e = *s.entries.at(id);
+      return e.constraint ? nullptr : &e.request.sampling;
+    });
   };
 
   // The counters connection threads read (the queue limit among them); under the lock.
@@ -594,6 +654,10 @@ void ServeScheduler::loop() {
       em.kv_positions_used += e.info.prompt_tokens + e.info.generated;
     }
     em.adapters = s.adapters->stats();
+    if (s.spec) {
+      em.speculative = true;
+      em.spec_decode = s.spec->stats();
+    }
     s.metrics = em;
     s.active.clear();
     for (int64_t id : core.waiting()) s.active.push_back(s.entries.at(id)->info);
@@ -649,6 +713,7 @@ void ServeScheduler::loop() {
     try {
       // Without a budget, the course's step: admissions prefill, then everyone decodes (the
       // just-admitted included); with one, a single plan of decodes and prompt chunks.
+      if (chunked) propose();
       const SchedulePlan plan = core.schedule(s.now_ms(), /*admit=*/true, /*decode=*/chunked);
       note_plan(plan);
       {
@@ -658,6 +723,7 @@ void ServeScheduler::loop() {
       if (plan.empty() && core.running().empty()) continue;
       execute(plan);
       if (!chunked) {
+        propose();
         const SchedulePlan decodes = core.schedule(s.now_ms(), /*admit=*/false, /*decode=*/true);
         note_plan(decodes);
         execute(decodes);

@@ -33,6 +33,9 @@ struct ServeToken {
   double logprob = 0;    // log-softmax of the model's logits at this token
   bool special = false;  // a stop token (EOS)
   bool final = false;    // the request's last token (its result follows at once)
+  // Came out of the same engine step as the token before it (speculative decoding accepts several
+  // at once): a streaming client gets them in one event.
+  bool with_previous = false;
 };
 
 // A request's side of the conversation between the engine thread and its connection.
@@ -107,6 +110,9 @@ struct ServeOptions {
   // sleeps at every barrier once its teams' threads outnumber the CPUs: a process that already ran
   // the model on one thread (the app's engine thread) serves on that same thread.
   bool engine_on_caller = false;
+  // Speculative decoding (its draft model outlives the scheduler). Requests with a grammar
+  // (structured output) decode without it.
+  SpeculativeConfig speculative;
 };
 
 // The KV memory a server runs on, as /info names it.

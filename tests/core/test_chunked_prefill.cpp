@@ -20,48 +20,13 @@
 #include "model/llama_model.h"
 #include "serve/serve_scheduler.h"
 #include "test_support.h"
+#include "tiny_models.h"
 
 using namespace servelab;
 
 namespace {
 
-Gpt2Config tiny_gpt2() {
-  Gpt2Config c;
-  c.vocab_size = 300;
-  c.n_positions = 96;
-  c.n_embd = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.bos_token_id = c.eos_token_id = 299;
-  return c;
-}
-
-std::unique_ptr<LlamaModel> tiny_llama() {
-  LlamaConfig c;
-  c.vocab_size = 300;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.head_dim = 8;
-  c.context = 96;
-  c.eos_token_ids = {299};
-  at::Generator gen = at::detail::createCPUGenerator(13);
-  LlamaTensorFetch fetch = [&](const std::string& name, const std::vector<int64_t>& shape, bool optional) {
-    if (optional) return at::Tensor();
-    at::Tensor t = at::randn(shape, gen) * 0.2;
-    if (name.find("norm") != std::string::npos) t = 1.0 + t;
-    return t;
-  };
-  return std::make_unique<LlamaModel>(c, assemble_llama_weights(c, fetch));
-}
-
-std::vector<int32_t> prompt(int64_t len, int32_t salt) {
-  std::vector<int32_t> p;
-  for (int64_t i = 0; i < len; ++i) p.push_back(static_cast<int32_t>((salt * 37 + i * 11) % 290));
-  return p;
-}
+std::vector<int32_t> prompt(int64_t len, int32_t salt) { return test::tiny_prompt(len, salt); }
 
 test::IdTokenizer tok(300, 299);
 
@@ -105,9 +70,8 @@ class TestChunkedPrefill : public QObject {
 
  private Q_SLOTS:
   void initTestCase() {
-    const Gpt2Config c = tiny_gpt2();
-    gpt2_ = std::make_unique<Gpt2Model>(c, make_random_gpt2_weights(c, 5, at::kCPU, at::kFloat));
-    llama_ = tiny_llama();
+    gpt2_ = test::tiny_gpt2();
+    llama_ = test::tiny_llama();
   }
 
   void extend_in_chunks_equals_a_full_forward_data() {

@@ -547,7 +547,8 @@ class BadInput(unittest.TestCase):
             (L(seed=2**64 - 1), ["seed", "at most 9223372036854775807"]),
             (L(seed=1e300), ["seed", "integer"]),
             (L(typical_p=5), ["typical_p"]),
-            (L(repetition_penalty=1.3), ["repetition_penalty"]),
+            (L(repetition_penalty=0), ["parameters.repetition_penalty", "(0, 100]"]),
+            (L(frequency_penalty=3), ["parameters.frequency_penalty", "[-2, 2]"]),
             (L(best_of=4), ["best_of"]),
             (L(stop=["a", "b", "c", "d", "e"]), ["parameters.stop", "at most 4"]),
             (L(stop=["x" * 1000]), ["parameters.stop", "256 bytes"]),
@@ -585,7 +586,11 @@ class BadInput(unittest.TestCase):
             (C(top_logprobs=3), ["top_logprobs"]),
             (C(logit_bias={"50256": -100}), ["logit_bias"]),
             (C(suffix="end"), ["suffix"]),
-            (C(presence_penalty=1), ["presence_penalty"]),
+            (C(presence_penalty=2.5), ["presence_penalty", "[-2, 2]"]),
+            (C(frequency_penalty=-3), ["frequency_penalty", "[-2, 2]"]),
+            (C(repetition_penalty=-1), ["repetition_penalty", "(0, 100]"]),
+            (C(min_p=1.5), ["min_p", "[0, 1]"]),
+            (C(top_k=-5), ["top_k"]),
             (C(stop=["1", "2", "3", "4", "5"]), ["stop", "at most 4"]),
             (C(response_format={"type": "yaml"}), ["response_format.type"]),
             (C(stream_options=3), ["stream_options"]),
@@ -597,6 +602,12 @@ class BadInput(unittest.TestCase):
         # What stays allowed: the neutral values a client library sends by default.
         r = post(srv, "/v1/completions", C(max_tokens=2, logprobs=None, best_of=1, logit_bias={}, n=1, top_logprobs=0,
                                            typical_p=None))
+        self.assertEqual(r.status_code, 200, r.text)
+        # The sampling fields vLLM's users send (penalties, and vLLM's top_k / min_p extensions).
+        r = post(srv, "/v1/completions", C(max_tokens=2, presence_penalty=0.5, frequency_penalty=0.3,
+                                           repetition_penalty=1.2, top_k=-1, min_p=0.05, seed=1))
+        self.assertEqual(r.status_code, 200, r.text)
+        r = post(srv, "/generate", L(max_new_tokens=2, repetition_penalty=1.3, frequency_penalty=0.2))
         self.assertEqual(r.status_code, 200, r.text)
         r = post(srv, "/generate", L(max_new_tokens=2, typical_p=1.0, top_n_tokens=0, decoder_input_details=False,
                                      top_k=10**12, do_sample=True, seed=3))

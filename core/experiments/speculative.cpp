@@ -1,0 +1,178 @@
+#include "experiments/speculative.h"
+
+#include <algorithm>
+#include <map>
+
+#include "experiments/sync_vs_continuous.h"
+#include "model/engine.h"
+#include "tokenizer/prompt.h"
+#include "util/errors.h"
+#include "util/limits.h"
+
+namespace servelab {
+
+namespace {
+
+// Tasks whose answers copy their input (editing, reformatting, repeating): what prompt lookup
+// drafts for free.
+const char* const kGrounded[] = {
+    "Rewrite this Python function with the variable x renamed to total. Reply with the code only.\n\n"
+    "def count_positive(values):\n    x = 0\n    for v in values:\n        if v > 0:\n            x = x + 1\n"
+    "    return x\n",
+    "Copy this list and add a period after each item:\n- buy milk\n- call the bank\n- water the plants\n"
+    "- book the train tickets\n- send the report to Anna",
+    "Repeat this sentence three times: The meeting has been moved to Thursday at ten in the main "
+    "conference room.",
+    "Write these as JSON objects with the keys name, city and age. Name: Maria Lopez; City: Valencia; "
+    "Age: 34. Name: Tom Becker; City: Hamburg; Age: 51. Name: Aiko Sato; City: Osaka; Age: 27.",
+    "Correct the spelling in this text and write it out in full: Teh weather was vrey nice yesterday, so we "
+    "went for a long walk in teh park and had lunch by teh lake with our freinds.",
+    "Add a docstring to this function and return the whole function:\n\ndef area(width, height):\n"
+    "    return width * height\n",
+    "Turn this into a bulleted list, one item per line: apples, oranges, bananas, pears, grapes, cherries, "
+    "plums, peaches.",
+    "Write the numbers from 1 to 40, separated by commas.",
+};
+
+// Open questions: little in the prompt to copy.
+const char* const kOpen[] = {
+    "Write a short story about a robot who learns to paint.",
+    "Explain why the sky is blue to a ten-year-old.",
+    "Give me three ideas for a weekend trip and say why each is fun.",
+    "Describe your ideal breakfast.",
+    "What are the benefits of learning a second language?",
+    "Write a poem about autumn leaves.",
+    "How does a bicycle stay upright?",
+    "Suggest a name for a new coffee shop and explain it.",
+};
+
+double median(std::vector<double> v) { return v.empty() ? 0 : percentile(std::move(v), 50); }
+
+}  // namespace
+
+nlohmann::json SpeculativeBenchResult::to_json() const {
+  nlohmann::json rs = nlohmann::json::array();
+  for (const SpeculativeBenchRun& r : runs) {
+    const double verify_ms = r.total_ms - r.draft_ms;
+    rs.push_back({{"method", speculative_method_name(r.method)},
+                  {"k", r.k},
+                  {"tokens_per_s", r.tokens_per_s},
+                  {"speedup", r.speedup},
+                  {"total_ms", r.total_ms},
+                  {"draft_ms", r.draft_ms},
+                  {"verify_ms", verify_ms},
+                  {"num_drafts", r.stats.num_drafts},
+                  {"num_draft_tokens", r.stats.num_draft_tokens},
+                  {"num_accepted_tokens", r.stats.num_accepted_tokens},
+                  {"accepted_per_position", r.stats.accepted_per_position},
+                  {"acceptance_rate", r.stats.acceptance_rate()},
+                  {"mean_accepted_length", r.stats.mean_accepted_length()},
+                  {"identical_greedy_tokens", r.identical}});
+  }
+  return {{"workload", params.workload},
+          {"concurrency", params.concurrency},
+          {"new_tokens", params.new_tokens},
+          {"rounds", params.rounds},
+          {"kv", kv_strategy_name(params.kv)},
+          {"prompt_lookup_max", params.prompt_lookup_max},
+          {"pairing", pairing},
+          {"prompts", prompts},
+          {"runs", rs}};
+}
+
+std::vector<std::string> speculative_workload(const std::string& workload, int64_t count) {
+  const bool grounded = workload == "grounded";
+  if (!grounded && workload != "open")
+    throw InputError("workload must be grounded or open, got '" + workload + "'");
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < count; ++i) out.emplace_back(grounded ? kGrounded[i % 8] : kOpen[i % 8]);
+  return out;
+}
+
+SpeculativeBenchResult run_speculative_bench(const Engine& engine, const Model& target, const Model* draft,
+                                             const std::string& pairing, const SpeculativeBenchParams& p,
+                                             const ExperimentControl& control) {
+  limits::check_range("rounds", p.rounds, 1, limits::kMaxRepeats);
+  limits::check_range("concurrency", p.concurrency, 1, 256);
+  limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
+  if (p.ks.empty()) throw InputError("give at least one k");
+  for (SpeculativeMethod m : p.methods)
+    if (m == SpeculativeMethod::DraftModel && !draft)
+      throw InputError("the draft method needs a draft model");
+  SpeculativeBenchResult result;
+  result.params = p;
+  result.pairing = pairing;
+  for (const std::string& text : speculative_workload(p.workload, p.concurrency))
+    result.prompts.push_back(chat_prompt(engine.tokenizer(), text, ""));
+  std::vector<BatchRequest> requests;
+  for (const std::string& prompt : result.prompts) {
+    BatchRequest r;
+    r.prompt_ids = encode_prompt(engine.tokenizer(), prompt);
+    r.max_new_tokens = p.new_tokens;
+    requests.push_back(std::move(r));
+  }
+  // Plain decoding first, then each drafter at each k.
+  std::vector<SpeculativeBenchRun> runs(1);
+  for (SpeculativeMethod m : p.methods)
+    for (int64_t k : p.ks) {
+      SpeculativeBenchRun r;
+      r.method = m;
+      r.k = k;
+      runs.push_back(r);
+    }
+  auto options = [&](const SpeculativeBenchRun& r) {
+    BatchOptions o;
+    o.max_batch = p.concurrency;
+    o.kv = p.kv;
+    o.cancel = control.cancel;
+    o.speculative.method = r.method;
+    o.speculative.num_speculative_tokens = std::max<int64_t>(r.k, 1);
+    o.speculative.prompt_lookup_max = p.prompt_lookup_max;
+    o.speculative.draft_model = draft;
+    return o;
+  };
+  if (p.warmup)
+    for (const SpeculativeBenchRun& r : runs)
+      run_continuous_batching(target, engine.tokenizer(), requests, options(r));
+  std::vector<std::vector<double>> tps(runs.size()), ratio(runs.size()), total(runs.size()),
+      drafting(runs.size());
+  const size_t n = runs.size();
+  std::vector<std::vector<std::vector<int32_t>>> tokens(n);  // per configuration, the last round's
+  for (int64_t round = 0; round < p.rounds; ++round) {
+    std::vector<double> this_round(n, 0);
+    // Each round starts one configuration later, so no configuration always runs first.
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = (j + static_cast<size_t>(round)) % n;
+      if (control.cancel && control.cancel->load())
+        throw CancelledError("speculative decoding benchmark cancelled");
+      if (control.sink)
+        control.sink->on_progress(
+            static_cast<double>(round * static_cast<int64_t>(n) + static_cast<int64_t>(j)) /
+                static_cast<double>(p.rounds * static_cast<int64_t>(n)),
+            std::string(speculative_method_name(runs[i].method)) + " k " + std::to_string(runs[i].k));
+      const BatchRunResult run =
+          run_continuous_batching(target, engine.tokenizer(), requests, options(runs[i]));
+      if (run.cancelled) throw CancelledError("speculative decoding benchmark cancelled");
+      this_round[i] = static_cast<double>(run.generated_tokens) / run.total_ms * 1000.0;
+      tps[i].push_back(this_round[i]);
+      total[i].push_back(run.total_ms);
+      drafting[i].push_back(run.speculative.draft_ms);
+      runs[i].stats.add(run.speculative);
+      tokens[i].clear();
+      for (const RequestResult& r : run.requests) tokens[i].push_back(r.generated_ids);
+    }
+    // Greedy tokens of every configuration against this round's plain decoding.
+    for (size_t i = 1; i < n; ++i) runs[i].identical = runs[i].identical && tokens[i] == tokens[0];
+    for (size_t i = 0; i < n; ++i) ratio[i].push_back(this_round[i] / this_round[0]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    runs[i].tokens_per_s = median(tps[i]);
+    runs[i].speedup = median(ratio[i]);
+    runs[i].total_ms = median(total[i]);
+    runs[i].draft_ms = median(drafting[i]);
+  }
+  result.runs = std::move(runs);
+  return result;
+}
+
+}  // namespace servelab
