@@ -83,8 +83,8 @@ struct GenerateResult {
   int64_t kv_cache_bytes = 0;
 };
 
-// The tokens that end generation: the tokenizer's stop ids (eos and the model's end-of-turn
-// tokens), or the model's eos when the tokenizer names none.
+// The tokens that end generation: the tokenizer's stop ids (eos, the model's end-of-turn tokens,
+// generation_config.json's eos_token_id list), then every eos id the model's config.json lists.
 std::vector<int32_t> generation_stop_ids(const Model& model, const Tokenizer& tokenizer);
 // The padding id of a left-padded batch: the first stop id (the course pads with EOS), else 0.
 int32_t padding_id(const Model& model, const Tokenizer& tokenizer);

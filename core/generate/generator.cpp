@@ -71,9 +71,12 @@ PaddedPrompts pad_prompts(const Model& model, const Tokenizer& tokenizer,
 }
 
 std::vector<int32_t> generation_stop_ids(const Model& model, const Tokenizer& tokenizer) {
+  // The tokenizer's first (its eos pads a batch), then any other id the model's config.json lists
+  // (Llama 3's and Qwen's several eos_token_id).
   std::vector<int32_t> ids = tokenizer.stop_ids();
-  if (ids.empty() && model.shape().eos_token_id >= 0)
-    ids.push_back(static_cast<int32_t>(model.shape().eos_token_id));
+  for (int64_t e : model.shape().eos_token_ids)
+    if (std::find(ids.begin(), ids.end(), static_cast<int32_t>(e)) == ids.end())
+      ids.push_back(static_cast<int32_t>(e));
   return ids;
 }
 

@@ -190,20 +190,6 @@ at::Tensor PagedKvMemory::decode(const std::vector<int64_t>& ids, const std::vec
     write_slots.push_back(
         pass.positions.slots[static_cast<size_t>(pass.positions.first[static_cast<size_t>(i) + 1] - 1)]);
   pass.write_slots = at::tensor(write_slots, at::kLong).to(dev);
-  if (kernel_ == PagedAttentionKernel::Gather) {
-    // The baseline: every row's context gathered into a [B, width] copy (padding reads slot 0,
-    // masked out) for SDPA.
-    const int64_t width = *std::max_element(lengths.begin(), lengths.end());
-    std::vector<int64_t> gather(static_cast<size_t>(B * width), 0);
-    std::vector<uint8_t> mask(static_cast<size_t>(B * width), 0);
-    for (int64_t i = 0; i < B; ++i) {
-      const int64_t* slot = pass.positions.slots.data() + pass.positions.first[static_cast<size_t>(i)];
-      std::copy(slot, slot + pass.positions.length(i), gather.begin() + i * width);
-      std::fill_n(mask.begin() + i * width, pass.positions.length(i), uint8_t{1});
-    }
-    pass.gather_slots = at::tensor(gather, at::kLong).to(dev);
-    pass.gather_mask = at::tensor(mask, at::kByte).to(at::kBool).view({B, 1, 1, width}).to(dev);
-  }
   pass_ = std::move(pass);
   const at::Tensor pos = at::tensor(positions, at::kLong);
   ForwardInput in;
@@ -232,17 +218,21 @@ at::Tensor PagedKvMemory::attend(int64_t layer, const at::Tensor& q, const at::T
   store(kl, k);
   store(vl, v);
   if (pass_.decode) {
-    if (kernel_ == PagedAttentionKernel::InPlace)
-      return paged_decode_attention_cpu(q, kl, vl, pass_.positions, params.scale);
-    const int64_t width = pass_.gather_mask.size(3);
+    // A window is applied by attending over each row's last `window` positions only; the kernel
+    // has no soft-capping, so a soft-capped model takes the gather path.
+    if (kernel_ == PagedAttentionKernel::InPlace && params.softcap <= 0)
+      return paged_decode_attention_cpu(q, kl, vl, decode_positions(params.window), params.scale);
+    const auto& [slots, mask] = decode_gather(params.window);
+    const int64_t width = mask.size(3);
     auto gather = [&](const at::Tensor& pool) {
-      return pool.index_select(0, pass_.gather_slots).view({B, width, H_kv, D}).transpose(1, 2);
+      return pool.index_select(0, slots).view({B, width, H_kv, D}).transpose(1, 2);
     };
     AttentionMask m;
-    m.mask = pass_.gather_mask;
+    m.mask = mask;
     m.keys = width;
     AttentionParams sdpa = params;  // the baseline: libtorch's SDPA over the gathered copy
     sdpa.decode_kernel = false;
+    sdpa.window = 0;
     return servelab::attend(q, gather(kl), gather(vl), m, sdpa);
   }
   // Prefill: each request's queries over its whole context, cached prefix included, gathered
@@ -269,6 +259,46 @@ at::Tensor PagedKvMemory::attend(int64_t layer, const at::Tensor& q, const at::T
         .copy_(servelab::attend(q.narrow(0, row, 1).narrow(2, column, count), ki, vi, m, params));
   }
   return out;
+}
+
+const PagedPositions& PagedKvMemory::decode_positions(int64_t window) {
+  if (window <= 0) return pass_.positions;
+  auto [it, added] = pass_.windowed.try_emplace(window);
+  if (added) {
+    const PagedPositions& all = pass_.positions;
+    PagedPositions& w = it->second;
+    w.first.push_back(0);
+    for (int64_t b = 0; b < all.rows(); ++b) {
+      const int64_t n = std::min(window, all.length(b));
+      const auto end = all.slots.begin() + all.first[static_cast<size_t>(b) + 1];
+      w.slots.insert(w.slots.end(), end - n, end);
+      w.first.push_back(static_cast<int64_t>(w.slots.size()));
+    }
+  }
+  return it->second;
+}
+
+const std::pair<at::Tensor, at::Tensor>& PagedKvMemory::decode_gather(int64_t window) {
+  auto [it, added] = pass_.gathered.try_emplace(std::max<int64_t>(window, 0));
+  if (added) {
+    // Every row's context gathered into a [B, width] copy (padding reads slot 0, masked out) for
+    // SDPA: the baseline kernel.
+    const PagedPositions& pos = decode_positions(window);
+    const int64_t B = pos.rows();
+    int64_t width = 1;
+    for (int64_t i = 0; i < B; ++i) width = std::max(width, pos.length(i));
+    std::vector<int64_t> gather(static_cast<size_t>(B * width), 0);
+    std::vector<uint8_t> mask(static_cast<size_t>(B * width), 0);
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t* slot = pos.slots.data() + pos.first[static_cast<size_t>(i)];
+      std::copy(slot, slot + pos.length(i), gather.begin() + i * width);
+      std::fill_n(mask.begin() + i * width, pos.length(i), uint8_t{1});
+    }
+    const at::Device dev = model_.device();
+    it->second = {at::tensor(gather, at::kLong).to(dev),
+                  at::tensor(mask, at::kByte).to(at::kBool).view({B, 1, 1, width}).to(dev)};
+  }
+  return it->second;
 }
 
 void PagedKvMemory::retire(const std::vector<int64_t>& ids) {

@@ -82,8 +82,16 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
     // Decode: every row's positions as pool slots (once per step, for every layer), read in place;
     // for the gather baseline, the same slots padded to [B, width] and the key mask [B, 1, 1, width].
     PagedPositions positions;
-    at::Tensor gather_slots, gather_mask;
+    // Per attention window (0: none; Gemma's layers alternate), the positions each row attends
+    // to, and the gathered slots [B * width] and key mask [B, 1, 1, width] of the gather path;
+    // built by the first layer that asks.
+    std::map<int64_t, PagedPositions> windowed;
+    std::map<int64_t, std::pair<at::Tensor, at::Tensor>> gathered;
   };
+  // The decode step's positions under a window (all of them for 0): each row's last `window`.
+  const PagedPositions& decode_positions(int64_t window);
+  // Them as the gather path's slots and mask.
+  const std::pair<at::Tensor, at::Tensor>& decode_gather(int64_t window);
   Pass pass_;
   std::pair<int64_t, int64_t> last_prefill_shape_{0, 0};
 };

@@ -8,16 +8,18 @@
 namespace servelab {
 
 // Each architecture's file defines its record.
-Architecture gpt2_architecture();   // model/gpt2_architecture.cpp
-Architecture llama_architecture();  // model/llama_architecture.cpp
-Architecture qwen3_architecture();  // model/qwen3_architecture.cpp
+Architecture gpt2_architecture();    // model/gpt2_architecture.cpp
+Architecture llama_architecture();   // model/llama_architecture.cpp
+Architecture qwen3_architecture();   // model/qwen3_architecture.cpp
+Architecture gemma2_architecture();  // model/gemma2_architecture.cpp
+Architecture gemma3_architecture();  // model/gemma3_architecture.cpp
+Architecture phi3_architecture();    // model/phi3_architecture.cpp
 
 // The registrations: one line per architecture.
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> all = {
-      gpt2_architecture(),
-      llama_architecture(),
-      qwen3_architecture(),
+      gpt2_architecture(),   llama_architecture(),  qwen3_architecture(),
+      gemma2_architecture(), gemma3_architecture(), phi3_architecture(),
   };
   return all;
 }

@@ -44,6 +44,7 @@ ModelShape gpt2_shape(const Gpt2Config& c) {
   s.context = c.n_positions;
   s.bos_token_id = c.bos_token_id;
   s.eos_token_id = c.eos_token_id;
+  if (c.eos_token_id >= 0) s.eos_token_ids = {c.eos_token_id};
   return s;
 }
 

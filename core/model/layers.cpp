@@ -75,8 +75,8 @@ namespace {
 // takes.
 bool decode_kernel_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const AttentionMask& m, const AttentionParams& p) {
-  return p.decode_kernel && p.backend == AttentionBackend::Sdpa && !m.causal && q.dim() == 4 &&
-         q.size(2) == 1 &&
+  return p.decode_kernel && p.backend == AttentionBackend::Sdpa && p.softcap <= 0 && !m.causal &&
+         q.dim() == 4 && q.size(2) == 1 &&
          (!m.mask.defined() || (m.mask.dim() == 4 && m.mask.size(1) == 1 && m.mask.size(2) == 1)) &&
          dense_decode_attention_applies(q, k, v, m.mask);
 }
@@ -84,7 +84,7 @@ bool decode_kernel_takes(const at::Tensor& q, const at::Tensor& k, const at::Ten
 at::Tensor attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& m,
                         const AttentionParams& p) {
   const int64_t H = q.size(1), H_kv = k.size(1);
-  if (p.backend == AttentionBackend::Sdpa && !p.upcast) {
+  if (p.backend == AttentionBackend::Sdpa && !p.upcast && p.softcap <= 0) {
     return at::scaled_dot_product_attention(
         q, k, v, m.mask.defined() ? std::optional<at::Tensor>(m.mask) : std::nullopt, 0.0, m.causal, p.scale,
         /*enable_gqa=*/H != H_kv);
@@ -94,6 +94,7 @@ at::Tensor attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tens
   at::Tensor qf = p.upcast ? q.to(at::kFloat) : q;
   if (p.upcast) kf = kf.to(at::kFloat);
   at::Tensor scores = at::matmul(qf, kf.transpose(-2, -1)) * p.scale;
+  if (p.softcap > 0) scores = at::tanh(scores / p.softcap) * p.softcap;
   at::Tensor allowed = m.mask;
   if (m.causal) {
     const int64_t t = q.size(2), s = k.size(2);
@@ -106,10 +107,44 @@ at::Tensor attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tens
   return at::matmul(probs, vf);
 }
 
+// keys [S] visible to queries at key indices `query_index` ([R, T] or [T]) under a window:
+// query_index - j < window, as bool [R or 1, 1, T, S].
+at::Tensor window_band(const at::Tensor& query_index, int64_t S, int64_t window) {
+  const at::Tensor qi = query_index.dim() == 1 ? query_index.unsqueeze(0) : query_index;
+  const at::Tensor j = at::arange(S, qi.options()).view({1, 1, 1, S});
+  return j > qi.view({qi.size(0), 1, qi.size(1), 1}) - window;
+}
+
+// The mask with the window's band added: the same keys, less those `window` or more positions
+// before their query.
+AttentionMask windowed(const AttentionMask& m, const at::Tensor& query_index, int64_t S, int64_t window) {
+  const at::Tensor band = window_band(query_index, S, window);
+  AttentionMask w = m;
+  const int64_t T = band.size(2);
+  if (m.causal) {
+    w.causal = false;
+    w.mask = band & at::ones({T, S}, band.options()).tril(S - T).view({1, 1, T, S});
+  } else {
+    w.mask = m.mask.defined() ? m.mask & band : band;
+  }
+  return w;
+}
+
 }  // namespace
 
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& m,
-                  const AttentionParams& p) {
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& mask,
+                  const AttentionParams& params) {
+  if (params.window > 0 && k.size(2) > params.window) {
+    // The queries are the last T of the S keys; nothing is cut before S exceeds the window.
+    const int64_t T = q.size(2), S = k.size(2);
+    AttentionParams p = params;
+    p.window = 0;
+    const at::Tensor query_index =
+        at::arange(S - T, S, at::TensorOptions().dtype(at::kLong).device(q.device()));
+    return attend(q, k, v, windowed(mask, query_index, S, params.window), p);
+  }
+  const AttentionMask& m = mask;
+  const AttentionParams& p = params;
   if (decode_kernel_takes(q, k, v, m, p) && q.size(0) == k.size(0))
     return dense_decode_attention_cpu(q, k, v, m.mask, at::Tensor(), p.scale);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), H_kv = k.size(1);
@@ -134,12 +169,22 @@ at::Tensor cached_attention(int64_t layer, const at::Tensor& q, at::Tensor k, at
     // runs over the cache's rows with the running rows' queries in place, and only their outputs
     // are kept.
     std::tie(k, v) = cache->write_at(layer, k, v, in.cache_rows, in.cache_positions, m.keys);
+    AttentionMask rows_mask = m;
+    AttentionParams rows_params = p;
+    if (p.window > 0 && m.keys > p.window) {
+      // Each cache row's query sits at its own position (rows not running: at 0, seeing key 0).
+      const at::Tensor at_row =
+          at::zeros({cache->batch()}, at::TensorOptions().dtype(at::kLong).device(q.device()))
+              .index_copy_(0, in.cache_rows, in.cache_positions.to(at::kLong));
+      rows_mask = windowed(m, at_row.view({-1, 1}), m.keys, p.window);
+      rows_params.window = 0;
+    }
     // On the CPU each running row reads its own cache row in place; rows not running cost nothing.
-    if (decode_kernel_takes(q, k, v, m, p))
-      return dense_decode_attention_cpu(q, k, v, m.mask, in.cache_rows, p.scale);
+    if (decode_kernel_takes(q, k, v, rows_mask, rows_params))
+      return dense_decode_attention_cpu(q, k, v, rows_mask.mask, in.cache_rows, p.scale);
     at::Tensor q_rows =
         at::zeros({cache->batch(), q.size(1), 1, q.size(3)}, q.options()).index_copy_(0, in.cache_rows, q);
-    return attend(q_rows, k, v, m, p).index_select(0, in.cache_rows);
+    return attend(q_rows, k, v, rows_mask, rows_params).index_select(0, in.cache_rows);
   }
   std::tie(k, v) = cache->append(layer, k, v);
   return attend(q, k, v, m, p);
@@ -164,9 +209,14 @@ RotaryEmbedding::RotaryEmbedding(const at::Tensor& inv_freq, int64_t context, at
 }
 
 at::Tensor RotaryEmbedding::apply(const at::Tensor& x, const at::Tensor& positions) const {
-  if (x.device().is_cpu() && x.scalar_type() == at::kFloat && x.stride(-1) == 1 &&
-      cos_.scalar_type() == at::kFloat)
+  if (cos_.size(1) == x.size(-1) && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+      x.stride(-1) == 1 && cos_.scalar_type() == at::kFloat)
     return fused_cpu::rotary(x, cos_, sin_, positions);
+  if (cos_.size(1) < x.size(-1)) {
+    // Partial rotary (Phi): the leading dimensions turn, the rest pass as they are.
+    const int64_t r = cos_.size(1);
+    return at::cat({apply(x.narrow(-1, 0, r), positions), x.narrow(-1, r, x.size(-1) - r)}, -1);
+  }
   const int64_t half = x.size(-1) / 2;
   at::Tensor cos =
       cos_.index_select(0, positions.reshape({-1})).view({positions.size(0), 1, positions.size(1), -1});

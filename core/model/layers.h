@@ -31,9 +31,18 @@ struct AttentionParams {
   // A CPU decode step (one query per row) reads the cache in place with our kernel
   // (decode_attention.h); false keeps libtorch's SDPA, the baseline paged KV's gather mode measures.
   bool decode_kernel = true;
+  // Sliding-window attention: a query sees only the keys fewer than `window` positions before it
+  // (itself included); 0: every key the mask allows. Every KV layout keeps all positions and
+  // masks the ones outside the window (memory is not freed as the window moves on).
+  int64_t window = 0;
+  // Gemma 2's attention logit soft-capping, softcap * tanh(scores / softcap) before the mask; 0:
+  // none. Runs the manual attention (SDPA has no such hook).
+  double softcap = 0;
 };
 
 // softmax(q k^T * scale + mask) v for q [B, H, T, D] and k, v [B, H_kv, S, D] (H a multiple of H_kv).
+// With params.window, the T queries are taken to sit at key indices S - T .. S - 1 (a prefill, a
+// chunk, a padded batch: each row's keys up to its queries, contiguous).
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionMask& mask,
                   const AttentionParams& params);
 
@@ -54,7 +63,8 @@ class RotaryEmbedding {
   RotaryEmbedding() = default;
   // inv_freq: [head_dim / 2] fp32.
   RotaryEmbedding(const at::Tensor& inv_freq, int64_t context, at::Device device, at::ScalarType dtype);
-  // q or k [B, H, T, D] at positions [B, T] -> rotated, same shape and dtype.
+  // q or k [B, H, T, D] at positions [B, T] -> rotated, same shape and dtype. Where inv_freq covers
+  // fewer than D / 2 pairs (partial rotary), the dimensions after them pass unrotated.
   at::Tensor apply(const at::Tensor& x, const at::Tensor& positions) const;
 
  private:

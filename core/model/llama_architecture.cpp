@@ -1,6 +1,6 @@
 // The Llama family's records in the architecture registry (architecture.h): the hooks every
 // LlamaModel architecture shares, and Llama's own record (model_type llama, mistral without a
-// sliding window, qwen2; GGUF llama).
+// and qwen2, with their sliding windows; GGUF llama).
 #include <filesystem>
 #include <map>
 
@@ -51,16 +51,17 @@ QuantTarget llama_quant_target(const Model& model) {
 }  // namespace
 
 Architecture llama_family_architecture(std::function<LlamaConfig(const std::string&)> read_config,
-                                       std::function<LlamaConfig(const GgufFile&)> read_gguf_config) {
+                                       std::function<LlamaConfig(const GgufFile&)> read_gguf_config,
+                                       LlamaFetchHook hook) {
   Architecture a;
   a.hf_root = "model.";
   a.hf_blocks = "layers.";
   a.projection_names = llama_projections(LlamaConfig{});
   for (Projection& p : a.projection_names) p.in = p.out = 0;
   a.sharded_folders = true;
-  a.load_folder = [read_config](const std::string& dir, at::Device device, at::ScalarType dtype) {
+  a.load_folder = [read_config, hook](const std::string& dir, at::Device device, at::ScalarType dtype) {
     const LlamaConfig config = read_config((std::filesystem::path(dir) / "config.json").string());
-    return std::make_unique<LlamaModel>(config, load_llama_safetensors(dir, config, device, dtype));
+    return std::make_unique<LlamaModel>(config, load_llama_safetensors(dir, config, device, dtype, hook));
   };
   if (read_gguf_config) {
     a.load_gguf = [read_gguf_config](const GgufFile& file, at::Device device, at::ScalarType dtype) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -87,16 +88,19 @@ int64_t LlamaConfig::num_parameters() const {
   const int64_t attn = E * n_head * D * 2 + E * n_kv_head * D * 2 +
                        (attention_bias ? n_head * D + 2 * n_kv_head * D : 0) + (o_bias ? E : 0);
   const int64_t mlp = 3 * E * F + (mlp_bias ? 2 * F + E : 0);
-  const int64_t per_layer = attn + mlp + 2 * E + (qk_norm ? 2 * D : 0);
+  const int64_t per_layer = attn + mlp + (gemma_norms ? 4 : 2) * E + (qk_norm ? 2 * D : 0);
   return vocab_size * E * (tie_word_embeddings ? 1 : 2) + n_layer * per_layer + E;
 }
 
 nlohmann::json LlamaConfig::to_json() const {
   json j;
   j["model_type"] = model_type;
-  j["architectures"] = {model_type == "qwen2"   ? "Qwen2ForCausalLM"
-                        : model_type == "qwen3" ? "Qwen3ForCausalLM"
-                                                : "LlamaForCausalLM"};
+  static const std::map<std::string, std::string> kClasses = {
+      {"qwen2", "Qwen2ForCausalLM"},        {"qwen3", "Qwen3ForCausalLM"},
+      {"mistral", "MistralForCausalLM"},    {"gemma2", "Gemma2ForCausalLM"},
+      {"gemma3_text", "Gemma3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}};
+  const auto cls = kClasses.find(model_type);
+  j["architectures"] = {cls != kClasses.end() ? cls->second : "LlamaForCausalLM"};
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
@@ -107,7 +111,21 @@ nlohmann::json LlamaConfig::to_json() const {
   j["max_position_embeddings"] = context;
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
-  j["hidden_act"] = "silu";
+  j["hidden_act"] = hidden_act;
+  if (sliding_window > 0) {
+    j["sliding_window"] = sliding_window;
+    if (!sliding_layers.empty()) {
+      json types = json::array();
+      for (bool slides : sliding_layers) types.push_back(slides ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+    }
+  }
+  if (local_rope_theta > 0) j["rope_local_base_freq"] = local_rope_theta;
+  if (rotary_dim > 0 && rotary_dim != head_dim)
+    j["partial_rotary_factor"] = static_cast<double>(rotary_dim) / static_cast<double>(head_dim);
+  if (query_pre_attn_scalar > 0) j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+  if (attn_logit_softcap > 0) j["attn_logit_softcapping"] = attn_logit_softcap;
+  if (final_logit_softcap > 0) j["final_logit_softcapping"] = final_logit_softcap;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["attention_bias"] = attention_bias;
   j["mlp_bias"] = mlp_bias;
@@ -142,12 +160,10 @@ LlamaConfig llama_family_config_from_json(const nlohmann::json& j, const std::st
   Reader r(j, source);
   LlamaConfig c;
   if (const json* t = r.find("model_type"); t && t->is_string()) c.model_type = t->get<std::string>();
-  if (const json* a = r.find("hidden_act"); a && (!a->is_string() || a->get<std::string>() != "silu"))
-    r.fail("hidden_act " + a->dump() + " is not supported (Llama-family models use silu)");
-  if (c.model_type != "llama") {
-    const json* sw = r.find("sliding_window");
-    const bool uses = sw && (c.model_type == "mistral" || r.flag("use_sliding_window", false));
-    if (uses) r.fail("sliding-window attention (sliding_window " + sw->dump() + ") is not supported");
+  if (const json* a = r.find("hidden_act")) {
+    if (!a->is_string() || (a->get<std::string>() != "silu" && a->get<std::string>() != "gelu_pytorch_tanh"))
+      r.fail("hidden_act " + a->dump() + " is not supported (supported: silu, gelu_pytorch_tanh)");
+    c.hidden_act = a->get<std::string>();
   }
   c.vocab_size = r.positive("vocab_size");
   c.hidden_size = r.positive("hidden_size");
@@ -165,6 +181,28 @@ LlamaConfig llama_family_config_from_json(const nlohmann::json& j, const std::st
   if (c.head_dim % 2 != 0)
     r.fail("head_dim " + std::to_string(c.head_dim) + " must be even for rotary embeddings");
   c.context = r.positive("max_position_embeddings", 2048);
+  // Sliding windows: Mistral's and Phi-3's on every layer, Qwen2's and Qwen3's only with
+  // use_sliding_window (on the layers from max_window_layers on), Gemma's where layer_types says;
+  // Llama has none.
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  if (c.model_type != "llama" && r.find("sliding_window") && (!qwen || r.flag("use_sliding_window", false))) {
+    c.sliding_window = r.positive("sliding_window");
+    if (const json* types = r.find("layer_types"); types && c.model_type != "mistral") {
+      if (!types->is_array() || static_cast<int64_t>(types->size()) != c.n_layer)
+        r.fail("layer_types must list one type per layer (" + std::to_string(c.n_layer) + "), got " +
+               types->dump());
+      for (const json& t : *types) {
+        const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+        if (type != "sliding_attention" && type != "full_attention")
+          r.fail("layer type \"" + type +
+                 "\" is not supported (supported: sliding_attention, full_attention)");
+        c.sliding_layers.push_back(type == "sliding_attention");
+      }
+    } else if (qwen) {
+      const int64_t from = r.positive("max_window_layers", c.n_layer);
+      for (int64_t l = 0; l < c.n_layer; ++l) c.sliding_layers.push_back(l >= from);
+    }
+  }
   c.rms_norm_eps = r.positive_number("rms_norm_eps", 1e-6);
   // transformers 5 writes rope_parameters (rope_theta and the scaling in one object); older
   // configs have rope_theta beside rope_scaling.
@@ -174,6 +212,19 @@ LlamaConfig llama_family_config_from_json(const nlohmann::json& j, const std::st
   c.rope_theta =
       rope_params ? Reader(*rope_params, source + " rope_parameters").positive_number("rope_theta", 10000.0)
                   : r.positive_number("rope_theta", 10000.0);
+  // Phi's partial rotary embedding: the first head_dim * partial_rotary_factor dimensions turn.
+  const json* partial = rope_params && rope_params->contains("partial_rotary_factor")
+                            ? &(*rope_params)["partial_rotary_factor"]
+                            : r.find("partial_rotary_factor");
+  if (partial && !partial->is_null()) {
+    if (!partial->is_number() || partial->get<double>() <= 0 || partial->get<double>() > 1)
+      r.fail("partial_rotary_factor must be in (0, 1], got " + partial->dump());
+    c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial->get<double>());
+    if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0)
+      r.fail("partial_rotary_factor " + partial->dump() + " gives " + std::to_string(c.rotary_dim) +
+             " rotary dimensions; an even number of at least 2 is needed");
+    if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
+  }
   c.tie_word_embeddings = r.flag("tie_word_embeddings", false);
   c.attention_bias = r.flag("attention_bias", c.model_type == "qwen2");
   c.o_bias = c.model_type == "qwen2" ? false : c.attention_bias;
@@ -211,6 +262,18 @@ LlamaConfig llama_family_config_from_json(const nlohmann::json& j, const std::st
       c.eos_token_ids.push_back(token_id(*e, "eos_token_id"));
     }
   }
+  return c;
+}
+
+LlamaConfig llama_family_config_of_type(const std::string& path, const std::string& model_type,
+                                        const std::string& architecture) {
+  std::string file;
+  const json j = read_json_file(path, &file);
+  LlamaConfig c = llama_family_config_from_json(j, file);
+  if (c.model_type != model_type)
+    throw ModelFormatError("config.json at " + file + ": model_type \"" + c.model_type + "\" is not " +
+                           model_type);
+  c.architecture = architecture;
   return c;
 }
 

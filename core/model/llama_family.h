@@ -7,14 +7,25 @@
 
 #include "model/architecture.h"
 #include "model/llama_config.h"
+#include "model/llama_model.h"
 
 namespace servelab {
 
 class GgufFile;
 
 // read_config: config.json (its path) to a LlamaConfig; read_gguf_config: a GGUF file's metadata to
-// one, empty when the architecture has no GGUF loader yet.
+// one, empty when the architecture has no GGUF loader yet; hook: its weight fix-ups when a folder
+// loads (llama_model.h), empty for none.
 Architecture llama_family_architecture(std::function<LlamaConfig(const std::string& config_json)> read_config,
-                                       std::function<LlamaConfig(const GgufFile& file)> read_gguf_config);
+                                       std::function<LlamaConfig(const GgufFile& file)> read_gguf_config,
+                                       LlamaFetchHook hook = {});
+
+// Gemma 2 and Gemma 3's shared config.json keys (gemma2_architecture.cpp): a Llama-family config with
+// Gemma's norms, activation, attention scale and soft-capping; `j` as the architecture's own reader
+// prepared it (its layer_types filled in, its rope entries in Llama's form).
+LlamaConfig gemma_family_config(const nlohmann::json& j, const std::string& file);
+// An integer key of a config.json object, `fallback` when absent, null or not an integer (the
+// readers that fill in defaults before the shared reader checks the keys).
+int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback);
 
 }  // namespace servelab

@@ -66,6 +66,9 @@ LlamaConfig llama_family_config_from_gguf(const GgufFile& f, const std::string& 
   c.mlp_bias = f.find("blk.0.ffn_up.bias") != nullptr;
   if (const auto b = f.find_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = *b;
   if (const auto e = f.find_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {*e};
+  // llama.cpp's end-of-turn token ends generation too.
+  if (const auto e = f.find_int("tokenizer.ggml.eot_token_id"); e && *e != c.eos_token_id())
+    c.eos_token_ids.push_back(*e);
   return c;
 }
 

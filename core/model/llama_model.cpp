@@ -32,13 +32,16 @@ ModelShape llama_shape(const LlamaConfig& c) {
   s.context = c.context;
   s.bos_token_id = c.bos_token_id;
   s.eos_token_id = c.eos_token_id();
+  s.eos_token_ids = c.eos_token_ids;
   return s;
 }
 
-at::Tensor llama_inv_freq(const LlamaConfig& c) {
-  // As transformers' _compute_default_rope_parameters: 1 / theta^(arange(0, D, 2) / D) in fp32.
-  at::Tensor exponents =
-      at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(c.head_dim);
+at::Tensor llama_inv_freq(const LlamaConfig& c, bool local) {
+  // As transformers' _compute_default_rope_parameters: 1 / theta^(arange(0, D, 2) / D) in fp32,
+  // D the rotary dimensions (Phi's partial_rotary_factor of head_dim).
+  const int64_t D = c.rotary_dim > 0 ? c.rotary_dim : c.head_dim;
+  at::Tensor exponents = at::arange(0, D, 2, at::kLong).to(at::kFloat) / static_cast<double>(D);
+  if (local) return 1.0 / at::pow(c.local_rope_theta > 0 ? c.local_rope_theta : c.rope_theta, exponents);
   at::Tensor inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
   const RopeScaling& s = c.rope_scaling;
   if (!s.freq_factors.empty()) inv_freq = inv_freq / at::tensor(s.freq_factors, at::kDouble).to(at::kFloat);
@@ -69,13 +72,18 @@ std::vector<std::pair<std::string, at::Tensor>> LlamaWeights::named_tensors() co
     const LlamaLayerWeights& l = layers[i];
     const std::string p = "model.layers." + std::to_string(i) + ".";
     out.emplace_back(p + "input_layernorm.weight", l.attn_norm);
+    if (l.post_attn_norm.defined()) {  // Gemma's four norms
+      out.emplace_back(p + "post_attention_layernorm.weight", l.post_attn_norm);
+      out.emplace_back(p + "pre_feedforward_layernorm.weight", l.mlp_norm);
+      out.emplace_back(p + "post_feedforward_layernorm.weight", l.post_mlp_norm);
+    }
     for (size_t k = 0; k < kLlamaProjections; ++k) {
       out.emplace_back(p + kNames[k] + ".weight", l.w[k]);
       if (l.b[k].defined()) out.emplace_back(p + kNames[k] + ".bias", l.b[k]);
     }
     if (l.q_norm.defined()) out.emplace_back(p + "self_attn.q_norm.weight", l.q_norm);
     if (l.k_norm.defined()) out.emplace_back(p + "self_attn.k_norm.weight", l.k_norm);
-    out.emplace_back(p + "post_attention_layernorm.weight", l.mlp_norm);
+    if (!l.post_attn_norm.defined()) out.emplace_back(p + "post_attention_layernorm.weight", l.mlp_norm);
   }
   out.emplace_back("model.norm.weight", norm);
   if (!lm_head_tied) out.emplace_back("lm_head.weight", lm_head);
@@ -117,7 +125,13 @@ LlamaWeights assemble_llama_weights(const LlamaConfig& c, const LlamaTensorFetch
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LlamaLayerWeights lw;
     lw.attn_norm = fetch(p + "input_layernorm.weight", {E}, false);
-    lw.mlp_norm = fetch(p + "post_attention_layernorm.weight", {E}, false);
+    if (c.gemma_norms) {
+      lw.post_attn_norm = fetch(p + "post_attention_layernorm.weight", {E}, false);
+      lw.mlp_norm = fetch(p + "pre_feedforward_layernorm.weight", {E}, false);
+      lw.post_mlp_norm = fetch(p + "post_feedforward_layernorm.weight", {E}, false);
+    } else {
+      lw.mlp_norm = fetch(p + "post_attention_layernorm.weight", {E}, false);
+    }
     for (size_t k = 0; k < table.size(); ++k) {
       const Projection& pr = table[k];
       lw.w[k] = fetch(p + pr.hf_name + ".weight", {pr.out, pr.in}, false);
@@ -147,6 +161,8 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, std::shared_ptr
       config_(std::move(config)),
       weights_(std::move(weights)) {
   rope_ = RotaryEmbedding(llama_inv_freq(config_), config_.context, device(), dtype());
+  if (config_.local_rope_theta > 0)
+    local_rope_ = RotaryEmbedding(llama_inv_freq(config_, true), config_.context, device(), dtype());
   if (device().is_cuda()) prefer_length_independent_attention();
 }
 
@@ -196,15 +212,20 @@ at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& x, const Atten
   if (config_.qk_norm) {
     // Qwen3: each head's q and k RMS-normalised over head_dim before the rotation.
     const LlamaLayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
-    q = rms_norm(q, lw.q_norm, config_.rms_norm_eps);
-    k = rms_norm(k, lw.k_norm, config_.rms_norm_eps);
+    q = norm(q, lw.q_norm);
+    k = norm(k, lw.k_norm);
   }
   // Keys are rotated before they are cached: the cache holds them at their absolute positions.
-  q = rope_.apply(q, positions);
-  k = rope_.apply(k, positions);
+  const int64_t window = config_.window_of(layer);
+  const RotaryEmbedding& rope = window > 0 && config_.local_rope_theta > 0 ? local_rope_ : rope_;
+  q = rope.apply(q, positions);
+  k = rope.apply(k, positions);
   AttentionParams p;
-  p.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  p.scale = 1.0 / std::sqrt(config_.query_pre_attn_scalar > 0 ? config_.query_pre_attn_scalar
+                                                              : static_cast<double>(D));
   p.backend = backend_;
+  p.window = window;
+  p.softcap = config_.attn_logit_softcap;
   at::Tensor y = cached_attention(layer, q, k, v, cache, in, mask, p).transpose(1, 2).reshape({B * T, H * D});
   return proj(layer, 3, y, in.lora).view({B, T, E});
 }
@@ -212,7 +233,13 @@ at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& x, const Atten
 at::Tensor LlamaModel::mlp(int64_t layer, const at::Tensor& x, const LoraBatch* lora) const {
   const int64_t B = x.size(0), T = x.size(1), E = config_.hidden_size;
   const std::vector<at::Tensor> gate_up = projs(layer, 4, 2, x.reshape({B * T, E}), lora);
-  return proj(layer, 6, at::silu(gate_up[0]) * gate_up[1], lora).view({B, T, E});
+  const at::Tensor act = config_.hidden_act == "silu" ? at::silu(gate_up[0]) : at::gelu(gate_up[0], "tanh");
+  return proj(layer, 6, act * gate_up[1], lora).view({B, T, E});
+}
+
+at::Tensor LlamaModel::norm(const at::Tensor& x, const at::Tensor& weight) const {
+  // Gemma stores its RMSNorm weights zero-centred: x * (1 + w).
+  return rms_norm(x, config_.gemma_norms ? weight + 1.0 : weight, config_.rms_norm_eps);
 }
 
 at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
@@ -222,14 +249,21 @@ at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
   const at::Tensor& ids = in.input_ids;
   const int64_t T = ids.size(1);
   const at::Tensor positions = in.position_ids.to(dev);
-  const double eps = config_.rms_norm_eps;
 
   at::Tensor x = kernels_ && kernels_->handles_embeddings() ? kernels_->embed(ids.to(dev), positions)
                                                             : at::embedding(weights_.embed, ids.to(dev));
+  // Gemma scales the embedding by sqrt(hidden_size), rounded to the model's dtype as HF does.
+  if (config_.gemma_norms)
+    x = x * at::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), x.options());
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     const LlamaLayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-    x = x + attention(l, rms_norm(x, lw.attn_norm, eps), mask, cache, in, positions);
-    x = x + mlp(l, rms_norm(x, lw.mlp_norm, eps), in.lora);
+    if (lw.post_attn_norm.defined()) {  // Gemma: a norm before and after each block
+      x = x + norm(attention(l, norm(x, lw.attn_norm), mask, cache, in, positions), lw.post_attn_norm);
+      x = x + norm(mlp(l, norm(x, lw.mlp_norm), in.lora), lw.post_mlp_norm);
+    } else {
+      x = x + attention(l, norm(x, lw.attn_norm), mask, cache, in, positions);
+      x = x + mlp(l, norm(x, lw.mlp_norm), in.lora);
+    }
   }
   if (cache && !mask.per_row) cache->advance(T);
   if (in.logit_positions.defined()) {
@@ -237,8 +271,10 @@ at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
   } else if (!in.all_logits) {
     x = x.select(1, T - 1);
   }
-  x = rms_norm(x, weights_.norm, eps);
-  return kernels_ ? kernels_->lm_head(x) : at::linear(x, weights_.lm_head);
+  x = norm(x, weights_.norm);
+  at::Tensor logits = kernels_ ? kernels_->lm_head(x) : at::linear(x, weights_.lm_head);
+  const double cap = config_.final_logit_softcap;
+  return cap > 0 ? at::tanh(logits / cap) * cap : logits;
 }
 
 std::unique_ptr<Model> LlamaModel::with_kernels(const LinearKernelFactory& make) const {

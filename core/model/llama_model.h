@@ -19,14 +19,18 @@ namespace servelab {
 std::vector<Projection> llama_projections(const LlamaConfig& config);
 inline constexpr size_t kLlamaProjections = 7;  // q, k, v, o, gate, up, down (table order)
 ModelShape llama_shape(const LlamaConfig& config);
-// Hugging Face's inverse frequencies for the config (rope_theta, then linear or llama3 scaling).
-at::Tensor llama_inv_freq(const LlamaConfig& config);
+// Hugging Face's inverse frequencies for the config (rope_theta, then linear or llama3 scaling) over
+// its rotary dimensions; `local`: the sliding layers' (local_rope_theta, unscaled).
+at::Tensor llama_inv_freq(const LlamaConfig& config, bool local = false);
 
 struct LlamaLayerWeights {
   at::Tensor attn_norm, mlp_norm;               // [E]
   std::array<at::Tensor, kLlamaProjections> w;  // [out, in], in projection-table order
   std::array<at::Tensor, kLlamaProjections> b;  // [out] or undefined
   at::Tensor q_norm, k_norm;                    // [head_dim] with QK-norm (Qwen3), else undefined
+  // Gemma's norms after attention and after the MLP ([E]; mlp_norm is then its
+  // pre_feedforward_layernorm), else undefined.
+  at::Tensor post_attn_norm, post_mlp_norm;
 };
 
 struct LlamaWeights {
@@ -52,9 +56,14 @@ using LlamaTensorFetch =
 // Assembles the weights the config asks for, iterating the projection table.
 LlamaWeights assemble_llama_weights(const LlamaConfig& config, const LlamaTensorFetch& fetch);
 
+// An architecture's weight fix-ups at load (gpt-fast's load_hook): the fetch assemble_llama_weights
+// calls, made from the one that reads the file (Phi-3 splits its fused qkv_proj and gate_up_proj).
+using LlamaFetchHook =
+    std::function<LlamaTensorFetch(const LlamaConfig& config, const LlamaTensorFetch& file)>;
+
 // A Hugging Face folder's model.safetensors, or the shards model.safetensors.index.json lists.
 LlamaWeights load_llama_safetensors(const std::string& folder, const LlamaConfig& config, at::Device device,
-                                    at::ScalarType dtype);
+                                    at::ScalarType dtype, const LlamaFetchHook& hook = {});
 
 class LlamaModel final : public Model {
  public:
@@ -88,10 +97,13 @@ class LlamaModel final : public Model {
   at::Tensor attention(int64_t layer, const at::Tensor& x, const AttentionMask& mask, KvCache* cache,
                        const ForwardInput& in, const at::Tensor& positions) const;
   at::Tensor mlp(int64_t layer, const at::Tensor& x, const LoraBatch* lora) const;
+  // RMSNorm with the config's weight convention (Gemma's 1 + w).
+  at::Tensor norm(const at::Tensor& x, const at::Tensor& weight) const;
 
   LlamaConfig config_;
   LlamaWeights weights_;
   RotaryEmbedding rope_;
+  RotaryEmbedding local_rope_;  // the sliding layers' (Gemma 3's rope_local_base_freq), if another
 };
 
 }  // namespace servelab

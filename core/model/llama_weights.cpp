@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 namespace servelab {
 
 LlamaWeights load_llama_safetensors(const std::string& folder, const LlamaConfig& config, at::Device device,
-                                    at::ScalarType dtype) {
+                                    at::ScalarType dtype, const LlamaFetchHook& hook) {
   const fs::path root(folder);
   std::vector<SafetensorsFile> files;
   std::map<std::string, size_t> file_of;  // tensor name -> index into files
@@ -55,21 +55,22 @@ LlamaWeights load_llama_safetensors(const std::string& folder, const LlamaConfig
   }
 
   std::set<std::string> used;
-  LlamaWeights w = assemble_llama_weights(
-      config, [&](const std::string& name, const std::vector<int64_t>& shape, bool optional) -> at::Tensor {
-        auto it = file_of.find(name);
-        if (it == file_of.end()) {
-          if (optional) return {};
-          throw ModelFormatError(folder + ": missing tensor \"" + name + "\"");
-        }
-        const SafetensorsFile& f = files[it->second];
-        const StTensor& t = f.at(name);
-        if (t.shape != shape)
-          throw ModelFormatError(f.path() + ": tensor \"" + name + "\" has shape " + shape_string(t.shape) +
-                                 ", expected " + shape_string(shape) + " from config.json");
-        used.insert(name);
-        return tensor_from_safetensors(t, f.path(), device, dtype);
-      });
+  const LlamaTensorFetch from_file = [&](const std::string& name, const std::vector<int64_t>& shape,
+                                         bool optional) -> at::Tensor {
+    auto it = file_of.find(name);
+    if (it == file_of.end()) {
+      if (optional) return {};
+      throw ModelFormatError(folder + ": missing tensor \"" + name + "\"");
+    }
+    const SafetensorsFile& f = files[it->second];
+    const StTensor& t = f.at(name);
+    if (t.shape != shape)
+      throw ModelFormatError(f.path() + ": tensor \"" + name + "\" has shape " + shape_string(t.shape) +
+                             ", expected " + shape_string(shape) + " from config.json");
+    used.insert(name);
+    return tensor_from_safetensors(t, f.path(), device, dtype);
+  };
+  LlamaWeights w = assemble_llama_weights(config, hook ? hook(config, from_file) : from_file);
   for (const auto& [name, i] : file_of) {
     // Rotary caches some exporters save are recomputed; anything else unknown is a model we do not know.
     if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;

@@ -3,6 +3,7 @@
 // Torch-free: the GUI reads it through Engine.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace servelab {
 
@@ -18,6 +19,9 @@ struct ModelShape {
   int64_t context = 0;        // positions the model can attend over
   int64_t bos_token_id = -1;  // -1: none
   int64_t eos_token_id = -1;  // -1: none
+  // Every end-of-generation id config.json declares (its eos_token_id list; the first is
+  // eos_token_id): generation stops on each.
+  std::vector<int64_t> eos_token_ids;
 
   // Bytes of keys and values one token takes in the cache, over every layer.
   int64_t kv_bytes_per_token(int64_t dtype_bytes) const {

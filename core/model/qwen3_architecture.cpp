@@ -13,12 +13,7 @@ namespace servelab {
 namespace {
 
 LlamaConfig qwen3_config(const std::string& path) {
-  std::string file;
-  const nlohmann::json j = read_llama_family_json(path, &file);
-  LlamaConfig c = llama_family_config_from_json(j, file);
-  if (c.model_type != "qwen3")
-    throw ModelFormatError("config.json at " + file + ": model_type \"" + c.model_type + "\" is not qwen3");
-  c.architecture = "qwen3";
+  LlamaConfig c = llama_family_config_of_type(path, "qwen3", "qwen3");
   c.qk_norm = true;
   return c;
 }

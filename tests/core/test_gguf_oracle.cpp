@@ -26,6 +26,7 @@
 #include "model/llama_gguf.h"
 #include "model/llama_model.h"
 #include "model/safetensors_file.h"
+#include "oracle_case.h"
 #include "quant/dequant_cpu.h"
 #include "quant/quantized_llama.h"
 #include "test_support.h"
@@ -112,16 +113,7 @@ class TestGgufOracle : public QObject {
     for (const char* n : kCases) QTest::newRow(n) << QString(n);
   }
 
-  static void cases_by_backend() {
-    QTest::addColumn<QString>("name");
-    QTest::addColumn<int>("backend");
-    for (const char* n : kCases) {
-      QTest::newRow((std::string(n) + "/sdpa").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Sdpa);
-      QTest::newRow((std::string(n) + "/manual").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Manual);
-    }
-  }
+  static void cases_by_backend() { test::add_backend_rows(kCases); }
 
  private Q_SLOTS:
   void initTestCase() {

@@ -16,6 +16,7 @@
 #include "model/engine.h"
 #include "model/llama_model.h"
 #include "model/safetensors_file.h"
+#include "oracle_case.h"
 #include "test_support.h"
 #include "util/cpu_features.h"
 #include "util/device.h"
@@ -71,16 +72,7 @@ class TestLlamaOracle : public QObject {
     return o;
   }
 
-  static void cases_by_backend() {
-    QTest::addColumn<QString>("name");
-    QTest::addColumn<int>("backend");
-    for (const char* n : kCases) {
-      QTest::newRow((std::string(n) + "/sdpa").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Sdpa);
-      QTest::newRow((std::string(n) + "/manual").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Manual);
-    }
-  }
+  static void cases_by_backend() { test::add_backend_rows(kCases); }
 
  private Q_SLOTS:
   void initTestCase() {

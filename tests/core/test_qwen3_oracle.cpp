@@ -21,8 +21,7 @@
 #include "model/gguf_file.h"
 #include "model/llama_config.h"
 #include "model/llama_model.h"
-#include "model/safetensors_file.h"
-#include "test_support.h"
+#include "oracle_case.h"
 
 using namespace servelab;
 using servelab::test::max_abs_diff;
@@ -32,20 +31,9 @@ namespace {
 
 constexpr const char* kCases[] = {"qwen3_gqa", "qwen3_bias", "qwen2_bias"};
 
-struct Case {
-  const Architecture* arch = nullptr;
-  std::unique_ptr<Model> model;
-  nlohmann::json ref;
-  std::map<std::string, at::Tensor> tensors;
-  std::vector<std::vector<int32_t>> prompts() const {
-    return ref["prompts"].get<std::vector<std::vector<int32_t>>>();
-  }
-  std::vector<int32_t> single(size_t i) const { return ref["single"][i].get<std::vector<int32_t>>(); }
-};
-
-at::Tensor row_ids(const std::vector<int32_t>& p) {
-  return at::tensor(std::vector<int64_t>(p.begin(), p.end())).unsqueeze(0);
-}
+using Case = test::OracleCase;
+using test::check_full_logits;
+using test::row_ids;
 
 }  // namespace
 
@@ -55,42 +43,7 @@ class TestQwen3Oracle : public QObject {
   std::string dir_;
 
   Case load(const QString& name, AttentionBackend backend = AttentionBackend::Sdpa) {
-    const fs::path d = fs::path(dir_) / name.toStdString();
-    Case c;
-    // As the engine loads a folder: the record of its model_type builds the model.
-    c.arch = &architecture_for_model_type(read_model_type(d.string()), d.string());
-    c.model = c.arch->load_folder(d.string(), at::Device(at::kCPU), at::kFloat);
-    c.model->set_attention_backend(backend);
-    std::ifstream(d / "reference.json") >> c.ref;
-    SafetensorsFile ref = SafetensorsFile::open((d / "reference.safetensors").string());
-    for (const auto& t : ref.tensors())
-      c.tensors[t.name] = at::from_blob(const_cast<std::byte*>(t.data), t.shape, at::kFloat).clone();
-    return c;
-  }
-
-  static test::IdTokenizer id_tokenizer(const Case& c) {
-    return test::IdTokenizer(static_cast<int32_t>(c.model->shape().vocab_size), c.ref["eos"].get<int32_t>());
-  }
-
-  static GenerateOptions greedy(const Case& c) {
-    GenerateOptions o;
-    o.max_new_tokens = c.ref["new_tokens"].get<int64_t>();
-    o.use_kv_cache = true;
-    o.stop_at_eos = false;
-    return o;
-  }
-
-  // Every prompt's full logits within 1e-4 of HF's.
-  static void check_full_logits(const Model& m, const Case& c) {
-    const auto ps = c.prompts();
-    for (size_t i = 0; i < ps.size(); ++i) {
-      at::Tensor logits =
-          m.forward({row_ids(ps[i]), at::arange(static_cast<int64_t>(ps[i].size())).unsqueeze(0),
-                     at::Tensor(), true})
-              .squeeze(0);
-      const double d = max_abs_diff(logits, c.tensors.at("logits_" + std::to_string(i)));
-      QVERIFY2(d < 1e-4, qPrintable(QString("prompt %1: max |logit diff| = %2").arg(i).arg(d)));
-    }
+    return test::load_oracle_case(fs::path(dir_) / name.toStdString(), backend);
   }
 
  private Q_SLOTS:
@@ -119,27 +72,14 @@ class TestQwen3Oracle : public QObject {
     QVERIFY(!l2.config().qk_norm && l2.config().attention_bias && !l2.config().o_bias);
     // A model_type no record loads names itself and the supported ones.
     const std::string msg =
-        test::error_of(ErrorKind::ModelFormat, [] { architecture_for_model_type("phi3", "somewhere"); });
-    QVERIFY2(msg.find("\"phi3\"") != std::string::npos && msg.find("qwen3") != std::string::npos,
+        test::error_of(ErrorKind::ModelFormat, [] { architecture_for_model_type("mamba", "somewhere"); });
+    QVERIFY2(msg.find("\"mamba\"") != std::string::npos && msg.find("qwen3") != std::string::npos,
              msg.c_str());
   }
 
-  void full_logits_match_hf_data() {
-    QTest::addColumn<QString>("name");
-    QTest::addColumn<int>("backend");
-    for (const char* n : kCases) {
-      QTest::newRow((std::string(n) + "/sdpa").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Sdpa);
-      QTest::newRow((std::string(n) + "/manual").c_str())
-          << QString(n) << static_cast<int>(AttentionBackend::Manual);
-    }
-  }
+  void full_logits_match_hf_data() { test::add_backend_rows(kCases); }
   void full_logits_match_hf() {
-    QFETCH(QString, name);
-    QFETCH(int, backend);
-    c10::InferenceMode guard;
-    Case c = load(name, static_cast<AttentionBackend>(backend));
-    check_full_logits(*c.model, c);
+    test::check_full_logits_row([this](const QString& n, AttentionBackend b) { return load(n, b); });
   }
 
   void kv_cache_and_batch_match_hf_data() {
@@ -149,40 +89,13 @@ class TestQwen3Oracle : public QObject {
   void kv_cache_and_batch_match_hf() {
     QFETCH(QString, name);
     c10::InferenceMode guard;
-    Case c = load(name);
-    const auto p = c.prompts()[0];
-    const at::Tensor ref = c.tensors.at("logits_0");
-    KvCache cache = c.model->make_cache(1, static_cast<int64_t>(p.size()));
-    const at::Tensor ids = row_ids(p);
-    at::Tensor out =
-        c.model->forward({ids.narrow(1, 0, 2), at::arange(2).unsqueeze(0), at::Tensor(), true}, &cache);
-    QVERIFY(max_abs_diff(out.squeeze(0), ref.narrow(0, 0, 2)) < 1e-4);
-    for (int64_t t = 2; t < static_cast<int64_t>(p.size()); ++t) {
-      at::Tensor l = c.model->forward(
-          {ids.narrow(1, t, 1), at::full({1, 1}, t, at::kLong), at::Tensor(), false}, &cache);
-      const double d = max_abs_diff(l.squeeze(0), ref[t]);
-      QVERIFY2(d < 1e-4, qPrintable(QString("position %1: max |logit diff| = %2").arg(t).arg(d)));
-    }
-    PaddedBatch pb = left_padded_batch(c.prompts(), c.ref["eos"].get<int32_t>());
-    const double d = max_abs_diff(c.model->forward({pb.input_ids, pb.position_ids, pb.attention_mask, false}),
-                                  c.tensors.at("batch_last_logits"));
-    QVERIFY2(d < 1e-4, qPrintable(QString("batch: max |logit diff| = %1").arg(d)));
+    test::check_kv_cache_and_batch(load(name));
   }
 
   void greedy_tokens_match_hf_data() { kv_cache_and_batch_match_hf_data(); }
   void greedy_tokens_match_hf() {
     QFETCH(QString, name);
-    Case c = load(name);
-    const test::IdTokenizer tok = id_tokenizer(c);
-    const GenerateOptions o = greedy(c);
-    const auto ps = c.prompts();
-    for (size_t i = 0; i < ps.size(); ++i)
-      QCOMPARE(generate(*c.model, tok, {ps[i]}, o).sequences[0].generated_ids, c.single(i));
-    GenerateResult b = generate(*c.model, tok, ps, o);
-    for (size_t i = 0; i < ps.size(); ++i) {
-      QCOMPARE(b.sequences[i].generated_ids, c.ref["batch"]["tokens"][i].get<std::vector<int32_t>>());
-      QCOMPARE(b.sequences[i].generated_ids, c.single(i));
-    }
+    test::check_greedy(load(name));
   }
 
   void continuous_batching_equals_solo_data() {
@@ -193,7 +106,7 @@ class TestQwen3Oracle : public QObject {
   void continuous_batching_equals_solo() {
     QFETCH(int, kv);
     Case c = load("qwen3_gqa");
-    const test::IdTokenizer tok = id_tokenizer(c);
+    const test::IdTokenizer tok = c.id_tokenizer();
     const auto ps = c.prompts();
     std::vector<int64_t> budgets;
     BatchRunResult r = test::run_staggered_queue(*c.model, tok, ps, c.ref["new_tokens"].get<int64_t>(),
@@ -231,8 +144,8 @@ class TestQwen3Oracle : public QObject {
       QCOMPARE(m->parameter_count(), c.model->parameter_count());
       check_full_logits(*m, c);
     }
-    const test::IdTokenizer tok = id_tokenizer(c);
-    GenerateResult b = generate(*m, tok, c.prompts(), greedy(c));
+    const test::IdTokenizer tok = c.id_tokenizer();
+    GenerateResult b = generate(*m, tok, c.prompts(), c.greedy());
     for (size_t i = 0; i < c.prompts().size(); ++i) QCOMPARE(b.sequences[i].generated_ids, c.single(i));
   }
 

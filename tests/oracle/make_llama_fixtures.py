@@ -39,9 +39,10 @@ def config(**kw):
     return LlamaConfig(**base)
 
 
-def make_model(seed, cfg):
+def make_model(seed, cfg, cls=LlamaForCausalLM):
+    """A random model of class cls (other fixture scripts reuse it for their architectures)."""
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).eval()
+    model = cls(cfg).eval()
     with torch.no_grad():  # norms away from 1 and non-zero biases, so that every tensor matters
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -75,20 +76,21 @@ def greedy_batch(model, prompts, steps, pad):
     return {"input_ids": ids.tolist(), "attention_mask": mask[:, :width].tolist()}, first_logits, tokens
 
 
-def write_case(out, name, model, shard=False):
+def write_case(out, name, model, shard=False, prompts=PROMPTS):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     # save_pretrained writes config.json and the weights (shards + index when they exceed the size).
     model.save_pretrained(d, safe_serialization=True, max_shard_size="150KB" if shard else "1GB")
-    ref_tensors, ref = {}, {"prompts": PROMPTS, "new_tokens": NEW_TOKENS, "eos": EOS, "single": []}
+    ref_tensors, ref = {}, {"prompts": prompts, "new_tokens": NEW_TOKENS, "eos": EOS, "single": [],
+                            "num_parameters": model.num_parameters()}
     with torch.no_grad():
-        for i, p in enumerate(PROMPTS):
+        for i, p in enumerate(prompts):
             ids = torch.tensor([p])
             ref_tensors[f"logits_{i}"] = model(input_ids=ids).logits[0].contiguous()
             g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
                                do_sample=False, pad_token_id=EOS, eos_token_id=None)
             ref["single"].append(g[0, len(p):].tolist())
-        padded, first_logits, tokens = greedy_batch(model, PROMPTS, NEW_TOKENS, EOS)
+        padded, first_logits, tokens = greedy_batch(model, prompts, NEW_TOKENS, EOS)
         ref_tensors["batch_last_logits"] = first_logits.contiguous()
         ref["batch"] = {**padded, "tokens": tokens}
     save_file(ref_tensors, os.path.join(d, "reference.safetensors"))

@@ -26,7 +26,7 @@ try:
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
     import gguf
     import numpy as np
-    from make_llama_fixtures import EOS, PROMPTS, write_case
+    from make_llama_fixtures import EOS, PROMPTS, make_model, write_case
 except ImportError as e:  # the C++ tests skip with a message when the fixtures are absent
     print(f"make_qwen3_fixtures: cannot import {e.name}; run scripts/bootstrap", file=sys.stderr)
     sys.exit(1)
@@ -40,18 +40,6 @@ def base(**kw):
              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
     b.update(kw)
     return b
-
-
-def make_model(cls, seed, cfg):
-    torch.manual_seed(seed)
-    model = cls(cfg).eval()
-    with torch.no_grad():  # norms away from 1 and non-zero biases, so that every tensor matters
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(torch.randn_like(p) * 0.2)
-            elif name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-    return model
 
 
 def gguf_tensors(model):
@@ -123,14 +111,14 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     for name, model in [
-            ("qwen3_gqa", make_model(Qwen3ForCausalLM, 11, Qwen3Config(**base()))),
-            ("qwen3_bias", make_model(Qwen3ForCausalLM, 12, Qwen3Config(**base(
-                attention_bias=True, tie_word_embeddings=False, num_key_value_heads=4))))]:
+            ("qwen3_gqa", make_model(11, Qwen3Config(**base()), Qwen3ForCausalLM)),
+            ("qwen3_bias", make_model(12, Qwen3Config(**base(
+                attention_bias=True, tie_word_embeddings=False, num_key_value_heads=4)), Qwen3ForCausalLM))]:
         write_case(a.out, name, model)
         write_gguf(os.path.join(a.out, name), model)
     q2 = base(tie_word_embeddings=False)
     del q2["head_dim"]  # Qwen2 derives it: hidden_size / num_attention_heads
-    write_case(a.out, "qwen2_bias", make_model(Qwen2ForCausalLM, 13, Qwen2Config(**q2)))
+    write_case(a.out, "qwen2_bias", make_model(13, Qwen2Config(**q2), Qwen2ForCausalLM))
     print(f"make_qwen3_fixtures: wrote {a.out}/{{qwen3_gqa,qwen3_bias,qwen2_bias}}")
 
 

@@ -1,0 +1,277 @@
+// Parity of the architectures added to the registry after Qwen3 against transformers, on tiny random
+// checkpoints (tests/oracle/make_family_fixtures.py) whose sliding window (8 positions) is shorter
+// than the longer prompts (20 and 17 tokens, 8 more generated): Mistral and Qwen2 with a sliding
+// window, Gemma 2 (soft-capping, (1 + w) norms around each block, GeGLU, alternating windows),
+// Gemma 3 text (QK-norm, two rope bases) and Phi-3 (fused projections split at load, partial
+// rotary). Full logits (SDPA and the manual attention), the KV cache token by token, the padded
+// batch, greedy tokens alone and batched, continuous batching over slot KV and paged KV (in place
+// and gathered) with and without chunked prefill, and the course's merge/filter, equal to solo; the
+// blocked GEMMs and int8 quantization through each record; every eos id of config.json
+// stopping generation, and what is refused by name.
+#include <c10/core/InferenceMode.h>
+
+#include <QtTest>
+#include <filesystem>
+#include <fstream>
+
+#include "batching_oracle.h"
+#include "generate/continuous_batching.h"
+#include "model/blocked_linear.h"
+#include "model/llama_model.h"
+#include "oracle_case.h"
+
+using namespace servelab;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kCases[] = {"mistral_window", "qwen2_window", "gemma2", "gemma3", "phi3"};
+
+const LlamaConfig& config_of(const test::OracleCase& c) {
+  return dynamic_cast<const LlamaModel&>(*c.model).config();
+}
+
+}  // namespace
+
+class TestFamilyOracle : public QObject {
+  Q_OBJECT
+
+  std::string dir_;
+
+  test::OracleCase load(const QString& name, AttentionBackend backend = AttentionBackend::Sdpa) {
+    return test::load_oracle_case(fs::path(dir_) / name.toStdString(), backend);
+  }
+
+  void add_cases() {
+    QTest::addColumn<QString>("name");
+    for (const char* n : kCases) QTest::newRow(n) << QString(n);
+  }
+
+  // A copy of a case's folder with config.json edited, for the refusals.
+  std::string edited(const QString& name, const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path from = fs::path(dir_) / name.toStdString();
+    const fs::path to = fs::path(dir_) / (name.toStdString() + "_edited");
+    fs::create_directories(to);
+    nlohmann::json j;
+    std::ifstream(from / "config.json") >> j;
+    edit(j);
+    std::ofstream(to / "config.json") << j.dump();
+    fs::copy_file(from / "model.safetensors", to / "model.safetensors", fs::copy_options::overwrite_existing);
+    return to.string();
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    dir_ = test::env_or_empty("SERVELAB_FAMILY_ORACLE_DIR");
+    if (dir_.empty() || !fs::exists(fs::path(dir_) / "phi3" / "reference.json"))
+      QSKIP(
+          "family oracle fixtures not found: SERVELAB_FAMILY_ORACLE_DIR is unset or empty. They are written "
+          "by tests/oracle/make_family_fixtures.py (CTest runs it first when .venv has transformers).");
+  }
+
+  void registry_reads_each_config() {
+    {
+      test::OracleCase c = load("mistral_window");
+      QCOMPARE(QString::fromStdString(c.arch->name), QString("llama"));
+      QCOMPARE(config_of(c).sliding_window, int64_t{8});
+      QCOMPARE(config_of(c).window_of(2), int64_t{8});
+    }
+    {
+      // use_sliding_window with max_window_layers 1: layer 0 global, the others windowed.
+      test::OracleCase c = load("qwen2_window");
+      const LlamaConfig& q = config_of(c);
+      QCOMPARE(q.window_of(0), int64_t{0});
+      QCOMPARE(q.window_of(1), int64_t{8});
+    }
+    {
+      test::OracleCase c = load("gemma2");
+      const LlamaConfig& g = config_of(c);
+      QCOMPARE(QString::fromStdString(c.arch->name), QString("gemma2"));
+      QCOMPARE(QString::fromStdString(c.model->shape().architecture), QString("gemma2"));
+      QVERIFY(&architecture_of(*c.model) == c.arch);
+      QVERIFY(g.gemma_norms && !g.qk_norm);
+      QCOMPARE(QString::fromStdString(g.hidden_act), QString("gelu_pytorch_tanh"));
+      QCOMPARE(g.attn_logit_softcap, 2.0);
+      QCOMPARE(g.final_logit_softcap, 5.0);
+      QCOMPARE(g.window_of(0), int64_t{8});
+      QCOMPARE(g.window_of(1), int64_t{0});
+    }
+    {
+      test::OracleCase c = load("gemma3");
+      const LlamaConfig& g = config_of(c);
+      QCOMPARE(QString::fromStdString(c.arch->name), QString("gemma3"));
+      QVERIFY(g.gemma_norms && g.qk_norm);
+      QCOMPARE(g.rope_theta, 1000000.0);
+      QCOMPARE(g.local_rope_theta, 10000.0);
+      QCOMPARE(g.window_of(2), int64_t{0});
+      QCOMPARE(g.window_of(3), int64_t{8});
+    }
+    {
+      test::OracleCase c = load("phi3");
+      QCOMPARE(QString::fromStdString(c.arch->name), QString("phi3"));
+      QCOMPARE(config_of(c).rotary_dim, int64_t{8});
+      QCOMPARE(config_of(c).window_of(0), int64_t{8});
+    }
+  }
+
+  void parameters_counted_as_hf_does_data() { add_cases(); }
+  void parameters_counted_as_hf_does() {
+    QFETCH(QString, name);
+    test::OracleCase c = load(name);
+    const auto& m = dynamic_cast<const LlamaModel&>(*c.model);
+    QCOMPARE(m.weights().parameter_count(), c.ref["num_parameters"].get<int64_t>());
+    QCOMPARE(m.config().num_parameters(), c.ref["num_parameters"].get<int64_t>());
+  }
+
+  void full_logits_match_hf_data() { test::add_backend_rows(kCases); }
+  void full_logits_match_hf() {
+    test::check_full_logits_row([this](const QString& n, AttentionBackend b) { return load(n, b); });
+  }
+
+  void kv_cache_and_batch_match_hf_data() { add_cases(); }
+  void kv_cache_and_batch_match_hf() {
+    QFETCH(QString, name);
+    c10::InferenceMode guard;
+    test::check_kv_cache_and_batch(load(name));
+  }
+
+  void greedy_tokens_match_hf_data() { add_cases(); }
+  void greedy_tokens_match_hf() {
+    QFETCH(QString, name);
+    test::check_greedy(load(name));
+  }
+
+  void continuous_batching_equals_solo_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<int>("kv");
+    QTest::addColumn<int>("kernel");
+    QTest::addColumn<int>("chunk");
+    for (const char* n : kCases)
+      for (int chunk : {0, 6}) {
+        const std::string c = chunk ? "/chunked" : "";
+        QTest::newRow((std::string(n) + "/slot-kv" + c).c_str())
+            << QString(n) << static_cast<int>(KvStrategy::SlotKv) << 0 << chunk;
+        QTest::newRow((std::string(n) + "/paged" + c).c_str())
+            << QString(n) << static_cast<int>(KvStrategy::Paged)
+            << static_cast<int>(PagedAttentionKernel::InPlace) << chunk;
+        QTest::newRow((std::string(n) + "/paged-gather" + c).c_str())
+            << QString(n) << static_cast<int>(KvStrategy::Paged)
+            << static_cast<int>(PagedAttentionKernel::Gather) << chunk;
+      }
+    for (const char* n : kCases)  // the course's merge/filter (whole prompts only)
+      QTest::newRow((std::string(n) + "/merge-filter").c_str())
+          << QString(n) << static_cast<int>(KvStrategy::NaiveMergeFilter) << 0 << 0;
+  }
+  void continuous_batching_equals_solo() {
+    // Requests join and leave a running batch, prompts in chunks of 6 tokens where chunked (a
+    // chunk then attends to earlier chunks through the window), blocks of 4 positions for paged KV.
+    QFETCH(QString, name);
+    QFETCH(int, kv);
+    QFETCH(int, kernel);
+    QFETCH(int, chunk);
+    test::OracleCase c = load(name);
+    const auto ps = c.prompts();
+    BatchOptions o;
+    o.max_num_batched_tokens = chunk;
+    o.paged_attention = static_cast<PagedAttentionKernel>(kernel);
+    o.kv_block_size = 4;
+    std::vector<int64_t> budgets;
+    BatchRunResult r =
+        test::run_staggered_queue(*c.model, c.id_tokenizer(), ps, c.ref["new_tokens"].get<int64_t>(),
+                                  static_cast<KvStrategy>(kv), &budgets, o);
+    QCOMPARE(r.requests.size(), ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      std::vector<int32_t> expected = c.single(i);
+      expected.resize(static_cast<size_t>(budgets[i]));
+      QCOMPARE(r.requests[i].generated_ids, expected);
+    }
+  }
+
+  void blocked_gemms_and_quantization_data() { add_cases(); }
+  void blocked_gemms_and_quantization() {
+    // The blocked fp32 GEMMs over the model's matrices give HF's logits; int8 per-channel through
+    // the record's quantizer stays near them.
+    QFETCH(QString, name);
+    c10::InferenceMode guard;
+    test::OracleCase c = load(name);
+    test::check_full_logits(*pack_blocked_model(*c.model), c);
+    QuantSpec spec = parse_quant_mode("int8-channel");
+    spec.exec = QuantExec::DequantOnce;
+    const std::unique_ptr<Model> q = c.arch->quantize(*c.model, spec, GemmBackend::Aten);
+    // These random checkpoints (weights of scale 0.3, untied heads quantized too) amplify int8's
+    // error over 20 positions: up to 15% of the largest logit; a wrong wiring is far off.
+    const auto p = c.prompts()[0];
+    const at::Tensor logits =
+        q->forward(
+             {test::row_ids(p), at::arange(static_cast<int64_t>(p.size())).unsqueeze(0), at::Tensor(), true})
+            .squeeze(0);
+    const at::Tensor& ref = c.tensors.at("logits_0");
+    const double d = test::max_abs_diff(logits, ref), top = ref.abs().max().item<double>();
+    QVERIFY2(d < 0.2 * top, qPrintable(QString("int8: max |logit diff| = %1 of %2").arg(d).arg(top)));
+  }
+
+  void every_eos_id_stops_generation() {
+    // config.json's eos_token_id as a list: the second id (here the greedy continuation's first
+    // token) ends generation although the tokenizer names only the first.
+    test::OracleCase c = load("mistral_window");
+    const int32_t first = c.single(0)[0];
+    const std::string dir = edited("mistral_window", [&](nlohmann::json& j) {
+      j["eos_token_id"] = {c.ref["eos"], first};
+    });
+    const std::unique_ptr<Model> m =
+        architecture_for_model_type("mistral", dir).load_folder(dir, at::Device(at::kCPU), at::kFloat);
+    QCOMPARE(m->shape().eos_token_ids.size(), size_t{2});
+    GenerateOptions o = c.greedy();
+    o.stop_at_eos = true;
+    const GenerateResult r = generate(*m, c.id_tokenizer(), {c.prompts()[0]}, o);
+    QVERIFY(!r.sequences[0].generated_ids.empty());
+    QCOMPARE(r.sequences[0].generated_ids.back(), first);
+    QCOMPARE(r.sequences[0].generated_ids.size(), size_t{1});
+    QCOMPARE(QString::fromStdString(r.sequences[0].finish_reason), QString("eos"));
+  }
+
+  void unsupported_features_are_refused_by_name_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<QString>("key");
+    QTest::addColumn<QString>("value");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("phi3 longrope") << "phi3"
+                                   << "rope_parameters"
+                                   << R"({"rope_type": "longrope", "rope_theta": 10000.0})"
+                                   << "\"longrope\"";
+    QTest::newRow("phi3 su") << "phi3"
+                             << "rope_scaling"
+                             << R"({"type": "su"})"
+                             << "\"su\"";
+    QTest::newRow("gemma3 bidirectional") << "gemma3"
+                                          << "use_bidirectional_attention"
+                                          << "true"
+                                          << "use_bidirectional_attention";
+    QTest::newRow("gemma2 chunked layers")
+        << "gemma2"
+        << "layer_types"
+        << R"(["chunked_attention", "full_attention", "sliding_attention"])"
+        << "\"chunked_attention\"";
+    QTest::newRow("gemma2 activation") << "gemma2"
+                                       << "hidden_activation"
+                                       << R"("relu")"
+                                       << "\"relu\"";
+  }
+  void unsupported_features_are_refused_by_name() {
+    QFETCH(QString, name);
+    QFETCH(QString, key);
+    QFETCH(QString, value);
+    QFETCH(QString, expected);
+    const std::string dir = edited(name, [&](nlohmann::json& j) {
+      if (key == "rope_scaling") j.erase("rope_parameters");
+      j[key.toStdString()] = nlohmann::json::parse(value.toStdString());
+    });
+    const Architecture& arch = architecture_for_model_type(read_model_type(dir), dir);
+    const std::string msg = test::error_of(ErrorKind::ModelFormat,
+                                           [&] { arch.load_folder(dir, at::Device(at::kCPU), at::kFloat); });
+    QVERIFY2(msg.find(expected.toStdString()) != std::string::npos, msg.c_str());
+  }
+};
+
+QTEST_GUILESS_MAIN(TestFamilyOracle)
+#include "test_family_oracle.moc"
