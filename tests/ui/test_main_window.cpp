@@ -142,10 +142,11 @@ class TestMainWindow : public QObject {
 
   void switchesTabs() {
     auto w = makeWindow(QStringLiteral("tabs"));
-    QCOMPARE(w->tabIds(), (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"),
-                                       QStringLiteral("batching"), QStringLiteral("continuous"),
-                                       QStringLiteral("quantization"), QStringLiteral("multi-lora"),
-                                       QStringLiteral("serving"), QStringLiteral("roofline")}));
+    QCOMPARE(w->tabIds(),
+             (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"), QStringLiteral("batching"),
+                          QStringLiteral("continuous"), QStringLiteral("speculative"),
+                          QStringLiteral("quantization"), QStringLiteral("multi-lora"),
+                          QStringLiteral("serving"), QStringLiteral("roofline")}));
     auto* tabs = w->findChild<QTabWidget*>(QStringLiteral("tabs"));
     QVERIFY(tabs);
     QVERIFY(w->selectTab(QStringLiteral("kv-cache")));
