@@ -226,6 +226,7 @@ nlohmann::json SpeculativeDemoResult::to_json() const {
           {"method", speculative_method_name(params.method)},
           {"num_speculative_tokens", params.k},
           {"new_tokens", params.new_tokens},
+          {"rounds", params.rounds},
           {"pairing", pairing},
           {"prompt_tokens", prompt_ids.size()},
           {"text", speculative.requests.empty() ? "" : speculative.requests[0].text},
@@ -251,6 +252,7 @@ SpeculativeDemoResult run_speculative_demo(const Engine& engine, const Speculati
                                            const ExperimentControl& control) {
   if (p.method == SpeculativeMethod::None) throw InputError("choose a drafter: ngram or draft");
   if (p.text.empty()) throw InputError("the prompt is empty");
+  limits::check_range("rounds", p.rounds, 1, limits::kMaxRepeats);
   SpeculativeDemoResult result;
   result.params = p;
   const Pairing pair = pairing_for(engine, p.method, p.prompt_lookup_max);
@@ -284,14 +286,43 @@ SpeculativeDemoResult run_speculative_demo(const Engine& engine, const Speculati
   warm.max_new_tokens = std::min<int64_t>(4, p.new_tokens);
   cancelled(run_continuous_batching(*pair.target, engine.tokenizer(), {warm}, plain));
   cancelled(run_continuous_batching(*pair.target, engine.tokenizer(), {warm}, spec));
-  progress(0.05, std::string(speculative_method_name(p.method)) + " speculation, k " + std::to_string(p.k));
-  result.speculative =
-      run_continuous_batching(*pair.target, engine.tokenizer(), {request}, spec, control.batch);
-  cancelled(result.speculative);
-  progress(0.6, "plain decoding, for comparison");
-  result.plain = run_continuous_batching(*pair.target, engine.tokenizer(), {request}, plain);
-  cancelled(result.plain);
-  result.identical = result.speculative.requests[0].generated_ids == result.plain.requests[0].generated_ids;
+  const std::string name =
+      std::string(speculative_method_name(p.method)) + " speculation, k " + std::to_string(p.k);
+  std::vector<BatchRunResult> spec_runs, plain_runs;
+  for (int64_t round = 0; round < p.rounds; ++round) {
+    const double at = 0.05 + 0.95 * static_cast<double>(round) / static_cast<double>(p.rounds);
+    auto speculative = [&] {
+      progress(at, name + ", round " + std::to_string(round + 1) + " of " + std::to_string(p.rounds));
+      // Only the first round is shown live: the later ones make the same greedy steps again.
+      spec_runs.push_back(run_continuous_batching(*pair.target, engine.tokenizer(), {request}, spec,
+                                                  round == 0 ? control.batch : nullptr));
+      cancelled(spec_runs.back());
+    };
+    auto plainly = [&] {
+      progress(at, "plain decoding, round " + std::to_string(round + 1) + " of " + std::to_string(p.rounds));
+      plain_runs.push_back(run_continuous_batching(*pair.target, engine.tokenizer(), {request}, plain));
+      cancelled(plain_runs.back());
+    };
+    // The live run first; then the order alternates, so that neither always runs first.
+    if (round % 2 == 0) {
+      speculative();
+      plainly();
+    } else {
+      plainly();
+      speculative();
+    }
+  }
+  auto median_run = [](std::vector<BatchRunResult>& runs) {
+    std::sort(runs.begin(), runs.end(), [](const BatchRunResult& a, const BatchRunResult& b) {
+      return decode_tokens_per_s(a.requests[0]) < decode_tokens_per_s(b.requests[0]);
+    });
+    return std::move(runs[runs.size() / 2]);
+  };
+  for (const BatchRunResult& r : spec_runs)
+    result.identical =
+        result.identical && r.requests[0].generated_ids == plain_runs[0].requests[0].generated_ids;
+  result.speculative = median_run(spec_runs);
+  result.plain = median_run(plain_runs);
   result.speculative_tokens_per_s = decode_tokens_per_s(result.speculative.requests[0]);
   result.plain_tokens_per_s = decode_tokens_per_s(result.plain.requests[0]);
   progress(1, "done");

@@ -66,7 +66,9 @@ SpeculativeBenchResult run_speculative_sweep(const Engine& engine, SpeculativeMe
                                              const ExperimentControl& control = {});
 
 // One prompt decoded with speculation, live through control.batch, and plainly for comparison
-// (the same target, no events), after a short warm-up of both.
+// (the same target, no events), after a short warm-up of both; `rounds` times each, interleaved,
+// the run of median tokens/s kept (greedy runs give the same tokens every round: only the live
+// first speculative run reports events).
 struct SpeculativeDemoParams {
   std::string text;  // the user's text
   bool chat = true;  // as one user turn in the model's chat template
@@ -75,15 +77,16 @@ struct SpeculativeDemoParams {
   int64_t new_tokens = 96;
   int64_t prompt_lookup_max = 4;
   bool stop_at_eos = true;
+  int64_t rounds = 3;
 };
 
 struct SpeculativeDemoResult {
   SpeculativeDemoParams params;
   std::string pairing;  // what drafts for what
   std::vector<int32_t> prompt_ids;
-  BatchRunResult speculative, plain;
-  bool identical = true;  // the speculative run's greedy tokens equal plain decoding's
-  // Decode tokens/s after the first token (prefill excluded) of each run.
+  BatchRunResult speculative, plain;  // each the round of median tokens/s
+  bool identical = true;              // every speculative round's greedy tokens equal plain decoding's
+  // Decode tokens/s after the first token (prefill excluded) of the kept runs.
   double speculative_tokens_per_s = 0, plain_tokens_per_s = 0;
   nlohmann::json to_json() const;
 };
