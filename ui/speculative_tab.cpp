@@ -75,11 +75,13 @@ SpeculativeTab::SpeculativeTab(EngineController* engine, QWidget* parent) : Expe
     presets_->addItem(tr("grounded: %1").arg(p.simplified().left(60)), p);
   for (const QString& p : openPrompts())
     presets_->addItem(tr("open-ended: %1").arg(p.simplified().left(60)), p);
+  presets_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  presets_->setMinimumContentsLength(16);
   connect(presets_, &QComboBox::activated, this, &SpeculativeTab::applyPresetPrompt);
   prompt_ = new QPlainTextEdit(groundedPrompts().value(1), this);
   prompt_->setObjectName(QStringLiteral("speculativePrompt"));
-  prompt_->setMinimumHeight(90);
-  prompt_->setMaximumHeight(150);
+  prompt_->setMinimumHeight(80);
+  prompt_->setMaximumHeight(110);
   method_ = new QComboBox(this);
   method_->setObjectName(QStringLiteral("speculativeMethod"));
   method_->addItem(tr("n-gram (prompt lookup)"), QStringLiteral("ngram"));
@@ -100,7 +102,6 @@ SpeculativeTab::SpeculativeTab(EngineController* engine, QWidget* parent) : Expe
       tr("Plain decoding and the drafter at each k on this prompt, in interleaved rounds: the speed-up "
          "against k"));
   connect(sweepButton_, &QPushButton::clicked, this, [this] { runSweep(); });
-  buttons->addWidget(sweepButton_);
   progress_ = new RunProgressBar(this, QStringLiteral("speculativeProgress"));
   summary_ = new QLabel(tr("Run to watch the drafter propose and the model verify."), this);
   summary_->setObjectName(QStringLiteral("speculativeSummary"));
@@ -134,6 +135,7 @@ SpeculativeTab::SpeculativeTab(EngineController* engine, QWidget* parent) : Expe
   form->addWidget(newTokens_, 1, 3);
   bv->addLayout(form);
   bv->addLayout(buttons);
+  bv->addWidget(sweepButton_);
   bv->addWidget(progress_);
   bv->addWidget(summary_);
   auto* left = new QWidget(this);
@@ -178,7 +180,7 @@ SpeculativeTab::SpeculativeTab(EngineController* engine, QWidget* parent) : Expe
   right->addWidget(chartGrid);
   right->setStretchFactor(0, 1);
   right->setStretchFactor(1, 3);
-  right->setSizes({220, 660});
+  right->setSizes({190, 700});
   auto* layout = new QHBoxLayout(this);
   layout->addWidget(leftScroll);
   layout->addWidget(right, 1);
@@ -261,10 +263,11 @@ bool SpeculativeTab::startDemo(bool sweepAfter) {
   timeChart_->clearAll();
   text_->reset(prompt_->toPlainText());
   progress_->start();
-  summary_->setText(tr("Decoding %1 tokens with %2 speculation, k = %3, then plainly…")
+  summary_->setText(tr("Decoding %1 tokens with %2 speculation, k = %3, and plainly, %4 rounds each way…")
                         .arg(p.new_tokens)
                         .arg(QString::fromUtf8(servelab::speculative_method_name(p.method)))
-                        .arg(p.k));
+                        .arg(p.k)
+                        .arg(p.rounds));
   return true;
 }
 
@@ -326,9 +329,11 @@ void SpeculativeTab::onStep(const SpecStepInfo& s) {
 QString SpeculativeTab::demoSummary(const servelab::SpeculativeDemoResult& r) const {
   const servelab::SpecDecodeStats& st = r.speculative.speculative;
   const double speedup = r.plain_tokens_per_s > 0 ? r.speculative_tokens_per_s / r.plain_tokens_per_s : 0;
-  return tr("<p><b>%1 tokens/s with speculation, %2 plain: %3×</b> (decode after the first token).</p>"
+  return tr("<p><b>%1 tokens/s with speculation, %2 plain: %3×</b> (decode after the first token, median of "
+            "%13 "
+            "rounds each way).</p>"
             "<p>%4 of %5 proposed tokens accepted (%6%) over %7 verified steps: %8 tokens per verify. "
-            "Drafting took %9 ms of %10 ms.</p><p>%11</p><p>%12</p>")
+            "Drafting took %9 ms of %10 ms.</p><p>Drafter: %11</p><p>%12</p>")
       .arg(r.speculative_tokens_per_s, 0, 'f', 1)
       .arg(r.plain_tokens_per_s, 0, 'f', 1)
       .arg(speedup, 0, 'f', 2)
@@ -340,7 +345,8 @@ QString SpeculativeTab::demoSummary(const servelab::SpeculativeDemoResult& r) co
       .arg(formatMsCoarse(st.draft_ms), formatMsCoarse(r.speculative.total_ms))
       .arg(QString::fromStdString(r.pairing).toHtmlEscaped(),
            r.identical ? tr("Same tokens as plain greedy decoding ✓")
-                       : tr("<b>The tokens differ from plain greedy decoding.</b>"));
+                       : tr("<b>The tokens differ from plain greedy decoding.</b>"))
+      .arg(r.params.rounds);
 }
 
 void SpeculativeTab::onDemoFinished(const servelab::SpeculativeDemoResult& r) {

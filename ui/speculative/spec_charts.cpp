@@ -60,7 +60,7 @@ void drawAcceptedLength(ChartView* c, const servelab::BatchRunResult& run) {
 ChartView* makeThroughputChart(QWidget* parent) {
   ChartView* c = makeChart(parent, QStringLiteral("speculativeThroughputChart"),
                            QObject::tr("Tokens/s: speculative vs plain"));
-  c->setAxisLabels(QObject::tr("generated tokens"), QObject::tr("decode tokens/s so far"));
+  c->setAxisLabels(QObject::tr("generated tokens"), QObject::tr("tokens/s so far"));
   c->addSeries(specSpeculativeSeries());
   c->addSeries(specPlainSeries());
   c->setLegendBelow(true);
@@ -95,8 +95,7 @@ void drawThroughput(ChartView* c, const servelab::SpeculativeDemoResult& r) {
 ChartView* makeSpeedupChart(QWidget* parent) {
   ChartView* c =
       makeChart(parent, QStringLiteral("speculativeSpeedupChart"), QObject::tr("Speed-up against k"));
-  c->setAxisLabels(QObject::tr("k (proposed tokens per step)"),
-                   QObject::tr("speed-up over plain decoding (×)"));
+  c->setAxisLabels(QObject::tr("k (proposed tokens per step)"), QObject::tr("speed-up (×)"));
   c->setLogXBase2(true);
   c->addSeries(specSpeedupSeries());
   c->addSeries(specBreakEvenSeries());
@@ -125,6 +124,8 @@ ChartView* makeTimeSplitChart(QWidget* parent) {
   ChartView* c =
       makeChart(parent, QStringLiteral("speculativeTimeChart"), QObject::tr("Where the time went"));
   c->setAxisLabels(QString(), QObject::tr("time (ms)"));
+  c->setLegendBelow(true);
+  c->setLegendColumns(3);
   return c;
 }
 
@@ -148,7 +149,7 @@ void drawTimeSplit(ChartView* c, const servelab::SpeculativeDemoResult& r) {
   const QVector<ChartView::BarSet> sets{
       {QObject::tr("prefill"), {plainPrefill, specPrefill}, QColor()},
       {QObject::tr("draft"), {0, draft}, QColor()},
-      {QObject::tr("verify (plain: decode) and the rest"),
+      {QObject::tr("verify (plain: decode)"),
        {r.plain.total_ms - plainPrefill, r.speculative.total_ms - specPrefill - draft},
        QColor()},
   };
