@@ -6,6 +6,8 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QScrollArea>
+#include <QVBoxLayout>
 #include <cmath>
 
 #include "engine_job.h"
@@ -189,6 +191,23 @@ QTableWidgetItem* tableCell(const QString& text, bool right) {
   auto* item = new QTableWidgetItem(text);
   item->setTextAlignment(right ? (Qt::AlignRight | Qt::AlignVCenter) : (Qt::AlignLeft | Qt::AlignVCenter));
   return item;
+}
+
+QScrollArea* makeSidePanel(QWidget* parent, std::initializer_list<QWidget*> widgets, int minWidth,
+                           int maxWidth) {
+  auto* content = new QWidget(parent);
+  auto* v = new QVBoxLayout(content);
+  v->setContentsMargins(0, 0, 0, 0);
+  for (QWidget* w : widgets) v->addWidget(w);
+  v->addStretch(1);
+  auto* scroll = new QScrollArea(parent);
+  scroll->setWidget(content);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  scroll->setMinimumWidth(minWidth);
+  scroll->setMaximumWidth(maxWidth);
+  return scroll;
 }
 
 QHBoxLayout* makeControlRow(QWidget* parent, std::initializer_list<std::pair<QString, QWidget*>> pairs) {

@@ -200,19 +200,7 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   lf->addRow(loadButtons);
   lf->addRow(loadSummary_);
 
-  auto* left = new QWidget(this);
-  auto* lv = new QVBoxLayout(left);
-  lv->setContentsMargins(0, 0, 0, 0);
-  lv->addWidget(serverBox);
-  lv->addWidget(loadBox);
-  lv->addStretch(1);
-  auto* leftScroll = new QScrollArea(this);
-  leftScroll->setWidget(left);
-  leftScroll->setWidgetResizable(true);
-  leftScroll->setFrameShape(QFrame::NoFrame);
-  leftScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  leftScroll->setMinimumWidth(300);
-  leftScroll->setMaximumWidth(340);
+  QScrollArea* leftScroll = makeSidePanel(this, {serverBox, loadBox}, 300, 340);
 
   // --- Views ---
   table_ = makeCompactTable(this, QStringLiteral("servingRequests"),

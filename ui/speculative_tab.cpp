@@ -138,19 +138,7 @@ SpeculativeTab::SpeculativeTab(EngineController* engine, QWidget* parent) : Expe
   bv->addWidget(sweepButton_);
   bv->addWidget(progress_);
   bv->addWidget(summary_);
-  auto* left = new QWidget(this);
-  auto* lv = new QVBoxLayout(left);
-  lv->setContentsMargins(0, 0, 0, 0);
-  lv->addWidget(box);
-  lv->addWidget(explanation);
-  lv->addStretch(1);
-  auto* leftScroll = new QScrollArea(this);
-  leftScroll->setWidget(left);
-  leftScroll->setWidgetResizable(true);
-  leftScroll->setFrameShape(QFrame::NoFrame);
-  leftScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  leftScroll->setMinimumWidth(320);
-  leftScroll->setMaximumWidth(380);
+  QScrollArea* leftScroll = makeSidePanel(this, {box, explanation}, 320, 380);
 
   // --- Text and charts ---
   text_ = new SpecTextView(this);

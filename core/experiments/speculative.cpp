@@ -50,6 +50,16 @@ double median(std::vector<double> v) { return v.empty() ? 0 : percentile(std::mo
 
 }  // namespace
 
+nlohmann::json spec_decode_stats_json(const SpecDecodeStats& st) {
+  return {{"num_drafts", st.num_drafts},
+          {"num_draft_tokens", st.num_draft_tokens},
+          {"num_accepted_tokens", st.num_accepted_tokens},
+          {"accepted_per_position", st.accepted_per_position},
+          {"acceptance_rate", st.acceptance_rate()},
+          {"mean_accepted_length", st.mean_accepted_length()},
+          {"draft_ms", st.draft_ms}};
+}
+
 nlohmann::json SpeculativeBenchResult::to_json() const {
   nlohmann::json rs = nlohmann::json::array();
   for (const SpeculativeBenchRun& r : runs) {
@@ -61,13 +71,11 @@ nlohmann::json SpeculativeBenchResult::to_json() const {
                   {"total_ms", r.total_ms},
                   {"draft_ms", r.draft_ms},
                   {"verify_ms", verify_ms},
-                  {"num_drafts", r.stats.num_drafts},
-                  {"num_draft_tokens", r.stats.num_draft_tokens},
-                  {"num_accepted_tokens", r.stats.num_accepted_tokens},
-                  {"accepted_per_position", r.stats.accepted_per_position},
-                  {"acceptance_rate", r.stats.acceptance_rate()},
-                  {"mean_accepted_length", r.stats.mean_accepted_length()},
                   {"identical_greedy_tokens", r.identical}});
+    // The bench's draft_ms is the median round's; the counters are summed over rounds.
+    nlohmann::json stats = spec_decode_stats_json(r.stats);
+    stats.erase("draft_ms");
+    rs.back().update(stats);
   }
   return {{"workload", params.workload},
           {"concurrency", params.concurrency},
@@ -221,31 +229,25 @@ double decode_tokens_per_s(const RequestResult& r) {
 }
 
 nlohmann::json SpeculativeDemoResult::to_json() const {
-  const SpecDecodeStats& st = speculative.speculative;
-  return {{"experiment", "speculative-decoding"},
-          {"method", speculative_method_name(params.method)},
-          {"num_speculative_tokens", params.k},
-          {"new_tokens", params.new_tokens},
-          {"rounds", params.rounds},
-          {"pairing", pairing},
-          {"prompt_tokens", prompt_ids.size()},
-          {"text", speculative.requests.empty() ? "" : speculative.requests[0].text},
-          {"generated_tokens", speculative.generated_tokens},
-          {"steps", speculative.steps.size()},
-          {"plain_steps", plain.steps.size()},
-          {"tokens_per_s", speculative_tokens_per_s},
-          {"plain_tokens_per_s", plain_tokens_per_s},
-          {"speedup", plain_tokens_per_s > 0 ? speculative_tokens_per_s / plain_tokens_per_s : 0},
-          {"total_ms", speculative.total_ms},
-          {"plain_total_ms", plain.total_ms},
-          {"draft_ms", st.draft_ms},
-          {"num_drafts", st.num_drafts},
-          {"num_draft_tokens", st.num_draft_tokens},
-          {"num_accepted_tokens", st.num_accepted_tokens},
-          {"accepted_per_position", st.accepted_per_position},
-          {"acceptance_rate", st.acceptance_rate()},
-          {"mean_accepted_length", st.mean_accepted_length()},
-          {"identical_greedy_tokens", identical}};
+  nlohmann::json j = {{"experiment", "speculative-decoding"},
+                      {"method", speculative_method_name(params.method)},
+                      {"num_speculative_tokens", params.k},
+                      {"new_tokens", params.new_tokens},
+                      {"rounds", params.rounds},
+                      {"pairing", pairing},
+                      {"prompt_tokens", prompt_ids.size()},
+                      {"text", speculative.requests.empty() ? "" : speculative.requests[0].text},
+                      {"generated_tokens", speculative.generated_tokens},
+                      {"steps", speculative.steps.size()},
+                      {"plain_steps", plain.steps.size()},
+                      {"tokens_per_s", speculative_tokens_per_s},
+                      {"plain_tokens_per_s", plain_tokens_per_s},
+                      {"speedup", plain_tokens_per_s > 0 ? speculative_tokens_per_s / plain_tokens_per_s : 0},
+                      {"total_ms", speculative.total_ms},
+                      {"plain_total_ms", plain.total_ms},
+                      {"identical_greedy_tokens", identical}};
+  j.update(spec_decode_stats_json(speculative.speculative));
+  return j;
 }
 
 SpeculativeDemoResult run_speculative_demo(const Engine& engine, const SpeculativeDemoParams& p,

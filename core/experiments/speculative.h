@@ -50,6 +50,10 @@ struct SpeculativeBenchResult {
   nlohmann::json to_json() const;
 };
 
+// The counters under vLLM's names (num_drafts, num_draft_tokens, num_accepted_tokens,
+// accepted_per_position, acceptance_rate, mean_accepted_length) and draft_ms.
+nlohmann::json spec_decode_stats_json(const SpecDecodeStats& stats);
+
 // The workload's prompts (chat-templated user turns), `count` of them.
 std::vector<std::string> speculative_workload(const std::string& workload, int64_t count);
 
