@@ -2,6 +2,7 @@
 
 #include <QAbstractButton>
 #include <QComboBox>
+#include <QGridLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -208,6 +209,18 @@ QScrollArea* makeSidePanel(QWidget* parent, std::initializer_list<QWidget*> widg
   scroll->setMinimumWidth(minWidth);
   scroll->setMaximumWidth(maxWidth);
   return scroll;
+}
+
+QWidget* makeGrid(QWidget* parent, std::initializer_list<QWidget*> widgets, int columns) {
+  auto* grid = new QWidget(parent);
+  auto* g = new QGridLayout(grid);
+  g->setContentsMargins(0, 0, 0, 0);
+  int i = 0;
+  for (QWidget* w : widgets) {
+    g->addWidget(w, i / columns, i % columns);
+    ++i;
+  }
+  return grid;
 }
 
 QHBoxLayout* makeControlRow(QWidget* parent, std::initializer_list<std::pair<QString, QWidget*>> pairs) {

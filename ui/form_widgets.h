@@ -77,6 +77,9 @@ QTableWidgetItem* tableCell(const QString& text, bool right = true);
 QScrollArea* makeSidePanel(QWidget* parent, std::initializer_list<QWidget*> widgets, int minWidth,
                            int maxWidth);
 
+// Widgets in a grid, row by row, `columns` to a row, without margins (a tab's charts).
+QWidget* makeGrid(QWidget* parent, std::initializer_list<QWidget*> widgets, int columns = 2);
+
 // Label, control, label, control, ... in one row with a little space between the pairs.
 QHBoxLayout* makeControlRow(QWidget* parent, std::initializer_list<std::pair<QString, QWidget*>> pairs);
 

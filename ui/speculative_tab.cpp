@@ -1,6 +1,7 @@
 #include "speculative_tab.h"
 
 #include <QComboBox>
+#include <QEvent>
 #include <QGridLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -156,13 +157,7 @@ SpeculativeTab::SpeculativeTab(EngineController* engine, QWidget* parent) : Expe
   throughputChart_ = makeThroughputChart(this);
   speedupChart_ = makeSpeedupChart(this);
   timeChart_ = makeTimeSplitChart(this);
-  auto* chartGrid = new QWidget(this);
-  auto* grid = new QGridLayout(chartGrid);
-  grid->setContentsMargins(0, 0, 0, 0);
-  grid->addWidget(acceptedChart_, 0, 0);
-  grid->addWidget(throughputChart_, 0, 1);
-  grid->addWidget(speedupChart_, 1, 0);
-  grid->addWidget(timeChart_, 1, 1);
+  QWidget* chartGrid = makeGrid(this, {acceptedChart_, throughputChart_, speedupChart_, timeChart_});
   auto* right = new QSplitter(Qt::Vertical, this);
   right->addWidget(textPanel);
   right->addWidget(chartGrid);
@@ -172,6 +167,13 @@ SpeculativeTab::SpeculativeTab(EngineController* engine, QWidget* parent) : Expe
   auto* layout = new QHBoxLayout(this);
   layout->addWidget(leftScroll);
   layout->addWidget(right, 1);
+}
+
+void SpeculativeTab::changeEvent(QEvent* event) {
+  ExperimentTab::changeEvent(event);
+  // The legend's colours follow the theme (the text keeps the colours it was written in).
+  if (event->type() == QEvent::PaletteChange && legend_)
+    legend_->setText(SpecTextView::legendHtml(palette().color(QPalette::Base).lightness() < 128));
 }
 
 void SpeculativeTab::applyPresetPrompt(int index) {

@@ -61,6 +61,9 @@ class SpeculativeTab : public ExperimentTab {
   static QStringList groundedPrompts();
   static QStringList openPrompts();
 
+ protected:
+  void changeEvent(QEvent* event) override;
+
  private:
   enum class Job { None, Demo, Sweep };
   bool startDemo(bool sweepAfter);
@@ -82,7 +85,7 @@ class SpeculativeTab : public ExperimentTab {
   QPushButton* sweepButton_;
   RunProgressBar* progress_;
   QLabel* summary_;
-  QLabel* legend_;
+  QLabel* legend_ = nullptr;
   SpecTextView* text_;
   ChartView* acceptedChart_;
   ChartView* throughputChart_;
