@@ -17,10 +17,10 @@
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "main_window.h"
-#include "model/model_export.h"
 #include "speculative/spec_charts.h"
 #include "speculative/spec_text_view.h"
 #include "speculative_tab.h"
+#include "tiny_model.h"
 
 using namespace servelab::ui;
 
@@ -69,12 +69,8 @@ class TestSpeculativeTab : public QObject {
   void initTestCase() {
     QVERIFY(tmp_.isValid());
     tiny_ = tmp_.filePath(QStringLiteral("tiny"));
-    try {
-      servelab::export_random_gpt2_folder(tiny_.toStdString(), servelab::tiny_gpt2_config(), 11);
-    } catch (const std::exception& e) {
-      QFAIL(qPrintable(
-          QStringLiteral("cannot write the tiny test model: %1").arg(QString::fromUtf8(e.what()))));
-    }
+    const QString error = writeTinyModel(tiny_);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
   }
 
   void ngramRunShowsEveryVerifiedStep() {

@@ -1,0 +1,24 @@
+#pragma once
+// The tiny random GPT-2 folder (32 wide, the real GPT-2 tokenizer) that the UI suites load: written
+// once per suite into its temporary folder.
+#include <QString>
+#include <cstdint>
+#include <exception>
+
+#include "model/model_export.h"
+
+namespace servelab::ui {
+
+// Writes the model to folder; empty on success, else the reason in one line.
+inline QString writeTinyModel(const QString& folder, uint64_t seed = 11) {
+  try {
+    servelab::export_random_gpt2_folder(folder.toStdString(), servelab::tiny_gpt2_config(), seed);
+  } catch (const std::exception& e) {
+    return QStringLiteral(
+               "cannot write the tiny test model (run scripts/bootstrap for the GPT-2 tokenizer): %1")
+        .arg(QString::fromUtf8(e.what()));
+  }
+  return {};
+}
+
+}  // namespace servelab::ui
