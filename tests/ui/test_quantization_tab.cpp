@@ -20,8 +20,8 @@
 #include "engine_controller.h"
 #include "job_spy.h"
 #include "main_window.h"
-#include "model/model_export.h"
 #include "quantization_tab.h"
+#include "tiny_model.h"
 #include "util/cpu_features.h"
 
 using namespace servelab::ui;
@@ -87,12 +87,8 @@ class TestQuantizationTab : public QObject {
   void initTestCase() {
     QVERIFY(tmp_.isValid());
     tiny_ = tmp_.filePath(QStringLiteral("tiny"));
-    try {
-      servelab::export_random_gpt2_folder(tiny_.toStdString(), servelab::tiny_gpt2_config(), 11);
-    } catch (const std::exception& e) {
-      QFAIL(qPrintable(
-          QStringLiteral("cannot write the tiny test model: %1").arg(QString::fromUtf8(e.what()))));
-    }
+    const QString error = writeTinyModel(tiny_);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
   }
 
   void tabIsRegistered() {
