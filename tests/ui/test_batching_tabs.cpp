@@ -97,11 +97,7 @@ class TestBatchingTabs : public QObject {
     return w;
   }
   std::unique_ptr<MainWindow> tinyWindow(const QString& settingsName) {
-    auto w = makeWindow(settingsName);
-    QSignalSpy ready(w.get(), &MainWindow::modelReady);
-    w->loadFolder(tiny_);
-    if (!ready.wait(kLoadTimeoutMs)) return nullptr;
-    return w;
+    return windowWithModel(settingsPath(settingsName), tiny_, kLoadTimeoutMs);
   }
   static ContinuousTab* continuousTab(MainWindow& w) {
     return qobject_cast<ContinuousTab*>(w.tab(QStringLiteral("continuous")));

@@ -66,11 +66,8 @@ class TestQuantizationTab : public QObject {
     return w;
   }
   std::unique_ptr<MainWindow> tinyWindow(const QString& settingsName) {
-    auto w = makeWindow(settingsName);
-    QSignalSpy ready(w.get(), &MainWindow::modelReady);
-    w->loadFolder(tiny_);
-    if (!ready.wait(kLoadTimeoutMs)) return nullptr;
-    w->selectTab(QStringLiteral("quantization"));
+    auto w = windowWithModel(settingsPath(settingsName), tiny_, kLoadTimeoutMs);
+    if (w) w->selectTab(QStringLiteral("quantization"));
     return w;
   }
   static QuantizationTab* quantTab(MainWindow& w) {

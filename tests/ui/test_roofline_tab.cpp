@@ -39,11 +39,8 @@ class TestRooflineTab : public QObject {
     return w;
   }
   std::unique_ptr<MainWindow> tinyWindow(const QString& name) {
-    auto w = makeWindow(name);
-    QSignalSpy ready(w.get(), &MainWindow::modelReady);
-    w->loadFolder(tiny_);
-    if (!ready.wait(kLoadTimeoutMs)) return nullptr;
-    w->selectTab(QStringLiteral("roofline"));
+    auto w = windowWithModel(tmp_.filePath(name + QStringLiteral(".ini")), tiny_, kLoadTimeoutMs);
+    if (w) w->selectTab(QStringLiteral("roofline"));
     return w;
   }
   static RooflineTab* rooflineTab(MainWindow& w) {

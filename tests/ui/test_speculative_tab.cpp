@@ -46,13 +46,7 @@ class TestSpeculativeTab : public QObject {
   QString tiny_;
 
   std::unique_ptr<MainWindow> tinyWindow(const QString& name) {
-    auto w = std::make_unique<MainWindow>(
-        std::make_unique<QSettings>(tmp_.filePath(name + QStringLiteral(".ini")), QSettings::IniFormat));
-    w->show();
-    QSignalSpy ready(w.get(), &MainWindow::modelReady);
-    w->loadFolder(tiny_);
-    if (!ready.wait(kLoadTimeoutMs)) return nullptr;
-    return w;
+    return windowWithModel(tmp_.filePath(name + QStringLiteral(".ini")), tiny_, kLoadTimeoutMs);
   }
   static SpeculativeTab* specTab(MainWindow& w) {
     return qobject_cast<SpeculativeTab*>(w.tab(QStringLiteral("speculative")));

@@ -1,10 +1,14 @@
 #pragma once
 // The tiny random GPT-2 folder (32 wide, the real GPT-2 tokenizer) that the UI suites load: written
-// once per suite into its temporary folder.
+// once per suite into its temporary folder; and a window with it loaded.
+#include <QSettings>
+#include <QSignalSpy>
 #include <QString>
 #include <cstdint>
 #include <exception>
+#include <memory>
 
+#include "main_window.h"
 #include "model/model_export.h"
 
 namespace servelab::ui {
@@ -19,6 +23,18 @@ inline QString writeTinyModel(const QString& folder, uint64_t seed = 11) {
         .arg(QString::fromUtf8(e.what()));
   }
   return {};
+}
+
+// A shown window with a settings file of its own and the model at folder loaded; nullptr when the
+// load does not finish within timeoutMs.
+inline std::unique_ptr<MainWindow> windowWithModel(const QString& settingsPath, const QString& folder,
+                                                   int timeoutMs = 120000) {
+  auto w = std::make_unique<MainWindow>(std::make_unique<QSettings>(settingsPath, QSettings::IniFormat));
+  w->show();
+  QSignalSpy ready(w.get(), &MainWindow::modelReady);
+  w->loadFolder(folder);
+  if (!ready.wait(timeoutMs)) return nullptr;
+  return w;
 }
 
 }  // namespace servelab::ui
