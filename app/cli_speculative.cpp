@@ -133,16 +133,11 @@ nlohmann::json SpeculativeBenchCommand::run(const Engine& engine, const EngineOp
 }
 
 nlohmann::json speculative_json(const SpeculativeSetup& setup, const SpecDecodeStats& st) {
-  return {{"method", speculative_method_name(setup.config.method)},
-          {"num_speculative_tokens", setup.config.num_speculative_tokens},
-          {"pairing", setup.description},
-          {"num_drafts", st.num_drafts},
-          {"num_draft_tokens", st.num_draft_tokens},
-          {"num_accepted_tokens", st.num_accepted_tokens},
-          {"accepted_per_position", st.accepted_per_position},
-          {"acceptance_rate", st.acceptance_rate()},
-          {"mean_accepted_length", st.mean_accepted_length()},
-          {"draft_ms", st.draft_ms}};
+  nlohmann::json j = {{"method", speculative_method_name(setup.config.method)},
+                      {"num_speculative_tokens", setup.config.num_speculative_tokens},
+                      {"pairing", setup.description}};
+  j.update(spec_decode_stats_json(st));
+  return j;
 }
 
 }  // namespace servelab

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       QStringLiteral("preset"),
       QStringLiteral(
           "With --run: run the tab's named preset (continuous: fit-in-budget, shared-system-prompt, "
-          "long-prompt)."),
+          "long-prompt; speculative: grounded, open, draft)."),
       QStringLiteral("name"));
   cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset});
   cli.process(app);

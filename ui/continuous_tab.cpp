@@ -118,18 +118,7 @@ ContinuousTab::ContinuousTab(EngineController* engine, QWidget* parent) : Experi
                                                   {tr("Max batch"), courseMaxBatch_}});
   courseForm->addWidget(courseRun_);
   courseForm->addStretch(1);
-  auto* left = new QWidget(this);
-  auto* lv = new QVBoxLayout(left);
-  lv->setContentsMargins(0, 0, 0, 0);
-  lv->addWidget(queueBox);
-  lv->addStretch(1);
-  auto* leftScroll = new QScrollArea(this);
-  leftScroll->setWidget(left);
-  leftScroll->setWidgetResizable(true);
-  leftScroll->setFrameShape(QFrame::NoFrame);
-  leftScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  leftScroll->setMinimumWidth(300);
-  leftScroll->setMaximumWidth(360);
+  QScrollArea* leftScroll = makeSidePanel(this, {queueBox}, 300, 360);
 
   // --- Gantt ---
   selector_ = new QComboBox(this);

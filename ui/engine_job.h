@@ -52,6 +52,8 @@ class EngineJob : public QObject {
   void batchStep(const servelab::BatchStep& step);
   // Paged KV: an admission whose first cachedTokens prompt positions came from the prefix cache.
   void batchPrefixHit(qint64 request, qint64 cachedTokens, qint64 step);
+  // Speculative decoding: each verified step of the watched request (after its tokens).
+  void speculativeStep(const servelab::ui::SpecStepInfo& step);
   // Each quantization mode as soon as it is measured; its greedy pieces are readable tokens.
   void quantizationMode(const servelab::QuantModeResult& mode);
   // The end: exactly one of these, after every other signal of the run.

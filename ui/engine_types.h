@@ -13,6 +13,7 @@
 #include "experiments/kv_cache_timing.h"
 #include "experiments/multi_lora.h"
 #include "experiments/quantization.h"
+#include "experiments/speculative.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
 #include "generate/generation.h"
@@ -86,6 +87,17 @@ struct GenerateSummary {
   double decodeTokensPerSecond = 0;  // tokens after the first over their summed step time
   QString finishReason;
   bool cancelled = false;
+};
+
+// One step of a speculative run as the tab shows it: what the drafter proposed, how many of them
+// the target accepted, and the tokens the step gave (the accepted proposals, then the target's
+// own), every token as readable text.
+struct SpecStepInfo {
+  qint64 step = 0;
+  double ms = 0;
+  QStringList proposed;  // empty: nothing proposed (plain decode, or the prefill's first token)
+  int accepted = 0;
+  QStringList tokens;
 };
 
 // Tokens per second over the decode steps (every step after the first); 0 when there are none.

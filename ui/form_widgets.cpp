@@ -2,10 +2,13 @@
 
 #include <QAbstractButton>
 #include <QComboBox>
+#include <QGridLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QScrollArea>
+#include <QVBoxLayout>
 #include <cmath>
 
 #include "engine_job.h"
@@ -189,6 +192,35 @@ QTableWidgetItem* tableCell(const QString& text, bool right) {
   auto* item = new QTableWidgetItem(text);
   item->setTextAlignment(right ? (Qt::AlignRight | Qt::AlignVCenter) : (Qt::AlignLeft | Qt::AlignVCenter));
   return item;
+}
+
+QScrollArea* makeSidePanel(QWidget* parent, std::initializer_list<QWidget*> widgets, int minWidth,
+                           int maxWidth) {
+  auto* content = new QWidget(parent);
+  auto* v = new QVBoxLayout(content);
+  v->setContentsMargins(0, 0, 0, 0);
+  for (QWidget* w : widgets) v->addWidget(w);
+  v->addStretch(1);
+  auto* scroll = new QScrollArea(parent);
+  scroll->setWidget(content);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  scroll->setMinimumWidth(minWidth);
+  scroll->setMaximumWidth(maxWidth);
+  return scroll;
+}
+
+QWidget* makeGrid(QWidget* parent, std::initializer_list<QWidget*> widgets, int columns) {
+  auto* grid = new QWidget(parent);
+  auto* g = new QGridLayout(grid);
+  g->setContentsMargins(0, 0, 0, 0);
+  int i = 0;
+  for (QWidget* w : widgets) {
+    g->addWidget(w, i / columns, i % columns);
+    ++i;
+  }
+  return grid;
 }
 
 QHBoxLayout* makeControlRow(QWidget* parent, std::initializer_list<std::pair<QString, QWidget*>> pairs) {

@@ -18,6 +18,7 @@ class QComboBox;
 class QHBoxLayout;
 class QLabel;
 class QLineEdit;
+class QScrollArea;
 
 namespace servelab::ui {
 
@@ -70,6 +71,14 @@ QTableWidget* makeTable(QWidget* parent, const QString& name, const QStringList&
 QTableWidget* makeCompactTable(QWidget* parent, const QString& name, const QStringList& headers);
 // A table cell, numbers right-aligned.
 QTableWidgetItem* tableCell(const QString& text, bool right = true);
+
+// A tab's left-hand column: the widgets stacked top-down (a stretch below them) in a frameless
+// scroll area that scrolls vertically only, between minWidth and maxWidth wide.
+QScrollArea* makeSidePanel(QWidget* parent, std::initializer_list<QWidget*> widgets, int minWidth,
+                           int maxWidth);
+
+// Widgets in a grid, row by row, `columns` to a row, without margins (a tab's charts).
+QWidget* makeGrid(QWidget* parent, std::initializer_list<QWidget*> widgets, int columns = 2);
 
 // Label, control, label, control, ... in one row with a little space between the pairs.
 QHBoxLayout* makeControlRow(QWidget* parent, std::initializer_list<std::pair<QString, QWidget*>> pairs);

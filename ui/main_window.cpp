@@ -41,6 +41,7 @@
 #include "quantization_tab.h"
 #include "roofline_tab.h"
 #include "serving_tab.h"
+#include "speculative_tab.h"
 #include "text_format.h"
 
 namespace servelab::ui {
@@ -109,8 +110,8 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   tabWidget_ = new QTabWidget(this);
   tabWidget_->setObjectName(QStringLiteral("tabs"));
   tabs_ << new GenerateTab(engine_, this) << new KvCacheTab(engine_, this) << new BatchingTab(engine_, this)
-        << new ContinuousTab(engine_, this) << new QuantizationTab(engine_, this)
-        << new MultiLoraTab(engine_, this);
+        << new ContinuousTab(engine_, this) << new SpeculativeTab(engine_, this)
+        << new QuantizationTab(engine_, this) << new MultiLoraTab(engine_, this);
   // Serving registers the Multi-LoRA tab's adapters when its server starts.
   auto* serving = new ServingTab(engine_, this);
   serving->setAdapterProvider(

@@ -6,7 +6,6 @@
 #include <QComboBox>
 #include <QFontDatabase>
 #include <QFormLayout>
-#include <QGridLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -200,19 +199,7 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   lf->addRow(loadButtons);
   lf->addRow(loadSummary_);
 
-  auto* left = new QWidget(this);
-  auto* lv = new QVBoxLayout(left);
-  lv->setContentsMargins(0, 0, 0, 0);
-  lv->addWidget(serverBox);
-  lv->addWidget(loadBox);
-  lv->addStretch(1);
-  auto* leftScroll = new QScrollArea(this);
-  leftScroll->setWidget(left);
-  leftScroll->setWidgetResizable(true);
-  leftScroll->setFrameShape(QFrame::NoFrame);
-  leftScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  leftScroll->setMinimumWidth(300);
-  leftScroll->setMaximumWidth(340);
+  QScrollArea* leftScroll = makeSidePanel(this, {serverBox, loadBox}, 300, 340);
 
   // --- Views ---
   table_ = makeCompactTable(this, QStringLiteral("servingRequests"),
@@ -242,13 +229,7 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   top->addWidget(metrics_);
   top->setStretchFactor(0, 3);
   top->setStretchFactor(1, 2);
-  auto* grid = new QWidget(this);
-  auto* g = new QGridLayout(grid);
-  g->setContentsMargins(0, 0, 0, 0);
-  g->addWidget(ttftChart_, 0, 0);
-  g->addWidget(itlChart_, 0, 1);
-  g->addWidget(occupancyChart_, 1, 0);
-  g->addWidget(loadChart_, 1, 1);
+  QWidget* grid = makeGrid(this, {ttftChart_, itlChart_, occupancyChart_, loadChart_});
   auto* right = new QSplitter(Qt::Vertical, this);
   right->addWidget(top);
   right->addWidget(grid);

@@ -50,6 +50,16 @@ double median(std::vector<double> v) { return v.empty() ? 0 : percentile(std::mo
 
 }  // namespace
 
+nlohmann::json spec_decode_stats_json(const SpecDecodeStats& st) {
+  return {{"num_drafts", st.num_drafts},
+          {"num_draft_tokens", st.num_draft_tokens},
+          {"num_accepted_tokens", st.num_accepted_tokens},
+          {"accepted_per_position", st.accepted_per_position},
+          {"acceptance_rate", st.acceptance_rate()},
+          {"mean_accepted_length", st.mean_accepted_length()},
+          {"draft_ms", st.draft_ms}};
+}
+
 nlohmann::json SpeculativeBenchResult::to_json() const {
   nlohmann::json rs = nlohmann::json::array();
   for (const SpeculativeBenchRun& r : runs) {
@@ -61,13 +71,11 @@ nlohmann::json SpeculativeBenchResult::to_json() const {
                   {"total_ms", r.total_ms},
                   {"draft_ms", r.draft_ms},
                   {"verify_ms", verify_ms},
-                  {"num_drafts", r.stats.num_drafts},
-                  {"num_draft_tokens", r.stats.num_draft_tokens},
-                  {"num_accepted_tokens", r.stats.num_accepted_tokens},
-                  {"accepted_per_position", r.stats.accepted_per_position},
-                  {"acceptance_rate", r.stats.acceptance_rate()},
-                  {"mean_accepted_length", r.stats.mean_accepted_length()},
                   {"identical_greedy_tokens", r.identical}});
+    // The bench's draft_ms is the median round's; the counters are summed over rounds.
+    nlohmann::json stats = spec_decode_stats_json(r.stats);
+    stats.erase("draft_ms");
+    rs.back().update(stats);
   }
   return {{"workload", params.workload},
           {"concurrency", params.concurrency},
@@ -102,8 +110,9 @@ SpeculativeBenchResult run_speculative_bench(const Engine& engine, const Model& 
   SpeculativeBenchResult result;
   result.params = p;
   result.pairing = pairing;
-  for (const std::string& text : speculative_workload(p.workload, p.concurrency))
-    result.prompts.push_back(chat_prompt(engine.tokenizer(), text, ""));
+  if (!p.texts.empty()) result.params.concurrency = static_cast<int64_t>(p.texts.size());
+  for (const std::string& text : p.texts.empty() ? speculative_workload(p.workload, p.concurrency) : p.texts)
+    result.prompts.push_back(p.texts.empty() || p.chat ? chat_prompt(engine.tokenizer(), text, "") : text);
   std::vector<BatchRequest> requests;
   for (const std::string& prompt : result.prompts) {
     BatchRequest r;
@@ -122,7 +131,7 @@ SpeculativeBenchResult run_speculative_bench(const Engine& engine, const Model& 
     }
   auto options = [&](const SpeculativeBenchRun& r) {
     BatchOptions o;
-    o.max_batch = p.concurrency;
+    o.max_batch = result.params.concurrency;
     o.kv = p.kv;
     o.cancel = control.cancel;
     o.speculative.method = r.method;
@@ -172,6 +181,153 @@ SpeculativeBenchResult run_speculative_bench(const Engine& engine, const Model& 
     runs[i].draft_ms = median(drafting[i]);
   }
   result.runs = std::move(runs);
+  return result;
+}
+
+namespace {
+
+// The model that verifies and the one that drafts for a method, alive as long as this is.
+struct Pairing {
+  std::shared_ptr<const Model> target_holder, draft_holder;
+  const Model* target = nullptr;
+  const Model* draft = nullptr;
+  std::string description;
+};
+
+Pairing pairing_for(const Engine& engine, SpeculativeMethod method, int64_t lookup_max) {
+  Pairing p;
+  p.target = &engine.model();
+  if (method == SpeculativeMethod::DraftModel) {
+    Engine::DraftPair pair = engine.int4_draft_pair();
+    p.target_holder = pair.target;
+    p.draft_holder = pair.draft;
+    p.target = pair.target.get();
+    p.draft = pair.draft.get();
+    p.description = pair.description;
+  } else if (method == SpeculativeMethod::Ngram) {
+    p.description = "prompt lookup (n-gram 1.." + std::to_string(lookup_max) + ")";
+  }
+  return p;
+}
+
+}  // namespace
+
+SpeculativeBenchResult run_speculative_sweep(const Engine& engine, SpeculativeMethod method,
+                                             const SpeculativeBenchParams& params,
+                                             const ExperimentControl& control) {
+  if (method == SpeculativeMethod::None) throw InputError("the sweep needs a drafter: ngram or draft");
+  const Pairing pair = pairing_for(engine, method, params.prompt_lookup_max);
+  SpeculativeBenchParams p = params;
+  p.methods = {method};
+  return run_speculative_bench(engine, *pair.target, pair.draft, pair.description, p, control);
+}
+
+double decode_tokens_per_s(const RequestResult& r) {
+  if (r.token_ms.size() < 2) return 0;
+  const double ms = r.token_ms.back() - r.token_ms.front();
+  return ms > 0 ? static_cast<double>(r.token_ms.size() - 1) / ms * 1000.0 : 0;
+}
+
+nlohmann::json SpeculativeDemoResult::to_json() const {
+  nlohmann::json j = {{"experiment", "speculative-decoding"},
+                      {"method", speculative_method_name(params.method)},
+                      {"num_speculative_tokens", params.k},
+                      {"new_tokens", params.new_tokens},
+                      {"rounds", params.rounds},
+                      {"pairing", pairing},
+                      {"prompt_tokens", prompt_ids.size()},
+                      {"text", speculative.requests.empty() ? "" : speculative.requests[0].text},
+                      {"generated_tokens", speculative.generated_tokens},
+                      {"steps", speculative.steps.size()},
+                      {"plain_steps", plain.steps.size()},
+                      {"tokens_per_s", speculative_tokens_per_s},
+                      {"plain_tokens_per_s", plain_tokens_per_s},
+                      {"speedup", plain_tokens_per_s > 0 ? speculative_tokens_per_s / plain_tokens_per_s : 0},
+                      {"total_ms", speculative.total_ms},
+                      {"plain_total_ms", plain.total_ms},
+                      {"identical_greedy_tokens", identical}};
+  j.update(spec_decode_stats_json(speculative.speculative));
+  return j;
+}
+
+SpeculativeDemoResult run_speculative_demo(const Engine& engine, const SpeculativeDemoParams& p,
+                                           const ExperimentControl& control) {
+  if (p.method == SpeculativeMethod::None) throw InputError("choose a drafter: ngram or draft");
+  if (p.text.empty()) throw InputError("the prompt is empty");
+  limits::check_range("rounds", p.rounds, 1, limits::kMaxRepeats);
+  SpeculativeDemoResult result;
+  result.params = p;
+  const Pairing pair = pairing_for(engine, p.method, p.prompt_lookup_max);
+  result.pairing = pair.description;
+  const std::string prompt = p.chat ? chat_prompt(engine.tokenizer(), p.text, "") : p.text;
+  result.prompt_ids = encode_prompt(engine.tokenizer(), prompt);
+  BatchRequest request;
+  request.prompt_ids = result.prompt_ids;
+  request.max_new_tokens = p.new_tokens;
+  request.stop_at_eos = p.stop_at_eos;
+  BatchOptions plain;
+  plain.max_batch = 1;
+  plain.kv = KvStrategy::Paged;
+  plain.cancel = control.cancel;
+  BatchOptions spec = plain;
+  spec.speculative.method = p.method;
+  spec.speculative.num_speculative_tokens = p.k;
+  spec.speculative.prompt_lookup_max = p.prompt_lookup_max;
+  spec.speculative.draft_model = pair.draft;
+  spec.speculative.validate();
+  check_batch_requests(*pair.target, {request}, spec);
+  auto progress = [&](double f, const std::string& stage) {
+    if (control.sink) control.sink->on_progress(f, stage);
+  };
+  auto cancelled = [&](const BatchRunResult& r) {
+    if (r.cancelled) throw CancelledError("speculative decoding cancelled");
+  };
+  // Warm-up: a few tokens each way, so that neither measured run pays for first use.
+  progress(0, "warm-up");
+  BatchRequest warm = request;
+  warm.max_new_tokens = std::min<int64_t>(4, p.new_tokens);
+  cancelled(run_continuous_batching(*pair.target, engine.tokenizer(), {warm}, plain));
+  cancelled(run_continuous_batching(*pair.target, engine.tokenizer(), {warm}, spec));
+  const std::string name =
+      std::string(speculative_method_name(p.method)) + " speculation, k " + std::to_string(p.k);
+  std::vector<BatchRunResult> spec_runs, plain_runs;
+  for (int64_t round = 0; round < p.rounds; ++round) {
+    const double at = 0.05 + 0.95 * static_cast<double>(round) / static_cast<double>(p.rounds);
+    auto speculative = [&] {
+      progress(at, name + ", round " + std::to_string(round + 1) + " of " + std::to_string(p.rounds));
+      // Only the first round is shown live: the later ones make the same greedy steps again.
+      spec_runs.push_back(run_continuous_batching(*pair.target, engine.tokenizer(), {request}, spec,
+                                                  round == 0 ? control.batch : nullptr));
+      cancelled(spec_runs.back());
+    };
+    auto plainly = [&] {
+      progress(at, "plain decoding, round " + std::to_string(round + 1) + " of " + std::to_string(p.rounds));
+      plain_runs.push_back(run_continuous_batching(*pair.target, engine.tokenizer(), {request}, plain));
+      cancelled(plain_runs.back());
+    };
+    // The live run first; then the order alternates, so that neither always runs first.
+    if (round % 2 == 0) {
+      speculative();
+      plainly();
+    } else {
+      plainly();
+      speculative();
+    }
+  }
+  auto median_run = [](std::vector<BatchRunResult>& runs) {
+    std::sort(runs.begin(), runs.end(), [](const BatchRunResult& a, const BatchRunResult& b) {
+      return decode_tokens_per_s(a.requests[0]) < decode_tokens_per_s(b.requests[0]);
+    });
+    return std::move(runs[runs.size() / 2]);
+  };
+  for (const BatchRunResult& r : spec_runs)
+    result.identical =
+        result.identical && r.requests[0].generated_ids == plain_runs[0].requests[0].generated_ids;
+  result.speculative = median_run(spec_runs);
+  result.plain = median_run(plain_runs);
+  result.speculative_tokens_per_s = decode_tokens_per_s(result.speculative.requests[0]);
+  result.plain_tokens_per_s = decode_tokens_per_s(result.plain.requests[0]);
+  progress(1, "done");
   return result;
 }
 

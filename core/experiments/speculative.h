@@ -26,6 +26,9 @@ struct SpeculativeBenchParams {
   bool warmup = true;
   KvStrategy kv = KvStrategy::Paged;
   int64_t prompt_lookup_max = 4;
+  // User turns decoded instead of the workload's (one request each; concurrency is then their count).
+  std::vector<std::string> texts;
+  bool chat = true;  // texts as user turns in the model's chat template (else as they are)
 };
 
 // One configuration: a drafter at a k (method None: plain decoding), medians over rounds.
@@ -47,6 +50,10 @@ struct SpeculativeBenchResult {
   nlohmann::json to_json() const;
 };
 
+// The counters under vLLM's names (num_drafts, num_draft_tokens, num_accepted_tokens,
+// accepted_per_position, acceptance_rate, mean_accepted_length) and draft_ms.
+nlohmann::json spec_decode_stats_json(const SpecDecodeStats& stats);
+
 // The workload's prompts (chat-templated user turns), `count` of them.
 std::vector<std::string> speculative_workload(const std::string& workload, int64_t count);
 
@@ -55,5 +62,43 @@ std::vector<std::string> speculative_workload(const std::string& workload, int64
 SpeculativeBenchResult run_speculative_bench(const Engine& engine, const Model& target, const Model* draft,
                                              const std::string& pairing, const SpeculativeBenchParams& params,
                                              const ExperimentControl& control = {});
+
+// The Speculative decoding tab's sweep: run_speculative_bench for one drafter, its model pair
+// resolved as `--draft-model int4` resolves it (Engine::int4_draft_pair).
+SpeculativeBenchResult run_speculative_sweep(const Engine& engine, SpeculativeMethod method,
+                                             const SpeculativeBenchParams& params,
+                                             const ExperimentControl& control = {});
+
+// One prompt decoded with speculation, live through control.batch, and plainly for comparison
+// (the same target, no events), after a short warm-up of both; `rounds` times each, interleaved,
+// the run of median tokens/s kept (greedy runs give the same tokens every round: only the live
+// first speculative run reports events).
+struct SpeculativeDemoParams {
+  std::string text;  // the user's text
+  bool chat = true;  // as one user turn in the model's chat template
+  SpeculativeMethod method = SpeculativeMethod::Ngram;
+  int64_t k = 4;
+  int64_t new_tokens = 96;
+  int64_t prompt_lookup_max = 4;
+  bool stop_at_eos = true;
+  int64_t rounds = 3;
+};
+
+struct SpeculativeDemoResult {
+  SpeculativeDemoParams params;
+  std::string pairing;  // what drafts for what
+  std::vector<int32_t> prompt_ids;
+  BatchRunResult speculative, plain;  // each the round of median tokens/s
+  bool identical = true;              // every speculative round's greedy tokens equal plain decoding's
+  // Decode tokens/s after the first token (prefill excluded) of the kept runs.
+  double speculative_tokens_per_s = 0, plain_tokens_per_s = 0;
+  nlohmann::json to_json() const;
+};
+
+// Decode tokens per second of one request: tokens after its first over the time they took.
+double decode_tokens_per_s(const RequestResult& request);
+
+SpeculativeDemoResult run_speculative_demo(const Engine& engine, const SpeculativeDemoParams& params,
+                                           const ExperimentControl& control = {});
 
 }  // namespace servelab

@@ -24,8 +24,8 @@
 #include "engine_controller.h"
 #include "job_spy.h"
 #include "main_window.h"
-#include "model/model_export.h"
 #include "text_format.h"
+#include "tiny_model.h"
 
 using namespace servelab::ui;
 using Cell = ChartView::Cell;
@@ -97,11 +97,7 @@ class TestBatchingTabs : public QObject {
     return w;
   }
   std::unique_ptr<MainWindow> tinyWindow(const QString& settingsName) {
-    auto w = makeWindow(settingsName);
-    QSignalSpy ready(w.get(), &MainWindow::modelReady);
-    w->loadFolder(tiny_);
-    if (!ready.wait(kLoadTimeoutMs)) return nullptr;
-    return w;
+    return windowWithModel(settingsPath(settingsName), tiny_, kLoadTimeoutMs);
   }
   static ContinuousTab* continuousTab(MainWindow& w) {
     return qobject_cast<ContinuousTab*>(w.tab(QStringLiteral("continuous")));
@@ -154,12 +150,8 @@ class TestBatchingTabs : public QObject {
   void initTestCase() {
     QVERIFY(tmp_.isValid());
     tiny_ = tmp_.filePath(QStringLiteral("tiny"));
-    try {
-      servelab::export_random_gpt2_folder(tiny_.toStdString(), servelab::tiny_gpt2_config(), 11);
-    } catch (const std::exception& e) {
-      QFAIL(qPrintable(
-          QStringLiteral("cannot write the tiny test model: %1").arg(QString::fromUtf8(e.what()))));
-    }
+    const QString error = writeTinyModel(tiny_);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
   }
 
   void tabsAreRegistered() {

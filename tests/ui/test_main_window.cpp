@@ -25,7 +25,7 @@
 #include "kv_cache_tab.h"
 #include "main_window.h"
 #include "model/engine.h"
-#include "model/model_export.h"
+#include "tiny_model.h"
 #include "util/cpu_features.h"
 
 using namespace servelab::ui;
@@ -76,13 +76,8 @@ class TestMainWindow : public QObject {
   void initTestCase() {
     QVERIFY(tmp_.isValid());
     tiny_ = tmp_.filePath(QStringLiteral("tiny"));
-    try {
-      servelab::export_random_gpt2_folder(tiny_.toStdString(), servelab::tiny_gpt2_config(), 11);
-    } catch (const std::exception& e) {
-      QFAIL(qPrintable(QStringLiteral("cannot write the tiny test model (run scripts/bootstrap for the GPT-2 "
-                                      "tokenizer): %1")
-                           .arg(QString::fromUtf8(e.what()))));
-    }
+    const QString error = writeTinyModel(tiny_);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
   }
 
   // No test of this suite made an engine call on the GUI thread (see engineNeverRunsOnTheGuiThread).
@@ -142,10 +137,11 @@ class TestMainWindow : public QObject {
 
   void switchesTabs() {
     auto w = makeWindow(QStringLiteral("tabs"));
-    QCOMPARE(w->tabIds(), (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"),
-                                       QStringLiteral("batching"), QStringLiteral("continuous"),
-                                       QStringLiteral("quantization"), QStringLiteral("multi-lora"),
-                                       QStringLiteral("serving"), QStringLiteral("roofline")}));
+    QCOMPARE(w->tabIds(),
+             (QStringList{QStringLiteral("generate"), QStringLiteral("kv-cache"), QStringLiteral("batching"),
+                          QStringLiteral("continuous"), QStringLiteral("speculative"),
+                          QStringLiteral("quantization"), QStringLiteral("multi-lora"),
+                          QStringLiteral("serving"), QStringLiteral("roofline")}));
     auto* tabs = w->findChild<QTabWidget*>(QStringLiteral("tabs"));
     QVERIFY(tabs);
     QVERIFY(w->selectTab(QStringLiteral("kv-cache")));

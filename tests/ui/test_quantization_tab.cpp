@@ -20,8 +20,8 @@
 #include "engine_controller.h"
 #include "job_spy.h"
 #include "main_window.h"
-#include "model/model_export.h"
 #include "quantization_tab.h"
+#include "tiny_model.h"
 #include "util/cpu_features.h"
 
 using namespace servelab::ui;
@@ -66,11 +66,8 @@ class TestQuantizationTab : public QObject {
     return w;
   }
   std::unique_ptr<MainWindow> tinyWindow(const QString& settingsName) {
-    auto w = makeWindow(settingsName);
-    QSignalSpy ready(w.get(), &MainWindow::modelReady);
-    w->loadFolder(tiny_);
-    if (!ready.wait(kLoadTimeoutMs)) return nullptr;
-    w->selectTab(QStringLiteral("quantization"));
+    auto w = windowWithModel(settingsPath(settingsName), tiny_, kLoadTimeoutMs);
+    if (w) w->selectTab(QStringLiteral("quantization"));
     return w;
   }
   static QuantizationTab* quantTab(MainWindow& w) {
@@ -87,12 +84,8 @@ class TestQuantizationTab : public QObject {
   void initTestCase() {
     QVERIFY(tmp_.isValid());
     tiny_ = tmp_.filePath(QStringLiteral("tiny"));
-    try {
-      servelab::export_random_gpt2_folder(tiny_.toStdString(), servelab::tiny_gpt2_config(), 11);
-    } catch (const std::exception& e) {
-      QFAIL(qPrintable(
-          QStringLiteral("cannot write the tiny test model: %1").arg(QString::fromUtf8(e.what()))));
-    }
+    const QString error = writeTinyModel(tiny_);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
   }
 
   void tabIsRegistered() {

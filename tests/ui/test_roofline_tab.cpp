@@ -15,8 +15,8 @@
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "main_window.h"
-#include "model/model_export.h"
 #include "roofline_tab.h"
+#include "tiny_model.h"
 
 using namespace servelab::ui;
 
@@ -39,11 +39,8 @@ class TestRooflineTab : public QObject {
     return w;
   }
   std::unique_ptr<MainWindow> tinyWindow(const QString& name) {
-    auto w = makeWindow(name);
-    QSignalSpy ready(w.get(), &MainWindow::modelReady);
-    w->loadFolder(tiny_);
-    if (!ready.wait(kLoadTimeoutMs)) return nullptr;
-    w->selectTab(QStringLiteral("roofline"));
+    auto w = windowWithModel(tmp_.filePath(name + QStringLiteral(".ini")), tiny_, kLoadTimeoutMs);
+    if (w) w->selectTab(QStringLiteral("roofline"));
     return w;
   }
   static RooflineTab* rooflineTab(MainWindow& w) {
@@ -55,12 +52,8 @@ class TestRooflineTab : public QObject {
     QStandardPaths::setTestModeEnabled(true);
     QVERIFY(tmp_.isValid());
     tiny_ = tmp_.filePath(QStringLiteral("tiny"));
-    try {
-      servelab::export_random_gpt2_folder(tiny_.toStdString(), servelab::tiny_gpt2_config(), 7);
-    } catch (const std::exception& e) {
-      QFAIL(qPrintable(
-          QStringLiteral("cannot write the tiny test model: %1").arg(QString::fromUtf8(e.what()))));
-    }
+    const QString error = writeTinyModel(tiny_, 7);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
   }
 
   void runDrawsRoofAndSteps() {
