@@ -70,6 +70,7 @@ void SpeculativeBenchCommand::add_to(CLI::App* bench) {
   cmd->add_option("--k", ks, "proposed tokens per step, comma-separated");
   cmd->add_option("--new-tokens", params.new_tokens, "new tokens per request (EOS may end one sooner)");
   cmd->add_option("--concurrency", params.concurrency, "requests decoded at once");
+  cmd->add_option("--requests", params.requests, "requests (the workload's prompts in turn)");
   cmd->add_option("--rounds", params.rounds, "interleaved rounds (medians reported)");
   cmd->add_option("--prompt-lookup-max", params.prompt_lookup_max, "ngram: the longest suffix matched");
   cmd->add_option("--draft-model", draft_model,
@@ -117,10 +118,11 @@ nlohmann::json SpeculativeBenchCommand::run(const Engine& engine, const EngineOp
       run_speculative_bench(engine, *setup.target, setup.config.draft_model, setup.description, params);
   nlohmann::json j = r.to_json();
   if (json) return j;
-  std::printf("%s workload, %lld request(s) at once, %lld new tokens, medians of %lld rounds%s%s\n",
-              params.workload.c_str(), static_cast<long long>(params.concurrency),
-              static_cast<long long>(params.new_tokens), static_cast<long long>(params.rounds),
-              setup.description.empty() ? "" : "; ", setup.description.c_str());
+  std::printf("%s workload, %lld requests, %lld at once, %lld new tokens, medians of %lld rounds%s%s\n",
+              params.workload.c_str(), static_cast<long long>(params.requests),
+              static_cast<long long>(params.concurrency), static_cast<long long>(params.new_tokens),
+              static_cast<long long>(params.rounds), setup.description.empty() ? "" : "; ",
+              setup.description.c_str());
   std::printf("%-8s %3s %10s %9s %11s %13s %10s %9s\n", "method", "k", "tokens/s", "speed-up", "acceptance",
               "tokens/verify", "draft ms", "greedy");
   for (const SpeculativeBenchRun& run : r.runs)

@@ -79,6 +79,7 @@ nlohmann::json SpeculativeBenchResult::to_json() const {
   }
   return {{"workload", params.workload},
           {"concurrency", params.concurrency},
+          {"requests", static_cast<int64_t>(prompts.size())},
           {"new_tokens", params.new_tokens},
           {"rounds", params.rounds},
           {"kv", kv_strategy_name(params.kv)},
@@ -102,6 +103,7 @@ SpeculativeBenchResult run_speculative_bench(const Engine& engine, const Model& 
                                              const ExperimentControl& control) {
   limits::check_range("rounds", p.rounds, 1, limits::kMaxRepeats);
   limits::check_range("concurrency", p.concurrency, 1, 256);
+  limits::check_range("requests", p.requests, 1, 256);
   limits::check_range("new tokens", p.new_tokens, 1, limits::kMaxTokens);
   if (p.ks.empty()) throw InputError("give at least one k");
   for (SpeculativeMethod m : p.methods)
@@ -111,7 +113,7 @@ SpeculativeBenchResult run_speculative_bench(const Engine& engine, const Model& 
   result.params = p;
   result.pairing = pairing;
   if (!p.texts.empty()) result.params.concurrency = static_cast<int64_t>(p.texts.size());
-  for (const std::string& text : p.texts.empty() ? speculative_workload(p.workload, p.concurrency) : p.texts)
+  for (const std::string& text : p.texts.empty() ? speculative_workload(p.workload, p.requests) : p.texts)
     result.prompts.push_back(p.texts.empty() || p.chat ? chat_prompt(engine.tokenizer(), text, "") : text);
   std::vector<BatchRequest> requests;
   for (const std::string& prompt : result.prompts) {

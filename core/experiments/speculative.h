@@ -22,6 +22,7 @@ struct SpeculativeBenchParams {
   std::vector<int64_t> ks = {2, 4, 8};
   int64_t new_tokens = 128;
   int64_t concurrency = 1;  // requests decoded at once (max_num_seqs)
+  int64_t requests = 8;     // the workload's prompts in turn, `concurrency` of them at a time
   int64_t rounds = 3;
   bool warmup = true;
   KvStrategy kv = KvStrategy::Paged;
