@@ -40,14 +40,7 @@ at::Tensor full_forward(const Model& m, const std::vector<int32_t>& seq) {
   return m.forward(in).squeeze(0);  // [n, vocab]
 }
 
-std::vector<int32_t> solo(const Model& m, const BatchRequest& r) {
-  GenerateOptions o;
-  o.max_new_tokens = r.max_new_tokens;
-  o.stop_at_eos = r.stop_at_eos;
-  o.report_top = 0;
-  o.sampling = r.sampling;
-  return generate(m, tok, {r.prompt_ids}, o).sequences[0].generated_ids;
-}
+std::vector<int32_t> solo(const Model& m, const BatchRequest& r) { return test::solo_tokens(m, tok, r); }
 
 std::unique_ptr<KvMemoryManager> layout(const Model& m, int kind, int64_t block_size) {
   if (kind == 0) return std::make_unique<SlotKvMemory>(m, 4, 96, 299);

@@ -30,14 +30,7 @@ namespace {
 
 test::IdTokenizer tok(300, 299);
 
-std::vector<int32_t> solo(const Model& m, const BatchRequest& r) {
-  GenerateOptions o;
-  o.max_new_tokens = r.max_new_tokens;
-  o.stop_at_eos = r.stop_at_eos;
-  o.report_top = 0;
-  o.sampling = r.sampling;
-  return generate(m, tok, {r.prompt_ids}, o).sequences[0].generated_ids;
-}
+std::vector<int32_t> solo(const Model& m, const BatchRequest& r) { return test::solo_tokens(m, tok, r); }
 
 // A prompt that repeats itself, so that prompt lookup finds something to propose.
 std::vector<int32_t> repeating(int64_t len, int32_t salt) {

@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include "generate/continuous_batching.h"
+#include "generate/generator.h"
 #include "model/gpt2_config.h"
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
@@ -59,6 +61,16 @@ inline std::vector<int32_t> tiny_prompt(int64_t len, int32_t salt) {
   std::vector<int32_t> p;
   for (int64_t i = 0; i < len; ++i) p.push_back(static_cast<int32_t>((salt * 37 + i * 11) % 290));
   return p;
+}
+
+// The request's tokens decoded alone by generate(), the reference every scheduler path must equal.
+inline std::vector<int32_t> solo_tokens(const Model& m, const Tokenizer& tok, const BatchRequest& r) {
+  GenerateOptions o;
+  o.max_new_tokens = r.max_new_tokens;
+  o.stop_at_eos = r.stop_at_eos;
+  o.report_top = 0;
+  o.sampling = r.sampling;
+  return generate(m, tok, {r.prompt_ids}, o).sequences[0].generated_ids;
 }
 
 }  // namespace servelab::test
