@@ -12,8 +12,6 @@ namespace servelab {
 
 namespace {
 
-double median_of(std::vector<double> v) { return v.empty() ? 0 : percentile(std::move(v), 50); }
-
 ChunkedPrefillRun measure(const BatchRunResult& run, const ChunkedPrefillParams& p, int64_t budget) {
   ChunkedPrefillRun r;
   r.budget = budget;
@@ -38,7 +36,7 @@ ChunkedPrefillRun medians(const std::vector<ChunkedPrefillRun>& rounds) {
   auto med = [&](double ChunkedPrefillRun::*f) {
     std::vector<double> v;
     for (const ChunkedPrefillRun& r : rounds) v.push_back(r.*f);
-    return median_of(v);
+    return median_or_zero(v);
   };
   ChunkedPrefillRun m = rounds.back();
   m.itl_p50_ms = med(&ChunkedPrefillRun::itl_p50_ms);

@@ -19,8 +19,6 @@ namespace servelab {
 
 namespace {
 
-double median(std::vector<double> v) { return v.empty() ? 0 : percentile(std::move(v), 50); }
-
 // Decode steps of one batch through three KV layouts in turn (interleaved), each its own memory.
 PagedKvDecodeStep measure_decode_step(const Engine& engine, const PagedKvParams& p, int32_t pad) {
   c10::InferenceMode guard;
@@ -64,9 +62,9 @@ PagedKvDecodeStep measure_decode_step(const Engine& engine, const PagedKvParams&
   PagedKvDecodeStep d;
   d.batch = B;
   d.context = n;
-  d.slot_ms = median(ms[0]);
-  d.paged_gather_ms = median(ms.back());
-  if (kv.size() == 3) d.paged_in_place_ms = median(ms[1]);
+  d.slot_ms = median_or_zero(ms[0]);
+  d.paged_gather_ms = median_or_zero(ms.back());
+  if (kv.size() == 3) d.paged_in_place_ms = median_or_zero(ms[1]);
   d.in_place_vs_slot = d.slot_ms > 0 ? d.paged_in_place_ms / d.slot_ms : 0;
   d.gather_vs_slot = d.slot_ms > 0 ? d.paged_gather_ms / d.slot_ms : 0;
   return d;
@@ -222,7 +220,7 @@ PagedKvResult run_paged_kv(const Engine& engine, const PagedKvParams& p, const E
       s.ttft_p99 = percentile(ttft, 99);
     }
     s.total_ms_rounds = totals[i];
-    s.total_ms = median(totals[i]);
+    s.total_ms = median_or_zero(totals[i]);
     s.generated_tokens = run.generated_tokens;
     s.tokens_per_s = s.total_ms > 0 ? 1000.0 * static_cast<double>(run.generated_tokens) / s.total_ms : 0;
     double reserved = 0, used = 0;

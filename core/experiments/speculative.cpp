@@ -46,8 +46,6 @@ const char* const kOpen[] = {
     "Suggest a name for a new coffee shop and explain it.",
 };
 
-double median(std::vector<double> v) { return v.empty() ? 0 : percentile(std::move(v), 50); }
-
 }  // namespace
 
 nlohmann::json spec_decode_stats_json(const SpecDecodeStats& st) {
@@ -177,10 +175,10 @@ SpeculativeBenchResult run_speculative_bench(const Engine& engine, const Model& 
     for (size_t i = 0; i < n; ++i) ratio[i].push_back(this_round[i] / this_round[0]);
   }
   for (size_t i = 0; i < n; ++i) {
-    runs[i].tokens_per_s = median(tps[i]);
-    runs[i].speedup = median(ratio[i]);
-    runs[i].total_ms = median(total[i]);
-    runs[i].draft_ms = median(drafting[i]);
+    runs[i].tokens_per_s = median_or_zero(tps[i]);
+    runs[i].speedup = median_or_zero(ratio[i]);
+    runs[i].total_ms = median_or_zero(total[i]);
+    runs[i].draft_ms = median_or_zero(drafting[i]);
   }
   result.runs = std::move(runs);
   return result;

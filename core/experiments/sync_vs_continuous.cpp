@@ -55,6 +55,8 @@ double percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(v.size()))) - 1];
 }
 
+double median_or_zero(std::vector<double> v) { return v.empty() ? 0 : percentile(std::move(v), 50); }
+
 ServeSummary summarize(const BatchRunResult& run) {
   ServeSummary s;
   s.method = run.method;

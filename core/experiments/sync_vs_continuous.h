@@ -65,6 +65,8 @@ struct SyncVsContinuousResult {
 ServeSummary summarize(const BatchRunResult& run);
 // Nearest-rank percentile (p in [0, 100]) of a non-empty vector.
 double percentile(std::vector<double> values, double p);
+// percentile(values, 50), or 0 for no values (a run that measured nothing).
+double median_or_zero(std::vector<double> values);
 nlohmann::json batch_run_json(const BatchRunResult& run);
 
 std::vector<BatchRequest> make_sync_vs_continuous_requests(const Engine& engine,
