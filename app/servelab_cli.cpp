@@ -21,7 +21,9 @@
 #include <thread>
 
 #include "cli_roofline.h"
+#include "cli_serve.h"
 #include "cli_speculative.h"
+#include "cli_usage.h"
 #include "experiments/adapter_serving.h"
 #include "experiments/batch_sweep.h"
 #include "experiments/chunked_prefill.h"
@@ -128,13 +130,6 @@ struct ModelArgs {
 
 // Speculation's settings given without speculation (or the other method's) mean nothing.
 void check_speculative_flags(CLI::App* cmd, const SpeculativeArgs& a);
-
-// A command line that cannot mean anything (an unknown subcommand, contradictory options, an empty
-// value): exit code 2, like the parser's own errors.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 void check_speculative_flags(CLI::App* cmd, const SpeculativeArgs& a) {
   const bool on = a.enabled();
@@ -922,105 +917,6 @@ void check_no_empty_values(const CLI::App& app) {
   }
 }
 
-// serve: the LoRAX/TGI + OpenAI HTTP server (core/serve) until SIGINT or SIGTERM.
-struct ServeArgs {
-  std::string host = "127.0.0.1";
-  int port = 8080;
-  int64_t max_batch = 8, max_queue = 64, max_total_tokens = 0, adapter_cache = 8, max_body_bytes = 2 << 20;
-  int64_t max_num_batched_tokens = 0;
-  std::vector<std::string> adapters;  // NAME=PEFT_DIR
-  int http_threads = 0;
-  double grace_s = 10;
-  std::string kv = "paged";
-  double kv_budget_mb = 0;
-  int64_t kv_budget_blocks = 0, block_size = 16;
-  bool no_prefix_cache = false;
-  SpeculativeArgs speculative;
-};
-
-int cmd_serve(const ModelArgs& m, const ServeArgs& a) {
-  // SIGINT and SIGTERM are blocked here, so in every thread started below, and taken by sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);  // a client that leaves must not end the server
-  ServeOptions so;
-  so.max_batch = a.max_batch;
-  so.max_num_batched_tokens = a.max_num_batched_tokens;
-  so.max_queue = a.max_queue;
-  so.max_total_tokens = a.max_total_tokens;
-  so.adapter_cache_capacity = a.adapter_cache;
-  if (a.kv != "paged" && a.kv != "slot") throw UsageError("--kv must be paged or slot, got '" + a.kv + "'");
-  so.kv = a.kv == "paged" ? KvStrategy::Paged : KvStrategy::SlotKv;
-  if (so.kv == KvStrategy::SlotKv && (a.kv_budget_mb > 0 || a.kv_budget_blocks > 0 || a.no_prefix_cache))
-    throw UsageError("--kv-budget-mb, --kv-budget-blocks and --no-prefix-cache are paged KV's (--kv paged)");
-  limits::check_range("--kv-budget-mb", a.kv_budget_mb, 0.0, 1e7);
-  so.kv_budget_bytes = static_cast<int64_t>(a.kv_budget_mb * 1e6);
-  so.kv_blocks = a.kv_budget_blocks;
-  so.kv_block_size = a.block_size;
-  so.prefix_caching = !a.no_prefix_cache;
-  for (const std::string& spec : a.adapters) {
-    const size_t eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-      throw InputError("--adapter takes NAME=PEFT_DIR, got '" + spec + "'");
-    AdapterSource source;
-    source.name = spec.substr(0, eq);
-    source.peft_dir = spec.substr(eq + 1);
-    so.adapters.push_back(source);
-  }
-  // The model is loaded and the KV memory allocated on a thread that then exits. libgomp keeps an
-  // OpenMP thread team per thread that ran a parallel region, and once its threads outnumber the
-  // CPUs it stops spinning at barriers and sleeps (about 50 us per wake-up, a hundred-odd regions
-  // a step): the loading thread's idle team beside the engine thread's made one stream's decode
-  // step twice `generate`'s. With the loader gone, the engine thread's team is the only one.
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<ServeScheduler> scheduler_owner;
-  SpeculativeSetup spec;
-  std::async(std::launch::async, [&] {
-    engine = m.load();
-    spec = resolve_speculative(a.speculative, *engine, m.options());
-    so.speculative = spec.config;
-    scheduler_owner = std::make_unique<ServeScheduler>(*spec.target, engine->tokenizer(), so);
-  }).get();
-  ServeScheduler& scheduler = *scheduler_owner;
-  HttpServerOptions ho;
-  ho.host = a.host;
-  ho.port = a.port;
-  ho.threads = a.http_threads;
-  ho.max_body_bytes = a.max_body_bytes;
-  ho.model_id = engine->is_demo() ? "servelab-demo-gpt2" : engine->name();
-  ho.model_info = engine->info().dump();
-  HttpServer server(scheduler, engine->tokenizer(), ho);
-  const int port = server.bind();
-  std::thread http([&] { server.serve(); });
-  for (int i = 0; i < 500 && !server.running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::cout << "servelab-cli serve: " << ho.model_id << " at http://" << a.host << ":" << port
-            << " (max batch " << a.max_batch << ", max queue " << a.max_queue << ", "
-            << scheduler.max_total_tokens() << " positions per request"
-            << (so.speculative.enabled() ? ", speculative decoding: " + spec.description + ", k " +
-                                               std::to_string(so.speculative.num_speculative_tokens)
-                                         : std::string())
-            << ")" << std::endl;
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  const ServeStats before = scheduler.stats();
-  std::cerr << "servelab-cli serve: " << strsignal(sig) << ": not accepting connections; finishing "
-            << before.running << " running and " << before.waiting << " waiting requests (up to " << a.grace_s
-            << " s)" << std::endl;
-  server.stop();
-  const int64_t cancelled =
-      scheduler.drain(std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, a.grace_s) * 1000)));
-  http.join();
-  const ServeStats after = scheduler.stats();
-  std::cerr << "servelab-cli serve: stopped: " << after.finished << " requests finished, " << cancelled
-            << " cancelled at shutdown (" << after.cancelled << " cancelled in all), " << after.failed
-            << " failed" << std::endl;
-  return 0;
-}
-
 // loadgen: the course's serving scenarios, and a vLLM-style benchmark (sweep), against any
 // LoRAX/TGI- or OpenAI-compatible URL.
 struct LoadgenArgs {
@@ -1440,33 +1336,11 @@ int main(int argc, char** argv) {
   auto* demo = app.add_subcommand("demo", "Generate from the course prompts and compare KV-cache timings");
   margs.add_to(demo);
 
-  ServeArgs sv;
+  ServeCommand sv;
   auto* serve = app.add_subcommand(
       "serve", "LoRAX/TGI- and OpenAI-compatible HTTP server with continuous batching, until SIGINT/SIGTERM");
   margs.add_to(serve);
-  serve->add_option("--host", sv.host, "address to listen on (default 127.0.0.1: this machine only)");
-  serve->add_option("--port", sv.port, "port (0: a free one; the line printed when ready names it)");
-  serve->add_option("--max-batch,--max-num-seqs", sv.max_batch, "requests running at once");
-  serve->add_option("--max-num-batched-tokens", sv.max_num_batched_tokens,
-                    "chunked prefill: tokens one engine step computes, decodes first (off by default)");
-  serve->add_option("--max-queue", sv.max_queue, "requests waiting at most; more get 429");
-  serve->add_option("--max-total-tokens", sv.max_total_tokens,
-                    "prompt + new tokens per request (0: the model's context, at most 2048)");
-  serve->add_option("--adapter", sv.adapters, "NAME=PEFT_DIR: a LoRA adapter requests may name (repeatable)");
-  serve->add_option("--adapter-cache", sv.adapter_cache, "adapters loaded at once (0: no limit)");
-  serve->add_option("--http-threads", sv.http_threads,
-                    "connection threads; each open stream holds one (0: max batch + max queue + 8)");
-  serve->add_option("--max-body-bytes", sv.max_body_bytes, "larger request bodies get 413");
-  serve->add_option("--kv", sv.kv, "KV memory: paged (blocks, prefix caching; default) or slot");
-  sv.speculative.add_to(serve);
-  auto* kv_mb = serve->add_option("--kv-budget-mb", sv.kv_budget_mb,
-                                  "paged KV pool in megabytes (1e6 bytes; default: slot KV's memory)");
-  serve->add_option("--kv-budget-blocks", sv.kv_budget_blocks, "paged KV pool in blocks")->excludes(kv_mb);
-  serve->add_option("--block-size", sv.block_size, "positions per paged KV block");
-  serve->add_flag("--no-prefix-cache", sv.no_prefix_cache, "paged KV without prefix caching");
-  serve->add_option(
-      "--shutdown-grace", sv.grace_s,
-      "seconds running requests may take to finish after SIGINT/SIGTERM before they are cancelled");
+  sv.add_to(serve);
 
   LoadgenArgs lg;
   auto* loadgen = app.add_subcommand(
@@ -1554,7 +1428,7 @@ int main(int argc, char** argv) {
           "--kv chooses the KV memory of continuous batching: give --max-num-batched-tokens, "
           "--max-num-seqs or --speculative");
     check_speculative_flags(gen, gargs.speculative);
-    check_speculative_flags(serve, sv.speculative);
+    check_speculative_flags(serve, sv.args.speculative);
     // 0 is the budget's "off" inside; on the command line, leaving the flag out says that. (Where
     // --max-num-seqs names --max-batch, the engine's "max batch" check answers for both.)
     for (CLI::App* cmd : {gen, serve, bench_svc, paged_kv.cmd, bench_chunked})
@@ -1622,7 +1496,7 @@ int main(int argc, char** argv) {
     if (*lora_describe) return cmd_lora_describe(margs, describe_dirs);
     if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);
-    if (*serve) return cmd_serve(margs, sv);
+    if (*serve) return sv.run([&margs] { return margs.load(); }, margs.options());
     if (*loadgen) return cmd_loadgen(lg, *loadgen);
   } catch (const UsageError& e) {  // a value only a subcommand can check
     std::cerr << "servelab-cli: " << one_line(e.what()) << " (see --help)\n";

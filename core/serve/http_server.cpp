@@ -10,9 +10,12 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <utility>
 
 #include "serve/request_parser.h"
@@ -68,45 +71,72 @@ std::string hf_cache_snapshot(const std::string& repo_id, std::string* searched)
   return newest.string();
 }
 
+// When a request must be over (--request-timeout); never when none is set.
+struct Deadline {
+  std::optional<std::chrono::steady_clock::time_point> at;
+  double seconds = 0;
+  bool passed() const { return at && std::chrono::steady_clock::now() >= *at; }
+  std::string message() const {
+    std::ostringstream m;
+    m << "the request ran longer than the server's --request-timeout of " << seconds
+      << " s and was cancelled";
+    return m.str();
+  }
+};
+
 struct HttpServer::Impl {
-  ServeScheduler& scheduler;
-  const Tokenizer& tokenizer;
+  // Set once by attach(), before ready; read by connection threads only after ready.
+  ServeScheduler* sched = nullptr;
+  const Tokenizer* tok = nullptr;
+  std::atomic<bool> ready{false};
   HttpServerOptions options;
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;
   std::atomic<int64_t> next_id{0};
+  std::atomic<int64_t> next_request_id{0};
+  std::mutex log_mutex;
   // The listening socket, as httplib's socket-options hook last saw it (the one that bound).
   std::atomic<int> listen_fd{-1};
 
-  Impl(ServeScheduler& s, const Tokenizer& t, HttpServerOptions o)
-      : scheduler(s), tokenizer(t), options(std::move(o)) {}
+  explicit Impl(HttpServerOptions o) : options(std::move(o)) {}
+
+  Deadline deadline() const {
+    Deadline d;
+    d.seconds = options.request_timeout_s;
+    if (d.seconds > 0)
+      d.at =
+          std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                 std::chrono::duration<double>(d.seconds));
+    return d;
+  }
 
   // The adapter a request names: one registered with --adapter, a local PEFT folder, or a Hub
   // repository in the local Hugging Face cache. Returns the scheduler's name for it.
   std::string resolve_adapter(const std::string& id, const std::string& source) {
     if (id.empty()) return "";
     if (source.empty() || source == "hub") {
-      if (scheduler.knows_adapter(id)) return id;
+      if (sched->knows_adapter(id)) return id;
       std::string searched;
       const std::string dir = hf_cache_snapshot(id, &searched);
       if (dir.empty() || !fs::exists(fs::path(dir) / "adapter_config.json"))
-        throw validation_error(
-            "unknown adapter '" + id + "': not registered with --adapter and not in the local " +
-            "Hugging Face cache (looked for " + searched + "/snapshots/*/adapter_config.json)");
+        throw ApiError(404, "not_found",
+                       "unknown adapter '" + id + "': not registered with --adapter and not in the local " +
+                           "Hugging Face cache (looked for " + searched +
+                           "/snapshots/*/adapter_config.json)");
       AdapterSource a;
       a.name = id;
       a.peft_dir = dir;
-      scheduler.register_adapter(a);
+      sched->register_adapter(a);
       return id;
     }
     if (source == "local") {
-      if (scheduler.knows_adapter(id)) return id;
+      if (sched->knows_adapter(id)) return id;
       std::error_code ec;
       if (!fs::exists(fs::path(id) / "adapter_config.json", ec))
         throw validation_error("adapter_id '" + id + "' with adapter_source local must be a PEFT folder " +
                                "(adapter_config.json + adapter_model.safetensors)");
       AdapterSource a;
       a.name = a.peft_dir = id;
-      scheduler.register_adapter(a);
+      sched->register_adapter(a);
       return id;
     }
     throw validation_error("adapter_source '" + source + "' is not supported here: use local or hub");
@@ -114,10 +144,10 @@ struct HttpServer::Impl {
 
   RequestParserContext parser_context() {
     RequestParserContext ctx;
-    ctx.tokenizer = &tokenizer;
+    ctx.tokenizer = tok;
     ctx.model_id = options.model_id;
-    ctx.max_total_tokens = scheduler.max_total_tokens();
-    if (StructuredOutput* so = scheduler.structured_output())
+    ctx.max_total_tokens = sched->max_total_tokens();
+    if (StructuredOutput* so = sched->structured_output())
       ctx.json_constraint = [so](const std::string& schema) { return so->json(schema); };
     ctx.resolve_adapter = [this](const std::string& id, const std::string& source) {
       return resolve_adapter(id, source);
@@ -127,7 +157,7 @@ struct HttpServer::Impl {
 
   std::shared_ptr<RequestStream> submit(ParsedRequest& c) {
     try {
-      return scheduler.submit(c.request, std::move(c.constraint));
+      return sched->submit(c.request, std::move(c.constraint));
     } catch (const OverloadedError& e) {
       ApiError err(e.shutting_down() ? 503 : 429, "overloaded", e.what());
       err.retry_after = 1;
@@ -137,12 +167,18 @@ struct HttpServer::Impl {
 
   // Waits for the request's first token (or its end) and takes it; an ApiError (424) when it
   // failed before producing anything, so that the status line can still say so.
-  static RequestStream::Update first_update(RequestStream& stream) {
+  static RequestStream::Update first_update(RequestStream& stream, const Deadline& deadline) {
+    bool timed_out = false;
     while (!stream.wait_started(std::chrono::milliseconds(200))) {
+      if (!timed_out && deadline.passed()) {
+        timed_out = true;
+        stream.cancel();  // a waiting request leaves the queue, a running one its slot
+      }
     }
     RequestStream::Update u = stream.take(std::chrono::milliseconds(0));
     if (u.done && u.tokens.empty()) {
       if (!u.error.empty()) throw ApiError(424, u.error_type, u.error);
+      if (timed_out) throw ApiError(504, "timeout", deadline.message());
       if (u.result.finish_reason == "cancelled")
         throw ApiError(503, "generation",
                        "the request was cancelled before it started (the server is stopping)");
@@ -151,13 +187,22 @@ struct HttpServer::Impl {
   }
 
   // Everything: the tokens and the result. ApiError when it failed or was cancelled.
-  static std::vector<ServeToken> collect(RequestStream& stream, RequestResult& result) {
+  static std::vector<ServeToken> collect(RequestStream& stream, RequestResult& result,
+                                         const Deadline& deadline) {
     std::vector<ServeToken> tokens;
+    bool timed_out = false;
     for (;;) {
       RequestStream::Update u = stream.take(std::chrono::milliseconds(200));
       for (ServeToken& t : u.tokens) tokens.push_back(std::move(t));
-      if (!u.done) continue;
+      if (!u.done) {
+        if (!timed_out && deadline.passed()) {
+          timed_out = true;
+          stream.cancel();
+        }
+        continue;
+      }
       if (!u.error.empty()) throw ApiError(424, u.error_type, u.error);
+      if (timed_out) throw ApiError(504, "timeout", deadline.message());
       if (u.result.finish_reason == "cancelled")
         throw ApiError(503, "generation", "the request was cancelled (the server is stopping)");
       result = u.result;
@@ -169,13 +214,16 @@ struct HttpServer::Impl {
   // update (done) must be turned into the last events.
   using Writer = std::function<std::vector<std::string>(RequestStream::Update&)>;
   static void stream_events(httplib::Response& res, std::shared_ptr<RequestStream> stream,
-                            RequestStream::Update first, Writer writer) {
+                            RequestStream::Update first, Writer writer, const Deadline& deadline) {
     struct State {
       std::shared_ptr<RequestStream> stream;
       std::optional<RequestStream::Update> first;
       Writer writer;
+      Deadline deadline;
+      bool timed_out = false;
     };
-    auto st = std::make_shared<State>(State{std::move(stream), std::move(first), std::move(writer)});
+    auto st = std::make_shared<State>(
+        State{std::move(stream), std::move(first), std::move(writer), deadline, false});
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -187,6 +235,14 @@ struct HttpServer::Impl {
               st->first.reset();
             } else {
               u = st->stream->take(std::chrono::milliseconds(100));
+            }
+            if (!u.done && !st->timed_out && st->deadline.passed()) {
+              st->timed_out = true;
+              st->stream->cancel();  // its last update (cancelled) then carries the reason
+            }
+            if (u.done && st->timed_out && u.error.empty()) {
+              u.error = st->deadline.message();
+              u.error_type = "timeout";
             }
             for (const std::string& e : st->writer(u)) {
               if (!sink.write(e.data(), e.size())) {
@@ -237,11 +293,11 @@ struct HttpServer::Impl {
   }
   // TGI's top_tokens entry of a token: its alternatives as tokens.
   json top_tokens_json(const ServeToken& t) const {
-    const std::vector<int32_t> stops = tokenizer.stop_ids();
+    const std::vector<int32_t> stops = tok->stop_ids();
     json top = json::array();
     for (const auto& [id, lp] : t.top)
       top.push_back({{"id", id},
-                     {"text", tokenizer.token_bytes(id)},
+                     {"text", tok->token_bytes(id)},
                      {"logprob", finite(lp)},
                      {"special", std::find(stops.begin(), stops.end(), id) != stops.end()}});
     return top;
@@ -254,10 +310,10 @@ struct HttpServer::Impl {
       json content = json::array();
       for (const ServeToken* t : tokens) {
         if (t->special) continue;
-        const std::string s = tokenizer.token_bytes(t->id);
+        const std::string s = tok->token_bytes(t->id);
         json top = json::array();
         for (const auto& [id, lp] : t->top) {
-          const std::string ts = tokenizer.token_bytes(id);
+          const std::string ts = tok->token_bytes(id);
           top.push_back({{"token", ts}, {"logprob", finite(lp)}, {"bytes", bytes_of(ts)}});
         }
         content.push_back(
@@ -268,10 +324,10 @@ struct HttpServer::Impl {
     json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
     for (const ServeToken* t : tokens) {
       if (t->special) continue;
-      toks.push_back(tokenizer.token_bytes(t->id));
+      toks.push_back(tok->token_bytes(t->id));
       lps.push_back(finite(t->logprob));
       json top = json::object();
-      for (const auto& [id, lp] : t->top) top[tokenizer.token_bytes(id)] = finite(lp);
+      for (const auto& [id, lp] : t->top) top[tok->token_bytes(id)] = finite(lp);
       tops.push_back(top);
       offsets.push_back(offset);
       offset += t->text.size();
@@ -285,10 +341,11 @@ struct HttpServer::Impl {
   void lorax(const httplib::Request& req, httplib::Response& res, ApiEndpoint endpoint) {
     const bool as_list = endpoint == ApiEndpoint::LoraxRoot;
     ParsedRequest c = parse_api_request(endpoint, req.body, parser_context());
+    const Deadline deadline = this->deadline();
     std::shared_ptr<RequestStream> stream = submit(c);
     if (!c.stream) {
       RequestResult r;
-      const std::vector<ServeToken> tokens = collect(*stream, r);
+      const std::vector<ServeToken> tokens = collect(*stream, r, deadline);
       json out = {{"generated_text", (c.full_text ? c.prompt_text : "") + r.text}};
       if (c.details) {
         json toks = json::array(), top = json::array();
@@ -312,13 +369,14 @@ struct HttpServer::Impl {
           "application/json");
       return;
     }
-    RequestStream::Update first = first_update(*stream);
+    RequestStream::Update first = first_update(*stream, deadline);
     auto held = std::make_shared<std::optional<ServeToken>>();
     const std::string prefix = c.full_text ? c.prompt_text : "";
     const json seed = seed_json(c);
     const bool top_tokens = c.logprobs > 0;
     stream_events(
-        res, stream, std::move(first), [this, held, prefix, seed, top_tokens](RequestStream::Update& u) {
+        res, stream, std::move(first),
+        [this, held, prefix, seed, top_tokens](RequestStream::Update& u) {
           std::vector<std::string> events;
           for (ServeToken& t : u.tokens) {
             // The last token carries the result, which follows it at once: hold it until then.
@@ -352,13 +410,15 @@ struct HttpServer::Impl {
             events.push_back(sse(e));
           }
           return events;
-        });
+        },
+        deadline);
   }
 
   // ---- OpenAI ----
   void openai(const httplib::Request& req, httplib::Response& res, bool chat) {
     ParsedRequest c = parse_api_request(chat ? ApiEndpoint::ChatCompletions : ApiEndpoint::Completions,
                                         req.body, parser_context());
+    const Deadline deadline = this->deadline();
     std::shared_ptr<RequestStream> stream = submit(c);
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
@@ -370,7 +430,7 @@ struct HttpServer::Impl {
     };
     if (!c.stream) {
       RequestResult r;
-      const std::vector<ServeToken> tokens = collect(*stream, r);
+      const std::vector<ServeToken> tokens = collect(*stream, r, deadline);
       const std::string prefix = c.full_text ? c.prompt_text : "";
       const std::string text = prefix + r.text;
       json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", openai_finish(r.finish_reason)}};
@@ -388,7 +448,7 @@ struct HttpServer::Impl {
       res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
       return;
     }
-    RequestStream::Update first = first_update(*stream);
+    RequestStream::Update first = first_update(*stream, deadline);
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const json base = {{"id", id}, {"object", chunk_object}, {"created", created}, {"model", c.model}};
     auto started = std::make_shared<bool>(false);
@@ -396,79 +456,82 @@ struct HttpServer::Impl {
     const std::string echo = c.full_text ? c.prompt_text : "";
     const bool logprobs = c.logprobs >= 0;
     auto offset = std::make_shared<size_t>(echo.size());  // completions' text_offset so far
-    stream_events(res, stream, std::move(first), [=, this](RequestStream::Update& u) {
-      std::vector<std::string> events;
-      auto chunk = [&](const std::string& text, const json& finish, bool role,
-                       const std::vector<const ServeToken*>& tokens = {}) {
-        json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-        if (logprobs && !tokens.empty()) {
-          choice["logprobs"] = openai_logprobs(tokens, chat, *offset);
-          *offset += text.size();
-        }
-        if (chat) {
-          json delta = {{"content", text}};
-          if (role) delta["role"] = "assistant";
-          choice["delta"] = delta;
-        } else {
-          choice["text"] = text;
-        }
-        json j = base;
-        j["choices"] = json::array({choice});
-        if (include_usage) j["usage"] = nullptr;
-        return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-      };
-      if (!*started) {
-        *started = true;
-        if (chat || !echo.empty()) events.push_back(chunk(echo, nullptr, true));
-      }
-      // One event per engine step: the tokens a speculative step accepted together go out together.
-      std::string text;
-      std::vector<const ServeToken*> group;
-      for (const ServeToken& t : u.tokens) {
-        if (!t.with_previous && !text.empty())
-          events.push_back(chunk(std::exchange(text, {}), nullptr, false, std::exchange(group, {})));
-        if (!t.special) {
-          text += t.text;
-          group.push_back(&t);
-        }
-      }
-      if (!text.empty()) events.push_back(chunk(text, nullptr, false, group));
-      if (!u.done) return events;
-      if (!u.error.empty() || u.result.finish_reason == "cancelled") {
-        const json err = {{"error",
-                           {{"message", u.error.empty() ? "the request was cancelled" : u.error},
-                            {"type", "server_error"},
-                            {"param", nullptr},
-                            {"code", nullptr}}}};
-        events.push_back("data: " + err.dump() + "\n\n");
-      } else {
-        events.push_back(chunk("", openai_finish(u.result.finish_reason), false));
-        if (include_usage) {
-          json j = base;
-          j["choices"] = json::array();
-          j["usage"] = usage(u.result);
-          events.push_back("data: " + j.dump() + "\n\n");
-        }
-      }
-      events.push_back("data: [DONE]\n\n");
-      return events;
-    });
+    stream_events(
+        res, stream, std::move(first),
+        [=, this](RequestStream::Update& u) {
+          std::vector<std::string> events;
+          auto chunk = [&](const std::string& text, const json& finish, bool role,
+                           const std::vector<const ServeToken*>& tokens = {}) {
+            json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+            if (logprobs && !tokens.empty()) {
+              choice["logprobs"] = openai_logprobs(tokens, chat, *offset);
+              *offset += text.size();
+            }
+            if (chat) {
+              json delta = {{"content", text}};
+              if (role) delta["role"] = "assistant";
+              choice["delta"] = delta;
+            } else {
+              choice["text"] = text;
+            }
+            json j = base;
+            j["choices"] = json::array({choice});
+            if (include_usage) j["usage"] = nullptr;
+            return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+          };
+          if (!*started) {
+            *started = true;
+            if (chat || !echo.empty()) events.push_back(chunk(echo, nullptr, true));
+          }
+          // One event per engine step: the tokens a speculative step accepted together go out together.
+          std::string text;
+          std::vector<const ServeToken*> group;
+          for (const ServeToken& t : u.tokens) {
+            if (!t.with_previous && !text.empty())
+              events.push_back(chunk(std::exchange(text, {}), nullptr, false, std::exchange(group, {})));
+            if (!t.special) {
+              text += t.text;
+              group.push_back(&t);
+            }
+          }
+          if (!text.empty()) events.push_back(chunk(text, nullptr, false, group));
+          if (!u.done) return events;
+          if (!u.error.empty() || u.result.finish_reason == "cancelled") {
+            const json err = {{"error",
+                               {{"message", u.error.empty() ? "the request was cancelled" : u.error},
+                                {"type", "server_error"},
+                                {"param", nullptr},
+                                {"code", nullptr}}}};
+            events.push_back("data: " + err.dump() + "\n\n");
+          } else {
+            events.push_back(chunk("", openai_finish(u.result.finish_reason), false));
+            if (include_usage) {
+              json j = base;
+              j["choices"] = json::array();
+              j["usage"] = usage(u.result);
+              events.push_back("data: " + j.dump() + "\n\n");
+            }
+          }
+          events.push_back("data: [DONE]\n\n");
+          return events;
+        },
+        deadline);
   }
 
   void info(httplib::Response& res) {
-    const ServeStats s = scheduler.stats();
+    const ServeStats s = sched->stats();
     json j = {{"model_id", options.model_id},
               {"version", "servelab"},
               {"sha", nullptr},
               {"docker_label", nullptr},
-              {"max_concurrent_requests", scheduler.options().max_batch + scheduler.options().max_queue},
-              {"max_batch_size", scheduler.options().max_batch},
-              {"max_queue", scheduler.options().max_queue},
-              {"max_total_tokens", scheduler.max_total_tokens()},
-              {"max_input_length", scheduler.max_total_tokens() - 1},
+              {"max_concurrent_requests", sched->options().max_batch + sched->options().max_queue},
+              {"max_batch_size", sched->options().max_batch},
+              {"max_queue", sched->options().max_queue},
+              {"max_total_tokens", sched->max_total_tokens()},
+              {"max_input_length", sched->max_total_tokens() - 1},
               {"max_body_bytes", options.max_body_bytes},
-              {"adapters", scheduler.adapter_names()},
-              {"adapter_cache", scheduler.options().adapter_cache_capacity},
+              {"adapters", sched->adapter_names()},
+              {"adapter_cache", sched->options().adapter_cache_capacity},
               {"running", s.running},
               {"waiting", s.waiting},
               {"requests",
@@ -492,7 +555,7 @@ struct HttpServer::Impl {
   }
 
   json kv_json() const {
-    const ServeKvInfo kv = scheduler.kv_info();
+    const ServeKvInfo kv = sched->kv_info();
     json j = {{"kind", kv.kind}, {"bytes", kv.bytes}};
     if (kv.kind == "paged") {
       j["blocks"] = kv.blocks;
@@ -503,7 +566,7 @@ struct HttpServer::Impl {
   }
 
   json structured_json() const {
-    const StructuredOutput* so = scheduler.structured_output();
+    const StructuredOutput* so = sched->structured_output();
     if (!so) return {{"available", false}};
     const StructuredOutputStats st = so->stats();
     return {
@@ -523,7 +586,7 @@ struct HttpServer::Impl {
   void models(httplib::Response& res) {
     json data = json::array(
         {{{"id", options.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "servelab"}}});
-    for (const std::string& a : scheduler.adapter_names())
+    for (const std::string& a : sched->adapter_names())
       data.push_back({{"id", a},
                       {"object", "model"},
                       {"created", 0},
@@ -532,48 +595,141 @@ struct HttpServer::Impl {
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   }
 
+  // An error answer in the route's API: OpenAI's {"error": {message, type, param, code}} on /v1/*
+  // and vLLM's /tokenize routes, where a malformed request is 400 as OpenAI answers it; LoRAX/TGI's
+  // {"error", "error_type"} with its 422 elsewhere.
+  static void reply_error(httplib::Response& res, bool openai, int status, const std::string& type,
+                          const std::string& message, int retry_after = 0) {
+    if (openai && status == 422) status = 400;
+    res.status = status;
+    if (retry_after > 0) res.set_header("Retry-After", std::to_string(retry_after));
+    json body;
+    if (openai) {
+      const char* kind = status >= 500 || status == 429 ? "server_error"
+                         : status == 401                ? "authentication_error"
+                                                        : "invalid_request_error";
+      body = {{"error", {{"message", message}, {"type", kind}, {"param", nullptr}, {"code", nullptr}}}};
+    } else {
+      body = {{"error", message}, {"error_type", type}};
+    }
+    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  }
+
+  static bool openai_route(const std::string& path) {
+    return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+  }
+
   // Runs a handler; its errors become the API's error bodies.
   void guarded(httplib::Response& res, bool openai_errors, const std::function<void()>& handler) {
-    auto reply = [&](int status, const std::string& type, const std::string& message, int retry_after) {
-      res.status = status;
-      if (retry_after > 0) res.set_header("Retry-After", std::to_string(retry_after));
-      json body;
-      if (openai_errors) {
-        body = {{"error",
-                 {{"message", message},
-                  {"type", status == 429 || status == 503 ? "server_error"
-                           : status >= 500                ? "server_error"
-                                                          : "invalid_request_error"},
-                  {"param", nullptr},
-                  {"code", nullptr}}}};
-      } else {
-        body = {{"error", message}, {"error_type", type}};
-      }
-      res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-    };
     try {
       handler();
     } catch (const ApiError& e) {
-      reply(e.status(), e.type(), e.what(), e.retry_after);
+      reply_error(res, openai_errors, e.status(), e.type(), e.what(), e.retry_after);
     } catch (const InputError& e) {
-      reply(422, "validation", e.what(), 0);
+      reply_error(res, openai_errors, 422, "validation", e.what());
     } catch (const TokenizerError& e) {
-      reply(422, "validation", e.what(), 0);
+      reply_error(res, openai_errors, 422, "validation", e.what());
     } catch (const std::exception& e) {
-      reply(500, "generation", e.what(), 0);
+      reply_error(res, openai_errors, 500, "generation", e.what());
     }
   }
+
+  // The origin a CORS answer names: the request's Origin when allowed ("*" allows any), else "".
+  std::string allowed_origin(const httplib::Request& req) const {
+    const std::string origin = req.get_header_value("Origin");
+    if (origin.empty()) return "";
+    for (const std::string& o : options.allowed_origins)
+      if (o == "*" || o == origin) return origin;
+    return "";
+  }
+
+  // Whether the request carries the API key (compared in constant time).
+  bool authorized(const httplib::Request& req) const {
+    const std::string header = req.get_header_value("Authorization");
+    const std::string want = "Bearer " + options.api_key;
+    unsigned char diff = header.size() == want.size() ? 0 : 1;
+    for (size_t i = 0; i < want.size(); ++i)
+      diff |= static_cast<unsigned char>(i < header.size() ? header[i] ^ want[i] : 1);
+    return diff == 0;
+  }
+
+  // Before any route: the request id, CORS, the loading state and the API key.
+  httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res) {
+    request_started = std::chrono::steady_clock::now();
+    std::string id = req.get_header_value("X-Request-Id");
+    const bool usable = !id.empty() && id.size() <= 128 &&
+                        std::all_of(id.begin(), id.end(), [](char ch) { return ch > ' ' && ch < 127; });
+    if (!usable) id = "req-" + std::to_string(next_request_id++);
+    request_id = id;
+    res.set_header("X-Request-Id", id);
+    const bool openai = openai_route(req.path);
+    const std::string origin = allowed_origin(req);
+    if (!origin.empty()) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {  // a browser's CORS preflight: answered here, never needs the key
+      if (origin.empty()) {
+        reply_error(res, openai, 400, "validation",
+                    options.allowed_origins.empty()
+                        ? "cross-origin requests are off (serve --allowed-origins ORIGIN turns them on)"
+                        : "origin '" + req.get_header_value("Origin") + "' is not in --allowed-origins");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id");
+      res.set_header("Access-Control-Max-Age", "600");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!ready.load(std::memory_order_acquire)) {
+      if (req.path == "/health") {
+        res.status = 503;
+        res.set_content(R"({"status":"loading"})", "application/json");
+      } else {
+        reply_error(res, openai, 503, "loading",
+                    "the model is still loading: try again shortly (GET /health says when)", 5);
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const bool open = req.path == "/health" || (req.path == "/metrics" && !options.metrics_need_key);
+    if (!options.api_key.empty() && !open && !authorized(req)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      reply_error(res, openai, 401, "unauthorized",
+                  req.has_header("Authorization")
+                      ? "the API key is not the server's (Authorization: Bearer KEY)"
+                      : "this server needs an API key: send Authorization: Bearer KEY");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+
+  // The access log's line for an answered request.
+  void log_access(const httplib::Request& req, const httplib::Response& res) {
+    if (!options.access_log) return;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - request_started).count();
+    std::ostringstream line;
+    line << request_id << ' ' << req.remote_addr << ':' << req.remote_port << " \"" << req.method << ' '
+         << req.path << "\" " << res.status << ' ' << std::fixed << std::setprecision(1) << ms << " ms";
+    std::lock_guard<std::mutex> lock(log_mutex);
+    options.access_log(line.str());
+  }
+
+  // A request's id and start, for the access log: httplib runs a request's routing, handler and
+  // logger on one connection thread.
+  static thread_local std::string request_id;
+  static thread_local std::chrono::steady_clock::time_point request_started;
+
+  void add_routes();
 };
 
-HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, HttpServerOptions options)
-    : impl_(std::make_unique<Impl>(scheduler, tokenizer, std::move(options))) {
-  Impl& m = *impl_;
-  httplib::Server& s = m.server;
-  const int threads =
-      m.options.threads > 0
-          ? m.options.threads
-          : static_cast<int>(scheduler.options().max_batch + scheduler.options().max_queue + 8);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+thread_local std::string HttpServer::Impl::request_id;
+thread_local std::chrono::steady_clock::time_point HttpServer::Impl::request_started;
+
+void HttpServer::Impl::add_routes() {
+  Impl& m = *this;
+  httplib::Server& s = *server;
   // httplib's default sets SO_REUSEPORT, with which a second server binds a port already in use
   // and the kernel splits the connections between the two: SO_REUSEADDR alone refuses that and
   // still lets a restarted server take its port back from TIME_WAIT.
@@ -589,6 +745,9 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
   // httplib's own default (and uvicorn's); an idle connection holds a pool thread that long.
   s.set_keep_alive_timeout(5);
   s.set_read_timeout(30);
+  s.set_pre_routing_handler(
+      [&m](const httplib::Request& req, httplib::Response& res) { return m.pre_route(req, res); });
+  s.set_logger([&m](const httplib::Request& req, const httplib::Response& res) { m.log_access(req, res); });
   auto lorax = [&m](ApiEndpoint endpoint) {
     return [&m, endpoint](const httplib::Request& req, httplib::Response& res) {
       m.guarded(res, false, [&] { m.lorax(req, res, endpoint); });
@@ -603,30 +762,32 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
   s.Post("/v1/chat/completions", [&m](const httplib::Request& req, httplib::Response& res) {
     m.guarded(res, true, [&] { m.openai(req, res, true); });
   });
+  for (const bool detokenize : {false, true})
+    s.Post(detokenize ? "/detokenize" : "/tokenize",
+           [&m, detokenize](const httplib::Request& req, httplib::Response& res) {
+             m.guarded(res, true, [&] {
+               res.set_content(tokenize_api(req.body, m.parser_context(), detokenize), "application/json");
+             });
+           });
   s.Get("/info", [&m](const httplib::Request&, httplib::Response& res) { m.info(res); });
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   s.Get("/v1/models", [&m](const httplib::Request&, httplib::Response& res) { m.models(res); });
   s.Get("/metrics", [&m](const httplib::Request&, httplib::Response& res) {
-    res.set_content(prometheus_text(m.scheduler.metrics(), m.options.model_id),
+    res.set_content(prometheus_text(m.sched->metrics(), m.options.model_id),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
   // httplib's own refusals (413 body too large, 404, 400) get a JSON body too.
   s.set_error_handler([&m](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const bool openai = req.path.rfind("/v1/", 0) == 0;
-    std::string message = res.status == 413 ? "the body is larger than the server's limit of " +
-                                                  std::to_string(m.options.max_body_bytes) + " bytes"
-                          : res.status == 404 ? "no such endpoint: " + req.method + " " + req.path
-                                              : "bad request (HTTP " + std::to_string(res.status) + ")";
-    const json body = openai ? json{{"error",
-                                     {{"message", message},
-                                      {"type", "invalid_request_error"},
-                                      {"param", nullptr},
-                                      {"code", nullptr}}}}
-                             : json{{"error", message}, {"error_type", "validation"}};
-    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    const std::string message = res.status == 413 ? "the body is larger than the server's limit of " +
+                                                        std::to_string(m.options.max_body_bytes) + " bytes"
+                                : res.status == 404 ? "no such endpoint: " + req.method + " " + req.path
+                                                    : "bad request (HTTP " + std::to_string(res.status) + ")";
+    const int status = res.status;
+    reply_error(res, openai_route(req.path), status, "validation", message);
+    res.status = status;  // httplib's own status stands (a 400 stays 400, a 404 404)
   });
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string message = "internal error";
@@ -643,10 +804,60 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
   });
 }
 
+namespace {
+std::unique_ptr<httplib::Server> make_server(const HttpServerOptions& o) {
+  if (o.ssl_certfile.empty() != o.ssl_keyfile.empty())
+    throw InputError("HTTPS needs both a certificate (--ssl-certfile) and its key (--ssl-keyfile)");
+  if (o.ssl_certfile.empty()) return std::make_unique<httplib::Server>();
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--ssl-certfile", o.ssl_certfile},
+        std::pair<const char*, const std::string&>{"--ssl-keyfile", o.ssl_keyfile}}) {
+    std::ifstream f(path);
+    if (!f) throw InputError(std::string(flag) + ": cannot read '" + path + "'");
+  }
+  auto s = std::make_unique<httplib::SSLServer>(o.ssl_certfile.c_str(), o.ssl_keyfile.c_str());
+  if (!s->is_valid())
+    throw InputError("--ssl-certfile/--ssl-keyfile: '" + o.ssl_certfile + "' and '" + o.ssl_keyfile +
+                     "' are not a PEM certificate and its private key");
+  return s;
+}
+}  // namespace
+
+HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  Impl& m = *impl_;
+  if (m.options.threads <= 0)
+    throw InputError("HttpServer: a server started before its model needs options.threads");
+  m.server = make_server(m.options);
+  const int threads = m.options.threads;
+  m.server->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  m.add_routes();
+}
+
+HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, HttpServerOptions options)
+    : HttpServer([&] {
+        if (options.threads <= 0)
+          options.threads =
+              static_cast<int>(scheduler.options().max_batch + scheduler.options().max_queue + 8);
+        return std::move(options);
+      }()) {
+  attach(scheduler, tokenizer, impl_->options.model_id, impl_->options.model_info);
+}
+
+void HttpServer::attach(ServeScheduler& scheduler, const Tokenizer& tokenizer, const std::string& model_id,
+                        const std::string& model_info) {
+  impl_->sched = &scheduler;
+  impl_->tok = &tokenizer;
+  impl_->options.model_id = model_id;
+  impl_->options.model_info = model_info;
+  impl_->ready.store(true, std::memory_order_release);
+}
+
 HttpServer::~HttpServer() { stop(); }
 
+bool HttpServer::tls() const { return !impl_->options.ssl_certfile.empty(); }
+
 int HttpServer::bind() {
-  httplib::Server& s = impl_->server;
+  httplib::Server& s = *impl_->server;
   if (impl_->options.port == 0) {
     port_ = s.bind_to_any_port(impl_->options.host);
     if (port_ <= 0) throw InputError("cannot listen on " + impl_->options.host + " (any port)");
@@ -673,12 +884,12 @@ int HttpServer::bind() {
   return port_;
 }
 
-void HttpServer::serve() { impl_->server.listen_after_bind(); }
+void HttpServer::serve() { impl_->server->listen_after_bind(); }
 
-bool HttpServer::running() const { return impl_->server.is_running(); }
+bool HttpServer::running() const { return impl_->server->is_running(); }
 
 void HttpServer::stop() {
-  if (impl_->server.is_running()) impl_->server.stop();
+  if (impl_->server->is_running()) impl_->server->stop();
 }
 
 }  // namespace servelab

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "serve/serve_scheduler.h"
 
@@ -22,16 +23,40 @@ struct HttpServerOptions {
   int64_t max_body_bytes = 2 << 20;  // larger bodies get 413
   std::string model_id;              // what /info and /v1/models call the base model
   std::string model_info;            // more of /info (the engine's info() as JSON text), may be empty
+  // Non-empty: every route but /health (and /metrics, unless metrics_need_key) answers 401 without
+  // "Authorization: Bearer <api_key>", as vLLM's --api-key does.
+  std::string api_key;
+  bool metrics_need_key = false;
+  // CORS: the origins a web page may call the server from ("*": any). Empty: no CORS headers, so a
+  // browser refuses cross-origin calls; a preflight from an origin not listed gets 400.
+  std::vector<std::string> allowed_origins;
+  // Both set: HTTPS with this PEM certificate (chain) and private key.
+  std::string ssl_certfile, ssl_keyfile;
+  // A request (queued and running) cancelled after this long, with 504 or an error event; 0: none.
+  double request_timeout_s = 0;
+  // One line per answered request (its id, the client, method, path, status, milliseconds); the
+  // access log is off when empty. Called from connection threads, one call at a time.
+  std::function<void(const std::string& line)> access_log;
 };
 
 class HttpServer {
  public:
+  // A server whose model is still loading: it binds and serves at once, /health answers 503
+  // {"status": "loading"} and every other route 503 with Retry-After until attach(). options.threads
+  // must be set (the scheduler's sizes are not known yet).
+  explicit HttpServer(HttpServerOptions options);
+  // A server of this scheduler, ready at once.
   HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, HttpServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds host:port; InputError when it cannot. Returns the port (the real one for port 0).
+  // The loaded model: from now on the routes answer. model_id and model_info as in the options.
+  void attach(ServeScheduler& scheduler, const Tokenizer& tokenizer, const std::string& model_id,
+              const std::string& model_info);
+
+  // Binds host:port; InputError when it cannot (or when the TLS certificate or key is unusable).
+  // Returns the port (the real one for port 0).
   int bind();
   // Serves until stop(); call from one thread after bind().
   void serve();
@@ -40,6 +65,7 @@ class HttpServer {
   // Whether serve() has started listening (stop() before then has nothing to stop).
   bool running() const;
   int port() const { return port_; }
+  bool tls() const;
 
  private:
   struct Impl;

@@ -149,9 +149,20 @@ class Parser {
  public:
   explicit Parser(const RequestParserContext& context) : ctx_(context), tokenizer_(*context.tokenizer) {}
 
+  // The adapter a LoRAX/TGI request names; an unknown one is a 422 there, as LoRAX answers it.
   std::string adapter(const std::string& id, const std::string& source) const {
+    try {
+      return resolve(id, source);
+    } catch (const ApiError& e) {
+      if (e.status() == 404) throw validation(e.what());
+      throw;
+    }
+  }
+  // The scheduler's name for an adapter; ApiError 404 when it is unknown (OpenAI's model not found).
+  std::string resolve(const std::string& id, const std::string& source) const {
     if (id.empty()) return "";
-    if (!ctx_.resolve_adapter) throw validation("this server has no adapters: unknown adapter '" + id + "'");
+    if (!ctx_.resolve_adapter)
+      throw ApiError(404, "not_found", "this server has no adapters: unknown adapter '" + id + "'");
     return ctx_.resolve_adapter(id, source);
   }
 
@@ -286,7 +297,7 @@ class Parser {
       c.model = ctx_.model_id;
       return "";
     }
-    return adapter(c.model, "");
+    return resolve(c.model, "");
   }
 
   void parse_openai_common(ParsedRequest& c, const json& body, int64_t prompt_tokens, int64_t default_max,
@@ -379,6 +390,79 @@ class Parser {
   ParsedRequest parse_chat(const json& body) {
     ParsedRequest c;
     c.request.adapter = openai_model(c, body);
+    c.prompt_text = chat_text(chat_messages(body), true);
+    set_prompt(c, tokenizer_.encode(c.prompt_text));
+    parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 1 << 30, /*chat=*/true);
+    return c;
+  }
+
+  // vLLM's /tokenize, completion form ({"prompt"}) or chat form ({"messages"}).
+  json tokenize(const json& body) {
+    for (const char* name :
+         {"chat_template", "chat_template_kwargs", "continue_final_message", "tools", "mm_processor_kwargs"})
+      if (field(body, name))
+        throw validation(std::string(name) + " is not supported here: the model's own chat template is used");
+    ParsedRequest unused;
+    openai_model(unused, body);
+    const json* messages = field(body, "messages");
+    const json* prompt = field(body, "prompt");
+    if (messages && prompt) throw validation("give prompt or messages, not both");
+    std::vector<int32_t> ids;
+    if (messages) {
+      const bool generation_prompt = get_bool(body, "add_generation_prompt", "").value_or(true);
+      const std::string text = chat_text(chat_messages(body), generation_prompt);
+      // The template writes its special tokens as text; add_special_tokens adds bos besides.
+      ids = get_bool(body, "add_special_tokens", "").value_or(false) ? encode_prompt(tokenizer_, text)
+                                                                     : tokenizer_.encode(text);
+    } else {
+      if (!prompt) throw validation("prompt or messages is required");
+      if (!prompt->is_string())
+        throw validation(std::string("prompt must be a string, got ") + json_type(*prompt));
+      const std::string text = prompt->get<std::string>();
+      ids = get_bool(body, "add_special_tokens", "").value_or(true) ? encode_prompt(tokenizer_, text)
+                                                                    : tokenizer_.encode(text);
+    }
+    json out = {{"count", ids.size()},
+                {"max_model_len", ctx_.max_total_tokens},
+                {"tokens", ids},
+                {"token_strs", nullptr}};
+    if (get_bool(body, "return_token_strs", "").value_or(false)) {
+      json strs = json::array();
+      for (const int32_t id : ids) strs.push_back(tokenizer_.token_display(id));
+      out["token_strs"] = strs;
+    }
+    return out;
+  }
+
+  // vLLM's /detokenize: {"tokens": [ids]}.
+  json detokenize(const json& body) {
+    ParsedRequest unused;
+    openai_model(unused, body);
+    const json* tokens = field(body, "tokens");
+    if (!tokens) throw validation("tokens is required: a list of token ids");
+    if (!tokens->is_array())
+      throw validation(std::string("tokens must be a list, got ") + json_type(*tokens));
+    std::vector<int32_t> ids;
+    ids.reserve(tokens->size());
+    for (size_t i = 0; i < tokens->size(); ++i) {
+      const json& t = (*tokens)[i];
+      const std::string w = "tokens[" + std::to_string(i) + "]";
+      if (!t.is_number_integer()) throw validation(w + " must be an integer, got " + json_type(t));
+      const int64_t id =
+          t.is_number_unsigned() &&
+                  t.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+              ? -1
+              : t.get<int64_t>();
+      if (id < 0 || id >= tokenizer_.vocab_size())
+        throw validation(w + " is " + t.dump() + ": token ids are in [0, " +
+                         std::to_string(tokenizer_.vocab_size()) + ")");
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    return {{"prompt", tokenizer_.decode(ids)}};
+  }
+
+  // A chat body's messages: each {role, content}, content a string or a list of text parts.
+  std::vector<ChatMessage> chat_messages(const json& body) {
     const json* messages = field(body, "messages");
     if (!messages || !messages->is_array() || messages->empty())
       throw validation("messages is required: a non-empty list of {role, content}");
@@ -407,6 +491,11 @@ class Parser {
       }
       chat.push_back({*role, content});
     }
+    return chat;
+  }
+
+  // The messages in the model's own chat template.
+  std::string chat_text(const std::vector<ChatMessage>& chat, bool add_generation_prompt) {
     if (tokenizer_.chat_template().empty())
       throw validation("the model has no chat template: use /v1/completions with plain text");
     auto spelling = [&](std::optional<int32_t> id) {
@@ -414,10 +503,7 @@ class Parser {
     };
     const ChatTemplate tmpl = ChatTemplate::from_jinja(
         tokenizer_.chat_template(), spelling(tokenizer_.bos_id()), spelling(tokenizer_.eos_id()));
-    c.prompt_text = tmpl.format(chat, true);
-    set_prompt(c, tokenizer_.encode(c.prompt_text));
-    parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 1 << 30, /*chat=*/true);
-    return c;
+    return tmpl.format(chat, add_generation_prompt);
   }
 
   // A JSON constraint: schema (a JSON Schema object) or, when null, any JSON.
@@ -436,6 +522,14 @@ class Parser {
 };
 
 }  // namespace
+
+std::string tokenize_api(std::string_view body, const RequestParserContext& context, bool detokenize) {
+  if (!context.tokenizer) throw InputError("tokenize_api: no tokenizer in the context");
+  Parser parser(context);
+  const json j = parse_body(body);
+  const json out = detokenize ? parser.detokenize(j) : parser.tokenize(j);
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 ParsedRequest parse_api_request(ApiEndpoint endpoint, std::string_view body,
                                 const RequestParserContext& context) {

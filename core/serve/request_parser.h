@@ -57,7 +57,8 @@ struct RequestParserContext {
   // compiler refuses.
   std::function<std::unique_ptr<TokenConstraint>(const std::string& schema)> json_constraint;
   // The scheduler's name for the adapter a request names (adapter_id with adapter_source "",
-  // "hub" or "local"; OpenAI's model with source ""); ApiError/InputError when it is unknown.
+  // "hub" or "local"; OpenAI's model with source ""); ApiError 404 when it is unknown, ApiError 422
+  // or InputError when it cannot be used.
   std::function<std::string(const std::string& id, const std::string& source)> resolve_adapter;
   // A seed for a sampling request that names none; empty: one from std::random_device.
   std::function<uint64_t()> fresh_seed;
@@ -83,5 +84,14 @@ struct ParsedRequest {
 // Nothing here allocates in proportion to a number in the body.
 ParsedRequest parse_api_request(ApiEndpoint endpoint, std::string_view body,
                                 const RequestParserContext& context);
+
+// vLLM's POST /tokenize (detokenize false) and /detokenize (true): the answer's JSON text, or
+// ApiError (422, naming the field). /tokenize takes {"prompt", "add_special_tokens" (true)} or
+// {"messages", "add_generation_prompt" (true), "add_special_tokens" (false)}, both with
+// "return_token_strs" and "model"; it answers {count, max_model_len, tokens, token_strs}.
+// /detokenize takes {"tokens"} and answers {"prompt"}. Fields vLLM reads that we do not implement
+// (chat_template, chat_template_kwargs, continue_final_message, tools, mm_processor_kwargs) are refused by
+// name.
+std::string tokenize_api(std::string_view body, const RequestParserContext& context, bool detokenize);
 
 }  // namespace servelab

@@ -2,6 +2,7 @@
 // generation whatever the batch around it does, for both KV memory layouts and the static
 // baseline; capacity edges, metrics, cancellation, arrivals and bad input.
 #include <c10/core/InferenceMode.h>
+#include <httplib.h>
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -18,6 +19,7 @@
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
 #include "model/model_export.h"
+#include "serve/http_server.h"
 #include "serve/serve_scheduler.h"
 #include "test_support.h"
 
@@ -210,6 +212,50 @@ class TestScheduler : public QObject {
     ServeScheduler threaded(*model_, tok_, own);
     QVERIFY(error_of(ErrorKind::Input, [&] { threaded.run(); }).find("engine_on_caller") !=
             std::string::npos);
+  }
+
+  void http_server_answers_while_the_model_loads() {
+    // `serve` binds before loading: until attach() /health says 503 "loading" and every route
+    // answers 503 with Retry-After in its API's error shape; then the routes answer.
+    HttpServerOptions ho;
+    ho.port = 0;
+    ho.threads = 4;
+    HttpServer server(ho);
+    const int port = server.bind();
+    std::thread http([&] { server.serve(); });
+    while (!server.running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    httplib::Client client("127.0.0.1", port);
+    auto health = client.Get("/health");
+    QVERIFY(health);
+    QCOMPARE(health->status, 503);
+    QCOMPARE(QByteArray::fromStdString(health->body), QByteArray(R"({"status":"loading"})"));
+    auto openai = client.Post("/v1/completions", R"({"prompt": "x"})", "application/json");
+    QVERIFY(openai);
+    QCOMPARE(openai->status, 503);
+    QCOMPARE(openai->get_header_value("Retry-After"), std::string("5"));
+    QVERIFY(openai->body.find(R"("type":"server_error")") != std::string::npos);
+    auto lorax = client.Post("/generate", R"({"inputs": "x"})", "application/json");
+    QVERIFY(lorax);
+    QCOMPARE(lorax->status, 503);
+    QVERIFY(lorax->body.find(R"("error_type":"loading")") != std::string::npos);
+
+    ServeOptions so;
+    so.max_batch = 2;
+    so.max_total_tokens = 32;
+    ServeScheduler scheduler(*model_, tok_, so);
+    server.attach(scheduler, tok_, "tiny", "{}");
+    health = client.Get("/health");
+    QVERIFY(health);
+    QCOMPARE(health->status, 200);
+    auto detok = client.Post("/detokenize", R"({"tokens": [1, 22]})", "application/json");
+    QVERIFY(detok);
+    QCOMPARE(detok->status, 200);
+    QCOMPARE(QByteArray::fromStdString(detok->body), QByteArray(R"({"prompt":"<1><22>"})"));
+    auto models = client.Get("/v1/models");
+    QVERIFY(models);
+    QVERIFY(models->body.find(R"("id":"tiny")") != std::string::npos);
+    server.stop();
+    http.join();
   }
 
   void kv_managers_match_full_forward() {

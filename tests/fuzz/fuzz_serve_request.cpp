@@ -1,6 +1,7 @@
 // libFuzzer target for the server's request parser (scripts/fuzz serve_request): the first byte
-// picks the endpoint (POST /, /generate, /generate_stream, /v1/completions, /v1/chat/completions),
-// the rest is the body, read by parse_api_request(), the code every one of those handlers runs.
+// picks the endpoint (POST /, /generate, /generate_stream, /v1/completions, /v1/chat/completions,
+// /tokenize, /detokenize), the rest is the body, read by parse_api_request() (tokenize_api() for
+// the last two), the code every one of those handlers runs. /tokenize must answer known ids.
 // The contract: a request the engine may take (non-empty prompt of known ids, max_new_tokens >= 1,
 // sampling that validates), or an error the server turns into a 4xx (ApiError 4xx, InputError,
 // TokenizerError). Any other exception, a sanitizer report, a crash or a failed FUZZ_CHECK is a
@@ -45,12 +46,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     if (!schema.empty()) FUZZ_CHECK(nlohmann::json::parse(schema).is_object());
     return std::make_unique<NoConstraint>();
   };
-  // As the server: registered names pass, any other is a 422 naming it.
+  // As the server: registered names pass, any other is a 404 naming it.
   context->resolve_adapter = [](const std::string& id, const std::string& source) -> std::string {
     FUZZ_CHECK(!id.empty());
     if ((source.empty() || source == "hub") && (id == "predibase/conllpp" || id == "local-adapter"))
       return id;
-    throw validation_error("unknown adapter '" + id + "'");
+    throw ApiError(404, "not_found", "unknown adapter '" + id + "'");
   };
   context->fresh_seed = [] { return uint64_t{42}; };
   return 0;
@@ -58,8 +59,29 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const ApiEndpoint endpoint = kEndpoints[data[0] % 5];
+  const int route = data[0] % 7;  // the five generation endpoints, then /tokenize and /detokenize
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  if (route >= 5) {
+    try {
+      const nlohmann::json out = nlohmann::json::parse(tokenize_api(body, *context, route == 6));
+      if (route == 6) {
+        FUZZ_CHECK(out.at("prompt").is_string());
+      } else {
+        FUZZ_CHECK(out.at("count").get<size_t>() == out.at("tokens").size());
+        for (const auto& id : out.at("tokens"))
+          FUZZ_CHECK(id.get<int32_t>() >= 0 && id.get<int32_t>() < tokenizer->vocab_size());
+      }
+    } catch (const ApiError& e) {
+      FUZZ_CHECK(e.status() >= 400 && e.status() < 500);
+      FUZZ_CHECK(*e.what() != '\0');
+    } catch (const InputError& e) {
+      FUZZ_CHECK(*e.what() != '\0');
+    } catch (const TokenizerError& e) {
+      FUZZ_CHECK(*e.what() != '\0');
+    }
+    return 0;
+  }
+  const ApiEndpoint endpoint = kEndpoints[route];
   try {
     const ParsedRequest r = parse_api_request(endpoint, body, *context);
     FUZZ_CHECK(!r.request.prompt_ids.empty());

@@ -620,6 +620,14 @@ def cases(fx, builtin):
         "--decode-steps")
     add("lora bench", "--samples 0 (toy)", ["lora", "bench", *T, "--workload", "toy", "--samples", "0"], 1, "toy")
     add("lora bench", "--batch-sizes 1e6", [*L[:4], "--batch-sizes", "1000000"], 1, "--batch-sizes")
+    # serve: the exposure flags, refused before the port is bound or a model loads.
+    S = ["serve", *T, "--port", "0"]
+    add("serve", "--ssl-certfile alone", [*S, "--ssl-certfile", "cert.pem"], 2, ["--ssl-certfile", "--ssl-keyfile"])
+    add("serve", "--ssl files missing", [*S, "--ssl-certfile", "/nonexistent/c.pem", "--ssl-keyfile",
+                                         "/nonexistent/k.pem"], 1, "/nonexistent/c.pem")
+    add("serve", "--metrics-need-key without a key", [*S, "--metrics-need-key"], 2, "--api-key")
+    add("serve", "--allowed-origins without a scheme", [*S, "--allowed-origins", "lab.example"], 2, "lab.example")
+    add("serve", "--request-timeout -1", [*S, "--request-timeout", "-1"], 1, "--request-timeout")
     R = ["lora", "serve", *T, "--requests", "2", "--new-tokens", "2"]
     add("lora serve", "--adapters 1e8", [*R, "--adapters", "100000000"], 1, ["--adapters", "4096"])
     add("lora serve", "--requests 1e9", [*R[:-4], "--requests", "1000000000"], 1, ["--requests", "100000"])

@@ -10,6 +10,8 @@ Servers (all on 127.0.0.1, port 0, started here, stopped with SIGTERM and requir
          registered with --adapter. Volume: the lesson, greedy parity, bad input.
   small  --demo --max-batch 1 --max-queue 1 --shutdown-grace 1: queue full, disconnects, SIGTERM.
   smol   the built-in SmolLM2-135M-Instruct: real text through the OpenAI client and LoRAX.
+  guarded  --demo with --api-key, --allowed-origins and --access-log; timeout --request-timeout 0.5;
+         tls  --ssl-certfile/--ssl-keyfile with a self-signed certificate made by openssl here.
 
 Run:  .venv/bin/python tests/serve/test_serve.py --cli build/release/app/servelab-cli [-v]
 """
@@ -55,12 +57,12 @@ class Server:
         reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)
         reader.start()
         reader.join(ready_s)
-        m = re.search(r"http://(\S+):(\d+)", line[0] or "")
+        m = re.search(r"(https?)://(\S+):(\d+)", line[0] or "")
         if not m:
             self.proc.kill()
             raise RuntimeError(f"{name} server did not start: {line[0]!r}\n{open(self.err_path).read()}")
-        self.host, self.port = m.group(1), int(m.group(2))
-        self.url = f"http://{self.host}:{self.port}"
+        self.host, self.port = m.group(2), int(m.group(3))
+        self.url = f"{m.group(1)}://{self.host}:{self.port}"
 
     def stop(self, timeout=60):
         """SIGTERM; returns (exit code, stderr)."""
@@ -73,6 +75,9 @@ class Server:
             rc = "killed after %ss" % timeout
         self.err.close()
         return rc, open(self.err_path).read()
+
+
+API_KEY = "test-key-1234"
 
 
 def server(name):
@@ -90,6 +95,12 @@ def server(name):
                                                    "--kv-budget-blocks", "8", "--block-size", "16"])
         elif name == "slot":
             SERVERS[name] = Server("slot", ["--demo", "--max-batch", "4", "--threads", "2", "--kv", "slot"])
+        elif name == "guarded":  # what exposing a server takes: a key, CORS, an access log
+            SERVERS[name] = Server("guarded", ["--demo", "--max-batch", "2", "--threads", "2", "--api-key", API_KEY,
+                                               "--allowed-origins", "http://lab.example", "--access-log"])
+        elif name == "timeout":  # no request of 1000 tokens ends within half a second, however fast the CPU
+            SERVERS[name] = Server("timeout", ["--demo", "--max-batch", "1", "--threads", "2",
+                                               "--request-timeout", "0.5"])
         elif name == "smol":
             SERVERS[name] = Server("smol", ["--threads", "2", "--max-batch", "4", "--max-total-tokens", "1024"])
     return SERVERS[name]
@@ -530,8 +541,8 @@ class BadInput(unittest.TestCase):
         self.assertIsInstance(r.json(), list)
 
     def test_every_numeric_and_enumerated_field(self):
-        # Each field at a value out of its domain, refused with 422 naming it before anything is
-        # allocated or queued; raw bodies carry what json.dumps cannot (1e400 parses as infinity).
+        # Each field at a value out of its domain, refused naming it (422 on LoRAX/TGI, 400 on OpenAI's
+        # routes, as each API answers) before anything is allocated or queued; raw bodies carry what json.dumps cannot (1e400 parses as infinity).
         srv = server("demo")
         L = lambda **p: {"inputs": "x", "parameters": p}
         lorax = [
@@ -598,7 +609,7 @@ class BadInput(unittest.TestCase):
             (C(model=7), ["model", "string"]),
         ]
         for body, words in openai:
-            r = self.check(srv, "/v1/completions", body, 422, *words)
+            r = self.check(srv, "/v1/completions", body, 400, *words)
             self.assertEqual(r.json()["error"]["type"], "invalid_request_error", body)
         # What stays allowed: the neutral values a client library sends by default.
         r = post(srv, "/v1/completions", C(max_tokens=2, logprobs=None, best_of=1, logit_bias={}, n=1, top_logprobs=0,
@@ -670,22 +681,22 @@ class BadInput(unittest.TestCase):
 
     def test_openai_errors(self):
         srv = server("demo")
-        r = self.check(srv, "/v1/completions", {"prompt": "x", "max_tokens": "many"}, 422, "max_tokens")
+        r = self.check(srv, "/v1/completions", {"prompt": "x", "max_tokens": "many"}, 400, "max_tokens")
         self.assertEqual(r.json()["error"]["type"], "invalid_request_error")
-        self.check(srv, "/v1/completions", {"max_tokens": 3}, 422, "prompt is required")
-        self.check(srv, "/v1/completions", {"prompt": "x", "model": "no-such-model"}, 422, "unknown adapter")
-        self.check(srv, "/v1/completions", {"prompt": "x", "max_tokens": 5000}, 422, "5000 new tokens")
-        self.check(srv, "/v1/chat/completions", {"messages": "hi"}, 422, "messages")
-        self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, 422,
+        self.check(srv, "/v1/completions", {"max_tokens": 3}, 400, "prompt is required")
+        self.check(srv, "/v1/completions", {"prompt": "x", "model": "no-such-model"}, 404, "unknown adapter")
+        self.check(srv, "/v1/completions", {"prompt": "x", "max_tokens": 5000}, 400, "5000 new tokens")
+        self.check(srv, "/v1/chat/completions", {"messages": "hi"}, 400, "messages")
+        self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, 400,
                    "no chat template")
-        self.check(srv, "/v1/completions", None, 422, "not valid JSON", raw=b"{")
-        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "xml"}}, 422,
+        self.check(srv, "/v1/completions", None, 400, "not valid JSON", raw=b"{")
+        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "xml"}}, 400,
                    "response_format.type")
-        self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": 7}]}]}, 422,
+        self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": 7}]}]}, 400,
                    "content parts")
-        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": ["json_object"]}}, 422,
+        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": ["json_object"]}}, 400,
                    "response_format.type")
-        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "json_schema"}}, 422,
+        self.check(srv, "/v1/completions", {"prompt": "x", "response_format": {"type": "json_schema"}}, 400,
                    "json_schema.schema")
         if not info(srv)["structured_output"]["available"]:
             self.check(srv, "/", {"inputs": "x", "parameters": {"response_format": {"type": "json_object"}}}, 422,
@@ -695,6 +706,164 @@ class BadInput(unittest.TestCase):
             "type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}}, 422, "schema cannot be used")
         self.check(srv, "/", {"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "a+"}}}, 422,
                    "regex is not supported")
+
+
+# ---- /tokenize, /detokenize ----------------------------------------------------------------------
+
+
+class Tokenize(unittest.TestCase):
+    def test_tokenize_and_detokenize(self):
+        srv = server("demo")
+        r = post(srv, "/tokenize", {"prompt": "Hello world", "return_token_strs": True})
+        self.assertEqual(r.status_code, 200, r.text)
+        self.assertEqual(r.json(), {"count": 2, "max_model_len": info(srv)["max_total_tokens"],
+                                    "tokens": [15496, 995], "token_strs": ["Hello", "\u0120world"]})
+        self.assertIsNone(post(srv, "/tokenize", {"prompt": "Hello world"}).json()["token_strs"])
+        r = post(srv, "/detokenize", {"tokens": [15496, 995]})
+        self.assertEqual((r.status_code, r.json()), (200, {"prompt": "Hello world"}))
+        # The count is the one a completion's usage reports for the same prompt.
+        prompt = "The quick brown fox jumps over the lazy dog"
+        n = post(srv, "/tokenize", {"prompt": prompt}).json()["count"]
+        usage = post(srv, "/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0}).json()["usage"]
+        self.assertEqual(usage["prompt_tokens"], n)
+
+    def test_chat_messages_count_as_the_chat_route_does(self):
+        srv = server("smol")
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+        t = post(srv, "/tokenize", {"messages": messages}).json()
+        usage = post(srv, "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0}).json()
+        self.assertEqual(t["count"], usage["usage"]["prompt_tokens"])
+        bare = post(srv, "/tokenize", {"messages": messages, "add_generation_prompt": False}).json()
+        self.assertLess(bare["count"], t["count"])  # without the assistant turn's opening
+        self.assertEqual(t["tokens"][:bare["count"]], bare["tokens"])
+
+    def test_bad_bodies(self):
+        srv = server("demo")
+        check = BadInput.check
+        check(self, srv, "/tokenize", {}, 400, "prompt or messages is required")
+        check(self, srv, "/tokenize", {"prompt": 5}, 400, "prompt must be a string")
+        check(self, srv, "/tokenize", {"prompt": "x", "messages": []}, 400, "not both")
+        check(self, srv, "/tokenize", {"prompt": "x", "chat_template": "{{ x }}"}, 400, "chat_template is not supported")
+        check(self, srv, "/tokenize", {"messages": [{"role": "user", "content": "x"}]}, 400, "no chat template")
+        check(self, srv, "/tokenize", {"prompt": "x", "model": "nobody"}, 404, "unknown adapter")
+        check(self, srv, "/detokenize", {}, 400, "tokens is required")
+        check(self, srv, "/detokenize", {"tokens": "12"}, 400, "tokens must be a list")
+        check(self, srv, "/detokenize", {"tokens": [1, -1]}, 400, "tokens[1]", "[0, 50257)")
+        check(self, srv, "/detokenize", {"tokens": [18446744073709551615]}, 400, "tokens[0]")
+        check(self, srv, "/detokenize", None, 400, "not valid JSON", raw=b"{")
+
+
+# ---- exposing the server: API key, CORS, access log, TLS, request timeout --------------------------
+
+
+def request(srv, method, path, body=None, headers=None, **kw):
+    import requests
+    return requests.request(method, srv.url + path, json=body, headers=headers or {}, timeout=120, **kw)
+
+
+class Exposure(unittest.TestCase):
+    def test_api_key(self):
+        srv = server("guarded")
+        key = {"Authorization": f"Bearer {API_KEY}"}
+        r = request(srv, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 1})
+        self.assertEqual(r.status_code, 401, r.text)
+        self.assertEqual(r.json()["error"]["type"], "authentication_error")
+        self.assertEqual(r.headers.get("WWW-Authenticate"), "Bearer")
+        r = request(srv, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                    {"Authorization": "Bearer wrong-key-1234"})
+        self.assertEqual(r.status_code, 401, r.text)
+        self.assertIn("not the server's", r.json()["error"]["message"])
+        r = request(srv, "POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 1}})
+        self.assertEqual((r.status_code, r.json()["error_type"]), (401, "unauthorized"))
+        for path in ("/tokenize", "/info", "/v1/models"):
+            self.assertEqual(request(srv, "POST" if path == "/tokenize" else "GET", path, {"prompt": "x"}).status_code,
+                             401, path)
+        # /health and /metrics stay open, as vLLM leaves them (serve --metrics-need-key closes /metrics).
+        self.assertEqual(request(srv, "GET", "/health").status_code, 200)
+        self.assertEqual(request(srv, "GET", "/metrics").status_code, 200)
+        # With the key: the OpenAI client and plain HTTP are served.
+        import openai
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key=API_KEY)
+        out = client.completions.create(model="servelab-demo-gpt2", prompt="Hello", max_tokens=3, temperature=0)
+        self.assertEqual(out.usage.completion_tokens, 3)
+        with self.assertRaises(openai.AuthenticationError):
+            openai.OpenAI(base_url=srv.url + "/v1", api_key="nope", max_retries=0).models.list()
+        r = request(srv, "POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}}, key)
+        self.assertEqual(r.status_code, 200, r.text)
+
+    def test_cors(self):
+        srv = server("guarded")
+        pre = {"Origin": "http://lab.example", "Access-Control-Request-Method": "POST"}
+        r = request(srv, "OPTIONS", "/v1/completions", headers=pre)  # a preflight needs no key
+        self.assertEqual(r.status_code, 204, r.text)
+        self.assertEqual(r.headers["Access-Control-Allow-Origin"], "http://lab.example")
+        self.assertIn("Authorization", r.headers["Access-Control-Allow-Headers"])
+        r = request(srv, "OPTIONS", "/v1/completions", headers={**pre, "Origin": "http://elsewhere.example"})
+        self.assertEqual(r.status_code, 400, r.text)
+        self.assertIn("not in --allowed-origins", r.json()["error"]["message"])
+        r = request(srv, "GET", "/health", headers={"Origin": "http://lab.example"})
+        self.assertEqual(r.headers.get("Access-Control-Allow-Origin"), "http://lab.example")
+        self.assertNotIn("Access-Control-Allow-Origin", request(srv, "GET", "/health").headers)
+        r = request(server("demo"), "OPTIONS", "/v1/completions", headers=pre)  # CORS is off by default
+        self.assertEqual(r.status_code, 400, r.text)
+        self.assertIn("cross-origin requests are off", r.json()["error"]["message"])
+
+    def test_request_ids_and_the_access_log(self):
+        srv = server("guarded")
+        r = request(srv, "GET", "/health", headers={"X-Request-Id": "trace-abc-42"})
+        self.assertEqual(r.headers["X-Request-Id"], "trace-abc-42")
+        r = request(srv, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 1})
+        rid = r.headers["X-Request-Id"]
+        self.assertTrue(rid.startswith("req-"), rid)
+        log = lambda: open(srv.err_path).read()
+        self.assertTrue(wait_for(lambda: f'{rid} ' in log(), 30), log())
+        self.assertRegex(log(), rf'access: {rid} 127\.0\.0\.1:\d+ "POST /v1/completions" 401 [0-9.]+ ms')
+        self.assertRegex(log(), r'access: trace-abc-42 127\.0\.0\.1:\d+ "GET /health" 200 ')
+
+    def test_request_timeout(self):
+        srv = server("timeout")
+        r = post(srv, "/generate", {"inputs": "Once upon a time", "parameters": {"max_new_tokens": 1000}})
+        self.assertEqual(r.status_code, 504, r.text)
+        self.assertEqual(r.json()["error_type"], "timeout")
+        self.assertIn("--request-timeout of 0.5 s", r.json()["error"])
+        r = post(srv, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 1000, "stream": True})
+        self.assertEqual(r.status_code, 200)
+        events = [l for l in r.text.splitlines() if l.startswith("data: ")]
+        self.assertEqual(events[-1], "data: [DONE]")
+        self.assertIn("--request-timeout", json.loads(events[-2][6:])["error"]["message"])
+        # Both left their slot: cancelled, not failed (a short request's outcome would depend on the
+        # machine's speed, so none is asked for here).
+        self.assertTrue(wait_for(lambda: info(srv)["running"] == 0, 60), info(srv))
+        self.assertEqual(info(srv)["requests"]["cancelled"], 2)
+        self.assertEqual(info(srv)["requests"]["failed"], 0)
+
+    def test_tls(self):
+        cert, key = os.path.join(TMP, "cert.pem"), os.path.join(TMP, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, capture_output=True)
+        srv = Server("tls", ["--demo", "--max-batch", "1", "--threads", "2", "--ssl-certfile", cert,
+                             "--ssl-keyfile", key])
+        try:
+            self.assertTrue(srv.url.startswith("https://"), srv.url)
+            r = request(srv, "POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}}, verify=cert)
+            self.assertEqual(r.status_code, 200, r.text)
+            import requests
+            with self.assertRaises(requests.exceptions.SSLError):  # a client that does not trust the certificate
+                request(srv, "GET", "/health")
+            with self.assertRaises(requests.exceptions.ConnectionError):  # plain HTTP gets no answer
+                requests.get(f"http://{srv.host}:{srv.port}/health", timeout=10)
+        finally:
+            rc, err = srv.stop()
+        self.assertEqual(rc, 0, err)
+        # A certificate that is not one: one line naming the flags, exit 1, before any model loads.
+        with open(os.path.join(TMP, "junk.pem"), "w") as f:
+            f.write("not a certificate\n")
+        p = subprocess.run([CLI, "serve", "--demo", "--port", "0", "--ssl-certfile", f.name, "--ssl-keyfile", key],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("--ssl-certfile", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
 
 # ---- /metrics ------------------------------------------------------------------------------------
@@ -1220,7 +1389,8 @@ def main():
     if args.k:
         loader.testNamePatterns = [f"*{args.k}*"]
     suite = unittest.TestSuite(loader.loadTestsFromTestCase(c)
-                               for c in (Lesson7, OpenAIClient, GreedyParity, PagedKv, BadInput, Metrics, LoadGenerator,
+                               for c in (Lesson7, OpenAIClient, GreedyParity, PagedKv, BadInput, Tokenize, Exposure, Metrics,
+                                                                  LoadGenerator,
                                                                   Connections, Lifecycle))
     result = unittest.TextTestRunner(verbosity=2 if args.v else 1).run(suite)
     ok = result.wasSuccessful()
