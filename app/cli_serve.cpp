@@ -12,8 +12,7 @@
 #include <thread>
 
 #include "cli_usage.h"
-#include "serve/http_server.h"
-#include "serve/serve_scheduler.h"
+#include "serve/serve_session.h"
 #include "util/errors.h"
 #include "util/limits.h"
 
@@ -111,7 +110,7 @@ int ServeCommand::run(const std::function<std::unique_ptr<Engine>()>& load, cons
   HttpServerOptions ho;
   ho.host = a.host;
   ho.port = a.port;
-  ho.threads = a.http_threads > 0 ? a.http_threads : static_cast<int>(a.max_batch + a.max_queue + 8);
+  ho.threads = a.http_threads > 0 ? a.http_threads : default_http_threads(a.max_batch, a.max_queue);
   ho.max_body_bytes = a.max_body_bytes;
   ho.api_key = a.api_key;
   ho.metrics_need_key = a.metrics_need_key;
@@ -124,14 +123,8 @@ int ServeCommand::run(const std::function<std::unique_ptr<Engine>()>& load, cons
       std::cerr << "servelab-cli serve: access: " << line << std::endl;
     };
   // Bound and answering before the model loads: /health says 503 {"status": "loading"} until then.
-  HttpServer server(ho);
-  const int port = server.bind();
-  const std::string url =
-      std::string(server.tls() ? "https://" : "http://") + a.host + ":" + std::to_string(port);
-  std::thread http([&] { server.serve(); });
-  for (int i = 0; i < 500 && !server.running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::cerr << "servelab-cli serve: listening at " << url
+  ServeSession session(ho);
+  std::cerr << "servelab-cli serve: listening at " << session.url()
             << "; loading the model (/health answers 503 until it is ready)" << std::endl;
   if (a.api_key.empty() && !loopback_host(a.host))
     std::cerr << "servelab-cli serve: warning: listening on " << a.host
@@ -142,24 +135,17 @@ int ServeCommand::run(const std::function<std::unique_ptr<Engine>()>& load, cons
   // a step): the loading thread's idle team beside the engine thread's made one stream's decode
   // step twice `generate`'s. With the loader gone, the engine thread's team is the only one.
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<ServeScheduler> scheduler_owner;
   SpeculativeSetup spec;
-  try {
-    std::async(std::launch::async, [&] {
-      engine = load();
-      spec = resolve_speculative(a.speculative, *engine, options);
-      so.speculative = spec.config;
-      scheduler_owner = std::make_unique<ServeScheduler>(*spec.target, engine->tokenizer(), so);
-    }).get();
-  } catch (...) {
-    server.stop();  // the loading answers end with the server: its error is the command's
-    http.join();
-    throw;
-  }
-  ServeScheduler& scheduler = *scheduler_owner;
-  const std::string model_id = engine->is_demo() ? "servelab-demo-gpt2" : engine->name();
-  server.attach(scheduler, engine->tokenizer(), model_id, engine->info().dump());
-  std::cout << "servelab-cli serve: " << model_id << " at " << url << " (max batch " << a.max_batch
+  std::string model_id;
+  std::async(std::launch::async, [&] {
+    engine = load();  // an error ends the command, and the session with it
+    spec = resolve_speculative(a.speculative, *engine, options);
+    so.speculative = spec.config;
+    model_id = engine->is_demo() ? "servelab-demo-gpt2" : engine->name();
+    session.attach(*spec.target, engine->tokenizer(), so, model_id, engine->info().dump());
+  }).get();
+  ServeScheduler& scheduler = *session.scheduler();
+  std::cout << "servelab-cli serve: " << model_id << " at " << session.url() << " (max batch " << a.max_batch
             << ", max queue " << a.max_queue << ", " << scheduler.max_total_tokens()
             << " positions per request"
             << (so.speculative.enabled() ? ", speculative decoding: " + spec.description + ", k " +
@@ -172,10 +158,8 @@ int ServeCommand::run(const std::function<std::unique_ptr<Engine>()>& load, cons
   std::cerr << "servelab-cli serve: " << strsignal(sig) << ": not accepting connections; finishing "
             << before.running << " running and " << before.waiting << " waiting requests (up to " << a.grace_s
             << " s)" << std::endl;
-  server.stop();
   const int64_t cancelled =
-      scheduler.drain(std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, a.grace_s) * 1000)));
-  http.join();
+      session.stop(std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, a.grace_s) * 1000)));
   const ServeStats after = scheduler.stats();
   std::cerr << "servelab-cli serve: stopped: " << after.finished << " requests finished, " << cancelled
             << " cancelled at shutdown (" << after.cancelled << " cancelled in all), " << after.failed

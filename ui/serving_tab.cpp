@@ -30,7 +30,7 @@
 #include "engine_controller.h"
 #include "form_widgets.h"
 #include "model/engine.h"
-#include "serve/http_server.h"
+#include "serve/serve_session.h"
 #include "util/errors.h"
 
 namespace servelab::ui {
@@ -325,6 +325,7 @@ bool ServingTab::startServer() {
   servelab::HttpServerOptions ho;
   ho.host = "127.0.0.1";
   ho.port = port_->value();
+  ho.threads = servelab::default_http_threads(so.max_batch, so.max_queue);
   QPointer<ServingTab> self(this);
   // The engine serves on this job's thread, the one whose OpenMP team already runs the model: a
   // scheduler thread of its own would bring a second team, more OpenMP threads than CPUs, and
@@ -333,14 +334,11 @@ bool ServingTab::startServer() {
   so.engine_on_caller = true;
   EngineJob* job = engine_->submit(tr("Serving"), [so, ho, self](JobContext& c) mutable {
     const servelab::Engine& e = c.engine();
-    servelab::ServeScheduler scheduler(e.model(), e.tokenizer(), so);
-    ho.model_id = e.is_demo() ? "servelab-demo-gpt2" : e.name();
-    ho.model_info = e.info().dump();
-    servelab::HttpServer server(scheduler, e.tokenizer(), ho);
-    const int port = server.bind();  // a port in use: InputError, the job's failure
-    std::thread http([&server] { server.serve(); });
-    for (int i = 0; i < 500 && !server.running(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    servelab::ServeSession session(ho);  // a port in use: InputError, the job's failure
+    const std::string model_id = e.is_demo() ? "servelab-demo-gpt2" : e.name();
+    servelab::ServeScheduler& scheduler =
+        session.attach(e.model(), e.tokenizer(), so, model_id, e.info().dump());
+    const int port = session.port();
     c.post([self, port](EngineJob*) {
       if (self) self->onListening(port);
     });
@@ -350,7 +348,7 @@ bool ServingTab::startServer() {
       s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       s.metrics = scheduler.metrics();
       s.requests = scheduler.requests(200);
-      s.prometheus = QString::fromStdString(servelab::prometheus_text(s.metrics, ho.model_id));
+      s.prometheus = QString::fromStdString(servelab::prometheus_text(s.metrics, model_id));
       c.post([self, s](EngineJob*) {
         if (self) self->onSnapshot(s);
       });
@@ -363,9 +361,11 @@ bool ServingTab::startServer() {
         std::this_thread::sleep_for(std::chrono::milliseconds(kSnapshotMs));
         snapshot();
       }
-      server.stop();
-      if (engine_ended.load()) return;  // it failed: nothing left to drain
-      r.cancelledAtStop = scheduler.drain(std::chrono::milliseconds(0));
+      if (engine_ended.load()) {  // it failed: nothing left to drain
+        session.stop(std::nullopt);
+        return;
+      }
+      r.cancelledAtStop = session.stop(std::chrono::milliseconds(0));
       scheduler.stop_engine();
     });
     std::exception_ptr failure;
@@ -376,7 +376,6 @@ bool ServingTab::startServer() {
     }
     engine_ended = true;
     watcher.join();
-    http.join();
     if (failure) std::rethrow_exception(failure);
     snapshot();
     r.stats = scheduler.stats();

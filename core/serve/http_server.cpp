@@ -837,7 +837,7 @@ HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, Ht
     : HttpServer([&] {
         if (options.threads <= 0)
           options.threads =
-              static_cast<int>(scheduler.options().max_batch + scheduler.options().max_queue + 8);
+              default_http_threads(scheduler.options().max_batch, scheduler.options().max_queue);
         return std::move(options);
       }()) {
   attach(scheduler, tokenizer, impl_->options.model_id, impl_->options.model_info);

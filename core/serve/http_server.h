@@ -39,6 +39,12 @@ struct HttpServerOptions {
   std::function<void(const std::string& line)> access_log;
 };
 
+// Connection threads by default: every running and waiting request's stream holds one, and a few
+// more answer /health, /metrics and new requests meanwhile.
+inline int default_http_threads(int64_t max_batch, int64_t max_queue) {
+  return static_cast<int>(max_batch + max_queue + 8);
+}
+
 class HttpServer {
  public:
   // A server whose model is still loading: it binds and serves at once, /health answers 503

@@ -928,4 +928,17 @@ std::string load_requests_csv(const LoadReport& r) {
   return out;
 }
 
+ServerLoad scrape_server_load(const LoadTarget& target) {
+  const auto [origin, prefix] = split_url(target.url);
+  LoadTarget t = target;
+  t.read_timeout_s = t.connect_timeout_s;  // a scrape is one small answer: no stream's long silences
+  const auto client = make_client(t, origin);
+  const auto res = client->Get(prefix + "/metrics", headers_of(t));
+  if (!res)
+    throw InputError("cannot read " + origin + prefix + "/metrics (" + httplib::to_string(res.error()) + ")");
+  if (res->status != 200)
+    throw InputError(origin + prefix + "/metrics answered HTTP " + std::to_string(res->status));
+  return server_load(parse_prometheus_text(res->body));
+}
+
 }  // namespace servelab

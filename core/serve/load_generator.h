@@ -15,6 +15,7 @@
 #include "serve/load_dataset.h"
 #include "serve/load_metrics.h"
 #include "serve/load_stream.h"
+#include "serve/server_scrape.h"
 
 namespace servelab {
 
@@ -141,5 +142,10 @@ std::string load_requests_csv(const LoadReport& report);
 
 // The q-quantile (0..1) of values by nearest rank; 0 when empty.
 double nearest_rank(std::vector<double> values, double q);
+
+// GET <target.url>/metrics with the target's headers and connect timeout, read as the engine's load
+// (server_scrape.h): InputError saying why when it cannot be had (no answer, a status other than
+// 200, not Prometheus text).
+ServerLoad scrape_server_load(const LoadTarget& target);
 
 }  // namespace servelab

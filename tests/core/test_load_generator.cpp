@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "serve/load_generator.h"
+#include "serve/server_scrape.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errors.h"
 
@@ -89,6 +90,17 @@ std::string refusal(const LoadTarget& t, const LoadOptions& o) {
   return "";
 }
 
+// An InputError's message, or "" when f throws none.
+template <typename F>
+std::string error_text(F f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 class TestLoadGenerator : public QObject {
@@ -131,6 +143,10 @@ class TestLoadGenerator : public QObject {
   void jsonlAndShareGptFiles();
   void badOptionsRefusedBeforeAnythingIsSent();
   void reportsUseVllmNames();
+  void prometheusTextParsed();
+  void prometheusGarbageRefusedByLine();
+  void eachEnginesLoadUnderItsNames();
+  void scrapeReadsALiveServer();
 };
 
 json TestLoadGenerator::stats() const {
@@ -881,6 +897,99 @@ void TestLoadGenerator::reportsUseVllmNames() {
   QCOMPARE(l["completed"].get<int64_t>(), int64_t(3));
   QCOMPARE(l["total_output_tokens"].get<int64_t>(), int64_t(15));
   QCOMPARE(l["request_goodput"].get<double>(), l["request_throughput"].get<double>());
+}
+
+void TestLoadGenerator::prometheusTextParsed() {
+  const std::vector<PromSample> s = parse_prometheus_text(
+      "# HELP vllm:num_requests_running Number of requests.\n"
+      "# TYPE vllm:num_requests_running gauge\n"
+      "\n"
+      "vllm:num_requests_running{engine=\"0\",model_name=\"a \\\"b\\\" \\\\ c\\nd\"} 4\r\n"
+      "  plain_total 1.5e3 1700000000000\n"
+      "with_trailing_comma{a=\"1\",} -2\n"
+      "nan_gauge NaN\n"
+      "inf_bucket{le=\"+Inf\"} +Inf\n");
+  QCOMPARE(s.size(), size_t{5});
+  QCOMPARE(QString::fromStdString(s[0].name), QStringLiteral("vllm:num_requests_running"));
+  QCOMPARE(s[0].labels.size(), size_t{2});
+  QCOMPARE(QString::fromStdString(s[0].labels[1].second), QStringLiteral("a \"b\" \\ c\nd"));
+  QCOMPARE(s[0].value, 4.0);
+  QCOMPARE(s[1].value, 1500.0);  // the timestamp after it is not the value
+  QCOMPARE(s[2].labels.size(), size_t{1});
+  QCOMPARE(s[2].value, -2.0);
+  QVERIFY(std::isnan(s[3].value));
+  QVERIFY(std::isinf(s[4].value) && s[4].value > 0);
+}
+
+void TestLoadGenerator::prometheusGarbageRefusedByLine() {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"ok 1\nno_value\n", "line 2: no value after no_value"},
+      {"x{a=\"1\" 2\n", "line 1: the label set is not closed"},
+      {"x{a=\"1 2\n", "line 1: a label value is not closed"},
+      {"x{a=1} 2\n", "line 1: a label must be name=\"value\""},
+      {"x{a=\"\\q\"} 2\n", "unknown escape"},
+      {"x twelve\n", "line 1: the value 'twelve' is not a number"},
+      {"{a=\"1\"} 2\n", "a sample must start with a metric name"},
+      {"<html><body>Not Found</body></html>\n", "line 1: a sample must start with a metric name"},
+  };
+  for (const auto& [text, want] : bad) {
+    try {
+      parse_prometheus_text(text);
+      QFAIL(("accepted: " + text).c_str());
+    } catch (const InputError& e) {
+      QVERIFY2(std::string(e.what()).find(want) != std::string::npos, e.what());
+    }
+  }
+}
+
+void TestLoadGenerator::eachEnginesLoadUnderItsNames() {
+  // Texts written from each engine's documented metric names; two series of one metric (two
+  // data-parallel engines) are summed, KV usage is the fullest.
+  const ServerLoad vllm = server_load(parse_prometheus_text(
+      "vllm:num_requests_running{engine=\"0\"} 3\nvllm:num_requests_running{engine=\"1\"} 2\n"
+      "vllm:num_requests_waiting{engine=\"0\"} 1\nvllm:gpu_cache_usage_perc{engine=\"0\"} 0.5\n"
+      "vllm:gpu_cache_usage_perc{engine=\"1\"} 0.75\nvllm:num_preemptions_total 9\n"));
+  QCOMPARE(QString::fromStdString(vllm.engine), QStringLiteral("vllm"));
+  QCOMPARE(*vllm.running, 5.0);
+  QCOMPARE(*vllm.waiting, 1.0);
+  QCOMPARE(*vllm.kv_usage, 0.75);
+  QCOMPARE(*vllm.preemptions_total, 9.0);
+  const ServerLoad ours = server_load(parse_prometheus_text(
+      "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n"
+      "servelab:kv_blocks_used 3\n"));
+  QCOMPARE(QString::fromStdString(ours.engine), QStringLiteral("servelab"));
+  QCOMPARE(*ours.kv_usage, 0.1);
+  const ServerLoad tgi = server_load(parse_prometheus_text("tgi_batch_current_size 4\ntgi_queue_size 2\n"));
+  QCOMPARE(QString::fromStdString(tgi.engine), QStringLiteral("tgi"));
+  QCOMPARE(*tgi.running, 4.0);
+  QVERIFY(!tgi.kv_usage && !tgi.preemptions_total);  // TGI publishes neither
+  const ServerLoad none = server_load(parse_prometheus_text("process_cpu_seconds_total 12\n"));
+  QVERIFY(none.engine.empty() && !none.running && !none.waiting);
+}
+
+void TestLoadGenerator::scrapeReadsALiveServer() {
+  // The test server's /metrics in each engine's names (its running count is the requests in flight).
+  for (const char* engine : {"vllm", "sglang", "tgi", "llamacpp"}) {
+    LoadTarget t;
+    t.url = (base_ + "/" + engine + "metrics").toStdString();
+    const ServerLoad l = scrape_server_load(t);
+    QCOMPARE(QString::fromStdString(l.engine),
+             QString::fromLatin1(std::string(engine) == "llamacpp" ? "llama.cpp" : engine));
+    QVERIFY(l.running && *l.running >= 0);  // requests in flight: earlier cases left silent ones
+    QCOMPARE(*l.waiting, 3.0);
+    if (std::string(engine) != "tgi") QCOMPARE(*l.kv_usage, 0.25);
+  }
+  LoadTarget broken;
+  broken.url = (base_ + "/brokenmetrics").toStdString();
+  QVERIFY(error_text([&] { scrape_server_load(broken); }).find("the label set is not closed") !=
+          std::string::npos);
+  LoadTarget missing;
+  missing.url = (base_ + "/nothing").toStdString();
+  QVERIFY(error_text([&] { scrape_server_load(missing); }).find("answered HTTP 404") != std::string::npos);
+  LoadTarget nobody;
+  nobody.url = "http://127.0.0.1:1";
+  QVERIFY(error_text([&] { scrape_server_load(nobody); }).find("cannot read http://127.0.0.1:1/metrics") !=
+          std::string::npos);
 }
 
 QTEST_GUILESS_MAIN(TestLoadGenerator)

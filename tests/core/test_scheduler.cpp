@@ -19,8 +19,8 @@
 #include "model/gpt2_model.h"
 #include "model/gpt2_weights.h"
 #include "model/model_export.h"
-#include "serve/http_server.h"
 #include "serve/serve_scheduler.h"
+#include "serve/serve_session.h"
 #include "test_support.h"
 
 using namespace servelab;
@@ -214,17 +214,17 @@ class TestScheduler : public QObject {
             std::string::npos);
   }
 
-  void http_server_answers_while_the_model_loads() {
+  void serve_session_answers_while_the_model_loads() {
     // `serve` binds before loading: until attach() /health says 503 "loading" and every route
-    // answers 503 with Retry-After in its API's error shape; then the routes answer.
+    // answers 503 with Retry-After in its API's error shape; then the routes answer, and stop()
+    // drains the scheduler and ends the server.
     HttpServerOptions ho;
     ho.port = 0;
     ho.threads = 4;
-    HttpServer server(ho);
-    const int port = server.bind();
-    std::thread http([&] { server.serve(); });
-    while (!server.running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    httplib::Client client("127.0.0.1", port);
+    ServeSession session(ho);
+    QVERIFY(session.url().rfind("http://127.0.0.1:", 0) == 0);
+    QVERIFY(session.scheduler() == nullptr);
+    httplib::Client client("127.0.0.1", session.port());
     auto health = client.Get("/health");
     QVERIFY(health);
     QCOMPARE(health->status, 503);
@@ -242,8 +242,8 @@ class TestScheduler : public QObject {
     ServeOptions so;
     so.max_batch = 2;
     so.max_total_tokens = 32;
-    ServeScheduler scheduler(*model_, tok_, so);
-    server.attach(scheduler, tok_, "tiny", "{}");
+    ServeScheduler& scheduler = session.attach(*model_, tok_, so, "tiny", "{}");
+    QCOMPARE(session.scheduler(), &scheduler);
     health = client.Get("/health");
     QVERIFY(health);
     QCOMPARE(health->status, 200);
@@ -254,8 +254,15 @@ class TestScheduler : public QObject {
     auto models = client.Get("/v1/models");
     QVERIFY(models);
     QVERIFY(models->body.find(R"("id":"tiny")") != std::string::npos);
-    server.stop();
-    http.join();
+    // A request held by the scheduler when the session stops without grace is cancelled by the drain.
+    BatchRequest held;
+    held.prompt_ids = prompt(3, 1);
+    held.max_new_tokens = 20;
+    held.stop_at_eos = false;
+    std::shared_ptr<RequestStream> stream = scheduler.submit(held);
+    QCOMPARE(session.stop(std::chrono::milliseconds(0)) + scheduler.stats().finished, int64_t{1});
+    QCOMPARE(session.stop(std::chrono::milliseconds(0)), int64_t{0});  // once only
+    QVERIFY(!client.Get("/health"));                                   // nothing listens any more
   }
 
   void kv_managers_match_full_forward() {

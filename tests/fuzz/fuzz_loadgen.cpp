@@ -3,9 +3,12 @@
 //   0, 1, 2: a server's event stream (OpenAI completions, OpenAI chat, TGI/LoRAX), fed to
 //            StreamParser in one piece and again in two pieces cut anywhere; then the token counts.
 //   3:       a dataset file (JSONL or ShareGPT JSON) through parse_dataset, with and without a tokenizer.
+//   4:       a server's /metrics text through parse_prometheus_text and server_load.
 // The contract: the parser never throws, reads the same whatever the cut, and its counts are counts
 // (the chunks' shares sum to the total); the dataset reader returns prompts that are valid UTF-8 or
-// throws InputError. Any other exception, a sanitizer report or a failed FUZZ_CHECK is a finding.
+// throws InputError; the metrics reader returns named samples or throws InputError naming the line,
+// and a load it reads is counts and a fraction where the engine publishes them. Any other exception, a
+// sanitizer report or a failed FUZZ_CHECK is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,6 +18,7 @@
 #include "fuzz_tokenizer.h"
 #include "serve/load_dataset.h"
 #include "serve/load_stream.h"
+#include "serve/server_scrape.h"
 #include "tokenizer/utf8.h"
 #include "util/errors.h"
 
@@ -61,7 +65,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const int which = data[0] % 4;
+  const int which = data[0] % 5;
   const std::string_view input(reinterpret_cast<const char*>(data + 2), size - 2);
   if (which < 3) {
     const StreamProtocol protocol = which == 0   ? StreamProtocol::OpenAICompletions
@@ -87,7 +91,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_counts(protocol, parts, tokenizer);
     return 0;
   }
-  for (const Tokenizer* tok : {static_cast<const Tokenizer*>(nullptr), static_cast<const Tokenizer*>(tokenizer)}) {
+  if (which == 4) {
+    try {
+      const std::vector<PromSample> samples = parse_prometheus_text(input);
+      for (const PromSample& s : samples) FUZZ_CHECK(!s.name.empty());
+      const ServerLoad load = server_load(samples);
+      FUZZ_CHECK(load.engine.empty() == (!load.running && !load.waiting));
+    } catch (const InputError& e) {
+      FUZZ_CHECK(std::string_view(e.what()).rfind("/metrics", 0) == 0);
+    }
+    return 0;
+  }
+  for (const Tokenizer* tok :
+       {static_cast<const Tokenizer*>(nullptr), static_cast<const Tokenizer*>(tokenizer)}) {
     try {
       for (const DatasetEntry& e : parse_dataset(input, "fuzz.jsonl", tok)) {
         FUZZ_CHECK(!e.prompt.empty());

@@ -17,6 +17,9 @@ POST /s3-emoji/v1/completions. Options:
   not JSON), badusage (completion_tokens "many"), http500, cut (the connection closes mid-stream),
   nothttp (the answer is not HTTP), errorevent (an error event mid-stream), silent (no answer for
   600 s)
+GET /<engine>metrics/metrics answers Prometheus text with that engine's metric names (vllm, sglang,
+tgi, llamacpp; written from their documented names), running = POSTs in flight, waiting 3, KV usage
+0.25; GET /brokenmetrics/metrics answers a line that is no sample.
 GET <prefix>/health answers 200 (GuideLLM checks it); GET /stats answers {"requests": N, "prompts": [...], "models": [...]} (POSTs so far; a model is
 OpenAI's "model" or LoRAX's adapter_id); GET <prefix>/v1/models lists
 "test-model".
@@ -29,6 +32,41 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
+IN_FLIGHT = [0]
+# /metrics texts written from each engine's documented metric names; {running} is filled in.
+METRICS = {
+    "vllmmetrics": """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine="0",model_name="test-model"}} {running}
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{engine="0",model_name="test-model"}} 3.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{{engine="0",model_name="test-model"}} 0.25
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{{engine="0",model_name="test-model"}} 7.0
+""",
+    "sglangmetrics": """# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{{model_name="test-model"}} {running}
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{{model_name="test-model"}} 3
+# TYPE sglang:token_usage gauge
+sglang:token_usage{{model_name="test-model"}} 0.25
+""",
+    "tgimetrics": """# TYPE tgi_batch_current_size gauge
+tgi_batch_current_size {running}
+# TYPE tgi_queue_size gauge
+tgi_queue_size 3
+""",
+    "llamacppmetrics": """# HELP llamacpp:requests_processing Number of requests processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing {running}
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 3
+# TYPE llamacpp:kv_cache_usage_ratio gauge
+llamacpp:kv_cache_usage_ratio 0.25
+""",
+    "brokenmetrics": "vllm:num_requests_running{{engine=\"0\" 1\n",
+}
 STATS = {"requests": 0, "prompts": [], "models": []}
 EMOJI = "\U0001F600".encode()
 
@@ -59,6 +97,20 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/stats":
             with LOCK:
                 body = json.dumps(STATS).encode()
+        elif self.path.endswith("/metrics"):
+            engine = self.path.strip("/").split("/")[0]
+            with LOCK:
+                running = IN_FLIGHT[0]
+            body = METRICS.get(engine, "").format(running=running).encode()
+            if not body:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         elif self.path.endswith("/health"):
             body = b"{}"
         elif self.path.endswith("/v1/models"):
@@ -80,6 +132,15 @@ class Handler(BaseHTTPRequestHandler):
         self.chunk(b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n")
 
     def do_POST(self):
+        with LOCK:
+            IN_FLIGHT[0] += 1
+        try:
+            self.answer_post()
+        finally:
+            with LOCK:
+                IN_FLIGHT[0] -= 1
+
+    def answer_post(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         segments = self.path.strip("/").split("/")
         if segments[0] in ("v1", "generate_stream", "generate", ""):
