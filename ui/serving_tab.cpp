@@ -247,6 +247,8 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
 ServingTab::~ServingTab() {
   loadCancel_ = true;
   if (loadThread_.joinable()) loadThread_.join();
+  scrapeStop_ = true;
+  if (scrapeThread_.joinable()) scrapeThread_.join();
 }
 
 ChartView* ServingTab::primaryChart() const { return loadChart_; }
@@ -297,10 +299,17 @@ void ServingTab::resetLiveCharts() {
   ttftChart_->addSeries(tr("TTFT"));
   ttftChart_->setSeriesStyle(0, ChartView::SeriesStyle::Points);
   itlChart_->addSeries(tr("inter-token latency"));
+  occupancyChart_->setTitle(tr("Batch occupancy"));
+  occupancyChart_->setFootnote(QString());
+  occupancyChart_->setLegendColumns(0);
+  occupancyChart_->setLegendBelow(false);
+  occupancyChart_->setAxisLabels(tr("time (s)"), tr("requests"), tr("KV cache used (%)"));
   occupancyChart_->addSeries(tr("running"));
   occupancyChart_->addSeries(tr("waiting"));
+  occupancyChart_->addSeries(tr("KV cache used"), ChartView::Axis::Right);
   occupancyChart_->setSeriesStyle(0, ChartView::SeriesStyle::Steps);
   occupancyChart_->setSeriesStyle(1, ChartView::SeriesStyle::Steps);
+  occupancyChart_->setSeriesStyle(2, ChartView::SeriesStyle::Steps);
   occupancyChart_->setIntegerTicks(false, true);
   ttftSeen_.clear();
   last_ = servelab::ServeMetrics();
@@ -390,6 +399,8 @@ bool ServingTab::startServer() {
   serverError_.clear();
   serverStatus_->setText(
       tr("starting on port %1…").arg(ho.port == 0 ? tr("(any free)") : QString::number(ho.port)));
+  stopRemoteScrape();
+  scrapingRemote_ = false;
   resetLiveCharts();
   table_->setRowCount(0);
   metrics_->clear();
@@ -472,8 +483,15 @@ void ServingTab::onSnapshot(const ServeSnapshot& snap) {
   const int64_t tokens = m.inter_token.count - last_.inter_token.count;
   if (tokens > 0)
     itlChart_->append(0, snap.seconds, (m.inter_token.sum - last_.inter_token.sum) * 1000.0 / tokens);
-  occupancyChart_->append(0, snap.seconds, static_cast<double>(m.running));
-  occupancyChart_->append(1, snap.seconds, static_cast<double>(m.waiting));
+  // Read back from the server's own /metrics text, as a remote server's are: one path for both.
+  if (!scrapingRemote_) {
+    try {
+      appendOccupancy(snap.seconds,
+                      servelab::server_load(servelab::parse_prometheus_text(snap.prometheus.toStdString())));
+    } catch (const servelab::InputError& e) {
+      occupancyChart_->setFootnote(QString::fromUtf8(e.what()));
+    }
+  }
   last_ = m;
   lastSeconds_ = snap.seconds;
   const int scroll = metrics_->verticalScrollBar() ? metrics_->verticalScrollBar()->value() : 0;
@@ -551,6 +569,14 @@ bool ServingTab::startLoad() {
           tab, [t = tab, l] { t->onLoadLevel(l); }, Qt::QueuedConnection);
     }
   };
+  // Our own server's figures come from its snapshots; any other server's from its /metrics.
+  if (!serverRunning() || target.url != url_.toStdString()) {
+    startRemoteScrape(target);
+  } else if (scrapingRemote_) {
+    stopRemoteScrape();
+    scrapingRemote_ = false;
+    resetLiveCharts();
+  }
   loadThread_ = std::thread([this, target, o] {
     Relay relay(this);
     servelab::LoadReport report;
@@ -594,8 +620,75 @@ void ServingTab::onLoadLevel(const servelab::LoadLevel& l) {
                                                     : QStringLiteral("\u03bb=%1/s").arg(l.level));
 }
 
+void ServingTab::startRemoteScrape(const servelab::LoadTarget& target) {
+  stopRemoteScrape();
+  scrapingRemote_ = true;
+  remoteUrl_ = QString::fromStdString(target.url);
+  resetLiveCharts();
+  occupancyChart_->setTitle(tr("Server side (its /metrics)"));
+  occupancyChart_->setFootnote(remoteUrl_);
+  // The three series would cover a small plot: their legend goes in one row under it.
+  occupancyChart_->setLegendColumns(3);
+  occupancyChart_->setLegendBelow(true);
+  scrapeStop_ = false;
+  servelab::LoadTarget t = target;
+  t.connect_timeout_s = 2;  // a scrape must not hold the end of a run
+  scrapeThread_ = std::thread([this, t] {
+    const auto t0 = std::chrono::steady_clock::now();
+    // One scrape at once, then every snapshot interval, and one more after the run ended.
+    for (bool last = false; !last;) {
+      last = scrapeStop_.load();
+      servelab::ServerLoad load;
+      QString error;
+      try {
+        load = servelab::scrape_server_load(t);
+      } catch (const std::exception& e) {
+        error = QString::fromUtf8(e.what());
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      QMetaObject::invokeMethod(
+          this, [this, seconds, load, error] { onRemoteLoad(seconds, load, error); }, Qt::QueuedConnection);
+      if (!error.isEmpty()) return;  // a server without /metrics: said once
+      for (int waited = 0; waited < kSnapshotMs && !scrapeStop_.load(); waited += 10)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+}
+
+void ServingTab::stopRemoteScrape() {
+  scrapeStop_ = true;
+  if (scrapeThread_.joinable()) scrapeThread_.join();
+}
+
+void ServingTab::onRemoteLoad(double seconds, const servelab::ServerLoad& load, const QString& error) {
+  if (!scrapingRemote_) return;
+  if (!error.isEmpty()) {
+    occupancyChart_->setFootnote(tr("No server-side figures from %1: %2").arg(remoteUrl_, error));
+    return;
+  }
+  if (load.engine.empty()) {
+    occupancyChart_->setFootnote(
+        tr("%1: its /metrics names no running or waiting requests that we know (vLLM, SGLang, TGI, "
+           "llama.cpp)")
+            .arg(remoteUrl_));
+    return;
+  }
+  appendOccupancy(seconds, load);
+  QString note = tr("%1 · %2's metric names").arg(remoteUrl_, QString::fromStdString(load.engine));
+  if (load.preemptions_total) note += tr("; preemptions so far: %1").arg(*load.preemptions_total);
+  if (!load.kv_usage) note += tr("; it publishes no KV-cache use");
+  occupancyChart_->setFootnote(note);
+}
+
+void ServingTab::appendOccupancy(double seconds, const servelab::ServerLoad& load) {
+  if (load.running) occupancyChart_->append(0, seconds, *load.running);
+  if (load.waiting) occupancyChart_->append(1, seconds, *load.waiting);
+  if (load.kv_usage) occupancyChart_->append(2, seconds, *load.kv_usage * 100.0);
+}
+
 void ServingTab::onLoadDone(const servelab::LoadReport& report, const QString& error) {
   if (loadThread_.joinable()) loadThread_.join();
+  scrapeStop_ = true;  // its last scrape shows the server after the run; joined at the next run
   loadRunning_ = false;
   report_ = report;
   int64_t failed = 0, total = 0;
@@ -652,7 +745,9 @@ bool ServingTab::run() {
   if (loadRunning_) return refuseRun(tr("a load run is in progress"));
   scripted_ = true;
   running_ = true;
-  if (serverRunning() && !url_.isEmpty()) {
+  // A target other than our server: its load runs alone, without starting ours.
+  const QString target = target_->text().trimmed();
+  if ((serverRunning() && !url_.isEmpty()) || (!target.isEmpty() && target != url_)) {
     if (startLoad()) return true;
   } else if (!serverRunning() && startServer()) {
     // The load starts once the server listens.

@@ -21,6 +21,7 @@
 #include "experiment_tab.h"
 #include "serve/load_generator.h"
 #include "serve/serve_scheduler.h"
+#include "serve/server_scrape.h"
 
 class QCheckBox;
 class QComboBox;
@@ -53,8 +54,9 @@ class ServingTab : public ExperimentTab {
   QString title() const override { return tr("Serving"); }
   ChartView* primaryChart() const override;
   QList<ChartView*> charts() const override;
-  // Scripts: starts the server when it is not running, then runs the load generator against it;
-  // runFinished comes when the load run has ended (the server keeps serving).
+  // Scripts: starts the server when it is not running, then runs the load generator against it
+  // (or, when the load target is another server, only the load run); runFinished comes when the
+  // load run has ended (the server keeps serving).
   bool run() override;
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
@@ -102,6 +104,12 @@ class ServingTab : public ExperimentTab {
   void onLoadStream(const servelab::StreamTiming& stream);
   void onLoadLevel(const servelab::LoadLevel& level);
   void onLoadDone(const servelab::LoadReport& report, const QString& error);
+  // The target's own figures from its /metrics (a server other than ours), or why there are none.
+  void onRemoteLoad(double seconds, const servelab::ServerLoad& load, const QString& error);
+  void startRemoteScrape(const servelab::LoadTarget& target);
+  void stopRemoteScrape();
+  // One point of the occupancy chart: running, waiting and KV use, whichever server they come from.
+  void appendOccupancy(double seconds, const servelab::ServerLoad& load);
   void updateButtons();
   void resetLiveCharts();
 
@@ -145,6 +153,12 @@ class ServingTab : public ExperimentTab {
   double lastSeconds_ = 0;
   QSet<qint64> ttftSeen_;
   int tableRows_ = 0;
+
+  // The target's /metrics, read while a load run goes to a server other than ours.
+  std::thread scrapeThread_;
+  std::atomic<bool> scrapeStop_{false};
+  bool scrapingRemote_ = false;
+  QString remoteUrl_;
 
   std::thread loadThread_;
   std::atomic<bool> loadCancel_{false};

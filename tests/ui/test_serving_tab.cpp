@@ -2,8 +2,9 @@
 // (--demo): start the server in-process, run the load generator's three-stream scenario and a small
 // sweep against it (the request table, the TTFT / inter-token / occupancy charts and the Prometheus
 // counters fill), stop, restart on another port, refuse a port already in use with the reason, and
-// a load run against a port where nothing listens ends with a clear error. No assertion depends on
-// how long anything takes.
+// a load run against a port where nothing listens ends with a clear error, and a run against
+// another server draws that server's own figures from its /metrics. No assertion depends on how
+// long anything takes.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTest>
@@ -246,6 +248,43 @@ class TestServingTab : public QObject {
     QVERIFY(tab_->findChild<QLabel*>(QStringLiteral("servingLoadSummary"))
                 ->text()
                 .contains(QStringLiteral("cannot reach")));
+  }
+
+  void remoteServerSideFromItsMetrics() {
+    // A load run against another server draws that server's own running, waiting and KV use, read
+    // from its /metrics under its engine's names (the test server speaks vLLM's): one scrape when
+    // the run starts and one after it ends, whatever happens between.
+    QProcess server;
+    server.setProgram(QStringLiteral(SERVELAB_TEST_PYTHON));
+    server.setArguments({QStringLiteral(SERVELAB_SOURCE_DIR "/tests/serve/loadgen_test_server.py")});
+    server.start();
+    QVERIFY(server.waitForStarted(30000));
+    QString line;
+    for (int i = 0; i < 600 && !line.contains(QLatin1Char('\n')); ++i) {
+      server.waitForReadyRead(100);
+      line += QString::fromUtf8(server.readAllStandardOutput());
+    }
+    const int port = line.trimmed().toInt();
+    QVERIFY2(port > 0, qPrintable(line));
+    tab_->setLoadTarget(QStringLiteral("http://127.0.0.1:%1/vllmmetrics").arg(port),
+                        QStringLiteral("openai"));
+    tab_->setScenario(QStringLiteral("single"));
+    QString message;
+    QVERIFY2(runLoad(&message), qPrintable(message));
+    const ChartView* chart = tab_->findChild<ChartView*>(QStringLiteral("servingOccupancyChart"));
+    auto kvPoints = [&] {
+      return static_cast<int>(chart->toCsv().count(QStringLiteral("\nKV cache used,")));
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(kvPoints() >= 2, 30000);
+    QCOMPARE(chart->title(), QStringLiteral("Server side (its /metrics)"));
+    const QString note =
+        QStringLiteral("http://127.0.0.1:%1/vllmmetrics · vllm's metric names; preemptions so far: 7")
+            .arg(port);
+    QVERIFY2(chart->footnote().contains(note), qPrintable(chart->footnote()));
+    QVERIFY(chart->toCsv().contains(QStringLiteral("\nwaiting,")));
+    QVERIFY(chart->toCsv().contains(QStringLiteral(",25\n")));  // its KV usage, 0.25, as a percentage
+    server.kill();
+    server.waitForFinished(10000);
   }
 };
 
