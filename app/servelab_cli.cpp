@@ -906,7 +906,7 @@ void check_no_empty_values(const CLI::App& app) {
       "--model",      "--tokenizer",  "--device",        "--dtype", "--gemm",
       "--quant",      "--quant-exec", "--exec",          "--mode",  "--batch-sizes",
       "--strategies", "--strategy",   "--lora-strategy", "--rank",  "--assignment",
-      "--workload",   "--adapter",    "--out",           "--stop"};
+      "--workload",   "--adapter",    "--out",           "--stop",  "--ca-file"};
   for (const CLI::App* sub : app.get_subcommands()) {
     for (const CLI::Option* o : sub->get_options()) {
       if (!o->count() || !kNamed.count(o->get_name())) continue;
@@ -1350,6 +1350,10 @@ int main(int argc, char** argv) {
   loadgen->add_option("--api", lg.api, "lorax (default), tgi, openai (/v1/completions) or openai-chat");
   loadgen->add_option("--header", lg.headers,
                       "'Key: value' sent with every request, e.g. an API key (repeatable)");
+  loadgen->add_option(
+      "--ca-file", lg.target.ca_file,
+      "https: trust the certificate authorities in this PEM file (a self-signed server's certificate)");
+  loadgen->add_flag("--insecure", lg.target.insecure, "https: do not verify the server's certificate");
   loadgen->add_option("--model", lg.target.model,
                       "openai: the base model's name (default: the first listed)");
   loadgen->add_option("--scenario", lg.options.scenario,

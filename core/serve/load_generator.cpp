@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <list>
 #include <map>
 #include <memory>
@@ -56,7 +57,20 @@ std::unique_ptr<httplib::Client> make_client(const LoadTarget& t, const std::str
   cli->set_connection_timeout(whole(t.connect_timeout_s), micro(t.connect_timeout_s));
   cli->set_read_timeout(whole(t.read_timeout_s), micro(t.read_timeout_s));
   cli->set_write_timeout(whole(t.connect_timeout_s), micro(t.connect_timeout_s));
+  if (!t.ca_file.empty()) cli->set_ca_cert_path(t.ca_file.c_str());
+  if (t.insecure) cli->enable_server_certificate_verification(false);
   return cli;
+}
+
+// Why a request never got an answer, for a person: the TLS cases say what to do about them.
+std::string unreachable(const LoadTarget& t, httplib::Error err) {
+  const std::string why = httplib::to_string(err);
+  if (err == httplib::Error::SSLServerVerification)
+    return "cannot reach " + t.url + ": its certificate is not trusted (SSL server verification failed; " +
+           "--ca-file PEM trusts it, --insecure skips the check)";
+  if (err == httplib::Error::SSLConnection)
+    return "cannot reach " + t.url + ": the TLS handshake failed (is it an HTTPS server?) (" + why + ")";
+  return "cannot reach " + t.url + " (" + why + ")";
 }
 
 httplib::Headers headers_of(const LoadTarget& t) {
@@ -190,6 +204,15 @@ double nearest_rank(std::vector<double> v, double q) {
 
 void check_load_options(const LoadTarget& target, const LoadOptions& o) {
   split_url(target.url);
+  if (!target.ca_file.empty() || target.insecure) {
+    if (target.url.rfind("https://", 0) != 0)
+      throw InputError(std::string(target.insecure ? "--insecure" : "--ca-file") +
+                       " is for https:// servers, and the URL is '" + target.url + "'");
+    if (!target.ca_file.empty() && target.insecure)
+      throw InputError("give --ca-file or --insecure, not both");
+    if (!target.ca_file.empty() && !std::ifstream(target.ca_file))
+      throw InputError("--ca-file: cannot read '" + target.ca_file + "'");
+  }
   check_seconds(target.read_timeout_s, "--timeout", false);
   check_seconds(target.connect_timeout_s, "the connect timeout", false);
   check_seconds(o.max_seconds, "--max-seconds", false);
@@ -353,8 +376,7 @@ StreamTiming run_stream(const LoadTarget& target, const LoadRequest& request, co
         case httplib::Error::SSLConnection:
         case httplib::Error::SSLLoadingCerts:
         case httplib::Error::SSLServerVerification:
-          return fail(LoadErrorKind::Connect,
-                      "cannot reach " + target.url + " (" + httplib::to_string(err) + ")");
+          return fail(LoadErrorKind::Connect, unreachable(target, err));
         default:
           if (silent)
             return fail(LoadErrorKind::Timeout, "no answer from " + target.url + " within --timeout " +
@@ -395,7 +417,7 @@ std::vector<std::string> listed_models(const LoadTarget& target) {
   const auto [origin, prefix] = split_url(target.url);
   auto client = make_client(target, origin);
   auto res = client->Get(prefix + "/v1/models", headers_of(target));
-  if (!res) throw InputError("cannot reach " + target.url + " (" + httplib::to_string(res.error()) + ")");
+  if (!res) throw InputError(unreachable(target, res.error()));
   if (res->status != 200)
     throw InputError("GET /v1/models answered HTTP " + std::to_string(res->status) + ": " +
                      error_message(res->body));
@@ -934,8 +956,7 @@ ServerLoad scrape_server_load(const LoadTarget& target) {
   t.read_timeout_s = t.connect_timeout_s;  // a scrape is one small answer: no stream's long silences
   const auto client = make_client(t, origin);
   const auto res = client->Get(prefix + "/metrics", headers_of(t));
-  if (!res)
-    throw InputError("cannot read " + origin + prefix + "/metrics (" + httplib::to_string(res.error()) + ")");
+  if (!res) throw InputError(unreachable(t, res.error()) + ": no /metrics");
   if (res->status != 200)
     throw InputError(origin + prefix + "/metrics answered HTTP " + std::to_string(res->status));
   return server_load(parse_prometheus_text(res->body));

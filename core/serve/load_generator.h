@@ -35,6 +35,10 @@ struct LoadTarget {
   LoadApi api = LoadApi::Lorax;
   std::vector<std::pair<std::string, std::string>> headers;  // with every request (an API key)
   std::string model;  // OpenAI: the base model's name; empty: the first of GET /v1/models
+  // HTTPS: a PEM file of the certificate authorities to trust (a self-signed server's own
+  // certificate) instead of the system's; insecure: no verification at all.
+  std::string ca_file;
+  bool insecure = false;
   double connect_timeout_s = 10;
   double read_timeout_s = 120;  // the longest silence within a stream
 };

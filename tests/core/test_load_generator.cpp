@@ -988,8 +988,9 @@ void TestLoadGenerator::scrapeReadsALiveServer() {
   QVERIFY(error_text([&] { scrape_server_load(missing); }).find("answered HTTP 404") != std::string::npos);
   LoadTarget nobody;
   nobody.url = "http://127.0.0.1:1";
-  QVERIFY(error_text([&] { scrape_server_load(nobody); }).find("cannot read http://127.0.0.1:1/metrics") !=
-          std::string::npos);
+  QVERIFY(error_text([&] {
+            scrape_server_load(nobody);
+          }).find("cannot reach http://127.0.0.1:1 (Connection): no /metrics") != std::string::npos);
 }
 
 QTEST_GUILESS_MAIN(TestLoadGenerator)

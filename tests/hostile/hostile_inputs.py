@@ -643,6 +643,12 @@ def cases(fx, builtin):
     add("loadgen", "no --url", ["loadgen", "--scenario", "single"], 2, "--url")
     add("loadgen", "--url without a scheme", ["loadgen", "--url", "localhost:8000"], 1, "--url")
     add("loadgen", "--url without a host", ["loadgen", "--url", "http://:8000"], 1, "--url")
+    add("loadgen", "--ca-file for http://", ["loadgen", "--url", "http://127.0.0.1:9", "--ca-file", "c.pem"], 1,
+        ["--ca-file", "https://"])
+    add("loadgen", "--ca-file unreadable", ["loadgen", "--url", "https://127.0.0.1:9", "--ca-file",
+                                            "/nonexistent/ca.pem"], 1, "/nonexistent/ca.pem")
+    add("loadgen", "--ca-file and --insecure", ["loadgen", "--url", "https://127.0.0.1:9", "--ca-file", "c.pem",
+                                                "--insecure"], 1, ["--ca-file", "--insecure"])
     add("loadgen", "--requests 1e9", [*S, "--requests", "1000000000"], 1, ["--requests", "1000000"])
     add("loadgen", "--requests 0", [*S, "--requests", "0"], 1, "--requests")
     add("loadgen", "a Poisson rate of 1e-300/s", [*S, "--arrival", "poisson", "--clients", "1e-300"], 1,

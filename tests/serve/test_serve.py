@@ -853,6 +853,14 @@ class Exposure(unittest.TestCase):
                 request(srv, "GET", "/health")
             with self.assertRaises(requests.exceptions.ConnectionError):  # plain HTTP gets no answer
                 requests.get(f"http://{srv.host}:{srv.port}/health", timeout=10)
+            # The load generator: trusting the certificate, or told not to verify; else it says why.
+            for trust in (["--ca-file", cert], ["--insecure"]):
+                rc, r, err = loadgen(srv.url, "--scenario", "single", "--max-new-tokens", "3", *trust)
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(r["streams"][0]["tokens"], 3)
+            rc, r, err = loadgen(srv.url, "--scenario", "single", "--max-new-tokens", "3")
+            self.assertNotEqual(rc, 0)
+            self.assertIn("its certificate is not trusted", r["streams"][0]["error"] if r else err)
         finally:
             rc, err = srv.stop()
         self.assertEqual(rc, 0, err)
