@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -181,6 +182,18 @@ void print_json(const json& j) { std::cout << j.dump() << "\n"; }
 
 // The upper bound of a count, named by its option, before the engine loads or builds anything;
 // lower bounds are the engine's (its messages name them the same way for every face).
+// A seed as typed: a whole number in [0, 2^64 - 1]. CLI11 alone would wrap "-1" and saturate
+// numbers past the top to the same seed, so different seeds would silently mean one.
+const CLI::Validator kSeedValidator(
+    [](std::string& text) -> std::string {
+      const std::string why = "a seed is a whole number in [0, 18446744073709551615], got '" + text + "'";
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return why;
+      errno = 0;
+      std::strtoull(text.c_str(), nullptr, 10);
+      return errno == ERANGE ? why : std::string();
+    },
+    "SEED");
+
 void at_most(const std::string& option, int64_t value, int64_t hi) {
   if (value > hi) limits::check_range(option, value, std::numeric_limits<int64_t>::min(), hi);
 }
@@ -589,7 +602,7 @@ void add_bench_paged_kv(CLI::App* bench, ModelArgs& margs, PagedKvCli& a) {
   c->add_option("--prompt-tokens-min", a.p.prompt_tokens_min, "own prompt length: lower bound");
   c->add_option("--prompt-tokens-max", a.p.prompt_tokens_max, "own prompt length: upper bound");
   c->add_option("--arrival-rate", a.p.arrival_rate, "Poisson arrivals per second (0: all at the start)");
-  c->add_option("--seed", a.p.seed, "seed of prompt lengths and arrivals");
+  c->add_option("--seed", a.p.seed, "seed of prompt lengths and arrivals")->check(kSeedValidator);
   c->add_option("--rounds", a.p.rounds, "runs of each method, interleaved (medians reported)");
   c->add_option("--decode-batch", a.p.decode_batch, "decode-step comparison: rows");
   c->add_option("--decode-context", a.p.decode_context, "decode-step comparison: positions cached per row");
@@ -659,9 +672,9 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
 int cmd_quantize(const ModelArgs& m, QuantizationParams p, const std::string& modes, bool modes_given,
                  bool as_json) {
   if (modes_given) p.modes = split_list(modes, "--mode");
-  at_most("--batch", p.batch, limits::kMaxBatch);
-  at_most("--repeats", p.repeats, limits::kMaxRepeats);
-  at_most("--new-tokens", p.new_tokens, limits::kMaxTokens);
+  limits::check_range("--batch", p.batch, 1, limits::kMaxBatch);
+  limits::check_range("--repeats", p.repeats, 1, limits::kMaxRepeats);
+  limits::check_range("--new-tokens", p.new_tokens, 1, limits::kMaxTokens);
   for (const auto& name : p.modes) parse_quant_mode(name);  // a bad name fails before loading
   parse_quant_exec(p.exec);
   auto engine = m.load();
@@ -1142,7 +1155,7 @@ int main(int argc, char** argv) {
   gen->add_option("--temperature", gargs.temperature, "sample with this temperature (> 0)");
   gen->add_option("--top-k", gargs.top_k, "sample from the k most likely tokens");
   gen->add_option("--top-p", gargs.top_p, "sample from the smallest set with this probability mass");
-  gen->add_option("--seed", gargs.seed, "sampling seed");
+  gen->add_option("--seed", gargs.seed, "sampling seed")->check(kSeedValidator);
   gen->add_option("--stop", gargs.stop, "stop string (repeatable)");
   gen->add_flag("--no-kv-cache", gargs.no_kv_cache, "re-run the whole sequence every step");
   gen->add_flag("--batch", gargs.batch, "run all prompts as one left-padded batch");
@@ -1215,7 +1228,7 @@ int main(int argc, char** argv) {
                         "random prompt length: upper bound (0: off)");
   bench_svc->add_option("--arrival-rate", svc.arrival_rate,
                         "Poisson arrivals per second (0: all at the start)");
-  bench_svc->add_option("--seed", svc.seed, "seed of prompt lengths and arrivals");
+  bench_svc->add_option("--seed", svc.seed, "seed of prompt lengths and arrivals")->check(kSeedValidator);
   bench_svc->add_flag("--no-naive", svc_no_naive, "skip the course's merge/filter continuous batching");
   bench_svc->add_flag("--json", svc_json, "compact JSON");
   CourseBenchmarkParams sb;
@@ -1382,7 +1395,8 @@ int main(int argc, char** argv) {
                       "sweep: seconds per level after which no request is sent (0: --requests bounds it)");
   loadgen->add_option("--warmup", lg.options.warmup,
                       "sweep: requests per level sent first with the same load and left out of the figures");
-  loadgen->add_option("--seed", lg.options.seed, "sweep: seed of the arrivals and the dataset");
+  loadgen->add_option("--seed", lg.options.seed, "sweep: seed of the arrivals and the dataset")
+      ->check(kSeedValidator);
   loadgen->add_option(
       "--dataset", lg.options.dataset.name,
       "sweep: random (default), prefix-repetition, shipped (our prompt set), file or fixed (--prompt)");

@@ -4,8 +4,11 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QFile>
+#include <QFileInfo>
 #include <QIcon>
 #include <QSettings>
+#include <QStringDecoder>
 #include <cstdio>
 #include <memory>
 
@@ -65,6 +68,33 @@ int main(int argc, char** argv) {
   cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset});
   cli.process(app);
 
+  if (cli.isSet(settings)) {
+    // A file that is not INI text, or a folder, would be read as no settings and overwritten.
+    const QFileInfo file(cli.value(settings));
+    if (file.isDir()) {
+      std::fprintf(stderr, "servelab: --settings %s is a folder, not an INI file\n",
+                   qPrintable(file.filePath()));
+      return 2;
+    }
+    if (file.exists()) {
+      // QSettings reads anything as INI, random bytes included: text is what a settings file is.
+      QFile f(file.filePath());
+      const bool readable = f.open(QIODevice::ReadOnly);
+      const QByteArray bytes = readable ? f.read(64 << 20) : QByteArray();
+      QStringDecoder utf8(QStringDecoder::Utf8);
+      [[maybe_unused]] const QString text = utf8(bytes);
+      QSettings probe(file.filePath(), QSettings::IniFormat);
+      const char* problem =
+          !readable || probe.status() == QSettings::AccessError ? "cannot be read"
+          : bytes.contains('\0') || utf8.hasError() ? "not an INI settings file (it is not UTF-8 text)"
+          : probe.status() != QSettings::NoError    ? "not an INI settings file (QSettings cannot parse it)"
+                                                    : nullptr;
+      if (problem) {
+        std::fprintf(stderr, "servelab: --settings %s: %s\n", qPrintable(file.filePath()), problem);
+        return 1;
+      }
+    }
+  }
   std::unique_ptr<QSettings> store =
       cli.isSet(settings) ? std::make_unique<QSettings>(cli.value(settings), QSettings::IniFormat)
                           : std::make_unique<QSettings>();

@@ -92,6 +92,8 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
   const std::string config_json = (root / "config.json").string();
   // The record that loads the folder's model_type (ModelFormatError naming the supported ones).
   auto architecture = [&]() -> const Architecture& { return architecture_for_config(config_json); };
+  // A config.json that cannot be read is the first thing to say, before what the weights lack.
+  if (fs::exists(config_json)) architecture();
   const bool sharded = fs::exists(root / "model.safetensors.index.json") && fs::exists(config_json) &&
                        architecture().sharded_folders;
   if (!fs::exists(weights) && !sharded) {

@@ -290,7 +290,10 @@ LlamaConfig parse_llama_config(const std::string& path) {
 std::string read_model_type(const std::string& folder) {
   std::string file;
   const json j = read_json_file(folder, &file);
-  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
+  if (!j.is_object())
+    throw ModelFormatError("config.json at " + file + ": must be a JSON object, got " +
+                           (j.is_array() ? "an array" : std::string("a ") + j.type_name()));
+  if (!j.contains("model_type") || !j["model_type"].is_string())
     throw ModelFormatError("config.json at " + file + ": missing key \"model_type\"");
   return j["model_type"].get<std::string>();
 }

@@ -20,6 +20,7 @@ import concurrent.futures as futures
 import json
 import math
 import os
+import random
 import resource
 import shutil
 import struct
@@ -261,6 +262,7 @@ def make_fixtures(cli, root):
     fx["config_dir"] = m("config_dir", replace_with_dir("config.json"))
     fx["weights_dir"] = m("weights_dir", replace_with_dir("model.safetensors"))
     fx["config_bad_json"] = m("config_bad_json", write_file("config.json", "{ not json"))
+    fx["config_array"] = m("config_array", write_file("config.json", "[1, 2]"))
     fx["no_config"] = m("no_config", remove("config.json"))
     fx["no_weights"] = m("no_weights", remove("model.safetensors"))
     fx["huge_embd"] = m("huge_embd", with_config(n_embd=10**9))
@@ -381,6 +383,9 @@ def make_fixtures(cli, root):
         return p
 
     fx["settings_requests"] = settings("requests", "[continuous]\nrequests=1000000000\n")
+    fx["settings_binary"] = os.path.join(root, "settings-binary.ini")
+    with open(fx["settings_binary"], "wb") as f:
+        f.write(bytes(random.Random(7).randrange(256) for _ in range(300)))
     fx["settings_garbage"] = settings("garbage", "[kv-cache]\nnewTokens=banana\n")
     fx["settings_negative"] = settings("negative", "[batching]\nnewTokens=-5\n")
     fx["settings_temperature"] = settings("temperature", "[generate]\ntemperature=-1\n")
@@ -423,6 +428,10 @@ def cases(fx, builtin):
     add = lambda *a, **k: C.append(Case(*a, **k))
     T = ["--model", fx["tiny"]]
     G = ["generate", *T, "--prompt", "hi", "--max-new-tokens", "2"]
+    add("generate", "--seed -1", [*G, "--temperature", "1", "--seed", "-1"], 2, ["--seed", "-1"])
+    add("generate", "--seed 2^64", [*G, "--temperature", "1", "--seed", "18446744073709551616"], 2,
+        ["--seed", "18446744073709551616"])
+    add("generate", "--temperature 1e-45", [*G, "--temperature", "1e-45"], 1, ["temperature", "1e-45"])
 
     # Model folders.
     add("model folder", "missing folder", ["info", "--model", "/nonexistent/model"], 1, "/nonexistent/model")
@@ -432,6 +441,8 @@ def cases(fx, builtin):
     add("model folder", "model.safetensors is a folder", ["info", "--model", fx["weights_dir"]], 1,
         ["model.safetensors: is a directory"])
     add("model folder", "config.json not JSON", ["info", "--model", fx["config_bad_json"]], 1, "config.json")
+    add("model folder", "config.json a JSON array", ["info", "--model", fx["config_array"]], 1,
+        ["config.json", "must be a JSON object, got an array"])
     add("model folder", "no config.json", ["info", "--model", fx["no_config"]], 1, "config.json")
     add("model folder", "no model.safetensors", ["info", "--model", fx["no_weights"]], 1, "model.safetensors")
     add("model folder", "n_embd 1e9", ["info", "--model", fx["huge_embd"]], 1, ["transformer.wte.weight", "1000000000"])
@@ -599,6 +610,9 @@ def cases(fx, builtin):
 
     # quantize.
     Q = ["quantize", *T, "--no-speed", "--new-tokens", "2"]
+    add("quantize", "--new-tokens -3", [*Q[:-1], "-3"], 1, "--new-tokens")
+    add("quantize", "--repeats -1", [*Q, "--repeats", "-1"], 1, "--repeats")
+    add("quantize", "--batch 0", [*Q, "--batch", "0"], 1, "--batch")
     add("quantize", "--mode bogus", [*Q, "--mode", "bogus"], 1, "bogus")
     add("quantize", "--mode with an empty item", [*Q, "--mode", "zp-uint8,,fp16"], 1, "--mode")
     add("quantize", "--exec bogus", [*Q, "--exec", "bogus"], 1, "bogus")
@@ -698,6 +712,11 @@ def app_cases(fx):
     add("app scripted mode", "--export-chart with an unknown suffix",
         [*run, "--tab", "kv-cache", "--export-chart", "/tmp/chart.bmp"], 1, ["--export-chart", ".bmp"])
     add("app scripted mode", "an unknown tab", ["--demo", "--run", "--tab", "frobnicate"], 1, "frobnicate")
+    add("app scripted mode", "a settings file of random bytes",
+        [*run, "--tab", "generate", "--settings", fx["settings_binary"]], 1, ["--settings", "not UTF-8 text"])
+    add("app scripted mode", "a folder as the settings file",
+        [*run, "--tab", "generate", "--settings", os.path.dirname(fx["settings_binary"])], 2,
+        ["--settings", "is a folder"])
     add("app scripted mode", "an unknown load scenario",
         [*run, "--tab", "serving", "--settings", fx["settings_scenario"]], 1, ["serving/scenario", "soak"])
     add("app scripted mode", "a port beyond 65535",
