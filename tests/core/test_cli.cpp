@@ -356,24 +356,13 @@ class TestCli : public QObject {
   }
 
   void colour_on_a_terminal_unless_no_color() {
-    const QString script = QStandardPaths::findExecutable("script");
-    if (script.isEmpty()) QSKIP("script(1) is not installed: no pseudo-terminal to run the CLI on");
     const QString command =
         QStringLiteral("'%1' generate --demo --prompt Hello --max-new-tokens 3").arg(SERVELAB_CLI);
-    auto run_on_terminal = [&](bool no_color) {
-      QProcess p;
-      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-      env.remove("NO_COLOR");
-      if (no_color) env.insert("NO_COLOR", "1");
-      p.setProcessEnvironment(env);
-      p.start(script, {"-qec", command, "/dev/null"});
-      p.waitForFinished(300000);
-      return std::make_pair(p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()));
-    };
-    const auto [code, coloured] = run_on_terminal(false);
+    const auto [code, coloured] = servelab::test::run_on_terminal(command, false);
+    if (code == -2) QSKIP("script(1) is not installed: no pseudo-terminal to run the CLI on");
     QCOMPARE(code, 0);
     QVERIFY2(coloured.contains(QChar(0x1b)), qPrintable(coloured));
-    const auto [code2, plain] = run_on_terminal(true);
+    const auto [code2, plain] = servelab::test::run_on_terminal(command, true);
     QCOMPARE(code2, 0);
     QVERIFY2(!plain.contains(QChar(0x1b)), qPrintable(plain));
   }

@@ -8,26 +8,10 @@
 
 namespace {
 
-struct Run {
-  int code;
-  QString out, err;
-};
+using servelab::test::CliRun;
 
-// The CLI with input on its stdin (a pipe), the GPT-2 tokenizer from $SERVELAB_SHARED as cli_runner
-// sets it for --demo.
-Run chat(const QStringList& args, const QByteArray& input) {
-  QProcess p;
-  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-  const QString shared = env.value("SERVELAB_SHARED");
-  if (!shared.isEmpty() && env.value("SERVELAB_TOKENIZER_DIR").isEmpty())
-    env.insert("SERVELAB_TOKENIZER_DIR", shared + "/data/gpt2");
-  p.setProcessEnvironment(env);
-  p.start(QStringLiteral(SERVELAB_CLI), QStringList{"chat"} + args);
-  p.write(input);
-  p.closeWriteChannel();
-  p.waitForFinished(600000);
-  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-          QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+CliRun chat(const QStringList& args, const QByteArray& input) {
+  return servelab::test::run_cli(QStringLiteral(SERVELAB_CLI), QStringList{"chat"} + args, input);
 }
 
 // The prompts --show-prompt wrote, in order.
@@ -62,8 +46,8 @@ class TestCliChat : public QObject {
     if (!haveBuiltin()) QSKIP("the built-in model is not installed here (scripts/bootstrap installs it)");
     QTemporaryDir dir;
     const QString saved = dir.filePath("chat.json");
-    const Run r = chat({"--max-new-tokens", "6", "--show-prompt", "--save", saved},
-                       "What is the capital of France?\nAnd of Italy?\nThank you.\n");
+    const CliRun r = chat({"--max-new-tokens", "6", "--show-prompt", "--save", saved},
+                          "What is the capital of France?\nAnd of Italy?\nThank you.\n");
     QVERIFY2(r.code == 0, qPrintable(r.err));
     QVERIFY2(!r.out.contains(QChar(0x1b)), qPrintable(r.out));
     const nlohmann::json j = read_json(saved);
@@ -98,8 +82,8 @@ class TestCliChat : public QObject {
     if (!haveBuiltin()) QSKIP("the built-in model is not installed here (scripts/bootstrap installs it)");
     QTemporaryDir dir;
     const QString saved = dir.filePath("chat.json");
-    const Run r = chat({"--max-new-tokens", "3", "--show-prompt", "--save", saved},
-                       "/system Answer in French.\nHi\n/reset\n\nHello\n/help\n/exit\nNever read\n");
+    const CliRun r = chat({"--max-new-tokens", "3", "--show-prompt", "--save", saved},
+                          "/system Answer in French.\nHi\n/reset\n\nHello\n/help\n/exit\nNever read\n");
     QVERIFY2(r.code == 0, qPrintable(r.err));
     const QStringList p = prompts(r.err);
     QCOMPARE(p.size(), 2);
@@ -116,25 +100,25 @@ class TestCliChat : public QObject {
 
   void endOfInputAndErrors() {
     if (!haveBuiltin()) QSKIP("the built-in model is not installed here (scripts/bootstrap installs it)");
-    const Run empty = chat({}, "");
+    const CliRun empty = chat({}, "");
     QVERIFY2(empty.code == 0 && empty.out.isEmpty(), qPrintable(empty.err));
-    const Run unknown = chat({"--max-new-tokens", "2"}, "/frobnicate\n");
+    const CliRun unknown = chat({"--max-new-tokens", "2"}, "/frobnicate\n");
     QCOMPARE(unknown.code, 1);
     QVERIFY2(unknown.err.startsWith("servelab-cli: input error: unknown command /frobnicate") &&
                  unknown.err.count('\n') == 1,
              qPrintable(unknown.err));
-    const Run tooLong = chat({"--max-new-tokens", "100000"}, "Hi\n");
+    const CliRun tooLong = chat({"--max-new-tokens", "100000"}, "Hi\n");
     QCOMPARE(tooLong.code, 1);
     QVERIFY2(tooLong.err.contains("--max-new-tokens must be in [1, ") && tooLong.err.count('\n') == 1,
              qPrintable(tooLong.err));
-    const Run usage = chat({"--top-k", "5"}, "Hi\n");
+    const CliRun usage = chat({"--top-k", "5"}, "Hi\n");
     QCOMPARE(usage.code, 2);
     QVERIFY2(usage.err.contains("--top-k needs --temperature") && usage.err.count('\n') == 1,
              qPrintable(usage.err));
   }
 
   void modelWithoutATemplateCannotChat() {
-    const Run r = chat({"--demo"}, "Hi\n");
+    const CliRun r = chat({"--demo"}, "Hi\n");
     if (r.err.contains("tokenizer")) QSKIP("the GPT-2 tokenizer is not available (set SERVELAB_SHARED)");
     QCOMPARE(r.code, 1);
     QVERIFY2(r.err.contains("has no chat template, so it cannot chat") && r.err.count('\n') == 1,
@@ -143,24 +127,13 @@ class TestCliChat : public QObject {
 
   void colourOnlyOnATerminal() {
     if (!haveBuiltin()) QSKIP("the built-in model is not installed here (scripts/bootstrap installs it)");
-    const QString script = QStandardPaths::findExecutable("script");
-    if (script.isEmpty()) QSKIP("script(1) is not installed: no pseudo-terminal to run the CLI on");
     // Turns from a pipe, the answer onto the terminal script(1) gives.
     const QString command = QStringLiteral("printf 'Hi\\n' | '%1' chat --max-new-tokens 2").arg(SERVELAB_CLI);
-    auto onTerminal = [&](bool noColor) {
-      QProcess p;
-      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-      env.remove("NO_COLOR");
-      if (noColor) env.insert("NO_COLOR", "1");
-      p.setProcessEnvironment(env);
-      p.start(script, {"-qec", command, "/dev/null"});
-      p.waitForFinished(300000);
-      return std::make_pair(p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()));
-    };
-    const auto [code, coloured] = onTerminal(false);
+    const auto [code, coloured] = servelab::test::run_on_terminal(command, false);
+    if (code == -2) QSKIP("script(1) is not installed: no pseudo-terminal to run the CLI on");
     QCOMPARE(code, 0);
     QVERIFY2(coloured.contains(QChar(0x1b)), qPrintable(coloured));
-    const auto [code2, plain] = onTerminal(true);
+    const auto [code2, plain] = servelab::test::run_on_terminal(command, true);
     QCOMPARE(code2, 0);
     QVERIFY2(!plain.contains(QChar(0x1b)), qPrintable(plain));
   }

@@ -9,6 +9,7 @@
 
 #include "generate/conversation.h"
 #include "serve/request_parser.h"
+#include "test_support.h"
 #include "util/errors.h"
 
 using namespace servelab;
@@ -51,18 +52,7 @@ class ByteTokenizer : public Tokenizer {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// The InputError message fn throws; a marker when it throws none or another kind.
-template <typename F>
-std::string input_error(F&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not an InputError: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
+std::string input_error(const std::function<void()>& fn) { return test::error_of(ErrorKind::Input, fn); }
 
 Conversation three_exchanges() {
   Conversation c;
@@ -153,12 +143,8 @@ class TestConversation : public QObject {
     // A model without a chat template cannot chat.
     const ByteTokenizer plain("");
     c.add_user("c");
-    try {
-      fit_chat_prompt(plain, c, 1000, 10);
-      QFAIL("no error without a chat template");
-    } catch (const TokenizerError& e) {
-      QVERIFY(contains(e.what(), "no chat template"));
-    }
+    const std::string e = test::error_of(ErrorKind::Tokenizer, [&] { fit_chat_prompt(plain, c, 1000, 10); });
+    QVERIFY2(contains(e, "no chat template"), e.c_str());
   }
 
   void exportsAndImports() {
