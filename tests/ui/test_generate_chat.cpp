@@ -16,6 +16,7 @@
 
 #include "generate/chat_view.h"
 #include "generate_tab.h"
+#include "job_spy.h"
 #include "main_window.h"
 #include "tiny_model.h"
 
@@ -204,6 +205,37 @@ class TestGenerateChat : public QObject {
     // The transcript keeps every turn; only the prompt left some out.
     QCOMPARE(chat->transcriptRows().size(), 6);
     QCOMPARE(chat->transcriptRows().front(), QStringLiteral("user: The first question"));
+  }
+
+  void stopKeepsTheAnswerSoFar() {
+    auto w = chatWindow(tmp_.filePath(QStringLiteral("stop.ini")), 200);
+    QVERIFY(w);
+    GenerateTab* tab = generateTab(*w);
+    ChatView* chat = tab->chatView();
+    QVERIFY(tab->setChatMode(true));
+    chat->setConversation(servelab::Conversation());
+    // Stop as soon as the second token reaches the GUI.
+    int seen = 0;
+    onEveryJob(w->engine(), &EngineJob::token, w.get(), [&] {
+      if (++seen == 2) w->stopCurrent();
+    });
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    chat->setMessage(QStringLiteral("Tell me a long story"));
+    QVERIFY(tab->run());
+    QVERIFY(done.wait(kRunTimeoutMs));
+    if (done.front().at(0).toBool())
+      QSKIP("the tiny model wrote all its tokens before Stop reached the engine");
+    QVERIFY(tab->tokens().size() >= 2 && tab->tokens().size() < 200);
+    QString streamed;
+    for (const TokenInfo& t : tab->tokens()) streamed += t.piece;
+    QCOMPARE(chat->transcriptRows(), (QStringList{QStringLiteral("user: Tell me a long story"),
+                                                  QStringLiteral("assistant: ") + streamed}));
+    // What was written is the answer: Regenerate writes it again, whole this time.
+    tab->setMaxNewTokens(3);
+    QString why;
+    QVERIFY2(turn(tab, QString(), &why), qPrintable(why));
+    QCOMPARE(chat->transcriptRows().size(), 2);
+    QCOMPARE(tab->tokens().size(), tab->summary().generatedIds.size());
   }
 
   void modelWithoutATemplateCannotChat() {
