@@ -299,10 +299,16 @@ bool GenerateTab::runChat() {
 }
 
 bool GenerateTab::regenerate() {
+  const servelab::Conversation before = chatView_->conversation();
   if (!chatMode() || isRunning() || !chatView_->takeLastAnswer())
     return refuseRun(tr("there is no answer to generate again"));
+  // The answer is for the last user turn, not for a draft in the message box: the draft stays.
+  const QString draft = chatView_->message();
   chatView_->setMessage(QString());
-  return run();
+  const bool started = run();
+  chatView_->setMessage(draft);
+  if (!started) chatView_->setConversation(before);
+  return started;
 }
 
 bool GenerateTab::runPresetId(const QString& id) {

@@ -132,10 +132,13 @@ class TestGenerateChat : public QObject {
     QVERIFY(chat->droppedText().isEmpty());
     QCOMPARE(chat->templateText(), secondPrompt + second);
 
-    // Regenerate: the same prompt again, and greedy gives the same answer in the same place.
+    // Regenerate: the same prompt again, and greedy gives the same answer in the same place; a
+    // draft in the message box is neither sent nor lost.
+    chat->setMessage(QStringLiteral("a draft"));
     QVERIFY2(turn(tab, QString(), &why), qPrintable(why));
     QCOMPARE(chat->transcriptRows(), rows);
     QCOMPARE(tab->summary().promptText, secondPrompt);
+    QCOMPARE(chat->message(), QStringLiteral("a draft"));
 
     // Edit the first user turn and resend: the turns after it are gone.
     chat->editTurn(0);
