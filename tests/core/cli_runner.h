@@ -6,7 +6,7 @@
 #include <QStandardPaths>
 #include <QString>
 #include <QStringList>
-#include <utility>
+#include <optional>
 
 namespace servelab::test {
 
@@ -31,19 +31,26 @@ inline CliRun run_cli(const QString& program, const QStringList& args, const QBy
           QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
 }
 
-// shellCommand run by script(1) on a pseudo-terminal, NO_COLOR set or not: its exit code and what
-// the terminal showed; code -2 when script(1) is not installed.
-inline std::pair<int, QString> run_on_terminal(const QString& shellCommand, bool noColor) {
+// What is wrong with shellCommand's colour, run by script(1) on a pseudo-terminal: empty when its
+// output there has ANSI escapes and none once NO_COLOR is set, both runs exiting 0; nullopt when
+// script(1) is not installed (no pseudo-terminal to run it on).
+inline std::optional<QString> colour_problem_on_terminal(const QString& shellCommand) {
   const QString script = QStandardPaths::findExecutable("script");
-  if (script.isEmpty()) return {-2, QString()};
-  QProcess p;
-  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-  env.remove("NO_COLOR");
-  if (noColor) env.insert("NO_COLOR", "1");
-  p.setProcessEnvironment(env);
-  p.start(script, {"-qec", shellCommand, "/dev/null"});
-  p.waitForFinished(300000);
-  return {p.exitCode(), QString::fromUtf8(p.readAllStandardOutput())};
+  if (script.isEmpty()) return std::nullopt;
+  for (const bool noColor : {false, true}) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.remove("NO_COLOR");
+    if (noColor) env.insert("NO_COLOR", "1");
+    p.setProcessEnvironment(env);
+    p.start(script, {"-qec", shellCommand, "/dev/null"});
+    p.waitForFinished(300000);
+    const QString shown = QString::fromUtf8(p.readAllStandardOutput());
+    if (p.exitCode() != 0) return QStringLiteral("exit code %1: %2").arg(p.exitCode()).arg(shown);
+    if (shown.contains(QChar(0x1b)) == noColor)
+      return (noColor ? QStringLiteral("colour despite NO_COLOR: ") : QStringLiteral("no colour: ")) + shown;
+  }
+  return QString();
 }
 
 }  // namespace servelab::test

@@ -9,6 +9,7 @@
 
 #include "generate/conversation.h"
 #include "serve/request_parser.h"
+#include "smollm2_chat_template.h"
 #include "test_support.h"
 #include "util/errors.h"
 
@@ -16,15 +17,6 @@ using namespace servelab;
 using nlohmann::json;
 
 namespace {
-
-// SmolLM2-135M-Instruct's template (ChatML with a default system message).
-const std::string kSmolTemplate =
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' "
-    "}}"
-    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% "
-    "endfor "
-    "%}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 class ByteTokenizer : public Tokenizer {
  public:
@@ -74,7 +66,7 @@ class TestConversation : public QObject {
 
  private Q_SLOTS:
   void formatsAsTheServerDoes() {
-    const ByteTokenizer tok(kSmolTemplate);
+    const ByteTokenizer tok(test::kSmolLM2ChatTemplate);
     for (bool with_system : {true, false}) {
       Conversation c = three_exchanges();
       if (!with_system) c.system.clear();
@@ -99,7 +91,7 @@ class TestConversation : public QObject {
   }
 
   void leavesOutTheOldestExchangesWhenTheContextIsFull() {
-    const ByteTokenizer tok(kSmolTemplate);
+    const ByteTokenizer tok(test::kSmolLM2ChatTemplate);
     const Conversation c = three_exchanges();
     const auto full = static_cast<int64_t>(fit_chat_prompt(tok, c, 100000, 0).ids.size());
     const int64_t answer = 10;
@@ -138,7 +130,7 @@ class TestConversation : public QObject {
     QVERIFY(c.awaiting_answer());
     QVERIFY(contains(input_error([&] { c.add_user("b"); }), "already ends with a user turn"));
     c.add_assistant("b");
-    const ByteTokenizer tok(kSmolTemplate);
+    const ByteTokenizer tok(test::kSmolLM2ChatTemplate);
     QVERIFY(contains(input_error([&] { fit_chat_prompt(tok, c, 1000, 10); }), "must end with a user turn"));
     // A model without a chat template cannot chat.
     const ByteTokenizer plain("");

@@ -279,20 +279,14 @@ class TestGenerateChat : public QObject {
       QSettings s(settings, QSettings::IniFormat);
       s.setValue(QStringLiteral("generate/maxNewTokens"), 3);
     }
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
-    p.setProcessEnvironment(env);
-    p.start(QStringLiteral(SERVELAB_GUI),
-            {QStringLiteral("--settings"), settings, QStringLiteral("--model"), chatModel_,
-             QStringLiteral("--tab"), QStringLiteral("generate"), QStringLiteral("--run"),
-             QStringLiteral("--preset"), QStringLiteral("chat"), QStringLiteral("--report"), report});
-    QVERIFY(p.waitForFinished(kRunTimeoutMs));
-    QVERIFY2(p.exitCode() == 0, p.readAll().constData());
-    QFile f(report);
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    const QJsonObject o = QJsonDocument::fromJson(f.readAll()).object();
+    QString failure;
+    const QJsonObject o =
+        runScriptedReport(QStringLiteral(SERVELAB_GUI),
+                          {QStringLiteral("--settings"), settings, QStringLiteral("--model"), chatModel_,
+                           QStringLiteral("--tab"), QStringLiteral("generate"), QStringLiteral("--run"),
+                           QStringLiteral("--preset"), QStringLiteral("chat")},
+                          report, kRunTimeoutMs, &failure);
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
     QVERIFY(o.value(QStringLiteral("ok")).toBool());
     const QJsonArray messages = o.value(QStringLiteral("messages")).toArray();
     QCOMPARE(messages.size(), 4);
