@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_chat.h"
 #include "cli_roofline.h"
 #include "cli_serve.h"
 #include "cli_speculative.h"
@@ -1186,6 +1187,9 @@ int main(int argc, char** argv) {
                   "serve the prompts by continuous batching: requests running at once");
   gen->add_option("--kv", gargs.kv, "with continuous batching: paged (default) or slot KV");
   gargs.speculative.add_to(gen);
+  ChatCommand chat;
+  chat.add_to(&app);
+  margs.add_to(chat.cmd);
 
   auto* bench = app.add_subcommand("bench", "Timing experiments, as JSON");
   bench->require_subcommand(1);
@@ -1473,6 +1477,9 @@ int main(int argc, char** argv) {
     if (*info) return cmd_info(margs);
     if (*tokenize) return cmd_tokenize(tok_dir, tok_model, tok_demo, tok_json, tok_texts);
     if (*gen) return cmd_generate(margs, gargs);
+    if (*chat.cmd)
+      return chat.run(*margs.load(), std::cin, std::cout, std::cerr, isatty(STDIN_FILENO) == 1,
+                      colour_output());
     if (*bench_kv) return cmd_bench_kv(margs, kv, kv_json);
     if (*bench_sweep)
       return cmd_bench_sweep(margs, sw, sizes, bench_sweep->count("--batch-sizes") > 0, sw_json);

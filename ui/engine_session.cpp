@@ -110,6 +110,26 @@ QString readableToken(const servelab::Engine& engine, int id) {
   return text;
 }
 
+namespace {
+
+// The tab's summary of one generated sequence from promptText.
+GenerateSummary summarizeRun(const std::string& promptText, const servelab::GenerateResult& g) {
+  const servelab::GeneratedSequence& seq = g.sequences.front();
+  GenerateSummary s;
+  for (int32_t id : seq.prompt_ids) s.promptIds.push_back(id);
+  for (int32_t id : seq.generated_ids) s.generatedIds.push_back(id);
+  s.promptText = QString::fromStdString(promptText);
+  s.text = QString::fromStdString(seq.text);
+  for (double ms : g.step_ms) s.stepMs.push_back(ms);
+  s.totalMs = g.total_ms;
+  s.ttftMs = s.stepMs.isEmpty() ? 0 : s.stepMs.front();
+  s.decodeTokensPerSecond = decodeTokensPerSecond(s.stepMs);
+  s.finishReason = QString::fromStdString(seq.finish_reason);
+  return s;
+}
+
+}  // namespace
+
 GenerateSummary generateText(const servelab::Engine& engine, const GenerateRequest& request,
                              servelab::GenerationSink* sink, const std::atomic<bool>* cancel) {
   noteEngineCall();
@@ -120,18 +140,22 @@ GenerateSummary generateText(const servelab::Engine& engine, const GenerateReque
                                : request.prompt.toStdString();
   const std::vector<int32_t> ids = servelab::encode_prompt(engine.tokenizer(), text);
   if (ids.empty()) throw servelab::InputError("the prompt is empty: type at least one character");
-  const servelab::GenerateResult g = servelab::generate(engine.model(), engine.tokenizer(), {ids}, o, sink);
-  const servelab::GeneratedSequence& seq = g.sequences.front();
-  GenerateSummary s;
-  for (int32_t id : seq.prompt_ids) s.promptIds.push_back(id);
-  for (int32_t id : seq.generated_ids) s.generatedIds.push_back(id);
-  s.promptText = QString::fromStdString(text);
-  s.text = QString::fromStdString(seq.text);
-  for (double ms : g.step_ms) s.stepMs.push_back(ms);
-  s.totalMs = g.total_ms;
-  s.ttftMs = s.stepMs.isEmpty() ? 0 : s.stepMs.front();
-  s.decodeTokensPerSecond = decodeTokensPerSecond(s.stepMs);
-  s.finishReason = QString::fromStdString(seq.finish_reason);
+  return summarizeRun(text, servelab::generate(engine.model(), engine.tokenizer(), {ids}, o, sink));
+}
+
+ChatTurnSummary chatTurn(const servelab::Engine& engine, const ChatTurnRequest& request,
+                         servelab::GenerationSink* sink, const std::atomic<bool>* cancel) {
+  noteEngineCall();
+  servelab::GenerateOptions o = request.options;
+  o.cancel = cancel;
+  const servelab::ChatPrompt prompt = servelab::fit_chat_prompt(engine.tokenizer(), request.conversation,
+                                                                engine.shape().context, o.max_new_tokens);
+  ChatTurnSummary s;
+  s.generation = summarizeRun(prompt.text,
+                              servelab::generate(engine.model(), engine.tokenizer(), {prompt.ids}, o, sink));
+  s.context = prompt.context;
+  s.droppedExchanges = prompt.dropped_exchanges;
+  s.droppedNote = QString::fromStdString(prompt.dropped_note());
   return s;
 }
 

@@ -40,6 +40,10 @@ QString readableToken(const servelab::Engine& engine, int id);
 // Generates request.prompt's continuation, each token through sink.
 GenerateSummary generateText(const servelab::Engine& engine, const GenerateRequest& request,
                              servelab::GenerationSink* sink, const std::atomic<bool>* cancel);
+// Answers the conversation's last user turn (fitted to the context, request.options.max_new_tokens
+// kept free for the answer), each token through sink.
+ChatTurnSummary chatTurn(const servelab::Engine& engine, const ChatTurnRequest& request,
+                         servelab::GenerationSink* sink, const std::atomic<bool>* cancel);
 // The padded tensors of a static batch, each real token as readable text.
 servelab::PaddedPrompts padPrompts(const servelab::Engine& engine, const QStringList& prompts);
 // Results' token pieces as readable tokens (the Generate tab's way), not vocabulary spellings.

@@ -16,6 +16,7 @@
 #include "experiments/speculative.h"
 #include "experiments/sync_vs_continuous.h"
 #include "generate/continuous_batching.h"
+#include "generate/conversation.h"
 #include "generate/generation.h"
 
 namespace servelab::ui {
@@ -87,6 +88,20 @@ struct GenerateSummary {
   double decodeTokensPerSecond = 0;  // tokens after the first over their summed step time
   QString finishReason;
   bool cancelled = false;
+};
+
+// One chat turn: the conversation, ending with the user turn to answer, in the model's own chat
+// template; the oldest exchanges are left out when it outgrows the context (fit_chat_prompt).
+struct ChatTurnRequest {
+  servelab::Conversation conversation;
+  servelab::GenerateOptions options;  // options.cancel is set by the worker
+};
+
+struct ChatTurnSummary {
+  GenerateSummary generation;  // promptText: the template's text of the turns the model read
+  qint64 context = 0;          // the model's context, in tokens
+  qint64 droppedExchanges = 0;
+  QString droppedNote;  // what the context policy left out, in words; empty when nothing
 };
 
 // One step of a speculative run as the tab shows it: what the drafter proposed, how many of them

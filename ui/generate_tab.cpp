@@ -8,11 +8,14 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QJsonArray>
+#include <QJsonDocument>
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRadioButton>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QTextCursor>
@@ -23,6 +26,7 @@
 #include "engine_controller.h"
 #include "engine_session.h"
 #include "form_widgets.h"
+#include "generate/chat_view.h"
 
 namespace servelab::ui {
 
@@ -78,6 +82,18 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
 
   connect(mode_, &QComboBox::currentIndexChanged, this, &GenerateTab::updateSamplingEnabled);
 
+  singleMode_ = new QRadioButton(tr("Single prompt"), this);
+  singleMode_->setObjectName(QStringLiteral("generateSingleMode"));
+  singleMode_->setChecked(true);
+  chatMode_ = new QRadioButton(tr("Chat"), this);
+  chatMode_->setObjectName(QStringLiteral("generateChatMode"));
+  connect(chatMode_, &QRadioButton::toggled, this, &GenerateTab::updateMode);
+  chatView_ = new ChatView(this);
+  chatView_->setObjectName(QStringLiteral("generateChatView"));
+  connect(chatView_, &ChatView::sendRequested, this, [this] { run(); });
+  connect(chatView_, &ChatView::regenerateRequested, this, [this] { regenerate(); });
+  connect(chatView_, &ChatView::tokenClicked, this, &GenerateTab::inspectStep);
+
   auto* form = new QFormLayout;
   form->addRow(tr("Max new tokens"), maxTokens_);
   form->addRow(tr("Decoding"), mode_);
@@ -87,6 +103,11 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   form->addRow(tr("Seed"), seed_);
   form->addRow(QString(), stopAtEos_);
   form->addRow(QString(), chat_);
+  auto* modeRow = new QHBoxLayout;
+  modeRow->addWidget(new QLabel(tr("Mode"), this));
+  modeRow->addWidget(singleMode_);
+  modeRow->addWidget(chatMode_);
+  modeRow->addStretch();
   QHBoxLayout* buttons = makeRunButtons(QStringLiteral("generate"), tr("Generate (Ctrl+Return)"));
   auto* settingsBox = new QGroupBox(tr("Settings"), this);
   auto* sv = new QVBoxLayout(settingsBox);
@@ -141,29 +162,37 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   auto* ov = new QVBoxLayout(outputBox);
   ov->setContentsMargins(0, 0, 0, 0);
   ov->addWidget(caveat_);
-  ov->addWidget(output_, 1);
+  outputPages_ = new QStackedWidget(this);
+  outputPages_->addWidget(output_);
+  outputPages_->addWidget(chatView_);
+  ov->addWidget(outputPages_, 1);
   ov->addWidget(metrics_);
 
   auto* left = new QWidget(this);
   auto* lv = new QVBoxLayout(left);
   lv->setContentsMargins(0, 0, 0, 0);
-  lv->addWidget(new QLabel(tr("Prompt"), this));
-  lv->addWidget(prompt_);
+  lv->addLayout(modeRow);
+  promptBox_ = new QWidget(this);
+  auto* pv = new QVBoxLayout(promptBox_);
+  pv->setContentsMargins(0, 0, 0, 0);
+  pv->addWidget(new QLabel(tr("Prompt"), this));
+  pv->addWidget(prompt_);
+  lv->addWidget(promptBox_);
   lv->addWidget(settingsBox);
   lv->addWidget(tokenTable_, 1);
 
   auto* charts = new QSplitter(Qt::Horizontal, this);
   charts->addWidget(topChart_);
   charts->addWidget(latencyChart_);
-  auto* right = new QSplitter(Qt::Vertical, this);
-  right->addWidget(outputBox);
-  right->addWidget(charts);
-  right->setStretchFactor(0, 2);
-  right->setStretchFactor(1, 3);
+  right_ = new QSplitter(Qt::Vertical, this);
+  right_->addWidget(outputBox);
+  right_->addWidget(charts);
+  right_->setStretchFactor(0, 2);
+  right_->setStretchFactor(1, 3);
 
   auto* split = new QSplitter(Qt::Horizontal, this);
   split->addWidget(left);
-  split->addWidget(right);
+  split->addWidget(right_);
   split->setStretchFactor(0, 1);
   split->setStretchFactor(1, 3);
   auto* layout = new QVBoxLayout(this);
@@ -174,6 +203,26 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   flushTimer_->setInterval(100);
   connect(flushTimer_, &QTimer::timeout, this, &GenerateTab::flushTokens);
   updateSamplingEnabled();
+  updateMode();
+}
+
+void GenerateTab::updateMode() {
+  const bool chat = chatMode();
+  promptBox_->setVisible(!chat);
+  chat_->setVisible(!chat);  // chat mode always formats with the template
+  outputPages_->setCurrentIndex(chat ? 1 : 0);
+  // A conversation needs more height than one output; the charts keep the rest (proportions: the
+  // splitter scales them to its height).
+  right_->setSizes(chat ? QList<int>{3, 2} : QList<int>{2, 3});
+  if (runButton_) runButton_->setText(chat ? tr("Send (Ctrl+Return)") : tr("Generate (Ctrl+Return)"));
+}
+
+bool GenerateTab::chatMode() const { return chatMode_->isChecked(); }
+
+bool GenerateTab::setChatMode(bool chat) {
+  if (chat && !chatMode_->isEnabled()) return false;
+  (chat ? chatMode_ : singleMode_)->setChecked(true);
+  return true;
 }
 
 void GenerateTab::updateSamplingEnabled() {
@@ -194,6 +243,11 @@ void GenerateTab::setModel(const ModelSummary& model) {
   caveat_->setText(model.caveat.isEmpty() ? QString() : tr("Built-in demo model: %1.").arg(model.caveat));
   caveat_->setVisible(!model.caveat.isEmpty());
   chat_->setEnabled(!model.chatFamily.isEmpty());
+  chatMode_->setEnabled(!model.chatFamily.isEmpty());
+  chatMode_->setToolTip(model.chatFamily.isEmpty()
+                            ? tr("This model has no chat template we recognise, so it cannot chat")
+                            : tr("A conversation in the model's %1 chat template").arg(model.chatFamily));
+  if (model.chatFamily.isEmpty()) singleMode_->setChecked(true);
   chat_->setToolTip(model.chatFamily.isEmpty()
                         ? tr("This model has no chat template we recognise")
                         : tr("Format the prompt with the model's %1 chat template before generating")
@@ -201,26 +255,76 @@ void GenerateTab::setModel(const ModelSummary& model) {
   for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
 }
 
+servelab::GenerateOptions GenerateTab::options() const {
+  servelab::GenerateOptions o;
+  o.max_new_tokens = maxTokens_->value();
+  o.sampling.greedy = mode_->currentIndex() == 0;
+  o.sampling.temperature = temperature_->value();
+  o.sampling.top_k = topK_->value();
+  o.sampling.top_p = topP_->value();
+  o.sampling.seed = static_cast<std::uint64_t>(seed_->value());
+  o.stop_at_eos = stopAtEos_->isChecked();
+  o.report_top = 10;
+  return o;
+}
+
 bool GenerateTab::run() {
+  if (chatMode()) return runChat();
   GenerateRequest r;
   r.prompt = prompt_->toPlainText();
   r.chat = chat_->isEnabled() && chat_->isChecked();
-  r.options.max_new_tokens = maxTokens_->value();
-  r.options.sampling.greedy = mode_->currentIndex() == 0;
-  r.options.sampling.temperature = temperature_->value();
-  r.options.sampling.top_k = topK_->value();
-  r.options.sampling.top_p = topP_->value();
-  r.options.sampling.seed = static_cast<std::uint64_t>(seed_->value());
-  r.options.stop_at_eos = stopAtEos_->isChecked();
-  r.options.report_top = 10;
+  r.options = options();
   EngineJob* job = engine_->submit(
       tr("generation"), [r](JobContext& c) { return generateText(c.engine(), r, c.tokens(), c.cancel()); });
   if (!job) return false;
-  connect(job, &EngineJob::token, this, &GenerateTab::onToken);
   job->onResult<GenerateSummary>(this, [this](const GenerateSummary& s) { onFinished(s); });
+  startRun(job, r.prompt);
+  return true;
+}
+
+bool GenerateTab::runChat() {
+  QString why;
+  const std::optional<servelab::Conversation> conversation = chatView_->outgoing(&why);
+  if (!conversation) return refuseRun(why);
+  ChatTurnRequest r;
+  r.conversation = *conversation;
+  r.options = options();
+  EngineJob* job = engine_->submit(
+      tr("chat turn"), [r](JobContext& c) { return chatTurn(c.engine(), r, c.tokens(), c.cancel()); });
+  if (!job) return false;
+  job->onResult<ChatTurnSummary>(this, [this](const ChatTurnSummary& s) { onChatFinished(s); });
+  chatView_->beginAnswer(r.conversation);
+  startRun(job, QString::fromStdString(r.conversation.turns.back().content));
+  return true;
+}
+
+bool GenerateTab::regenerate() {
+  const servelab::Conversation before = chatView_->conversation();
+  if (!chatMode() || isRunning() || !chatView_->takeLastAnswer())
+    return refuseRun(tr("there is no answer to generate again"));
+  // The answer is for the last user turn, not for a draft in the message box: the draft stays.
+  const QString draft = chatView_->message();
+  chatView_->setMessage(QString());
+  const bool started = run();
+  chatView_->setMessage(draft);
+  if (!started) chatView_->setConversation(before);
+  return started;
+}
+
+bool GenerateTab::runPresetId(const QString& id) {
+  if (id != QLatin1String("chat")) return ExperimentTab::runPresetId(id);
+  if (!setChatMode(true)) return refuseRun(tr("the chat preset needs a model with a chat template"));
+  chatView_->setConversation(servelab::Conversation());
+  queuedTurns_ = {tr("What is deep learning?"), tr("Give me one example of it in everyday life.")};
+  chatView_->setMessage(queuedTurns_.takeFirst());
+  return run();
+}
+
+void GenerateTab::startRun(EngineJob* job, const QString& shownPrompt) {
+  connect(job, &EngineJob::token, this, &GenerateTab::onToken);
   connect(job, &EngineJob::failed, this, &GenerateTab::onFailed);
-  runStarted();
-  lastPrompt_ = r.prompt;
+  if (!isRunning()) runStarted();
+  lastPrompt_ = shownPrompt;
   lastError_.clear();
   tokens_.clear();
   drawn_ = 0;
@@ -233,9 +337,8 @@ bool GenerateTab::run() {
   QTextCursor c(output_->document());
   QTextCharFormat promptFormat;
   promptFormat.setForeground(palette().color(QPalette::PlaceholderText));
-  c.insertText(r.prompt, promptFormat);
+  c.insertText(shownPrompt, promptFormat);
   metrics_->setText(tr("Generating…"));
-  return true;
 }
 
 void GenerateTab::onToken(const TokenInfo& t) {
@@ -271,7 +374,10 @@ void GenerateTab::drawToken(qsizetype step) {
                              : (dark ? QColor(0x22, 0x30, 0x3c) : QColor(0xf3, 0xf8, 0xfd)));
     f.setToolTip(
         tr("step %1 · id %2 · %3 · %4 ms").arg(step).arg(t.id).arg(t.display).arg(t.stepMs, 0, 'f', 2));
-    c.insertText(t.piece, f);
+    if (chatMode())
+      chatView_->appendAnswer(t.piece, f);
+    else
+      c.insertText(t.piece, f);
   }
   const int row = tokenTable_->rowCount();
   tokenTable_->insertRow(row);
@@ -317,6 +423,27 @@ void GenerateTab::onFinished(const GenerateSummary& s) {
     f.setToolTip(tr("bytes of an unfinished UTF-8 character at the end of the output"));
     c.insertText(s.text.mid(streamed.size()), f);
   }
+  showMetrics(s);
+  runEnded(true, QString());
+}
+
+void GenerateTab::onChatFinished(const ChatTurnSummary& s) {
+  flushTokens();
+  summary_ = s.generation;
+  chatView_->endAnswer(s.generation.text, s.generation.promptText, s.generation.promptIds.size(),
+                       s.generation.generatedIds.size(), s.context, s.droppedNote);
+  showMetrics(s.generation);
+  if (!queuedTurns_.isEmpty()) {
+    chatView_->setMessage(queuedTurns_.takeFirst());
+    if (runChat()) return;
+    queuedTurns_.clear();
+    runEnded(false, refusal());
+    return;
+  }
+  runEnded(true, QString());
+}
+
+void GenerateTab::showMetrics(const GenerateSummary& s) {
   const qsizetype n = s.generatedIds.size();
   metrics_->setText(
       tr("<b>Time to first token</b> %1 ms &nbsp;·&nbsp; <b>decode</b> %2 tokens/s &nbsp;·&nbsp; "
@@ -328,13 +455,23 @@ void GenerateTab::onFinished(const GenerateSummary& s) {
           .arg(s.finishReason == QLatin1String("eos")    ? tr("end of text")
                : s.finishReason == QLatin1String("stop") ? tr("stop string")
                                                          : tr("max new tokens")));
-  runEnded(true, QString());
 }
 
 void GenerateTab::onFailed(const QString& kind, const QString& message) {
   flushTokens();
   lastError_ = message;
+  queuedTurns_.clear();
   summary_.cancelled = kind == QLatin1String("cancelled");
+  if (chatMode()) {
+    // Stopped: what was written is the answer (Regenerate writes it again). Failed: the turn goes
+    // back into the message box, to change and send again.
+    QString partial;
+    for (const TokenInfo& t : tokens_) partial += t.piece;
+    if (summary_.cancelled)
+      chatView_->endAnswer(partial, QString(), 0, tokens_.size(), 0, QString());
+    else
+      chatView_->answerFailed();
+  }
   summary_.promptText = lastPrompt_;
   for (const TokenInfo& t : tokens_) {
     summary_.generatedIds.push_back(t.id);
@@ -363,6 +500,11 @@ QJsonObject GenerateTab::lastResult() const {
   o[QStringLiteral("finish_reason")] =
       summary_.cancelled ? QStringLiteral("cancelled") : summary_.finishReason;
   if (!lastError_.isEmpty()) o[QStringLiteral("error")] = lastError_;
+  if (chatMode())
+    o[QStringLiteral("messages")] =
+        QJsonDocument::fromJson(
+            QByteArray::fromStdString(servelab::conversation_to_json(chatView_->conversation()).dump()))
+            .array();
   return o;
 }
 
@@ -378,6 +520,16 @@ void GenerateTab::loadSettings(QSettings& s) {
   loadSpin(s, QStringLiteral("seed"), seed_);
   loadCheck(s, QStringLiteral("stopAtEos"), stopAtEos_);
   loadCheck(s, QStringLiteral("chat"), chat_);
+  // The conversation of the last session, as OpenAI messages; one that does not read is reported.
+  if (const auto text = settingString(s, QStringLiteral("chatConversation")); text && !text->isEmpty()) {
+    try {
+      chatView_->setConversation(servelab::conversation_from_json_text(text->toStdString()));
+    } catch (const servelab::Error& e) {
+      reportSetting(s, QStringLiteral("chatConversation"), text->left(40),
+                    tr("is not a conversation: %1").arg(QString::fromUtf8(e.what())));
+    }
+  }
+  if (const auto chat = settingBool(s, QStringLiteral("chatMode"))) setChatMode(*chat);
   s.endGroup();
   updateSamplingEnabled();
 }
@@ -393,6 +545,9 @@ void GenerateTab::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("seed"), seed_->value());
   s.setValue(QStringLiteral("stopAtEos"), stopAtEos_->isChecked());
   s.setValue(QStringLiteral("chat"), chat_->isChecked());
+  s.setValue(QStringLiteral("chatMode"), chatMode());
+  s.setValue(QStringLiteral("chatConversation"),
+             QString::fromStdString(servelab::conversation_to_json(chatView_->conversation()).dump()));
   s.endGroup();
 }
 

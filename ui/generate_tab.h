@@ -1,7 +1,9 @@
 #pragma once
 // Generate: a prompt, greedy or sampling, tokens streamed into the output as they are made (each
 // one inspectable), the top-10 next-token probabilities of the current step, step latencies, and
-// time to first token / decode tokens per second / total time under the output.
+// time to first token / decode tokens per second / total time under the output. In chat mode the
+// output is a conversation (generate/chat_view.h) whose every answer streams and inspects the same
+// way.
 #include <QVector>
 
 #include "experiment_tab.h"
@@ -11,12 +13,18 @@ class QSpinBox;
 class QDoubleSpinBox;
 class QComboBox;
 class QCheckBox;
+class QRadioButton;
+class QSplitter;
+class QStackedWidget;
 class QLabel;
 class QTextBrowser;
 class QTableWidget;
 class QTimer;
 
 namespace servelab::ui {
+
+class ChatView;
+class EngineJob;
 
 class GenerateTab : public ExperimentTab {
   Q_OBJECT
@@ -32,11 +40,20 @@ class GenerateTab : public ExperimentTab {
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  // "chat": a two-turn conversation from a new chat (the chat screenshot).
+  QStringList presetIds() const override { return {QStringLiteral("chat")}; }
+  bool runPresetId(const QString& id) override;
 
   // For tests and scripts.
   void setPrompt(const QString& prompt);
   void setMaxNewTokens(int n);
   void setGreedy(bool greedy);
+  // Chat mode (false: single prompt); refused (false) when the model has no chat template.
+  bool setChatMode(bool chat);
+  bool chatMode() const;
+  ChatView* chatView() const { return chatView_; }
+  // Generates the last answer of the conversation again.
+  bool regenerate();
   const QVector<TokenInfo>& tokens() const { return tokens_; }
   const GenerateSummary& summary() const { return summary_; }
   QString outputText() const;
@@ -45,6 +62,12 @@ class GenerateTab : public ExperimentTab {
   void inspectStep(qsizetype step);
 
  private:
+  bool runChat();
+  servelab::GenerateOptions options() const;
+  void startRun(EngineJob* job, const QString& shownPrompt);
+  void onChatFinished(const ChatTurnSummary& summary);
+  void showMetrics(const GenerateSummary& s);
+  void updateMode();
   void onToken(const TokenInfo& token);
   void flushTokens();
   void drawToken(qsizetype step);
@@ -52,6 +75,13 @@ class GenerateTab : public ExperimentTab {
   void onFailed(const QString& kind, const QString& message);
   void updateSamplingEnabled();
 
+  QRadioButton* singleMode_;
+  QRadioButton* chatMode_;
+  QWidget* promptBox_;
+  QStackedWidget* outputPages_;
+  QSplitter* right_;
+  ChatView* chatView_;
+  QStringList queuedTurns_;  // a preset's turns still to send, each after the answer before it
   QPlainTextEdit* prompt_;
   QSpinBox* maxTokens_;
   QComboBox* mode_;

@@ -498,12 +498,7 @@ class Parser {
   std::string chat_text(const std::vector<ChatMessage>& chat, bool add_generation_prompt) {
     if (tokenizer_.chat_template().empty())
       throw validation("the model has no chat template: use /v1/completions with plain text");
-    auto spelling = [&](std::optional<int32_t> id) {
-      return id ? tokenizer_.token_bytes(*id) : std::string();
-    };
-    const ChatTemplate tmpl = ChatTemplate::from_jinja(
-        tokenizer_.chat_template(), spelling(tokenizer_.bos_id()), spelling(tokenizer_.eos_id()));
-    return tmpl.format(chat, add_generation_prompt);
+    return chat_prompt(tokenizer_, chat, add_generation_prompt);
   }
 
   // A JSON constraint: schema (a JSON Schema object) or, when null, any JSON.

@@ -1,6 +1,5 @@
 #include "tokenizer/prompt.h"
 
-#include "tokenizer/chat_template.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -20,8 +19,8 @@ std::vector<int32_t> tokens_of_length(const Tokenizer& tokenizer, const std::str
   return out;
 }
 
-std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_message,
-                        const std::string& system_message) {
+std::string chat_prompt(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt) {
   if (tokenizer.chat_template().empty())
     throw TokenizerError(
         "the model has no chat template (tokenizer_config.json chat_template or GGUF "
@@ -29,10 +28,15 @@ std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_mess
   auto spelling = [&](std::optional<int32_t> id) { return id ? tokenizer.token_bytes(*id) : std::string(); };
   const ChatTemplate chat = ChatTemplate::from_jinja(tokenizer.chat_template(), spelling(tokenizer.bos_id()),
                                                      spelling(tokenizer.eos_id()));
+  return chat.format(messages, add_generation_prompt);
+}
+
+std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_message,
+                        const std::string& system_message) {
   std::vector<ChatMessage> messages;
   if (!system_message.empty()) messages.push_back({"system", system_message});
   messages.push_back({"user", user_message});
-  return chat.format(messages, true);
+  return chat_prompt(tokenizer, messages);
 }
 
 }  // namespace servelab

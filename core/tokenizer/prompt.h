@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
@@ -22,5 +23,10 @@ std::vector<int32_t> tokens_of_length(const Tokenizer& tokenizer, const std::str
 // that is not recognised (never a silent ChatML).
 std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_message,
                         const std::string& system_message = "");
+// These messages in the tokenizer's chat template, ending where the assistant's answer begins when
+// add_generation_prompt: the one formatting of the server's chat routes, the Generate tab's chat and
+// `servelab-cli chat`. The same errors as above, and the template's own for messages it refuses.
+std::string chat_prompt(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt = true);
 
 }  // namespace servelab

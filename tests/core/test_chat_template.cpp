@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "smollm2_chat_template.h"
 #include "tokenizer/chat_template.h"
 #include "util/errors.h"
 
@@ -52,14 +53,6 @@ std::string printable(const std::string& s) {
   }
   return out;
 }
-
-const std::string kSmolTemplate =
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' "
-    "}}"
-    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% "
-    "endfor "
-    "%}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 }  // namespace
 
@@ -127,7 +120,8 @@ class TestChatTemplate : public QObject {
   }
 
   void default_system_is_read_from_the_template() {
-    const ChatTemplate smol = ChatTemplate::from_jinja(kSmolTemplate, "<|im_start|>", "<|im_end|>");
+    const ChatTemplate smol =
+        ChatTemplate::from_jinja(test::kSmolLM2ChatTemplate, "<|im_start|>", "<|im_end|>");
     QCOMPARE(smol.family(), ChatFamily::ChatML);
     QCOMPARE(smol.default_system(),
              std::string("You are a helpful AI assistant named SmolLM, trained by Hugging Face"));
@@ -206,7 +200,7 @@ class TestChatTemplate : public QObject {
   }
 
   void bad_messages_are_input_errors() {
-    const ChatTemplate smol = ChatTemplate::from_jinja(kSmolTemplate, "", "");
+    const ChatTemplate smol = ChatTemplate::from_jinja(test::kSmolLM2ChatTemplate, "", "");
     std::string e = error_of([&] { smol.format({}); });
     QVERIFY2(e.starts_with("input error: ") && contains(e, "no messages"), e.c_str());
     e = error_of([&] { smol.format({{"user", "bad \xFF utf-8"}}); });

@@ -356,26 +356,11 @@ class TestCli : public QObject {
   }
 
   void colour_on_a_terminal_unless_no_color() {
-    const QString script = QStandardPaths::findExecutable("script");
-    if (script.isEmpty()) QSKIP("script(1) is not installed: no pseudo-terminal to run the CLI on");
     const QString command =
         QStringLiteral("'%1' generate --demo --prompt Hello --max-new-tokens 3").arg(SERVELAB_CLI);
-    auto run_on_terminal = [&](bool no_color) {
-      QProcess p;
-      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-      env.remove("NO_COLOR");
-      if (no_color) env.insert("NO_COLOR", "1");
-      p.setProcessEnvironment(env);
-      p.start(script, {"-qec", command, "/dev/null"});
-      p.waitForFinished(300000);
-      return std::make_pair(p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()));
-    };
-    const auto [code, coloured] = run_on_terminal(false);
-    QCOMPARE(code, 0);
-    QVERIFY2(coloured.contains(QChar(0x1b)), qPrintable(coloured));
-    const auto [code2, plain] = run_on_terminal(true);
-    QCOMPARE(code2, 0);
-    QVERIFY2(!plain.contains(QChar(0x1b)), qPrintable(plain));
+    const std::optional<QString> problem = servelab::test::colour_problem_on_terminal(command);
+    if (!problem) QSKIP("script(1) is not installed: no pseudo-terminal to run the CLI on");
+    QVERIFY2(problem->isEmpty(), qPrintable(*problem));
   }
 
   void help_names_the_models_it_runs() {

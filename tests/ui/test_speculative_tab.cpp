@@ -184,19 +184,13 @@ class TestSpeculativeTab : public QObject {
       s.setValue(QStringLiteral("speculative/newTokens"), 8);
       s.setValue(QStringLiteral("speculative/prompt"), QStringLiteral("a b c a b c a b c a b"));
     }
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
-    p.setProcessEnvironment(env);
-    p.start(QStringLiteral(SERVELAB_GUI), {QStringLiteral("--settings"), settings, QStringLiteral("--model"),
-                                           tiny_, QStringLiteral("--tab"), QStringLiteral("speculative"),
-                                           QStringLiteral("--run"), QStringLiteral("--report"), report});
-    QVERIFY(p.waitForFinished(kRunTimeoutMs));
-    QVERIFY2(p.exitCode() == 0, p.readAll().constData());
-    QFile f(report);
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    const QJsonObject o = QJsonDocument::fromJson(f.readAll()).object();
+    QString failure;
+    const QJsonObject o =
+        runScriptedReport(QStringLiteral(SERVELAB_GUI),
+                          {QStringLiteral("--settings"), settings, QStringLiteral("--model"), tiny_,
+                           QStringLiteral("--tab"), QStringLiteral("speculative"), QStringLiteral("--run")},
+                          report, kRunTimeoutMs, &failure);
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
     QVERIFY(o.value(QStringLiteral("ok")).toBool());
     QCOMPARE(o.value(QStringLiteral("experiment")).toString(), QStringLiteral("speculative-decoding"));
     QCOMPARE(o.value(QStringLiteral("method")).toString(), QStringLiteral("ngram"));

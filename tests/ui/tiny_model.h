@@ -1,6 +1,10 @@
 #pragma once
 // The tiny random GPT-2 folder (32 wide, the real GPT-2 tokenizer) that the UI suites load: written
 // once per suite into its temporary folder; and a window with it loaded.
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QString>
@@ -35,6 +39,29 @@ inline std::unique_ptr<MainWindow> windowWithModel(const QString& settingsPath, 
   w->loadFolder(folder);
   if (!ready.wait(timeoutMs)) return nullptr;
   return w;
+}
+
+// The app run as a script would (--run and friends in args, --report reportPath added) on the
+// offscreen platform, and the report it wrote; an empty object, with *failure saying why, when it
+// did not end within timeoutMs, exited non-zero or wrote no report.
+inline QJsonObject runScriptedReport(const QString& app, QStringList args, const QString& reportPath,
+                                     int timeoutMs, QString* failure) {
+  QProcess p;
+  p.setProcessChannelMode(QProcess::MergedChannels);
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+  p.setProcessEnvironment(env);
+  p.start(app, args << QStringLiteral("--report") << reportPath);
+  if (!p.waitForFinished(timeoutMs) || p.exitCode() != 0) {
+    *failure = QStringLiteral("exit code %1: %2").arg(p.exitCode()).arg(QString::fromUtf8(p.readAll()));
+    return {};
+  }
+  QFile f(reportPath);
+  if (!f.open(QIODevice::ReadOnly)) {
+    *failure = QStringLiteral("no report at %1").arg(reportPath);
+    return {};
+  }
+  return QJsonDocument::fromJson(f.readAll()).object();
 }
 
 }  // namespace servelab::ui
