@@ -12,6 +12,7 @@
 #include "model/blocked_linear.h"
 #include "model/decode_attention.h"
 #include "model/gguf_file.h"
+#include "model/llama_config.h"   // read_llama_family_json
 #include "model/model_catalog.h"  // check_loadable
 #include "model/packed_linear.h"
 #include "quant/dequant_cpu.h"
@@ -107,7 +108,21 @@ const Architecture& checked_folder(const std::string& dir) {
       throw ModelFormatError(dir + ": sharded checkpoints (model.safetensors.index.json) are not supported");
     throw ModelFormatError(dir + ": model.safetensors not found");
   }
-  return architecture();
+  const Architecture& arch = architecture();
+  // A pre-quantized checkpoint (GPTQ, AWQ, bitsandbytes, FP8, ...) keeps packed matrices under other
+  // names: the load's first complaint would be a missing weight, so it is named here instead.
+  std::string file;
+  const nlohmann::json config = read_llama_family_json(config_json, &file);
+  if (config.is_object() && config.contains("quantization_config")) {
+    const nlohmann::json& q = config["quantization_config"];
+    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                   ? q["quant_method"].get<std::string>()
+                                   : std::string("unnamed");
+    throw ModelFormatError("config.json at " + file + ": a pre-quantized checkpoint (quantization_config, " +
+                           "quant_method \"" + method +
+                           "\") is not supported; load the unquantized model (and --quant) or a GGUF file");
+  }
+  return arch;
 }
 
 // What load_gguf checks before it reads any weights, in its order: the tokenizer (kept), the

@@ -2,9 +2,9 @@
 // A computer's models in miniature, for the catalog's suites (core, CLI, the Models dialog): a
 // Hugging Face cache, an LM Studio folder, an Ollama store and a folder of the user's under one
 // temporary root, with the tiny random GPT-2 folder and the built-in SmolLM2 GGUF (linked, not
-// copied) as the models that load, and the ways a model fails: an unsupported model_type, a
-// corrupt GGUF, an unsupported GGUF architecture, an Ollama manifest whose blob is gone, a dangling
-// link and a link back up the tree.
+// copied) as the models that load, and the ways a model fails: an unsupported model_type, a GPTQ
+// checkpoint, a corrupt GGUF, an unsupported GGUF architecture, an Ollama manifest whose blob is gone, a
+// dangling link and a link back up the tree.
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -31,6 +31,9 @@ struct CatalogTree {
   // The repository without refs/main: its newer snapshot is "new".
   std::filesystem::path bert_snapshot() const {
     return hub() / "models--org--bert-tiny" / "snapshots" / "new";
+  }
+  std::filesystem::path gptq_snapshot() const {
+    return hub() / "models--org--llama-gptq" / "snapshots" / "ccc";
   }
   std::filesystem::path lm_gguf() const {
     return lm_studio() / "bartowski" / "SmolLM2-GGUF" / "SmolLM2.Q4_1.gguf";
@@ -84,6 +87,11 @@ inline CatalogTree make_catalog_tree(const std::filesystem::path& root,
   write_text(bert / "new" / "config.json", R"({"model_type": "bert", "torch_dtype": "float32"})");
   write_text(bert / "new" / "model.safetensors", "weights, never read");
   fs::last_write_time(bert / "old", fs::last_write_time(bert / "new") - std::chrono::hours(24));
+  // A GPTQ checkpoint: a llama by model_type, its matrices packed under other names.
+  write_tiny_gpt2(t.gptq_snapshot());
+  write_text(t.gptq_snapshot() / "config.json",
+             R"({"model_type": "llama", "quantization_config": {"quant_method": "gptq", "bits": 4}})");
+  write_text(t.hub() / "models--org--llama-gptq" / "refs" / "main", "ccc");
   // LM Studio: the built-in GGUF by a link, and a file that only starts like a GGUF.
   fs::create_directories(t.lm_gguf().parent_path());
   fs::create_symlink(builtin_gguf, t.lm_gguf());

@@ -44,7 +44,7 @@ class TestCliModels : public QObject {
     roots.folders = {tree_.mine().string()};
     const std::vector<CatalogEntry> expected = scan_models(roots);
     QCOMPARE(got.size(), static_cast<qsizetype>(expected.size()));
-    QCOMPARE(expected.size(), size_t{9});
+    QCOMPARE(expected.size(), size_t{10});
     for (qsizetype i = 0; i < got.size(); ++i) {
       const QJsonObject o = got[i].toObject();
       const CatalogEntry& e = expected[static_cast<size_t>(i)];
@@ -67,8 +67,8 @@ class TestCliModels : public QObject {
     QCOMPARE(r.code, 0);
     const QStringList lines = r.out.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
     QVERIFY(lines.front().startsWith(QLatin1String("name")));
-    // One line per model and one "why not" line under each that does not load (5 of 9).
-    QCOMPARE(lines.size(), 1 + 9 + 5);
+    // One line per model and one "why not" line under each that does not load (6 of 10).
+    QCOMPARE(lines.size(), 1 + 10 + 6);
     QVERIFY(r.out.contains(QStringLiteral("smollm2:135m")));
     QVERIFY(r.out.contains(QStringLiteral("why not: config.json at ") +
                            QString::fromStdString((tree_.bert_snapshot() / "config.json").string())));

@@ -85,6 +85,7 @@ class TestModelCatalog : public QObject {
     // Roots in order (Hugging Face, LM Studio, Ollama, the user's), names sorted within each; the
     // link back up the user's folder adds nothing.
     const std::vector<std::string> expected = {"org/bert-tiny",
+                                               "org/llama-gptq",
                                                "org/tiny-gpt2",
                                                "bartowski/SmolLM2-GGUF/SmolLM2.Q4_1.gguf",
                                                "someone/broken/broken.gguf",
@@ -105,6 +106,11 @@ class TestModelCatalog : public QObject {
           "F32", size_of_files(tree_.bert_snapshot()), false);
     QCOMPARE(entry("org/bert-tiny").why_not, load_error(tree_.bert_snapshot().string()));
     QVERIFY(entry("org/bert-tiny").why_not.find("model_type \"bert\" is not supported") != std::string::npos);
+    // A pre-quantized checkpoint: its method and bits, refused by name before any weight is read.
+    check("org/llama-gptq", ModelSource::HfCache, tree_.hub(), tree_.gptq_snapshot(), "llama", "safetensors",
+          "gptq 4-bit", size_of_files(tree_.gptq_snapshot()), false);
+    QCOMPARE(entry("org/llama-gptq").why_not, load_error(tree_.gptq_snapshot().string()));
+    QVERIFY(entry("org/llama-gptq").why_not.find("pre-quantized checkpoint") != std::string::npos);
   }
 
   void lmStudio() {
