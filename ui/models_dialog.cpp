@@ -5,6 +5,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QHeaderView>
+#include <QInputDialog>
 #include <QLabel>
 #include <QPushButton>
 #include <QTableWidget>
@@ -73,6 +74,16 @@ ModelsDialog::ModelsDialog(QSettings& settings, QWidget* parent) : QDialog(paren
         QFileDialog::getExistingDirectory(this, tr("Add a folder of models"), QDir::homePath());
     if (!dir.isEmpty()) addFolder(dir);
   });
+  remove_ = buttons->addButton(tr("Remove folder…"), QDialogButtonBox::ActionRole);
+  remove_->setObjectName(QStringLiteral("removeFolderButton"));
+  remove_->setToolTip(tr("Stop searching one of the folders you added"));
+  connect(remove_, &QPushButton::clicked, this, [this] {
+    bool ok = false;
+    const QString dir =
+        QInputDialog::getItem(this, tr("Remove a folder"), tr("Stop searching:"), folders_, 0, false, &ok);
+    if (ok && !dir.isEmpty()) removeFolder(dir);
+  });
+  remove_->setEnabled(!folders_.isEmpty());
   refresh_ = buttons->addButton(tr("Refresh"), QDialogButtonBox::ActionRole);
   refresh_->setObjectName(QStringLiteral("refreshButton"));
   connect(refresh_, &QPushButton::clicked, this, &ModelsDialog::refresh);
@@ -113,7 +124,15 @@ void ModelsDialog::addFolder(const QString& folder) {
   if (!folders_.contains(dir)) {
     folders_.append(dir);
     settings_.setValue(kFoldersKey, folders_);
+    remove_->setEnabled(true);
   }
+  refresh();
+}
+
+void ModelsDialog::removeFolder(const QString& folder) {
+  if (folders_.removeAll(folder) == 0) return;
+  settings_.setValue(kFoldersKey, folders_);
+  remove_->setEnabled(!folders_.isEmpty());
   refresh();
 }
 

@@ -38,6 +38,8 @@ class ModelsDialog : public QDialog {
   void refresh();
   // Remembers the folder and scans again.
   void addFolder(const QString& folder);
+  // Forgets the folder and scans again.
+  void removeFolder(const QString& folder);
   // Asks for the model of that table row to be opened (nothing for one that does not load).
   void openRow(int row);
 
@@ -63,6 +65,7 @@ class ModelsDialog : public QDialog {
   QLabel* status_;
   QPushButton* open_;
   QPushButton* refresh_;
+  QPushButton* remove_;
 };
 
 }  // namespace servelab::ui

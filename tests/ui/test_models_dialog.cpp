@@ -158,6 +158,14 @@ class TestModelsDialog : public QObject {
     QCOMPARE(d->entries().size(), size_t{3});
     QVERIFY2(d->statusText().contains(QStringLiteral("Not found: ") + tmp_.filePath(QStringLiteral("gone"))),
              qPrintable(d->statusText()));
+    // Removed, it is searched no more, and the settings forget it.
+    QSignalSpy done(d, &ModelsDialog::scanFinished);
+    d->removeFolder(QString::fromStdString(mine_.string()));
+    QVERIFY(done.wait(kScanTimeoutMs));
+    QCOMPARE(d->entries().size(), size_t{2});
+    QCOMPARE(
+        QSettings(settingsPath_, QSettings::IniFormat).value(QStringLiteral("models/folders")).toStringList(),
+        QStringList{tmp_.filePath(QStringLiteral("gone"))});
   }
 
   // servelab --dialog models --screenshot: the picture is of the dialog, once its table is filled;
