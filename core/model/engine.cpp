@@ -275,8 +275,10 @@ void Engine::finish_gguf(const GgufFile& file, const EngineOptions& o) {
   source_path_ = file.path();
   file_tensor_types_ = gguf_tensor_type_counts(file);
   // The file's own name says what it is ("SmolLM2-135M-Instruct.Q4_1"); general.name is often a
-  // training-run label.
-  name_ = fs::path(file.path()).stem().string();
+  // training-run label, but better than the digest an Ollama blob is named by.
+  const fs::path path(file.path());
+  name_ = path.extension() == ".gguf" ? path.stem().string()
+                                      : file.find_string("general.name").value_or(path.filename().string());
   parameters_ = model_->parameter_count();
   apply_options(o);
 }
