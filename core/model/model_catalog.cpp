@@ -426,6 +426,7 @@ CatalogRoots default_catalog_roots() {
 
 std::vector<CatalogEntry> scan_models(const CatalogRoots& roots) {
   for (const std::string& f : roots.folders) {
+    if (f.empty()) throw InputError("a folder to search for models is empty (give its path)");
     if (!present(f)) throw InputError("model folder " + f + " does not exist");
     if (!is_dir(f)) throw InputError(f + " is not a folder (give a folder to search for models)");
   }

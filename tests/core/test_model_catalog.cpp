@@ -193,6 +193,9 @@ class TestModelCatalog : public QObject {
     r.folders = {tree_.bert_gguf().string()};
     QCOMPARE(error_of(ErrorKind::Input, [&] { scan_models(r); }),
              r.folders[0] + " is not a folder (give a folder to search for models)");
+    r.folders = {""};
+    QCOMPARE(error_of(ErrorKind::Input, [&] { scan_models(r); }),
+             std::string("a folder to search for models is empty (give its path)"));
     // Roots that are not there hold nothing.
     CatalogRoots none;
     none.hf_cache = (tree_.root / "nowhere").string();
