@@ -154,24 +154,19 @@ CatalogEntry gguf_entry(std::string name, ModelSource source, const std::string&
   return e;
 }
 
-// A folder's weights' dtype: config.json's (torch_dtype, or dtype in newer transformers), a
-// pre-quantized checkpoint's method and bits, or else the dtype of most bytes in its first
-// safetensors file.
+// A folder's weights' dtype: a pre-quantized checkpoint's method and bits, else the dtype of most
+// bytes in its (first) safetensors file as stored, else config.json's torch_dtype (dtype in newer
+// transformers).
 std::string folder_quantization(const fs::path& dir, const json& config) {
   if (config.contains("quantization_config") && config["quantization_config"].is_object()) {
     const json& q = config["quantization_config"];
-    std::string s = q.value("quant_method", std::string("quantized"));
+    std::string s = q.contains("quant_method") && q["quant_method"].is_string()
+                        ? q["quant_method"].get<std::string>()
+                        : std::string("quantized");
     if (q.contains("bits") && q["bits"].is_number_integer())
       s += " " + std::to_string(q["bits"].get<int>()) + "-bit";
     return s;
   }
-  static const std::map<std::string, std::string> torch_names = {
-      {"float32", "F32"}, {"float16", "F16"}, {"bfloat16", "BF16"}, {"float64", "F64"}};
-  for (const char* key : {"torch_dtype", "dtype"})
-    if (config.contains(key) && config[key].is_string()) {
-      const auto it = torch_names.find(config[key].get<std::string>());
-      if (it != torch_names.end()) return it->second;
-    }
   fs::path weights = dir / "model.safetensors";
   if (!present(weights))
     for (const fs::directory_entry& f : sorted_entries(dir))
@@ -183,10 +178,18 @@ std::string folder_quantization(const fs::path& dir, const json& config) {
     const SafetensorsFile st = SafetensorsFile::open(weights.string());
     std::map<std::string, std::uint64_t> bytes;
     for (const StTensor& t : st.tensors()) bytes[dtype_name(t.dtype)] += t.nbytes;
-    return most_common(bytes);
+    if (!bytes.empty()) return most_common(bytes);
   } catch (const std::exception&) {
-    return {};  // no readable weights: judge() says so
+    // No readable weights (judge() says so): the config's word is all there is.
   }
+  static const std::map<std::string, std::string> torch_names = {
+      {"float32", "F32"}, {"float16", "F16"}, {"bfloat16", "BF16"}, {"float64", "F64"}};
+  for (const char* key : {"torch_dtype", "dtype"})
+    if (config.contains(key) && config[key].is_string()) {
+      const auto it = torch_names.find(config[key].get<std::string>());
+      if (it != torch_names.end()) return it->second;
+    }
+  return {};
 }
 
 CatalogEntry folder_entry(std::string name, ModelSource source, const std::string& root,

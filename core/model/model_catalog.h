@@ -26,7 +26,8 @@ struct CatalogEntry {
   std::string architecture;  // config.json model_type or GGUF general.architecture; empty if unread
   std::string format;        // "safetensors" or "gguf"
   // A GGUF file's type (general.file_type, "Q4_K_M") or else its matrices' most common tensor type;
-  // a folder's config.json torch_dtype or else its weights' most common dtype ("BF16").
+  // a folder's pre-quantized method ("gptq 4-bit"), else its weights' dtype of most bytes ("BF16"),
+  // else config.json's torch_dtype.
   std::string quantization;
   std::uint64_t size_bytes = 0;  // the files that make up the model (symbolic links followed)
   bool loadable = false;

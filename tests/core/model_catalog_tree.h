@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "gguf_crafted.h"
@@ -109,6 +110,13 @@ inline CatalogTree make_catalog_tree(const std::filesystem::path& root,
   // The user's folder: a model folder, a GGUF of an architecture no record loads (Q8_0 by
   // general.file_type), a dangling link and a link back to the folder itself.
   write_tiny_gpt2(t.user_tiny());
+  {
+    // Its config claims bf16 while its weights are stored in fp32: the catalog reports what is stored.
+    std::ifstream in(t.user_tiny() / "config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config["torch_dtype"] = "bfloat16";
+    write_text(t.user_tiny() / "config.json", config.dump(2));
+  }
   Crafted bert_gguf;
   bert_gguf.kvs = {kv_str("general.architecture", "bert"), kv_u32("general.file_type", 7)};
   fs::create_directories(t.bert_gguf().parent_path());
