@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "cli_chat.h"
+#include "cli_models.h"
 #include "cli_roofline.h"
 #include "cli_serve.h"
 #include "cli_speculative.h"
@@ -1130,6 +1131,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ModelArgs margs;
 
+  ModelsCommand models;
+  models.add_to(&app);
+
   auto* info =
       app.add_subcommand("info", "Print the model's config, parameter count, dtype, device, weight bytes");
   margs.add_to(info);
@@ -1474,6 +1478,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (*models.cmd) return models.run();
     if (*info) return cmd_info(margs);
     if (*tokenize) return cmd_tokenize(tok_dir, tok_model, tok_demo, tok_json, tok_texts);
     if (*gen) return cmd_generate(margs, gargs);

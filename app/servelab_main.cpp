@@ -65,7 +65,12 @@ int main(int argc, char** argv) {
           "With --run: run the tab's named preset (continuous: fit-in-budget, shared-system-prompt, "
           "long-prompt; speculative: grounded, open, draft)."),
       QStringLiteral("name"));
-  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset});
+  const QCommandLineOption dialog(
+      QStringLiteral("dialog"),
+      QStringLiteral("With --screenshot: open this dialog (models: File → Models on this computer) and save "
+                     "it instead of the window."),
+      QStringLiteral("name"));
+  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset, dialog});
   cli.process(app);
 
   if (cli.isSet(settings)) {
@@ -122,6 +127,11 @@ int main(int argc, char** argv) {
   script.exportChart = cli.value(exportChart);
   script.report = cli.value(report);
   script.preset = cli.value(preset);
+  script.dialog = cli.value(dialog);
+  if (!script.dialog.isEmpty() && script.screenshot.isEmpty()) {
+    std::fprintf(stderr, "servelab: --dialog needs --screenshot\n");
+    return 2;
+  }
   if (!script.preset.isEmpty() && !script.run) {
     std::fprintf(stderr, "servelab: --preset needs --run\n");
     return 2;

@@ -37,6 +37,7 @@
 #include "form_widgets.h"
 #include "generate_tab.h"
 #include "kv_cache_tab.h"
+#include "models_dialog.h"
 #include "multi_lora_tab.h"
 #include "quantization_tab.h"
 #include "roofline_tab.h"
@@ -298,6 +299,9 @@ void MainWindow::buildMenus() {
                                                    tr("GGUF models (*.gguf)"));
     if (!f.isEmpty()) loadFolder(f);
   });
+  QAction* models = file->addAction(tr("Models on this computer…"), this, [this] { showModels(); });
+  models->setObjectName(QStringLiteral("modelsAction"));
+  models->setToolTip(tr("The models in the Hugging Face cache, LM Studio, Ollama and your folders"));
   file->addAction(tr("Use the built-in model (SmolLM2-135M-Instruct)"), this, &MainWindow::loadBuiltin);
   file->addAction(tr("Use the GPT-2 small shape, random weights"), this, &MainWindow::loadDemo);
   file->addSeparator();
@@ -329,6 +333,14 @@ void MainWindow::buildMenus() {
   QAction* about = help->addAction(tr("About ServeLab"), this, [this] { showAbout(); });
   about->setObjectName(QStringLiteral("aboutAction"));
   about->setMenuRole(QAction::AboutRole);
+}
+
+ModelsDialog* MainWindow::showModels() {
+  auto* dialog = new ModelsDialog(*settings_, this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dialog, &ModelsDialog::openRequested, this, &MainWindow::loadFolder);
+  dialog->show();
+  return dialog;
 }
 
 AboutDialog* MainWindow::showAbout() {
@@ -605,6 +617,10 @@ void MainWindow::runScript(const ScriptOptions& options) {
       return;
     }
   }
+  if (!options.dialog.isEmpty() && options.dialog != QLatin1String("models")) {
+    finishScript(false, tr("unknown dialog \"%1\" (dialogs: models)").arg(options.dialog));
+    return;
+  }
   connect(engine_, &EngineController::rejected, this, [this](const QString& why) { lastRejection_ = why; });
   if (!options.tab.isEmpty() && !selectTab(options.tab)) {
     finishScript(false,
@@ -615,6 +631,13 @@ void MainWindow::runScript(const ScriptOptions& options) {
     if (scriptStarted_) return;
     scriptStarted_ = true;
     ExperimentTab* t = currentTab();
+    if (!script_.dialog.isEmpty()) {
+      // The picture is of the dialog once its scan has filled the table.
+      scriptDialog_ = showModels();
+      connect(scriptDialog_, &ModelsDialog::scanFinished, this,
+              [this] { QTimer::singleShot(400, this, [this] { finishScript(true, QString()); }); });
+      return;
+    }
     if (!script_.run) {
       // Give the window a moment to lay out and paint before the picture is taken.
       QTimer::singleShot(400, this, [this] { finishScript(true, QString()); });
@@ -640,7 +663,7 @@ void MainWindow::finishScript(bool ok, const QString& message) {
   ExperimentTab* t = currentTab();
   QString error = message;
   if (ok && !script_.screenshot.isEmpty()) {
-    const QPixmap shot = grab();
+    const QPixmap shot = scriptDialog_ ? scriptDialog_->grab() : grab();
     if (!shot.save(script_.screenshot)) {
       ok = false;
       error = tr("cannot write the screenshot to %1").arg(script_.screenshot);

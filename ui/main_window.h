@@ -31,10 +31,12 @@ struct ScriptOptions {
   QString exportChart;
   QString report;
   QString preset;  // with run: the tab's named preset instead of its Run button
+  QString dialog;  // "models": open File → Models on this computer; the screenshot is of it
   bool active() const { return run || !screenshot.isEmpty() || !exportChart.isEmpty(); }
 };
 
 class AboutDialog;
+class ModelsDialog;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -72,6 +74,9 @@ class MainWindow : public QMainWindow {
   // Help → About ServeLab: the version, the licences and the machine (as the engine reports it);
   // the dialog deletes itself when closed.
   AboutDialog* showAbout();
+  // File → Models on this computer: the catalog of models on disk; opening one loads it as File →
+  // Open does. The dialog deletes itself when closed.
+  ModelsDialog* showModels();
 
   // Runs a scripted session and quits the application with 0 on success, 1 on failure.
   void runScript(const ScriptOptions& options);
@@ -138,8 +143,9 @@ class MainWindow : public QMainWindow {
   ChartTheme theme_ = ChartTheme::Light;
   ScriptOptions script_;
   bool scriptStarted_ = false;
-  QStringList settingsIssues_;  // settings values the tabs could not take (form_widgets.h)
-  QString lastRejection_;       // the engine's last reason for refusing a job
+  QStringList settingsIssues_;           // settings values the tabs could not take (form_widgets.h)
+  QString lastRejection_;                // the engine's last reason for refusing a job
+  QPointer<ModelsDialog> scriptDialog_;  // the dialog a script opened (its screenshot is of it)
 };
 
 }  // namespace servelab::ui

@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "model/architecture.h"
 #include "model/blocked_linear.h"
 #include "model/decode_attention.h"
 #include "model/gguf_file.h"
+#include "model/llama_config.h"   // read_llama_family_json
+#include "model/model_catalog.h"  // check_loadable
 #include "model/packed_linear.h"
 #include "quant/dequant_cpu.h"
 #include "tokenizer/chat_template.h"
@@ -76,10 +79,12 @@ std::unique_ptr<Engine> Engine::load_demo(const EngineOptions& o, const std::str
   return e;
 }
 
-std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const EngineOptions& o) {
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype);
-  set_engine_threads(o.threads);
+namespace {
+
+// What load_folder checks before it reads any weights (check_loadable shares it, so that the
+// Models list says why not in the words loading would): the folder, its config.json's
+// model_type and where the weights are. Returns the record that loads it.
+const Architecture& checked_folder(const std::string& dir) {
   const fs::path root(dir);
   if (!fs::exists(root)) throw ModelFormatError("model folder " + dir + " not found");
   if (!fs::is_directory(root))
@@ -106,6 +111,74 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
     throw ModelFormatError(dir + ": model.safetensors not found");
   }
   const Architecture& arch = architecture();
+  // A pre-quantized checkpoint (GPTQ, AWQ, bitsandbytes, FP8, ...) keeps packed matrices under other
+  // names: the load's first complaint would be a missing weight, so it is named here instead.
+  std::string file;
+  const nlohmann::json config = read_llama_family_json(config_json, &file);
+  if (config.is_object() && config.contains("quantization_config")) {
+    const nlohmann::json& q = config["quantization_config"];
+    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                   ? q["quant_method"].get<std::string>()
+                                   : std::string("unnamed");
+    throw ModelFormatError("config.json at " + file + ": a pre-quantized checkpoint (quantization_config, " +
+                           "quant_method \"" + method +
+                           "\") is not supported; load the unquantized model (and --quant) or a GGUF file");
+  }
+  return arch;
+}
+
+// What load_gguf checks before it reads any weights, in its order: the tokenizer (kept), the
+// embedding's rows against it, and the record that loads general.architecture.
+struct CheckedGguf {
+  std::unique_ptr<Tokenizer> tokenizer;
+  const Architecture* architecture;
+};
+CheckedGguf checked_gguf(const GgufFile& file) {
+  CheckedGguf c;
+  const std::string& path = file.path();
+  c.tokenizer = load_gguf_tokenizer(file);
+  const int64_t vocabulary_rows = file.at("token_embd.weight").shape().front();
+  if (c.tokenizer->vocab_size() > vocabulary_rows)
+    throw ModelFormatError(path + ": the tokenizer has " + std::to_string(c.tokenizer->vocab_size()) +
+                           " tokens but token_embd.weight only " + std::to_string(vocabulary_rows) + " rows");
+  // get_string throws, naming the file, when the key is missing or not a string.
+  c.architecture = &architecture_for_gguf(file.get_string("general.architecture"), path);
+  if (!c.architecture->load_gguf)
+    throw ModelFormatError(path + ": " + c.architecture->display + " GGUF files do not load yet");
+  return c;
+}
+
+// Whether the file starts with GGUF's magic: Ollama keeps its GGUF files as blobs/sha256-<hex>,
+// without the extension.
+bool has_gguf_magic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, sizeof magic) && std::string(magic, sizeof magic) == "GGUF";
+}
+
+// Whether `path` is a GGUF file (true) or names a folder (false); ModelFormatError for a file that is
+// neither a .gguf nor starts like one, and for a .gguf that does not exist.
+bool is_gguf_path(const std::string& path) {
+  if (fs::is_regular_file(path)) {
+    if (fs::path(path).extension() != ".gguf" && !has_gguf_magic(path))
+      throw ModelFormatError(path +
+                             " is a file but not a .gguf; give a GGUF file or a Hugging Face model folder");
+    return true;
+  }
+  if (!fs::exists(path) && fs::path(path).extension() == ".gguf")
+    throw ModelFormatError(path + ": not found (a GGUF file)");
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const EngineOptions& o) {
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype = parse_dtype(o.dtype);
+  set_engine_threads(o.threads);
+  const Architecture& arch = checked_folder(dir);
+  const fs::path root(dir);
+  const fs::path weights = root / "model.safetensors";
   std::unique_ptr<Engine> e(new Engine());
   {
     c10::InferenceMode guard;
@@ -133,15 +206,16 @@ std::unique_ptr<Engine> Engine::load_builtin(const EngineOptions& o) {
 }
 
 std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOptions& o) {
-  if (fs::is_regular_file(path)) {
-    if (fs::path(path).extension() != ".gguf")
-      throw ModelFormatError(path +
-                             " is a file but not a .gguf; give a GGUF file or a Hugging Face model folder");
-    return load_gguf(path, o);
+  return is_gguf_path(path) ? load_gguf(path, o) : load_folder(path, o);
+}
+
+void check_loadable(const std::string& path) {
+  if (is_gguf_path(path)) {
+    checked_gguf(GgufFile::open(path));
+    return;
   }
-  if (!fs::exists(path) && fs::path(path).extension() == ".gguf")
-    throw ModelFormatError(path + ": not found (a GGUF file)");
-  return load_folder(path, o);
+  checked_folder(path);
+  load_tokenizer(path);
 }
 
 std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineOptions& o) {
@@ -150,15 +224,10 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
   set_engine_threads(o.threads);
   const GgufFile file = GgufFile::open(path);
   std::unique_ptr<Engine> e(new Engine());
-  e->tokenizer_ = load_gguf_tokenizer(file);
-  const int64_t vocabulary_rows = file.at("token_embd.weight").shape().front();
-  if (e->tokenizer_->vocab_size() > vocabulary_rows)
-    throw ModelFormatError(path + ": the tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
-                           " tokens but token_embd.weight only " + std::to_string(vocabulary_rows) + " rows");
+  CheckedGguf checked = checked_gguf(file);
+  e->tokenizer_ = std::move(checked.tokenizer);
+  const Architecture& arch = *checked.architecture;
   const bool requantize = parse_quant_mode(o.quant).is_quantized();
-  // get_string throws, naming the file, when the key is missing or not a string.
-  const Architecture& arch = architecture_for_gguf(file.get_string("general.architecture"), path);
-  if (!arch.load_gguf) throw ModelFormatError(path + ": " + arch.display + " GGUF files do not load yet");
   const QuantExec exec = parse_quant_exec(o.quant_exec);
   const bool cpu_fp32 = device.is_cpu() && dtype == at::kFloat;
   // The file's quantized blocks run as stored (our JIT kernels read Q4_0, Q4_1 and Q8_0 as they
@@ -208,8 +277,10 @@ void Engine::finish_gguf(const GgufFile& file, const EngineOptions& o) {
   source_path_ = file.path();
   file_tensor_types_ = gguf_tensor_type_counts(file);
   // The file's own name says what it is ("SmolLM2-135M-Instruct.Q4_1"); general.name is often a
-  // training-run label.
-  name_ = fs::path(file.path()).stem().string();
+  // training-run label, but better than the digest an Ollama blob is named by.
+  const fs::path path(file.path());
+  name_ = path.extension() == ".gguf" ? path.stem().string()
+                                      : file.find_string("general.name").value_or(path.filename().string());
   parameters_ = model_->parameter_count();
   apply_options(o);
 }

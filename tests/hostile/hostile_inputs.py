@@ -486,6 +486,11 @@ def cases(fx, builtin):
         add("gguf", f"NaN in a {kind} tensor", ["info", "--model", path], 1, [os.path.basename(path), layer, "NaN"])
     add("gguf", "tokenize a bad .gguf", ["tokenize", "--model", fx["gguf_bad_magic"], "x"], 1, "magic.gguf")
 
+    # The models on this computer: a --dir that is not a folder (a bad model inside one is listed, not an error).
+    add("models", "a missing --dir", ["models", "--dir", "/nonexistent/models"], 1, "/nonexistent/models")
+    add("models", "a file as --dir", ["models", "--dir", fx["a_file"]], 1, [fx["a_file"], "is not a folder"])
+    add("models", "an empty --dir", ["models", "--dir", ""], 1, "is empty")
+
     # Tokenizer files.
     add("tokenizer", "missing folder", ["tokenize", "--tokenizer", "/nonexistent/tok", "x"], 1, "/nonexistent/tok")
     add("tokenizer", "vocab.json id 1e8", ["tokenize", "--tokenizer", fx["tok_huge_id"], "x"], 1,
