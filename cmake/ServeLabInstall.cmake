@@ -60,6 +60,8 @@ install(CODE "
       message(STATUS \"Installing: \${_dest}/\${_name}\")
       file(COPY_FILE \"\${_real}\" \"\${_dest}/\${_name}\")
       file(CHMOD \"\${_dest}/\${_name}\" PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
+      # The wheel's libraries keep their symbol tables: a copy needs only the dynamic ones.
+      execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-unneeded \"\${_dest}/\${_name}\" COMMAND_ERROR_IS_FATAL ANY)
     endif()
   endforeach()
   " COMPONENT torch)
