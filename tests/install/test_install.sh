@@ -6,9 +6,14 @@
 # built-in model and GPT-2's tokenizer inside the prefix, also after the prefix is moved.
 # libtorch is installed as symbolic links (SERVELAB_INSTALL_TORCH_LINKS=1): copies are 0.5 GB (CPU)
 # to several GB (CUDA); the links sit where the copies would, so the loader's search is the same.
-#   tests/install/test_install.sh BUILD_DIR
+#   tests/install/test_install.sh BUILD_DIR MODEL_GGUF TOKENIZER_DIR
+# (the build's SERVELAB_BUILTIN_MODEL and SERVELAB_GPT2_TOKENIZER_DIR). Exits 77, which CTest
+# reports as skipped, when those are not there (the GPU machine carries the model in parts).
 set -euo pipefail
 build=$(cd "$1" && pwd)
+for f in "$2" "$3/vocab.json" "$3/merges.txt"; do
+  [ -e "$f" ] || { echo "test_install: skipped: $f is not there (scripts/bootstrap puts it there)"; exit 77; }
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() {
