@@ -59,23 +59,27 @@ done
 # Run from elsewhere, with nothing of the build's environment, and data only from the prefix.
 mkdir -p "$work/elsewhere" "$work/home"
 run() {
-  (cd "$work/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$work/home" XDG_DATA_DIRS="$work/none" "$@")
+  (cd "$work/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$work/home" XDG_DATA_DIRS="${xdg_dirs:-$work/none}" "$@")
 }
-check_install() {
-  local prefix=$1
-  run "$prefix/bin/servelab-cli" info >"$work/info.json" || fail "servelab-cli info failed in $prefix"
-  python3 - "$work/info.json" "$prefix/share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf" <<'PY'
+# servelab-cli info's "path" (the model file it loaded) must be $1.
+model_is() {
+  python3 - "$work/info.json" "$1" <<'PY'
 import json, sys
 info = json.load(open(sys.argv[1]))
 if info.get("path") != sys.argv[2]:
     sys.exit(f"test_install: FAIL: the model came from {info.get('path')}, not {sys.argv[2]}")
 PY
+}
+check_install() {
+  local prefix=$1
+  run "$prefix/bin/servelab-cli" info >"$work/info.json" || fail "servelab-cli info failed in $prefix"
+  model_is "$prefix/share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   text=$(run "$prefix/bin/servelab-cli" generate --prompt "The capital of France is" --max-new-tokens 6) ||
     fail "servelab-cli generate failed in $prefix"
   [ -n "$(tr -d '[:space:]' <<<"$text")" ] || fail "servelab-cli generate printed nothing"
   # GPT-2's tokenizer (the demo model's) from the prefix: "Hello world" is ids 15496 and 995.
   ids=$(run "$prefix/bin/servelab-cli" tokenize --demo "Hello world") || fail "servelab-cli tokenize failed"
-  grep -q "15496" <<<"$ids" && grep -q "995" <<<"$ids" || fail "tokenize --demo printed '$ids'"
+  grep -qx "  ids: 15496 995" <<<"$ids" || fail "tokenize --demo printed '$ids'"
 }
 check_install "$prefix"
 echo "installed: $text"
@@ -83,4 +87,11 @@ echo "installed: $text"
 # Moved somewhere else entirely, it still finds its libraries and data (relative to the binary).
 mv "$work/a" "$work/b"
 check_install "$work/b/usr"
-echo "test_install: ok (installed, moved, ran from $work/elsewhere)"
+
+# Without the data beside the binary, XDG_DATA_DIRS finds it (before any build-tree copy).
+mv "$work/b/usr/share/servelab" "$work/xdg-servelab"
+mkdir -p "$work/xdg" && mv "$work/xdg-servelab" "$work/xdg/servelab"
+xdg_dirs="$work/elsewhere:$work/xdg" run "$work/b/usr/bin/servelab-cli" info >"$work/info.json" ||
+  fail "servelab-cli info failed with the data in XDG_DATA_DIRS"
+model_is "$work/xdg/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+echo "test_install: ok (installed, moved, ran from $work/elsewhere, data through XDG_DATA_DIRS)"
