@@ -4,11 +4,9 @@
 #   share/servelab/{gpt2,models}/           the built-in model and GPT-2's tokenizer (component data),
 #                                           found relative to the binary (core/util/data_paths.h)
 #   share/applications, icons, metainfo, mime/packages, man/man1   the desktop integration
-# Components: servelab (binaries, desktop files), data, torch. Nothing in it names the build tree or
-# .venv. SERVELAB_INSTALL_TORCH_LINKS=1 in the environment makes the torch component symbolic links
+# Components: servelab (binaries, desktop files), data, torch. No RUNPATH in it names the build tree
+# or .venv. SERVELAB_INSTALL_TORCH_LINKS=1 in the environment makes the torch component symbolic links
 # into the torch package instead of copies (tests/install: the CUDA build's closure is gigabytes).
-include(GNUInstallDirs)
-
 set(SERVELAB_INSTALL_LIBDIR "lib/servelab")
 set(_servelab_programs servelab-cli)
 if(TARGET servelab)
@@ -53,6 +51,8 @@ install(CODE "
   foreach(_d \${_deps})
     get_filename_component(_real \"\${_d}\" REALPATH)
     get_filename_component(_name \"\${_d}\" NAME)
+    # A link left by an earlier install would otherwise be written through, into the torch package.
+    file(REMOVE \"\${_dest}/\${_name}\")
     if(\"\$ENV{SERVELAB_INSTALL_TORCH_LINKS}\" STREQUAL \"1\")
       message(STATUS \"Linking: \${_dest}/\${_name}\")
       file(CREATE_LINK \"\${_real}\" \"\${_dest}/\${_name}\" SYMBOLIC)
