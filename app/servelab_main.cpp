@@ -71,7 +71,18 @@ int main(int argc, char** argv) {
                      "it instead of the window."),
       QStringLiteral("name"));
   cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset, dialog});
+  // The file a desktop opens with us (servelab.desktop's Exec=servelab %f), as --model.
+  cli.addPositionalArgument(QStringLiteral("file"),
+                            QStringLiteral("A .gguf file or model folder to load (as --model)."),
+                            QStringLiteral("[file]"));
   cli.process(app);
+  const QStringList files = cli.positionalArguments();
+  if (files.size() > 1 || (files.size() == 1 && cli.isSet(model))) {
+    std::fprintf(stderr, "servelab: give one model, either as --model or as the one file argument\n");
+    return 2;
+  }
+  const bool modelGiven = cli.isSet(model) || !files.isEmpty();
+  const QString modelPath = files.isEmpty() ? cli.value(model) : files.front();
 
   if (cli.isSet(settings)) {
     // A file that is not INI text, or a folder, would be read as no settings and overwritten.
@@ -106,7 +117,7 @@ int main(int argc, char** argv) {
   if (cli.isSet(demo)) {
     store->remove(QStringLiteral("model/folder"));
     store->setValue(QStringLiteral("model/demo"), true);
-  } else if (cli.isSet(model)) {
+  } else if (modelGiven) {
     store->setValue(QStringLiteral("model/demo"), false);
   }
   if (cli.isSet(theme)) {
@@ -137,7 +148,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!script.active()) window.warnSettingsIssues();
-  window.loadInitialModel(cli.isSet(demo) ? QString() : cli.value(model));
+  window.loadInitialModel(cli.isSet(demo) ? QString() : modelPath);
   if (script.active() || !script.tab.isEmpty()) {
     if (script.active())
       window.runScript(script);

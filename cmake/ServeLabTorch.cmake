@@ -38,21 +38,29 @@ if(_syms MATCHES "__cxx11")
 else()
   target_compile_definitions(servelab_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=0)
 endif()
-set(_libs "${_lib}/libtorch.so" "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so")
+# SERVELAB_CUDA=OFF links only libtorch's CPU libraries (what a package ships): not libtorch.so,
+# whose CUDA wheel build itself needs libtorch_cuda, and not libtorch_cuda.
+option(SERVELAB_CUDA "Link libtorch's CUDA backend when the torch package has one" ON)
+set(_libs "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so")
 set(SERVELAB_TORCH_HAS_CUDA OFF)
-if(EXISTS "${_lib}/libtorch_cuda.so")
+if(SERVELAB_CUDA)
+  list(PREPEND _libs "${_lib}/libtorch.so")
+endif()
+if(SERVELAB_CUDA AND EXISTS "${_lib}/libtorch_cuda.so")
   set(SERVELAB_TORCH_HAS_CUDA ON)
   # --no-as-needed: nothing of ours calls into libtorch_cuda directly, but loading it is what
   # registers the CUDA backend.
   target_link_options(servelab_torch INTERFACE "LINKER:--no-as-needed,${_lib}/libtorch_cuda.so,--as-needed")
-  file(GLOB _nv_dirs LIST_DIRECTORIES true "${SERVELAB_TORCH_ROOT}/../nvidia/*/lib")
-  foreach(_d ${_nv_dirs})
-    target_link_options(servelab_torch INTERFACE "LINKER:-rpath-link,${_d}")
-  endforeach()
-  target_link_options(servelab_torch INTERFACE "LINKER:-rpath-link,${_lib}")
 endif()
+# The wheel's nvidia/*/lib folders: libtorch_cuda's libraries, and libcudart and libcupti, which a
+# CUDA wheel's libtorch_cpu.so itself needs (cmake/ServeLabInstall.cmake installs those two beside it).
+file(GLOB _nv_dirs LIST_DIRECTORIES true "${SERVELAB_TORCH_ROOT}/../nvidia/*/lib")
+foreach(_d ${_nv_dirs} "${_lib}")
+  target_link_options(servelab_torch INTERFACE "LINKER:-rpath-link,${_d}")
+endforeach()
+# The build tree's RUNPATH names ${_lib} (CMake adds the folders of libraries linked by full path);
+# installed binaries get $ORIGIN/../lib/servelab instead (cmake/ServeLabInstall.cmake).
 target_link_libraries(servelab_torch INTERFACE ${_libs})
-target_link_options(servelab_torch INTERFACE "LINKER:-rpath,${_lib}")
 
 # OpenMP for our own CPU kernels. libtorch's OpenMP backend of at::parallel_for is inline in
 # ATen/Parallel.h: code compiled without -fopenmp runs the loop on the calling thread alone. The

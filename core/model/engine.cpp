@@ -19,6 +19,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "util/cpu_features.h"
+#include "util/data_paths.h"
 #include "util/device.h"
 #include "util/errors.h"
 #include "util/limits.h"
@@ -28,15 +29,42 @@ namespace fs = std::filesystem;
 
 namespace servelab {
 
+namespace {
+
+// The build tree's copy of a data file (scripts/bootstrap's, compiled in), searched after
+// data_dirs(); CMake's SERVELAB_BUILD_TREE_DATA=OFF (packaged builds) leaves it out.
+#if SERVELAB_BUILD_TREE_DATA
+constexpr bool kBuildTreeData = true;
+#else
+constexpr bool kBuildTreeData = false;
+#endif
+
+std::string build_tree_copy(const std::string& compiled_in) {
+  std::error_code ec;
+  return kBuildTreeData && fs::exists(compiled_in, ec) ? compiled_in : "";
+}
+
+std::string looked_in(const std::string& compiled_in) {
+  return data_dirs_text() + (kBuildTreeData ? ", " + compiled_in : std::string());
+}
+
+}  // namespace
+
+// The built-in model's data: $SERVELAB_MODEL / $SERVELAB_TOKENIZER_DIR, else the first
+// data_dirs() entry that holds it (next to the binary, XDG_DATA_HOME, XDG_DATA_DIRS), else the
+// build tree's copy scripts/bootstrap made.
 std::string default_tokenizer_dir() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("SERVELAB_TOKENIZER_DIR"); env && *env) candidates.emplace_back(env);
-  candidates.emplace_back(SERVELAB_DEFAULT_TOKENIZER_DIR);
-  for (const auto& dir : candidates) {
-    if (fs::exists(fs::path(dir) / "vocab.json") && fs::exists(fs::path(dir) / "merges.txt")) return dir;
-  }
-  throw TokenizerError("GPT-2 tokenizer for the built-in model not found (looked in " + candidates.front() +
-                       (candidates.size() > 1 ? " and " + candidates.back() : std::string()) +
+  const auto has_files = [](const fs::path& dir) {
+    return fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt");
+  };
+  // $SERVELAB_TOKENIZER_DIR when it has the files (the suites point it at the shared data).
+  if (const char* env = std::getenv("SERVELAB_TOKENIZER_DIR"); env && *env && has_files(env)) return env;
+  if (const fs::path dir = find_data_dir({"gpt2/vocab.json", "gpt2/merges.txt"}); !dir.empty())
+    return (dir / "gpt2").string();
+  const std::string built = build_tree_copy(SERVELAB_DEFAULT_TOKENIZER_DIR);
+  if (!built.empty() && has_files(built)) return built;
+  throw TokenizerError("GPT-2 tokenizer for the built-in model not found (looked for gpt2/ in " +
+                       looked_in(SERVELAB_DEFAULT_TOKENIZER_DIR) +
                        "); run scripts/bootstrap or set SERVELAB_TOKENIZER_DIR");
 }
 
@@ -46,9 +74,13 @@ std::string default_model_path() {
       throw ModelFormatError(std::string("SERVELAB_MODEL names ") + env + ", which does not exist");
     return env;
   }
-  if (fs::exists(SERVELAB_BUILTIN_MODEL)) return SERVELAB_BUILTIN_MODEL;
-  throw ModelFormatError(std::string("the built-in model (SmolLM2-135M-Instruct) was not found at ") +
-                         SERVELAB_BUILTIN_MODEL + "; run scripts/bootstrap, or set SERVELAB_MODEL");
+  const std::string name = fs::path(SERVELAB_BUILTIN_MODEL).filename().string();
+  if (const fs::path dir = find_data_dir({"models/" + name}); !dir.empty())
+    return (dir / "models" / name).string();
+  if (const std::string built = build_tree_copy(SERVELAB_BUILTIN_MODEL); !built.empty()) return built;
+  throw ModelFormatError("the built-in model (" + name + ") was not found (looked for models/" + name +
+                         " in " + looked_in(SERVELAB_BUILTIN_MODEL) +
+                         "); run scripts/bootstrap, or set SERVELAB_MODEL");
 }
 
 void set_engine_threads(int threads) {
@@ -414,6 +446,7 @@ nlohmann::json Engine::info() const {
   j["model"] = name_;
   j["architecture"] = model_->shape().architecture;
   j["format"] = format_;
+  if (!source_path_.empty()) j["path"] = source_path_;
   j["demo"] = is_demo_;
   j["random_weights"] = is_demo_;
   if (is_demo_) j["caveat"] = text_caveat();

@@ -124,11 +124,14 @@ class Engine {
   int64_t parameters_ = 0;
 };
 
-// Where the built-in model's GPT-2 tokenizer is: $SERVELAB_TOKENIZER_DIR, else the folder
-// scripts/bootstrap filled (compiled in). Throws TokenizerError when neither has the files.
+// Where the built-in model's GPT-2 tokenizer is: $SERVELAB_TOKENIZER_DIR, else gpt2/ in the first
+// data_dirs() entry that has it (util/data_paths.h: beside the binary, then XDG), else the folder
+// scripts/bootstrap filled (compiled in; not in packaged builds). Throws TokenizerError when none has
+// the files.
 std::string default_tokenizer_dir();
-// Where the built-in model's GGUF is: $SERVELAB_MODEL, else the file scripts/bootstrap linked
-// (compiled in). Throws ModelFormatError saying how to get it when neither exists.
+// Where the built-in model's GGUF is: $SERVELAB_MODEL, else models/<name> in the first data_dirs()
+// entry that has it, else the file scripts/bootstrap linked (compiled in; not in packaged builds).
+// Throws ModelFormatError saying where it looked when none exists.
 std::string default_model_path();
 
 // Applies the thread count (0 = keep) to libtorch's intra-op pool.

@@ -722,6 +722,11 @@ def app_cases(fx):
     add("app scripted mode", "a folder as the settings file",
         [*run, "--tab", "generate", "--settings", os.path.dirname(fx["settings_binary"])], 2,
         ["--settings", "is a folder"])
+    # The file argument a desktop passes (servelab.desktop's Exec=servelab %f) is loaded as --model.
+    add("app scripted mode", "a file argument that does not exist",
+        ["--run", "--tab", "generate", "/nonexistent/model.gguf"], 1, "/nonexistent/model.gguf")
+    add("app command line", "two file arguments", ["--run", "--tab", "generate", "a.gguf", "b.gguf"], 2,
+        "one file argument")
     add("app scripted mode", "an unknown load scenario",
         [*run, "--tab", "serving", "--settings", fx["settings_scenario"]], 1, ["serving/scenario", "soak"])
     add("app scripted mode", "a port beyond 65535",
