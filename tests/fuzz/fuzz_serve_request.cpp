@@ -57,12 +57,32 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
+namespace {
+
+// Runs one request through f: it either passes f's own checks or is refused as the server refuses
+// (an ApiError 4xx, an InputError or a TokenizerError, each with a message).
+template <typename F>
+void answered_or_refused(F f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    FUZZ_CHECK(e.status() >= 400 && e.status() < 500);
+    FUZZ_CHECK(*e.what() != '\0');
+  } catch (const InputError& e) {
+    FUZZ_CHECK(*e.what() != '\0');
+  } catch (const TokenizerError& e) {
+    FUZZ_CHECK(*e.what() != '\0');
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const int route = data[0] % 7;  // the five generation endpoints, then /tokenize and /detokenize
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   if (route >= 5) {
-    try {
+    answered_or_refused([&] {
       const nlohmann::json out = nlohmann::json::parse(tokenize_api(body, *context, route == 6));
       if (route == 6) {
         FUZZ_CHECK(out.at("prompt").is_string());
@@ -71,18 +91,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (const auto& id : out.at("tokens"))
           FUZZ_CHECK(id.get<int32_t>() >= 0 && id.get<int32_t>() < tokenizer->vocab_size());
       }
-    } catch (const ApiError& e) {
-      FUZZ_CHECK(e.status() >= 400 && e.status() < 500);
-      FUZZ_CHECK(*e.what() != '\0');
-    } catch (const InputError& e) {
-      FUZZ_CHECK(*e.what() != '\0');
-    } catch (const TokenizerError& e) {
-      FUZZ_CHECK(*e.what() != '\0');
-    }
+    });
     return 0;
   }
   const ApiEndpoint endpoint = kEndpoints[route];
-  try {
+  answered_or_refused([&] {
     const ParsedRequest r = parse_api_request(endpoint, body, *context);
     FUZZ_CHECK(!r.request.prompt_ids.empty());
     for (int32_t id : r.request.prompt_ids) FUZZ_CHECK(id >= 0 && id < tokenizer->vocab_size());
@@ -93,13 +106,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(r.seed.has_value() && *r.seed == p.seed);
     }
     if (endpoint == ApiEndpoint::GenerateStream) FUZZ_CHECK(r.stream);
-  } catch (const ApiError& e) {
-    FUZZ_CHECK(e.status() >= 400 && e.status() < 500);
-    FUZZ_CHECK(*e.what() != '\0');
-  } catch (const InputError& e) {
-    FUZZ_CHECK(*e.what() != '\0');
-  } catch (const TokenizerError& e) {
-    FUZZ_CHECK(*e.what() != '\0');
-  }
+  });
   return 0;
 }
