@@ -297,11 +297,22 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
   const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
   json header;
+  // nlohmann keeps the last of two equal keys: a tensor named twice would silently load its last
+  // copy. The parser's callback sees every key of the top-level object as it comes.
+  std::set<std::string> names;
+  std::string twice;
+  const json::parser_callback_t note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && twice.empty() &&
+        !names.insert(parsed.get<std::string>()).second)
+      twice = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(header_begin, header_begin + header_len);
+    header = json::parse(header_begin, header_begin + header_len, note_keys);
   } catch (const json::exception& e) {
     fail(path, std::string("header is not valid JSON: ") + e.what());
   }
+  if (!twice.empty()) fail(path, "the header names tensor " + in_quotes(twice) + " twice");
   if (!header.is_object()) fail(path, "header must be a JSON object, got " + json_excerpt(header));
 
   std::vector<RawEntry> entries;

@@ -255,6 +255,19 @@ def make_fixtures(cli, root):
     def remove(fname):
         return lambda d: os.remove(os.path.join(d, fname))
 
+    def duplicate_first_tensor(d):
+        # The header names its first tensor a second time (JSON parsers keep the last copy).
+        p = os.path.join(d, "model.safetensors")
+        with open(p, "rb") as f:
+            b = f.read()
+        n = struct.unpack("<Q", b[:8])[0]
+        header = json.loads(b[8:8 + n])
+        first = next(k for k in header if k != "__metadata__")
+        text = json.dumps(header)[:-1] + ", " + json.dumps({first: header[first]})[1:-1] + "}"
+        raw = text.encode() + b" " * ((8 - len(text.encode()) % 8) % 8)
+        with open(p, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw + b[8 + n:])
+
     m = lambda name, edit: copy_model(tiny, os.path.join(root, name), edit)
     fx["nan_weights"] = m("nan_weights", with_weights("transformer.h.1.mlp.c_fc.weight", float("nan")))
     fx["inf_weights"] = m("inf_weights", with_weights("transformer.wte.weight", float("inf")))
@@ -263,6 +276,7 @@ def make_fixtures(cli, root):
     fx["weights_dir"] = m("weights_dir", replace_with_dir("model.safetensors"))
     fx["config_bad_json"] = m("config_bad_json", write_file("config.json", "{ not json"))
     fx["config_array"] = m("config_array", write_file("config.json", "[1, 2]"))
+    fx["tensor_twice"] = m("tensor_twice", duplicate_first_tensor)
     fx["no_config"] = m("no_config", remove("config.json"))
     fx["no_weights"] = m("no_weights", remove("model.safetensors"))
     fx["huge_embd"] = m("huge_embd", with_config(n_embd=10**9))
@@ -441,6 +455,8 @@ def cases(fx, builtin):
     add("model folder", "model.safetensors is a folder", ["info", "--model", fx["weights_dir"]], 1,
         ["model.safetensors: is a directory"])
     add("model folder", "config.json not JSON", ["info", "--model", fx["config_bad_json"]], 1, "config.json")
+    add("model folder", "a tensor named twice in the header", ["info", "--model", fx["tensor_twice"]], 1,
+        ["model.safetensors", "twice"])
     add("model folder", "config.json a JSON array", ["info", "--model", fx["config_array"]], 1,
         ["config.json", "must be a JSON object, got an array"])
     add("model folder", "no config.json", ["info", "--model", fx["no_config"]], 1, "config.json")
