@@ -141,6 +141,27 @@ class TestSpeculativeTab : public QObject {
     QVERIFY(tab->lastResult().contains(QStringLiteral("sweep")));
   }
 
+  void draftPresetRunsTheInt4DraftModel() {
+    // The draft preset: the model's own int4 copy drafts and the model verifies, so greedy text is
+    // plain decoding's and proposals are made at every step the budget allows.
+    auto w = tinyWindow(QStringLiteral("draft"));
+    QVERIFY(w);
+    SpeculativeTab* tab = specTab(*w);
+    tab->setNewTokens(12);
+    tab->setSweepKs({2});
+    QSignalSpy done(tab, &ExperimentTab::runFinished);
+    QVERIFY2(tab->runPresetId(QStringLiteral("draft")), qPrintable(tab->refusal()));
+    QVERIFY(done.wait(kRunTimeoutMs));
+    QVERIFY2(done.front().at(0).toBool(), qPrintable(done.front().at(1).toString()));
+    QVERIFY(tab->hasResult());
+    const servelab::SpeculativeDemoResult& r = tab->result();
+    QCOMPARE(r.params.method, servelab::SpeculativeMethod::DraftModel);
+    QVERIFY2(QString::fromStdString(r.pairing).contains(QStringLiteral("int4")), r.pairing.c_str());
+    QVERIFY(r.identical);
+    QVERIFY(r.speculative.speculative.num_drafts > 0);
+    QCOMPARE(tab->textView().stepsWithProposals(), static_cast<int>(r.speculative.speculative.num_drafts));
+  }
+
   void presetsAndRefusals() {
     auto w = tinyWindow(QStringLiteral("presets"));
     QVERIFY(w);
