@@ -833,16 +833,6 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
   m.add_routes();
 }
 
-HttpServer::HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, HttpServerOptions options)
-    : HttpServer([&] {
-        if (options.threads <= 0)
-          options.threads =
-              default_http_threads(scheduler.options().max_batch, scheduler.options().max_queue);
-        return std::move(options);
-      }()) {
-  attach(scheduler, tokenizer, impl_->options.model_id, impl_->options.model_info);
-}
-
 void HttpServer::attach(ServeScheduler& scheduler, const Tokenizer& tokenizer, const std::string& model_id,
                         const std::string& model_info) {
   impl_->sched = &scheduler;

@@ -1,7 +1,8 @@
 #pragma once
 // The HTTP face of the serving scheduler: LoRAX/TGI's API (POST / with a list answer or an event
 // stream, /generate, /generate_stream, /info, /health) and an OpenAI subset (/v1/models,
-// /v1/completions, /v1/chat/completions), on cpp-httplib. Connection threads parse, validate and
+// /v1/completions, /v1/chat/completions) with vLLM's /tokenize and /detokenize, on cpp-httplib;
+// serve_session.h runs it beside its scheduler. Connection threads parse, validate and
 // tokenize a request, submit it to the one ServeScheduler, and write its tokens as they come
 // (chunked server-sent events); a connection that goes away cancels its request.
 // Torch-free header; httplib stays inside the .cpp.
@@ -19,7 +20,7 @@ namespace servelab {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: a free port, see HttpServer::port()
-  int threads = 0;  // connection threads (each open stream holds one); 0: max batch + max queue + 8
+  int threads = 0;  // connection threads (each open stream holds one): default_http_threads() by default
   int64_t max_body_bytes = 2 << 20;  // larger bodies get 413
   std::string model_id;              // what /info and /v1/models call the base model
   std::string model_info;            // more of /info (the engine's info() as JSON text), may be empty
@@ -51,8 +52,6 @@ class HttpServer {
   // {"status": "loading"} and every other route 503 with Retry-After until attach(). options.threads
   // must be set (the scheduler's sizes are not known yet).
   explicit HttpServer(HttpServerOptions options);
-  // A server of this scheduler, ready at once.
-  HttpServer(ServeScheduler& scheduler, const Tokenizer& tokenizer, HttpServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
