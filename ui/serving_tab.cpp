@@ -301,8 +301,9 @@ void ServingTab::resetLiveCharts() {
   itlChart_->addSeries(tr("inter-token latency"));
   occupancyChart_->setTitle(tr("Batch occupancy"));
   occupancyChart_->setFootnote(QString());
-  occupancyChart_->setLegendColumns(0);
-  occupancyChart_->setLegendBelow(false);
+  // Three series would cover a small plot: their legend goes in one row under it.
+  occupancyChart_->setLegendColumns(3);
+  occupancyChart_->setLegendBelow(true);
   occupancyChart_->setAxisLabels(tr("time (s)"), tr("requests"), tr("KV cache used (%)"));
   occupancyChart_->addSeries(tr("running"));
   occupancyChart_->addSeries(tr("waiting"));
@@ -627,9 +628,6 @@ void ServingTab::startRemoteScrape(const servelab::LoadTarget& target) {
   resetLiveCharts();
   occupancyChart_->setTitle(tr("Server side (its /metrics)"));
   occupancyChart_->setFootnote(remoteUrl_);
-  // The three series would cover a small plot: their legend goes in one row under it.
-  occupancyChart_->setLegendColumns(3);
-  occupancyChart_->setLegendBelow(true);
   scrapeStop_ = false;
   servelab::LoadTarget t = target;
   t.connect_timeout_s = 2;  // a scrape must not hold the end of a run
