@@ -85,6 +85,8 @@ struct ModelArgs {
   std::string quant_exec = "auto";
   std::string gemm = "auto";
   std::string isa;
+  std::string cuda_graphs = "on";
+  int cuda_graph_max_batch = 128;
 
   void add_to(CLI::App* app, bool with_quant = true) {
     app->add_option("--isa", isa,
@@ -105,6 +107,14 @@ struct ModelArgs {
         "fp32 GEMMs: aten (addmm), onednn (weights prepacked once by oneDNN; CPU fp32), blocked "
         "(our kernels over 16-channel weight blocks; CPU fp32), auto (blocked where the ISA is avx512 "
         "or avx2, else onednn where available)");
+    app->add_option("--cuda-graphs", cuda_graphs,
+                    "on a GPU, replay each decode step as a CUDA graph captured per batch bucket (on), or "
+                    "launch every kernel eagerly (off); ignored on the CPU")
+        ->check(CLI::IsMember({"on", "off"}));
+    app->add_option("--cuda-graph-max-batch", cuda_graph_max_batch,
+                    "the largest batch bucket captured (buckets 1, 2, 4, ... up to it; larger steps run "
+                    "eagerly)")
+        ->check(CLI::Range(1, 4096));
     if (!with_quant) return;
     app->add_option("--quant", quant,
                     "quantize the weights after loading: none, zp-uint8, int8-channel, int4-g32, int4-g64, "
@@ -119,6 +129,8 @@ struct ModelArgs {
     o.quant = quant;
     o.quant_exec = quant_exec;
     o.gemm = gemm;
+    o.cuda_graphs = cuda_graphs == "on";
+    o.cuda_graph_max_batch = cuda_graph_max_batch;
     return o;
   }
   std::unique_ptr<Engine> load() const {
@@ -918,10 +930,10 @@ void check_subcommands(CLI::App& app, int argc, char** argv) {
 // silently mean the default, so an empty value is a usage error.
 void check_no_empty_values(const CLI::App& app) {
   static const std::set<std::string> kNamed = {
-      "--model",      "--tokenizer",  "--device",        "--dtype", "--gemm",
-      "--quant",      "--quant-exec", "--exec",          "--mode",  "--batch-sizes",
-      "--strategies", "--strategy",   "--lora-strategy", "--rank",  "--assignment",
-      "--workload",   "--adapter",    "--out",           "--stop",  "--ca-file"};
+      "--model",    "--tokenizer",     "--device", "--dtype",      "--gemm",        "--cuda-graphs",
+      "--quant",    "--quant-exec",    "--exec",   "--mode",       "--batch-sizes", "--strategies",
+      "--strategy", "--lora-strategy", "--rank",   "--assignment", "--workload",    "--adapter",
+      "--out",      "--stop",          "--ca-file"};
   for (const CLI::App* sub : app.get_subcommands()) {
     for (const CLI::Option* o : sub->get_options()) {
       if (!o->count() || !kNamed.count(o->get_name())) continue;

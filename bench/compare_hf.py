@@ -77,9 +77,9 @@ def sync(torch):
         torch.cuda.synchronize()
 
 
-def ours(args, threads):
+def ours(args, threads, extra=()):
     out = subprocess.run([CLI, "bench", *args, *TARGET["model_args"], "--threads", str(threads), "--device", TARGET["device"],
-                          "--dtype", TARGET["dtype"], "--json"], check=True, capture_output=True, text=True).stdout
+                          "--dtype", TARGET["dtype"], "--json", *extra], check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
 
@@ -176,6 +176,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines on it)")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     ap.add_argument("--parity-tokens", type=int, default=16, help="greedy tokens per course prompt (0: skip)")
+    ap.add_argument("--graphs-ab", action="store_true",
+                    help="also run ours with --cuda-graphs off, interleaved (ours_eager_ms, graphs_speedup)")
     ap.add_argument("--model", default="demo", help="demo (GPT-2 shape, random weights), builtin (SmolLM2) or a path")
     a = ap.parse_args()
     sizes = [int(s) for s in a.batch_sizes.split(",")]
@@ -192,11 +194,16 @@ def main():
 
     # Decode latency, batch 1: interleave ours and HF, repeat, take medians of per-step medians.
     hf_hot(torch, model, tok)
-    ours_cache, ours_nocache, hf_cache, hf_nocache = [], [], [], []
+    ours_cache, ours_nocache, hf_cache, hf_nocache, ours_eager = [], [], [], [], []
+    graphs = None
     for _ in range(a.repeats):
         r = ours(["kv-cache", "--new-tokens", str(a.tokens), "--repeats", "1"], a.threads)
         ours_cache.append(statistics.median(r["cache_ms"][1:]))
         ours_nocache.append(statistics.median(r["no_cache_ms"][1:]))
+        graphs = r.get("cuda_graphs")
+        if a.graphs_ab:  # the same run with every kernel launched eagerly, interleaved
+            e = ours(["kv-cache", "--new-tokens", str(a.tokens), "--repeats", "1"], a.threads, ["--cuda-graphs", "off"])
+            ours_eager.append(statistics.median(e["cache_ms"][1:]))
         hf_cache.append(statistics.median(hf_token_loop(torch, model, tok, PROMPTS[0], a.tokens, True)[1:]) * 1e3)
         hf_nocache.append(statistics.median(hf_token_loop(torch, model, tok, PROMPTS[0], a.tokens, False)[1:]) * 1e3)
     decode = {
@@ -205,17 +212,25 @@ def main():
     }
     decode["speedup_vs_hf"] = decode["hf_ms"] / decode["ours_ms"]
     decode["ratio_to_floor"] = decode["ours_ms"] / floor_ms
+    decode["cuda_graphs"] = graphs  # what the last run's graphs did (replays, captures), or why none ran
+    if ours_eager:
+        decode["ours_eager_ms"] = statistics.median(ours_eager)
+        decode["graphs_speedup"] = decode["ours_eager_ms"] / decode["ours_ms"]
 
     # Batch sweep: ours (median over its own repeats) and HF's course loop, batch size by batch size.
     sweep = []
     for bs in sizes:
-        o = ours(["batch-sweep", "--batch-sizes", str(bs), "--new-tokens", str(a.tokens), "--repeats",
-                  str(a.repeats)], a.threads)["points"][0]
+        sweep_args = ["batch-sweep", "--batch-sizes", str(bs), "--new-tokens", str(a.tokens), "--repeats", str(a.repeats)]
+        o = ours(sweep_args, a.threads)["points"][0]
         hf_generate_batch(torch, model, tok, bs, 2)  # warm-up at this shape
         h = statistics.median([hf_generate_batch(torch, model, tok, bs, a.tokens) for _ in range(a.repeats)]) * 1e3
         hf_tpms = bs * a.tokens / h
-        sweep.append({"batch_size": bs, "ours_ms": o["total_ms"], "hf_ms": h, "ours_tokens_per_ms": o["tokens_per_ms"],
-                      "hf_tokens_per_ms": hf_tpms, "throughput_ratio": o["tokens_per_ms"] / hf_tpms})
+        point = {"batch_size": bs, "ours_ms": o["total_ms"], "hf_ms": h, "ours_tokens_per_ms": o["tokens_per_ms"],
+                 "hf_tokens_per_ms": hf_tpms, "throughput_ratio": o["tokens_per_ms"] / hf_tpms}
+        if a.graphs_ab:
+            e = ours(sweep_args, a.threads, ["--cuda-graphs", "off"])["points"][0]
+            point.update({"ours_eager_ms": e["total_ms"], "graphs_speedup": e["total_ms"] / o["total_ms"]})
+        sweep.append(point)
 
     parity = greedy_parity(torch, model, tok, a.parity_tokens) if a.parity_tokens > 0 else []
 

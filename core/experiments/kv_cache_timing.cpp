@@ -45,6 +45,7 @@ nlohmann::json KvCacheTimingResult::to_json() const {
           {"kv_cache_bytes", kv_cache_bytes},
           {"kv_bytes_per_token", kv_bytes_per_token},
           {"repeats", repeats},
+          {"cuda_graphs", cuda_graphs.to_json()},
           {"no_cache_flops", field(no_cache_cost, flops)},
           {"no_cache_bytes", field(no_cache_cost, bytes)},
           {"cache_flops", field(cache_cost, flops)},
@@ -128,7 +129,10 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
       }
       if (rep == 0 && cache && exact && r.cache_tokens != r.tokens)
         throw InputError("KV-cache and cache-free generation produced different tokens");
-      if (cache) r.kv_cache_bytes = g.kv_cache_bytes;
+      if (cache) {
+        r.kv_cache_bytes = g.kv_cache_bytes;
+        r.cuda_graphs.add(g.cuda_graphs);
+      }
       auto& dst = cache ? with : without;
       for (size_t i = 0; i < g.step_ms.size(); ++i) dst[i].push_back(g.step_ms[i]);
     }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "experiments/experiment_sink.h"
+#include "model/decode_graph_stats.h"
 #include "model/engine.h"
 #include "model/step_cost.h"
 
@@ -39,6 +40,8 @@ struct KvCacheTimingResult {
   int64_t kv_cache_bytes = 0;                        // preallocated for prompt + new tokens
   int64_t kv_bytes_per_token = 0;                    // K and V of one position across all layers
   int64_t repeats = 0;
+  // The cached runs' CUDA graphs (summed over the timed runs; on the CPU, why none ran).
+  DecodeGraphStats cuda_graphs;
   // FLOPs and bytes of each token's step (model/step_cost.h): with the cache, the prompt's prefill
   // and then one position a step; without it, the whole sequence so far every step.
   std::vector<StepCost> no_cache_cost, cache_cost;

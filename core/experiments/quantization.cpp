@@ -288,7 +288,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
       if (spec.is_quantized()) {
         QuantExec used = resolve_quant_exec(spec, device);
         owned = q.build(used);
-        owned->set_attention_backend(ref.attention_backend());
+        owned->inherit_run_settings(ref);
         model = owned.get();
         r.exec = quant_exec_name(used);
         r.kernel = owned->kernels() ? owned->kernels()->description()

@@ -10,6 +10,7 @@
 
 #include "generate/sampling_params.h"
 #include "lora/lora_spec.h"
+#include "model/decode_graph_stats.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servelab {
@@ -81,6 +82,8 @@ struct GenerateResult {
   std::vector<double> step_ms;  // per step of the whole batch; [0] is time to first token
   double total_ms = 0;
   int64_t kv_cache_bytes = 0;
+  // The decode steps' CUDA graphs (on a GPU; otherwise `unavailable` says why none ran).
+  DecodeGraphStats cuda_graphs;
 };
 
 // The tokens that end generation: the tokenizer's stop ids (eos, the model's end-of-turn tokens,

@@ -7,6 +7,7 @@
 
 #include "generate/token_picker.h"
 #include "lora/multi_lora.h"
+#include "model/decode_graphs.h"
 #include "tokenizer/prompt.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/device.h"
@@ -158,11 +159,6 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
     at::Tensor ids = pb.input_ids.to(dev);
     at::Tensor positions = pb.position_ids.to(dev);
     at::Tensor mask = pb.attention_mask.to(dev);
-    std::optional<KvCache> cache;
-    if (o.use_kv_cache) {
-      cache.emplace(model.make_cache(batch, ids.size(1) + o.max_new_tokens));
-      result.kv_cache_bytes = cache->bytes();
-    }
     Sampler sampler(o.sampling);
     std::optional<LoraBatch> lora;
     if (!o.adapters.empty()) {
@@ -175,6 +171,32 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
       if (!lora->any()) lora.reset();
     }
     at::Tensor last_ids, last_pos = positions.select(1, -1).unsqueeze(1);
+    // On a GPU the decode steps replay CUDA graphs (model/decode_graphs.h): each row at its own
+    // position, its keys from the end of its left padding on. The cache and its graphs come from
+    // the model's earlier runs of this shape where there was one (the capacity rounded up so that
+    // runs of similar lengths share them). LoRA steps stay eager.
+    const int64_t width = ids.size(1);
+    result.cuda_graphs.unavailable = cuda_graphs_unavailable(model);
+    if (result.cuda_graphs.unavailable.empty() && !o.use_kv_cache)
+      result.cuda_graphs.unavailable = "no KV cache (every step is a whole forward)";
+    if (result.cuda_graphs.unavailable.empty() && lora)
+      result.cuda_graphs.unavailable = "LoRA adapters run eagerly";
+    std::unique_ptr<GraphedKvCache> graphed;
+    std::optional<KvCache> own_cache;
+    KvCache* cache = nullptr;
+    if (o.use_kv_cache) {
+      const int64_t capacity = width + o.max_new_tokens;
+      if (result.cuda_graphs.unavailable.empty()) {
+        const int64_t rounded =
+            std::max(capacity, std::min((capacity + 63) / 64 * 64, model.shape().context));
+        graphed = model.take_graphed_cache(batch, rounded);
+      }
+      cache = graphed ? &graphed->cache : &own_cache.emplace(model.make_cache(batch, capacity));
+      result.kv_cache_bytes = cache->bytes();
+    }
+    DecodeGraphs* graphs = graphed ? &graphed->graphs : nullptr;
+    const DecodeGraphStats graphs_before = graphs ? graphs->stats() : DecodeGraphStats{};
+    std::vector<int64_t> next_host(static_cast<size_t>(batch), 0);
     const DeviceTimer total(dev);
     for (int64_t step = 0; step < o.max_new_tokens; ++step) {
       if (o.cancel && o.cancel->load())
@@ -187,7 +209,19 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
         in = {last_ids, last_pos, padded ? mask : at::Tensor(), false};
       }
       in.lora = lora ? &*lora : nullptr;
-      at::Tensor logits = model.forward(in, cache ? &*cache : nullptr);
+      at::Tensor logits;
+      if (step > 0 && graphs) {
+        std::vector<DecodeRow> decode;
+        for (int64_t r = 0; r < batch; ++r) {
+          const int64_t len = static_cast<int64_t>(prompts[static_cast<size_t>(r)].size());
+          decode.push_back(
+              {next_host[static_cast<size_t>(r)], r, len - 1 + step, cache->length(), width - len});
+        }
+        logits = graphs->step(decode);
+        cache->advance(1);
+      } else {
+        logits = model.forward(in, cache);
+      }
       std::vector<PickRow> pick;
       for (int64_t r = 0; r < batch; ++r)
         pick.push_back({&o.sampling, &sampler, &prompts[static_cast<size_t>(r)],
@@ -264,6 +298,7 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
       if (sink) sink->on_step({step, active, batch * ((step == 0 || !o.use_kv_cache) ? ids.size(1) : 1), ms});
       if (std::all_of(rows.begin(), rows.end(), [](const RowState& s) { return s.finished; })) break;
 
+      for (int64_t r = 0; r < batch; ++r) next_host[static_cast<size_t>(r)] = next_a[r];
       last_ids = next.to(dev).unsqueeze(1);
       last_pos = last_pos + 1;
       if (padded) mask = at::cat({mask, at::ones({batch, 1}, mask.options())}, 1);
@@ -273,6 +308,17 @@ GenerateResult generate(const Model& model, const Tokenizer& tokenizer,
       }
     }
     result.total_ms = total.elapsed_ms();
+    if (graphs) {
+      // This run's share of the kept graphs' work.
+      const DecodeGraphStats& now = graphs->stats();
+      result.cuda_graphs.captured = now.captured - graphs_before.captured;
+      result.cuda_graphs.capture_ms = now.capture_ms - graphs_before.capture_ms;
+      result.cuda_graphs.memory_bytes = now.memory_bytes - graphs_before.memory_bytes;
+      result.cuda_graphs.replays = now.replays - graphs_before.replays;
+      result.cuda_graphs.eager_steps = now.eager_steps - graphs_before.eager_steps;
+      result.cuda_graphs.fallback = now.fallback;
+      model.keep_graphed_cache(std::move(graphed));
+    }
   } catch (const c10::Error& e) {
     if (!is_out_of_memory(e)) throw;
     throw OutOfMemoryError("out of memory on " + dev.str() + " generating for a batch of " +

@@ -15,6 +15,7 @@
 #include "generate/continuous_batching.h"
 #include "generate/kv_bookkeeping.h"
 #include "lora/multi_lora.h"
+#include "model/decode_graph_stats.h"
 #include "model/model.h"
 
 namespace servelab {
@@ -69,6 +70,8 @@ class KvMemoryManager : public KvBookkeeping {
     int64_t blocks_used = 0, blocks_cached = 0, blocks_total = 0;  // paged only
   };
   virtual Usage usage() const = 0;
+  // What this memory's decode CUDA graphs did, when it has any (slot KV on a GPU).
+  virtual const DecodeGraphStats* graph_stats() const { return nullptr; }
   // Paged: copies the block tables and cached blocks into step (BatchStep::kv_block_tables); the
   // other layouts have no blocks.
   virtual void snapshot_blocks(BatchStep& /*step*/) const {}

@@ -158,6 +158,18 @@ at::Tensor SlotKvMemory::decode(const std::vector<int64_t>& ids, const std::vect
     positions.push_back(length_[static_cast<size_t>(slots.back())]);
     rows = std::max(rows, slots.back() + 1);
   }
+  const std::optional<LoraBatch> lora = lora_rows(ids);
+  if (!lora && cuda_graphs_unavailable(model_).empty()) {
+    if (!graphs_) graphs_ = std::make_unique<DecodeGraphs>(model_, cache_);
+    std::vector<DecodeRow> step;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = positions[static_cast<size_t>(i)];
+      step.push_back({tokens[static_cast<size_t>(i)], slots[static_cast<size_t>(i)], p, p, 0});
+    }
+    at::Tensor logits = graphs_->step(step);
+    for (int64_t s : slots) ++length_[static_cast<size_t>(s)];
+    return logits;
+  }
   int64_t width = 1;
   for (int64_t p : positions) width = std::max(width, p + 1);
   // Keys a slot's query sees: [0, position] for a listed slot, [0, 1) for the others.
@@ -173,7 +185,6 @@ at::Tensor SlotKvMemory::decode(const std::vector<int64_t>& ids, const std::vect
   in.cache_positions = pos;
   in.cache_rows = at::tensor(slots, at::kLong).to(dev);
   in.key_mask = at::arange(width, pos.options()).view({1, width}) <= last_key;
-  const std::optional<LoraBatch> lora = lora_rows(ids);
   in.lora = lora ? &*lora : nullptr;
   KvCache view = cache_.rows(0, rows);
   at::Tensor logits = model_.forward(in, &view);

@@ -4,8 +4,10 @@
 // only marks it free, and a decode step writes one position per row in place: nobody's cache is
 // ever copied for somebody else's sake.
 #include <map>
+#include <memory>
 
 #include "generate/kv_memory_manager.h"
+#include "model/decode_graphs.h"
 
 namespace servelab {
 
@@ -29,6 +31,7 @@ class SlotKvMemory : public KvMemoryManager, private KvStore {
   int64_t slot_of(int64_t id) const override { return slot_.at(id); }
   int64_t bytes() const override { return cache_.bytes(); }
   Usage usage() const override;
+  const DecodeGraphStats* graph_stats() const override { return graphs_ ? &graphs_->stats() : nullptr; }
 
  private:
   // KvStore, for extend(): stores each segment's keys and values in its slot, then attends.
@@ -45,6 +48,8 @@ class SlotKvMemory : public KvMemoryManager, private KvStore {
   std::vector<int64_t> length_;      // positions cached per slot
   std::map<int64_t, int64_t> slot_;  // request id -> slot
   std::vector<Segment> pass_;        // the extend() in flight
+  // Decode steps as CUDA graphs over cache_ (on a GPU, unless switched off); made at the first.
+  std::unique_ptr<DecodeGraphs> graphs_;
 };
 
 }  // namespace servelab

@@ -11,6 +11,7 @@
 #include "model/architecture.h"
 #include "model/blocked_linear.h"
 #include "model/decode_attention.h"
+#include "model/decode_graphs.h"
 #include "model/gguf_file.h"
 #include "model/llama_config.h"   // read_llama_family_json
 #include "model/model_catalog.h"  // check_loadable
@@ -320,6 +321,9 @@ void Engine::finish_gguf(const GgufFile& file, const EngineOptions& o) {
 Engine::~Engine() = default;
 
 void Engine::apply_options(const EngineOptions& o) {
+  limits::check_range("CUDA graph max batch", static_cast<int64_t>(o.cuda_graph_max_batch), int64_t{1},
+                      int64_t{4096});
+  model_->set_cuda_graphs(o.cuda_graphs, o.cuda_graph_max_batch);
   QuantSpec spec = parse_quant_mode(o.quant);
   spec.exec = parse_quant_exec(o.quant_exec);
   const GemmBackend requested = parse_gemm_backend(o.gemm);
@@ -367,7 +371,7 @@ void Engine::quantize(const QuantSpec& spec) {
   resolved.exec = resolve_quant_exec(spec, model_->device());
   try {
     std::unique_ptr<Model> m = architecture_of(*model_).quantize(*model_, resolved, gemm_);
-    m->set_attention_backend(model_->attention_backend());
+    m->inherit_run_settings(*model_);
     m->set_weight_quantization(resolved);
     model_ = std::move(m);
   } catch (const c10::OutOfMemoryError&) {
@@ -390,7 +394,7 @@ std::shared_ptr<const Model> Engine::dense_reference() const {
   c10::InferenceMode guard;
   const GgufFile file = GgufFile::open(source_path_);
   std::unique_ptr<Model> m = arch.load_gguf(file, model_->device(), model_->dtype());
-  m->set_attention_backend(model_->attention_backend());
+  m->inherit_run_settings(*model_);
   // The fp32 reference times with the fp32 kernels a model loaded dequantized gets (--gemm auto), or
   // every mode's speed-up over it would count aten's slower GEMV as the quantization's gain.
   if (resolve_gemm_backend(GemmBackend::Auto, model_->device(), model_->dtype()) == GemmBackend::Blocked)
@@ -416,7 +420,7 @@ Engine::DraftPair Engine::int4_draft_pair() const {
   spec.exec = QuantExec::Jit;
   spec.exec = resolve_quant_exec(spec, model_->device());
   std::shared_ptr<Model> draft = architecture_of(*model_).quantize(*model_, spec, gemm_);
-  draft->set_attention_backend(model_->attention_backend());
+  draft->inherit_run_settings(*model_);
   return {model_, draft,
           "target: the model as loaded; draft: its int4-g32 copy (" +
               std::string(quant_exec_name(spec.exec)) + ")"};
@@ -497,6 +501,13 @@ nlohmann::json Engine::info() const {
     j["chat_template"] = family ? chat_family_name(*family) : "unrecognised";
   }
   j["cuda_available"] = cuda_available();
+  // Whether decode steps replay CUDA graphs, and why not; what they cost is per run (a KV memory's
+  // graphs), in the run's results.
+  const std::string graphs_off = cuda_graphs_unavailable(*model_);
+  j["cuda_graphs"] = {{"active", graphs_off.empty()},
+                      {"max_batch", model_->cuda_graph_max_batch()},
+                      {"batch_buckets", graph_batch_buckets(model_->cuda_graph_max_batch())}};
+  if (!graphs_off.empty()) j["cuda_graphs"]["why_not"] = graphs_off;
   return j;
 }
 

@@ -29,6 +29,10 @@ struct EngineOptions {
   // over 16-channel blocks, CPU fp32), "auto" (blocked where active_isa() is avx512 or avx2, else
   // onednn where it exists).
   std::string gemm = "auto";
+  // CUDA graphs for decode steps on a GPU (model/decode_graphs.h), captured for batch buckets up
+  // to cuda_graph_max_batch; ignored on the CPU.
+  bool cuda_graphs = true;
+  int cuda_graph_max_batch = 128;
 };
 
 class Engine {

@@ -162,7 +162,7 @@ std::unique_ptr<Model> Gpt2Model::with_kernels(const LinearKernelFactory& make) 
   LinearMatrices matrices = w.linear_matrices();
   std::shared_ptr<const LinearKernels> kernels = make(matrices);
   auto m = std::make_unique<Gpt2Model>(config_, std::move(w), std::move(kernels));
-  m->set_attention_backend(backend_);
+  m->inherit_run_settings(*this);
   return m;
 }
 

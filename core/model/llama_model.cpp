@@ -282,7 +282,7 @@ std::unique_ptr<Model> LlamaModel::with_kernels(const LinearKernelFactory& make)
   LinearMatrices matrices = w.linear_matrices();
   std::shared_ptr<const LinearKernels> kernels = make(matrices);
   auto m = std::make_unique<LlamaModel>(config_, std::move(w), std::move(kernels));
-  m->set_attention_backend(backend_);
+  m->inherit_run_settings(*this);
   return m;
 }
 

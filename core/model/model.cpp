@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "lora/multi_lora.h"
+#include "model/decode_graphs.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -12,6 +13,37 @@ const Projection& Model::projection(LinearSlot slot) const {
     if (p.slot == slot) return p;
   throw InputError("a " + shape_.architecture + " block has no projection number " +
                    std::to_string(static_cast<int>(slot)));
+}
+
+struct Model::GraphedKvCaches {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<GraphedKvCache>> kept;  // most recent last
+};
+
+std::unique_ptr<GraphedKvCache> Model::take_graphed_cache(int64_t batch, int64_t capacity) const {
+  if (!cuda_graphs_unavailable(*this).empty()) return nullptr;
+  std::call_once(graphed_once_, [this] { graphed_ = std::make_shared<GraphedKvCaches>(); });
+  {
+    std::lock_guard<std::mutex> lock(graphed_->mutex);
+    auto& kept = graphed_->kept;
+    for (auto it = kept.begin(); it != kept.end(); ++it) {
+      if ((*it)->cache.batch() == batch && (*it)->cache.capacity() == capacity) {
+        std::unique_ptr<GraphedKvCache> c = std::move(*it);
+        kept.erase(it);
+        c->cache.reset();
+        return c;
+      }
+    }
+  }
+  return std::make_unique<GraphedKvCache>(*this, batch, capacity);
+}
+
+void Model::keep_graphed_cache(std::unique_ptr<GraphedKvCache> cache) const {
+  if (!cache || !graphed_) return;
+  std::lock_guard<std::mutex> lock(graphed_->mutex);
+  auto& kept = graphed_->kept;
+  kept.push_back(std::move(cache));
+  if (kept.size() > 2) kept.erase(kept.begin());
 }
 
 KvCache Model::make_cache(int64_t batch, int64_t capacity) const {

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 namespace servelab {
 
 class LoraBatch;         // lora/multi_lora.h
+struct GraphedKvCache;   // model/decode_graphs.h
 struct AttentionMask;    // model/layers.h
 struct AttentionParams;  // model/layers.h
 
@@ -126,6 +128,25 @@ class Model {
   const LinearKernels* kernels() const { return kernels_.get(); }
   void set_attention_backend(AttentionBackend b) { backend_ = b; }
   AttentionBackend attention_backend() const { return backend_; }
+  // CUDA graphs for decode steps on a GPU (model/decode_graphs.h), captured for batch buckets up
+  // to max_batch: on unless switched off.
+  void set_cuda_graphs(bool on, int64_t max_batch) {
+    cuda_graphs_ = on;
+    cuda_graph_max_batch_ = max_batch;
+  }
+  bool cuda_graphs() const { return cuda_graphs_; }
+  int64_t cuda_graph_max_batch() const { return cuda_graph_max_batch_; }
+  // generate()'s KV caches with their CUDA graphs, kept between runs: one of this batch and
+  // capacity kept from an earlier run, else a new one (nullptr when graphs do not run here).
+  // Given back with keep_graphed_cache(); the two most recent shapes are kept.
+  std::unique_ptr<GraphedKvCache> take_graphed_cache(int64_t batch, int64_t capacity) const;
+  void keep_graphed_cache(std::unique_ptr<GraphedKvCache> cache) const;
+  // How `other` runs (its attention backend, its CUDA graph setting), for a copy of it.
+  void inherit_run_settings(const Model& other) {
+    backend_ = other.backend_;
+    cuda_graphs_ = other.cuda_graphs_;
+    cuda_graph_max_batch_ = other.cuda_graph_max_batch_;
+  }
 
  protected:
   Model(ModelShape shape, std::vector<Projection> projections, std::shared_ptr<const LinearKernels> kernels)
@@ -171,6 +192,11 @@ class Model {
   std::vector<Projection> projections_;
   std::shared_ptr<const LinearKernels> kernels_;
   AttentionBackend backend_ = AttentionBackend::Sdpa;
+  bool cuda_graphs_ = true;
+  int64_t cuda_graph_max_batch_ = 128;
+  struct GraphedKvCaches;  // model.cpp: the kept caches and their lock, made at the first take
+  mutable std::once_flag graphed_once_;
+  mutable std::shared_ptr<GraphedKvCaches> graphed_;
   QuantSpec weight_quant_;
 };
 
