@@ -59,22 +59,22 @@ set(SERVELAB_CUDA_GRAPHS OFF)
 if(SERVELAB_TORCH_HAS_CUDA)
   file(GLOB _cuda_include_candidates LIST_DIRECTORIES true "${SERVELAB_TORCH_ROOT}/../nvidia/*/include"
        "${SERVELAB_TORCH_ROOT}/../nvidia/cuda_runtime/include")
-  find_path(SERVELAB_CUDA_RUNTIME_INCLUDE cuda_runtime_api.h
+  find_path(SERVELAB_CUDA_HEADERS crt/host_config.h
             HINTS ${_cuda_include_candidates} /usr/local/cuda/include /usr/include NO_DEFAULT_PATH)
   # The runtime libtorch_cuda itself loads (the wheel's), for the inline calls of libtorch's headers.
   file(GLOB _cudart_dirs LIST_DIRECTORIES true "${SERVELAB_TORCH_ROOT}/../nvidia/*/lib")
   find_library(SERVELAB_CUDART NAMES libcudart.so.13 libcudart.so.12 cudart NAMES_PER_DIR
                HINTS ${_cudart_dirs} "${_lib}" /usr/local/cuda/lib64 NO_DEFAULT_PATH)
-  if(SERVELAB_CUDA_RUNTIME_INCLUDE AND SERVELAB_CUDART AND EXISTS "${_lib}/libc10_cuda.so")
+  if(SERVELAB_CUDA_HEADERS AND SERVELAB_CUDART AND EXISTS "${_lib}/libc10_cuda.so")
     set(SERVELAB_CUDA_GRAPHS ON)
     add_library(servelab_torch_cuda INTERFACE)
-    target_include_directories(servelab_torch_cuda SYSTEM INTERFACE "${SERVELAB_CUDA_RUNTIME_INCLUDE}")
+    target_include_directories(servelab_torch_cuda SYSTEM INTERFACE "${SERVELAB_CUDA_HEADERS}")
     target_link_libraries(servelab_torch_cuda INTERFACE "${_lib}/libtorch_cuda.so" "${_lib}/libc10_cuda.so"
                                                         "${SERVELAB_CUDART}")
     target_compile_definitions(servelab_torch_cuda INTERFACE SERVELAB_CUDA_GRAPHS=1)
   endif()
 endif()
-message(STATUS "CUDA graphs for decode: ${SERVELAB_CUDA_GRAPHS} ${SERVELAB_CUDA_RUNTIME_INCLUDE} ${SERVELAB_CUDART}")
+message(STATUS "CUDA graphs for decode: ${SERVELAB_CUDA_GRAPHS} ${SERVELAB_CUDA_HEADERS} ${SERVELAB_CUDART}")
 # The wheel's nvidia/*/lib folders: libtorch_cuda's libraries, and libcudart and libcupti, which a
 # CUDA wheel's libtorch_cpu.so itself needs (cmake/ServeLabInstall.cmake installs those two beside it).
 file(GLOB _nv_dirs LIST_DIRECTORIES true "${SERVELAB_TORCH_ROOT}/../nvidia/*/lib")
