@@ -41,7 +41,8 @@ QStringList availableDevices() {
 
 std::unique_ptr<servelab::Engine> loadEngine(const ModelRequest& r) {
   noteEngineCall();
-  const servelab::EngineOptions o{r.device.toStdString(), r.dtype.toStdString(), r.threads};
+  servelab::EngineOptions o{r.device.toStdString(), r.dtype.toStdString(), r.threads};
+  o.cuda_graphs = r.cudaGraphs;
   if (r.demo) return servelab::Engine::load_demo(o);
   return r.folder.isEmpty() ? servelab::Engine::load_builtin(o)
                             : servelab::Engine::load(QDir::cleanPath(r.folder).toStdString(), o);
@@ -76,6 +77,10 @@ ModelSummary summarize(const servelab::Engine& engine, const QString& folder) {
     s.projections.append({QString::fromStdString(p["name"].get<std::string>()), p["in"].get<qint64>(),
                           p["out"].get<qint64>()});
   s.dtypeBytes = static_cast<int>(engine.dtype_bytes());
+  if (j.contains("cuda_graphs") && j["cuda_graphs"].is_object()) {
+    s.cudaGraphs = j["cuda_graphs"].value("active", false);
+    s.cudaGraphsWhyNot = QString::fromStdString(j["cuda_graphs"].value("why_not", std::string()));
+  }
   if (j.contains("cpu") && j["cpu"].is_object()) {
     const nlohmann::json& cpu = j["cpu"];
     s.cpuModel = QString::fromStdString(cpu.value("model", std::string()));

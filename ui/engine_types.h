@@ -28,7 +28,8 @@ struct ModelRequest {
   bool demo = false;
   QString device = QStringLiteral("cpu");
   QString dtype = QStringLiteral("fp32");
-  int threads = 0;  // 0: libtorch's default
+  int threads = 0;         // 0: libtorch's default
+  bool cudaGraphs = true;  // decode steps as CUDA graphs on a GPU (ignored on the CPU)
 };
 
 // One matrix of every block, as Hugging Face and PEFT name it ("self_attn.q_proj", "attn.c_attn").
@@ -54,6 +55,9 @@ struct ModelSummary {
   // The CPU and the ISA our kernels dispatch to (engine info's "cpu"), and what each path runs.
   QString cpuModel, cpuIsa;
   QStringList cpuKernels;  // "fp32_blocked: AVX-512 GEMV ...", one per path
+  // Whether decode steps replay CUDA graphs, and why not (engine info's "cuda_graphs").
+  bool cudaGraphs = false;
+  QString cudaGraphsWhyNot;
   bool valid() const { return !name.isEmpty(); }
 };
 

@@ -2,6 +2,7 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QCheckBox>
 #include <QCloseEvent>
 #include <QComboBox>
 #include <QDateTime>
@@ -255,8 +256,15 @@ void MainWindow::buildModelBar() {
   threads_->setSpecialValueText(tr("default"));
   threads_->setValue(0);
   bar->addWidget(threads_);
+  cudaGraphs_ = new QCheckBox(tr("CUDA graphs"), this);
+  cudaGraphs_->setObjectName(QStringLiteral("cudaGraphsCheck"));
+  cudaGraphs_->setChecked(true);
+  cudaGraphs_->setToolTip(
+      tr("On a GPU, replay each decode step as one CUDA graph instead of launching its kernels one by "
+         "one (off: the eager baseline). Ignored on the CPU; takes effect at the next load"));
+  bar->addWidget(cudaGraphs_);
   auto* apply = bar->addAction(tr("Reload"));
-  apply->setToolTip(tr("Load the current model again on the chosen device, dtype and threads"));
+  apply->setToolTip(tr("Load the current model again on the chosen device, dtype, threads and CUDA graphs"));
   connect(apply, &QAction::triggered, this, [this] {
     if (currentDemo_)
       loadDemo();
@@ -285,6 +293,8 @@ void MainWindow::buildModelBar() {
       box->setCurrentText(v);
   }
   loadSpin(s, QStringLiteral("model/threads"), threads_);
+  if (const std::optional<bool> g = settingBool(s, QStringLiteral("model/cudaGraphs")))
+    cudaGraphs_->setChecked(*g);
 }
 
 void MainWindow::buildMenus() {
@@ -394,6 +404,7 @@ ModelRequest MainWindow::requestFor(const QString& folder) const {
   r.device = device_->currentText();
   r.dtype = dtype_->currentText();
   r.threads = threads_->value();
+  r.cudaGraphs = cudaGraphs_->isChecked();
   return r;
 }
 
@@ -456,7 +467,12 @@ void MainWindow::onModelLoaded(const ModelSummary& m) {
                           : tr("\nCPU kernels dispatch to ISA %1 on %2:\n  %3")
                                 .arg(m.cpuIsa, m.cpuModel.isEmpty() ? tr("an unnamed CPU") : m.cpuModel,
                                      m.cpuKernels.join(QStringLiteral("\n  ")))));
-  deviceStatus_->setText(tr("device: %1").arg(m.device));
+  deviceStatus_->setText(
+      m.device.startsWith(QStringLiteral("cuda"))
+          ? tr("device: %1, CUDA graphs %2").arg(m.device, m.cudaGraphs ? tr("on") : tr("off"))
+          : tr("device: %1").arg(m.device));
+  deviceStatus_->setToolTip(m.cudaGraphs ? tr("Decode steps replay CUDA graphs")
+                                         : tr("CUDA graphs: %1").arg(m.cudaGraphsWhyNot));
   dtypeStatus_->setText(tr("dtype: %1").arg(m.dtype));
   threadsStatus_->setText(tr("threads: %1").arg(m.threads));
   memoryStatus_->setText(tr("weights: %1").arg(formatMemory(m.weightBytes)));
@@ -482,6 +498,7 @@ void MainWindow::onStateChanged() {
   device_->setEnabled(!busy);
   dtype_->setEnabled(!busy);
   threads_->setEnabled(!busy);
+  cudaGraphs_->setEnabled(!busy);
 }
 
 void MainWindow::showError(const QString& message) {
@@ -563,6 +580,7 @@ void MainWindow::saveSettings() {
   s.setValue(QStringLiteral("model/device"), device_->currentText());
   s.setValue(QStringLiteral("model/dtype"), dtype_->currentText());
   s.setValue(QStringLiteral("model/threads"), threads_->value());
+  s.setValue(QStringLiteral("model/cudaGraphs"), cudaGraphs_->isChecked());
   s.setValue(QStringLiteral("model/recent"), recent_);
   for (ExperimentTab* t : tabs_) t->saveSettings(s);
   s.sync();

@@ -12,6 +12,7 @@
 class QTabWidget;
 class QComboBox;
 class QSpinBox;
+class QCheckBox;
 class QLabel;
 class QPlainTextEdit;
 class QProgressBar;
@@ -119,6 +120,7 @@ class MainWindow : public QMainWindow {
   QComboBox* device_;
   QComboBox* dtype_;
   QSpinBox* threads_;
+  QCheckBox* cudaGraphs_;
   QToolButton* recentButton_;
   QMenu* recentMenu_;
   QProgressBar* loadProgress_;

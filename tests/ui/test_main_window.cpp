@@ -121,6 +121,12 @@ class TestMainWindow : public QObject {
     QVERIFY(label->toolTip().contains(QStringLiteral("dispatch to ISA %1 on %2").arg(isa, m.cpuModel)));
     QVERIFY(label->toolTip().contains(QStringLiteral("fp32_blocked: ")));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("deviceStatus"))->text().contains(QStringLiteral("cpu")));
+    // CUDA graphs are a GPU matter: on the CPU the engine says so, and the status bar's tooltip shows it.
+    QVERIFY(!m.cudaGraphs);
+    QVERIFY(m.cudaGraphsWhyNot.contains(QStringLiteral("need a GPU")));
+    QVERIFY(w->findChild<QLabel*>(QStringLiteral("deviceStatus"))
+                ->toolTip()
+                .contains(QStringLiteral("need a GPU")));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("memoryStatus"))->text().contains(QStringLiteral("MiB")));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("stateStatus"))->text().contains(QStringLiteral("ready")));
     // The Generate tab labels the demo model's text as noise; GPT-2 has no chat template.
@@ -422,6 +428,9 @@ class TestMainWindow : public QObject {
       kv->setPromptTokens(50);
       w->selectTab(QStringLiteral("kv-cache"));
       w->setTheme(ChartTheme::Dark);
+      auto* graphs = w->findChild<QCheckBox*>(QStringLiteral("cudaGraphsCheck"));
+      QVERIFY(graphs && graphs->isChecked());  // on by default
+      graphs->setChecked(false);
       w->close();
     }
     auto w = makeWindow(QStringLiteral("persist"));
@@ -435,6 +444,8 @@ class TestMainWindow : public QObject {
     QCOMPARE(s.value(QStringLiteral("generate/maxNewTokens")).toInt(), 77);
     QCOMPARE(s.value(QStringLiteral("kv-cache/newTokens")).toInt(), 123);
     QCOMPARE(s.value(QStringLiteral("kv-cache/promptTokens")).toInt(), 50);
+    QCOMPARE(s.value(QStringLiteral("model/cudaGraphs")).toBool(), false);
+    QVERIFY(!w->findChild<QCheckBox*>(QStringLiteral("cudaGraphsCheck"))->isChecked());
     // The restored window shows the saved values.
     w->close();  // saves again: the values must survive a round trip
     QSettings again(settingsPath(QStringLiteral("persist")), QSettings::IniFormat);
@@ -449,15 +460,17 @@ class TestMainWindow : public QObject {
     {
       QFile f(settingsPath(QStringLiteral("garbage")));
       QVERIFY(f.open(QIODevice::WriteOnly));
-      f.write("[generate]\nchat=banana\nprompt=@Size(3 4)\n[ui]\ntheme=purple\n");
+      f.write("[generate]\nchat=banana\nprompt=@Size(3 4)\n[ui]\ntheme=purple\n[model]\ncudaGraphs=maybe\n");
     }
     auto w = makeWindow(QStringLiteral("garbage"));
     const QString banner = w->settingsWarningText();
-    for (const char* expected : {"generate/chat", "banana", "generate/prompt", "QSize", "ui/theme", "purple"})
+    for (const char* expected : {"generate/chat", "banana", "generate/prompt", "QSize", "ui/theme", "purple",
+                                 "model/cudaGraphs", "maybe"})
       QVERIFY2(banner.contains(QLatin1String(expected)), qPrintable(banner));
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("settingsBanner"))->isVisible());
     QVERIFY(w->logText().contains(QStringLiteral("generate/chat = \"banana\" is not true or false")));
     QVERIFY(w->findChild<QCheckBox*>(QStringLiteral("generateChat"))->isChecked());
+    QVERIFY(w->findChild<QCheckBox*>(QStringLiteral("cudaGraphsCheck"))->isChecked());
     QCOMPARE(w->theme(), ChartTheme::Light);
     QVERIFY(!w->findChild<QPlainTextEdit*>(QStringLiteral("generatePrompt"))->toPlainText().isEmpty());
     w->loadFolder(tiny_);
