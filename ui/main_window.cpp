@@ -262,7 +262,8 @@ void MainWindow::buildModelBar() {
   cudaGraphs_->setToolTip(
       tr("On a GPU, replay each decode step as one CUDA graph instead of launching its kernels one by "
          "one (off: the eager baseline). Ignored on the CPU; takes effect at the next load"));
-  bar->addWidget(cudaGraphs_);
+  // Only a machine with a GPU has anything to switch (the setting is kept either way).
+  bar->addWidget(cudaGraphs_)->setVisible(device_->count() > 1);
   auto* apply = bar->addAction(tr("Reload"));
   apply->setToolTip(tr("Load the current model again on the chosen device, dtype, threads and CUDA graphs"));
   connect(apply, &QAction::triggered, this, [this] {
