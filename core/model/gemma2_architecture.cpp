@@ -4,9 +4,11 @@
 // post_feedforward_layernorm), the embedding scaled by sqrt(hidden_size), a GeGLU MLP
 // (gelu_pytorch_tanh on the gate), scores scaled by query_pre_attn_scalar^-0.5, attention and final
 // logit soft-capping, and sliding-window layers alternating with global ones (layer_types; the even
-// layers slide). It runs on LlamaModel: this file is its config reader, the part of it Gemma 3
-// shares, and its registration. No GGUF loader yet: gemma2 files are refused by name.
+// layers slide). It runs on LlamaModel: this file is its config readers (config.json and GGUF), the
+// parts of them Gemma 3 shares, and its registration.
+#include "model/gguf_file.h"
 #include "model/llama_family.h"
+#include "model/llama_gguf.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -67,11 +69,42 @@ LlamaConfig gemma_family_config(const json& source, const std::string& file) {
   return c;
 }
 
+LlamaConfig gemma_family_config_from_gguf(const GgufFile& f, const std::string& arch, int64_t pattern,
+                                          int64_t layers_27b) {
+  LlamaConfig c = llama_family_config_from_gguf(f, arch);
+  c.gemma_norms = true;
+  c.gguf_norms_plus_one = true;
+  c.gguf_qk_permuted = false;
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.query_pre_attn_scalar =
+      static_cast<double>(c.n_layer == layers_27b ? c.hidden_size / c.n_head : c.head_dim);
+  const auto non_negative = [&](const std::string& key) {
+    const double v = f.find_float(key).value_or(0.0);
+    if (!(v >= 0)) throw ModelFormatError(f.path() + ": " + key + " must not be negative");
+    return v;
+  };
+  c.attn_logit_softcap = non_negative(arch + ".attn_logit_softcapping");
+  c.final_logit_softcap = non_negative(arch + ".final_logit_softcapping");
+  const int64_t window = f.find_int(arch + ".attention.sliding_window").value_or(0);
+  if (window < 0) throw ModelFormatError(f.path() + ": " + arch + ".attention.sliding_window is negative");
+  if (window > 0) {
+    if (const auto p = f.find_int(arch + ".attention.sliding_window_pattern")) pattern = *p;
+    if (pattern < 1)
+      throw ModelFormatError(f.path() + ": " + arch + ".attention.sliding_window_pattern must be positive");
+    c.sliding_window = window;
+    for (int64_t l = 0; l < c.n_layer; ++l) c.sliding_layers.push_back((l + 1) % pattern != 0);
+  }
+  return c;
+}
+
 Architecture gemma2_architecture() {
-  Architecture a = llama_family_architecture(gemma2_config, nullptr);
+  // Gemma 2 alternates sliding and global layers; its 27B model has 46 layers.
+  Architecture a = llama_family_architecture(
+      gemma2_config, [](const GgufFile& f) { return gemma_family_config_from_gguf(f, "gemma2", 2, 46); });
   a.name = "gemma2";
   a.display = "Gemma 2";
   a.model_types = {"gemma2"};
+  a.gguf_architectures = {"gemma2"};
   return a;
 }
 

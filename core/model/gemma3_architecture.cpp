@@ -3,8 +3,9 @@
 // 1 + w RMSNorm over each head's q and k before the rotary embedding), no soft-capping by default,
 // one global layer in every sliding_window_pattern (6) and the others sliding, and two rotary bases:
 // rope_theta (with any rope scaling) for the global layers, rope_local_base_freq for the sliding
-// ones. It runs on LlamaModel: this file is its config reader and its registration. No GGUF loader
-// yet: gemma3 files are refused by name.
+// ones. It runs on LlamaModel: this file is its config readers (config.json and GGUF) and its
+// registration.
+#include "model/gguf_file.h"
 #include "model/llama_family.h"
 #include "util/errors.h"
 
@@ -57,13 +58,25 @@ LlamaConfig gemma3_config(const std::string& path) {
   return c;
 }
 
+// llama.cpp's reading of a gemma3 file: Gemma 2's (gemma_family_config_from_gguf), one global layer
+// in six, QK-norm, and the sliding layers' rotary base 10000 unless the file names another.
+LlamaConfig gemma3_gguf_config(const GgufFile& f) {
+  LlamaConfig c = gemma_family_config_from_gguf(f, "gemma3", 6, 62);  // 27B: 62 layers
+  c.qk_norm = true;
+  c.local_rope_theta = f.find_float("gemma3.rope.freq_base_swa").value_or(10000.0);
+  if (!(c.local_rope_theta > 0))
+    throw ModelFormatError(f.path() + ": gemma3.rope.freq_base_swa must be positive");
+  return c;
+}
+
 }  // namespace
 
 Architecture gemma3_architecture() {
-  Architecture a = llama_family_architecture(gemma3_config, nullptr);
+  Architecture a = llama_family_architecture(gemma3_config, gemma3_gguf_config);
   a.name = "gemma3";
   a.display = "Gemma 3";
   a.model_types = {"gemma3_text"};
+  a.gguf_architectures = {"gemma3"};
   return a;
 }
 

@@ -64,13 +64,16 @@ Architecture llama_family_architecture(std::function<LlamaConfig(const std::stri
     return std::make_unique<LlamaModel>(config, load_llama_safetensors(dir, config, device, dtype, hook));
   };
   if (read_gguf_config) {
-    a.load_gguf = [read_gguf_config](const GgufFile& file, at::Device device, at::ScalarType dtype) {
+    a.load_gguf = [read_gguf_config, hook](const GgufFile& file, at::Device device, at::ScalarType dtype) {
       const LlamaConfig config = read_gguf_config(file);
-      return std::make_unique<LlamaModel>(config, load_llama_gguf(file, config, device, dtype));
+      return std::make_unique<LlamaModel>(config, load_llama_gguf(file, config, device, dtype, hook));
     };
-    a.load_gguf_as_stored = [read_gguf_config](const GgufFile& file, std::string* run_as, bool int8) {
-      return load_llama_gguf_as_stored(file, read_gguf_config(file), run_as, int8);
-    };
+    // The blocks run as stored where no hook reshapes the matrices (Phi-3's fused ones are split
+    // from dequantized weights).
+    if (!hook)
+      a.load_gguf_as_stored = [read_gguf_config](const GgufFile& file, std::string* run_as, bool int8) {
+        return load_llama_gguf_as_stored(file, read_gguf_config(file), run_as, int8);
+      };
   }
   // --gemm onednn has not been measured on these models: aten and blocked are offered.
   a.onednn_gemm = false;

@@ -64,6 +64,9 @@ struct LlamaConfig {
   // Whether a GGUF file of this architecture stores Q and K rows permuted per head (llama.cpp's
   // converter does so for llama, whose rope it runs interleaved; not for qwen2/qwen3).
   bool gguf_qk_permuted = true;
+  // Whether a GGUF file of this architecture stores its (1 + w) norms' weights as 1 + w (llama.cpp's
+  // Gemma converters do, for its plain x * w RMSNorm): the loaders subtract the 1 again.
+  bool gguf_norms_plus_one = false;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 

@@ -24,6 +24,13 @@ Architecture llama_family_architecture(std::function<LlamaConfig(const std::stri
 // Gemma's norms, activation, attention scale and soft-capping; `j` as the architecture's own reader
 // prepared it (its layer_types filled in, its rope entries in Llama's form).
 LlamaConfig gemma_family_config(const nlohmann::json& j, const std::string& file);
+// Gemma 2 and Gemma 3's shared GGUF metadata (gemma2_architecture.cpp), read as llama.cpp reads it:
+// norms stored as 1 + w, Q and K not permuted, scores scaled by head_dim^-0.5 (the file keeps no
+// query_pre_attn_scalar; llama.cpp uses hidden_size / heads for the 27B models, which it knows by
+// their layer count, `layers_27b`), soft-capping and the window from `arch.*`, and every
+// `pattern`-th layer global (`arch.attention.sliding_window_pattern` where the file has it).
+LlamaConfig gemma_family_config_from_gguf(const GgufFile& file, const std::string& arch, int64_t pattern,
+                                          int64_t layers_27b);
 // An integer key of a config.json object, `fallback` when absent, null or not an integer (the
 // readers that fill in defaults before the shared reader checks the keys).
 int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback);

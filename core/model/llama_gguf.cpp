@@ -7,7 +7,8 @@ namespace servelab {
 
 LlamaConfig llama_config_from_gguf(const GgufFile& f) { return llama_family_config_from_gguf(f, "llama"); }
 
-LlamaConfig llama_family_config_from_gguf(const GgufFile& f, const std::string& expected) {
+LlamaConfig llama_family_config_from_gguf(const GgufFile& f, const std::string& expected,
+                                          bool partial_rotary) {
   const std::string arch = f.get_string("general.architecture");
   if (arch != expected)
     throw ModelFormatError(f.path() + ": general.architecture is \"" + arch + "\", not " + expected);
@@ -34,10 +35,14 @@ LlamaConfig llama_family_config_from_gguf(const GgufFile& f, const std::string& 
     throw ModelFormatError(f.path() + ": " + std::to_string(c.n_head) + " heads are not a multiple of " +
                            std::to_string(c.n_kv_head) + " KV heads");
   c.head_dim = positive(key("attention.key_length"), c.hidden_size / c.n_head);
-  if (const auto rot = f.find_int(key("rope.dimension_count")); rot && *rot != c.head_dim)
-    throw ModelFormatError(f.path() + ": rope over " + std::to_string(*rot) + " of " +
-                           std::to_string(c.head_dim) +
-                           " head dimensions (partial rotary embeddings) is not supported");
+  if (const auto rot = f.find_int(key("rope.dimension_count")); rot && *rot != c.head_dim) {
+    if (!partial_rotary || *rot <= 0 || *rot > c.head_dim || *rot % 2 != 0)
+      throw ModelFormatError(f.path() + ": rope over " + std::to_string(*rot) + " of " +
+                             std::to_string(c.head_dim) + " head dimensions" +
+                             (partial_rotary ? " (it must be even and at most the head's)"
+                                             : " (partial rotary embeddings) is not supported for " + arch));
+    c.rotary_dim = *rot;
+  }
   c.context = positive(key("context_length"), 2048);
   c.rms_norm_eps = f.find_float(key("attention.layer_norm_rms_epsilon")).value_or(1e-5);
   c.rope_theta = f.find_float(key("rope.freq_base")).value_or(10000.0);
@@ -81,8 +86,9 @@ at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t heads) {
 
 namespace {
 
-// llama.cpp's name of a tensor the weights ask for by Hugging Face's name.
-std::string gguf_name_of(const std::string& hf, const std::vector<Projection>& table) {
+// llama.cpp's name of a tensor the weights ask for by Hugging Face's name (Gemma's four norms under
+// their own names; Phi-3's fused matrices as its hook asks for them).
+std::string gguf_name_of(const std::string& hf, const std::vector<Projection>& table, bool gemma_norms) {
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
@@ -92,7 +98,14 @@ std::string gguf_name_of(const std::string& hf, const std::vector<Projection>& t
     const std::string block = "blk." + hf.substr(layers.size(), dot - layers.size()) + ".";
     const std::string rest = hf.substr(dot + 1);
     if (rest == "input_layernorm.weight") return block + "attn_norm.weight";
+    if (gemma_norms) {
+      if (rest == "post_attention_layernorm.weight") return block + "post_attention_norm.weight";
+      if (rest == "pre_feedforward_layernorm.weight") return block + "ffn_norm.weight";
+      if (rest == "post_feedforward_layernorm.weight") return block + "post_ffw_norm.weight";
+    }
     if (rest == "post_attention_layernorm.weight") return block + "ffn_norm.weight";
+    if (rest == "self_attn.qkv_proj.weight") return block + "attn_qkv.weight";
+    if (rest == "mlp.gate_up_proj.weight") return block + "ffn_up.weight";
     if (rest == "self_attn.q_norm.weight") return block + "attn_q_norm.weight";
     if (rest == "self_attn.k_norm.weight") return block + "attn_k_norm.weight";
     for (const Projection& p : table)
@@ -105,7 +118,7 @@ std::string gguf_name_of(const std::string& hf, const std::vector<Projection>& t
 
 const GgufTensor* find_llama_gguf_tensor(const GgufFile& f, const LlamaConfig& c, const std::string& hf,
                                          const std::vector<int64_t>& shape, bool optional) {
-  const std::string name = gguf_name_of(hf, llama_projections(c));
+  const std::string name = gguf_name_of(hf, llama_projections(c), c.gemma_norms);
   const GgufTensor* t = f.find(name);
   if (!t) {
     if (optional) return nullptr;
@@ -124,17 +137,26 @@ int64_t llama_gguf_rope_heads(const GgufTensor& t, const LlamaConfig& c) {
   return 0;
 }
 
-LlamaWeights load_llama_gguf(const GgufFile& f, const LlamaConfig& c, at::Device device,
-                             at::ScalarType dtype) {
-  return assemble_llama_weights(
-      c, [&](const std::string& hf, const std::vector<int64_t>& shape, bool optional) -> at::Tensor {
-        const GgufTensor* t = find_llama_gguf_tensor(f, c, hf, shape, optional);
-        if (!t) return {};
-        std::vector<float> values = gguf_dequantize(*t);
-        at::Tensor w = at::from_blob(values.data(), shape, at::kFloat);
-        if (const int64_t heads = llama_gguf_rope_heads(*t, c)) w = unpermute_rope_rows(w, heads);
-        return w.to(at::TensorOptions().dtype(dtype).device(device), false, /*copy=*/true);
-      });
+at::Tensor llama_gguf_plain_tensor(const GgufTensor& t, const LlamaConfig& c, at::Tensor w) {
+  const std::string suffix = "norm.weight";
+  const bool norm = t.name.size() >= suffix.size() &&
+                    t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return c.gguf_norms_plus_one && norm ? w - 1.0 : w;
+}
+
+LlamaWeights load_llama_gguf(const GgufFile& f, const LlamaConfig& c, at::Device device, at::ScalarType dtype,
+                             const LlamaFetchHook& hook) {
+  const LlamaTensorFetch read = [&](const std::string& hf, const std::vector<int64_t>& shape,
+                                    bool optional) -> at::Tensor {
+    const GgufTensor* t = find_llama_gguf_tensor(f, c, hf, shape, optional);
+    if (!t) return {};
+    std::vector<float> values = gguf_dequantize(*t);
+    at::Tensor w = at::from_blob(values.data(), shape, at::kFloat);
+    if (const int64_t heads = llama_gguf_rope_heads(*t, c)) w = unpermute_rope_rows(w, heads);
+    if (shape.size() == 1) w = llama_gguf_plain_tensor(*t, c, w);
+    return w.to(at::TensorOptions().dtype(dtype).device(device), false, /*copy=*/true);
+  };
+  return assemble_llama_weights(c, hook ? hook(c, read) : read);
 }
 
 }  // namespace servelab

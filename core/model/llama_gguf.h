@@ -17,10 +17,18 @@ namespace servelab {
 LlamaConfig llama_config_from_gguf(const GgufFile& file);
 // The same for another architecture on LlamaModel whose file has general.architecture `arch` and
 // keys under "arch." (its record then sets what differs, e.g. Qwen3's qk_norm).
-LlamaConfig llama_family_config_from_gguf(const GgufFile& file, const std::string& arch);
+// partial_rotary: a rope.dimension_count below the head's is Phi's partial rotary embedding
+// (rotary_dim); otherwise it is refused.
+LlamaConfig llama_family_config_from_gguf(const GgufFile& file, const std::string& arch,
+                                          bool partial_rotary = false);
 
+// hook: the architecture's fix-ups of the weights as read (llama_model.h), e.g. Phi-3's fused
+// matrices split into Llama's; empty for none.
 LlamaWeights load_llama_gguf(const GgufFile& file, const LlamaConfig& config, at::Device device,
-                             at::ScalarType dtype);
+                             at::ScalarType dtype, const LlamaFetchHook& hook = {});
+// A plain (1-D) tensor of a GGUF file as the model wants it: the norms of a file that stores 1 + w
+// (LlamaConfig::gguf_norms_plus_one) given back as w.
+at::Tensor llama_gguf_plain_tensor(const GgufTensor& tensor, const LlamaConfig& config, at::Tensor w);
 
 // The GGUF tensor that holds a Hugging Face name, checked against the shape the config implies;
 // nullptr when absent and optional, ModelFormatError naming the file and tensor otherwise.

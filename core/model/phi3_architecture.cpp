@@ -4,10 +4,13 @@
 // and a partial rotary embedding where rope_parameters has a partial_rotary_factor (Phi-4-mini). It
 // runs on LlamaModel: the fused matrices are split into the shared layout at load (the hook below),
 // so LoRA, the quantizers and the GEMMs see Llama's seven projections. longrope (su) scaling is
-// refused by name by the shared reader. No GGUF loader yet: phi3 files are refused by name.
+// refused by name by the shared reader. A GGUF file (llama.cpp's phi3: attn_qkv and ffn_up fused the
+// same way) goes through the same split.
 #include <map>
 
+#include "model/gguf_file.h"
 #include "model/llama_family.h"
+#include "model/llama_gguf.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -52,13 +55,28 @@ LlamaTensorFetch split_fused(const LlamaConfig& c, const LlamaTensorFetch& file)
   };
 }
 
+// llama.cpp's phi3 metadata: partial rotary as rope.dimension_count, Q and K not permuted, the
+// window (0: none) on every layer; its long-context rope factors are refused as longrope is.
+LlamaConfig phi3_gguf_config(const GgufFile& f) {
+  if (f.find("rope_factors_long.weight"))
+    throw ModelFormatError(
+        f.path() + ": rope_factors_long (Phi-3's longrope scaling for long contexts) is not supported");
+  LlamaConfig c = llama_family_config_from_gguf(f, "phi3", /*partial_rotary=*/true);
+  c.gguf_qk_permuted = false;
+  const int64_t window = f.find_int("phi3.attention.sliding_window").value_or(0);
+  if (window < 0) throw ModelFormatError(f.path() + ": phi3.attention.sliding_window is negative");
+  c.sliding_window = window;
+  return c;
+}
+
 }  // namespace
 
 Architecture phi3_architecture() {
-  Architecture a = llama_family_architecture(phi3_config, nullptr, split_fused);
+  Architecture a = llama_family_architecture(phi3_config, phi3_gguf_config, split_fused);
   a.name = "phi3";
   a.display = "Phi-3";
   a.model_types = {"phi3"};
+  a.gguf_architectures = {"phi3"};
   return a;
 }
 

@@ -172,7 +172,7 @@ std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& f, const L
           at::Tensor w = at::from_blob(values.data(), shape, at::kFloat);
           if (heads) w = unpermute_rope_rows(w, heads);
           w = w.clone();
-          if (layer == -3) return w;
+          if (layer == -3) return llama_gguf_plain_tensor(*t, c, w);
           stored = dense_matrix(w);
           kinds[ggml_type_name(t->type)] = "fp32 (dequantized at load)";
         } else {

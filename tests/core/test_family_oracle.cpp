@@ -17,6 +17,8 @@
 #include "batching_oracle.h"
 #include "generate/continuous_batching.h"
 #include "model/blocked_linear.h"
+#include "model/engine.h"
+#include "model/gguf_file.h"
 #include "model/llama_model.h"
 #include "oracle_case.h"
 
@@ -228,6 +230,54 @@ class TestFamilyOracle : public QObject {
     QCOMPARE(r.sequences[0].generated_ids.back(), first);
     QCOMPARE(r.sequences[0].generated_ids.size(), size_t{1});
     QCOMPARE(QString::fromStdString(r.sequences[0].finish_reason), QString("eos"));
+  }
+
+  void gguf_files_match_hf_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<bool>("as_stored");
+    for (const char* n : {"gemma2_gguf", "gemma3_gguf", "phi3_gguf"}) {
+      QTest::newRow((std::string(n) + "/dequantized").c_str()) << QString(n) << false;
+      // Phi-3's fused matrices are split from dequantized weights: its blocks do not run as stored.
+      if (std::string(n) != "phi3_gguf")
+        QTest::newRow((std::string(n) + "/as stored").c_str()) << QString(n) << true;
+    }
+  }
+  void gguf_files_match_hf() {
+    // A GGUF file written as llama.cpp's converter writes it (Gemma's norms as 1 + w, Phi-3's fused
+    // matrices and partial rotary as rope.dimension_count, the window and its pattern from the
+    // metadata) loads to the model transformers ran: the config the checkpoint's own reader gives,
+    // the same logits and the same greedy tokens; through the engine too, tokenizer included.
+    QFETCH(QString, name);
+    QFETCH(bool, as_stored);
+    c10::InferenceMode guard;
+    test::OracleCase c = load(name);
+    const fs::path path = fs::path(dir_) / name.toStdString() / "model.gguf";
+    const GgufFile f = GgufFile::open(path.string());
+    const Architecture& arch = architecture_for_gguf(f.get_string("general.architecture"), path.string());
+    QCOMPARE(arch.name, c.arch->name);
+    std::string run_as;
+    std::unique_ptr<Model> m = as_stored ? arch.load_gguf_as_stored(f, &run_as, false)
+                                         : arch.load_gguf(f, at::Device(at::kCPU), at::kFloat);
+    const LlamaConfig& got = dynamic_cast<const LlamaModel&>(*m).config();
+    const LlamaConfig want = config_of(c);  // a copy: the folder's model is replaced below
+    QCOMPARE(got.head_dim, want.head_dim);
+    QCOMPARE(got.rotary_dim, want.rotary_dim);
+    QCOMPARE(got.rope_theta, want.rope_theta);
+    QCOMPARE(got.local_rope_theta, want.local_rope_theta);
+    QCOMPARE(got.qk_norm, want.qk_norm);
+    QCOMPARE(got.gemma_norms, want.gemma_norms);
+    QCOMPARE(QString::fromStdString(got.hidden_act), QString::fromStdString(want.hidden_act));
+    QCOMPARE(got.query_pre_attn_scalar, want.query_pre_attn_scalar);
+    QCOMPARE(got.attn_logit_softcap, want.attn_logit_softcap);
+    QCOMPARE(got.final_logit_softcap, want.final_logit_softcap);
+    QCOMPARE(got.tie_word_embeddings, want.tie_word_embeddings);
+    for (int64_t l = 0; l < want.n_layer; ++l) QCOMPARE(got.window_of(l), want.window_of(l));
+    c.model = std::move(m);
+    test::check_full_logits(*c.model, c);
+    test::check_greedy(c);
+    const std::unique_ptr<Engine> e = Engine::load(path.string(), EngineOptions{});
+    QCOMPARE(QString::fromStdString(e->shape().architecture), QString::fromStdString(want.architecture));
+    QVERIFY(e->tokenizer().vocab_size() == want.vocab_size);
   }
 
   void unsupported_features_are_refused_by_name_data() {

@@ -16,6 +16,18 @@ cuts in prefill and decode:
   OUT/phi3/            Phi-3: fused qkv_proj and gate_up_proj, partial rotary (factor 0.5), window 8
   each with config.json, model.safetensors, reference.safetensors, reference.json
 
+and the same architectures as GGUF files written the way llama.cpp's convert_hf_to_gguf.py writes
+them (every tensor F32, so that the logits must match; make_gguf_llama_fixtures.py's byte-level
+vocabulary of 320 tokens), beside the checkpoint they were written from and its references:
+
+  OUT/gemma2_gguf/     gemma2.*: norms stored as 1 + w, soft-capping, window, Q/K not permuted;
+                       query_pre_attn_scalar = head_dim, which is what llama.cpp assumes
+  OUT/gemma3_gguf/     gemma3.*: six layers (llama.cpp's one global layer in six), QK-norm,
+                       rope_freq_base for the global layer, 10000 for the sliding ones
+  OUT/phi3_gguf/       phi3.*: attn_qkv and ffn_up fused, rope.dimension_count = the partial
+                       rotary dimensions, head_dim = hidden / heads (llama.cpp's), window 8
+  each also with model.gguf
+
 Run:  .venv/bin/python tests/oracle/make_family_fixtures.py --out build/oracle-families
 """
 import argparse
@@ -28,6 +40,8 @@ try:
     from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                               MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                               Qwen2ForCausalLM)
+    import gguf
+    from make_gguf_llama_fixtures import vocabulary
     from make_llama_fixtures import EOS, make_model, write_case
 except ImportError as e:  # the C++ tests skip with a message when the fixtures are absent
     print(f"make_family_fixtures: cannot import {e.name}; run scripts/bootstrap", file=sys.stderr)
@@ -73,6 +87,102 @@ CASES = [
 ]
 
 
+GGUF_VOCAB = 320
+GGUF_PROMPTS = [[(37 * i + 11) % 310 + 3 for i in range(20)], [(53 * i + 7) % 310 + 3 for i in range(17)],
+                [12, 280, 7, 99, 5], [250, 3, 260]]
+
+GGUF_CASES = [
+    ("gemma2_gguf", "gemma2", Gemma2ForCausalLM, lambda: eager(Gemma2Config(**base(
+        vocab_size=GGUF_VOCAB, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=16,
+        attn_logit_softcapping=2.0, final_logit_softcapping=5.0)))),
+    ("gemma3_gguf", "gemma3", Gemma3ForCausalLM, lambda: eager(Gemma3TextConfig(**base(
+        vocab_size=GGUF_VOCAB, num_hidden_layers=6, query_pre_attn_scalar=16, rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})))),
+    ("phi3_gguf", "phi3", Phi3ForCausalLM, lambda: Phi3Config(**{
+        **{k: v for k, v in base(vocab_size=GGUF_VOCAB).items() if k != "head_dim"},
+        "hidden_act": "silu", "tie_word_embeddings": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}})),
+]
+
+# Hugging Face's names inside a block -> llama.cpp's (gguf-py's tensor map for these architectures).
+GGUF_BLOCK_NAMES = {
+    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.qkv_proj": "attn_qkv",
+    "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up", "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+}
+
+
+def gguf_name(hf, arch):
+    if hf == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf == "model.norm.weight":
+        return "output_norm.weight"
+    if hf == "lm_head.weight":
+        return "output.weight"
+    _, _, i, rest = hf.split(".", 3)
+    part = rest.rsplit(".", 1)[0]
+    if arch.startswith("gemma"):
+        part = {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+                "post_feedforward_layernorm": "post_ffw_norm"}.get(part, part)
+    elif part == "post_attention_layernorm":
+        part = "ffn_norm"
+    return f"blk.{i}.{GGUF_BLOCK_NAMES.get(part, part)}.weight"
+
+
+def write_family_gguf(path, model, arch):
+    """The GGUF convert_hf_to_gguf.py writes for this checkpoint (F32 tensors), as far as these keys go."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    tokens, types, merges = vocabulary()
+    assert len(tokens) == c.vocab_size
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"servelab tiny {arch}")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_file_type(0)
+    if arch == "phi3":
+        rope = c.rope_parameters
+        w.add_rope_dimension_count(int(rope["partial_rotary_factor"] * c.hidden_size) // c.num_attention_heads)
+        w.add_rope_freq_base(rope["rope_theta"])
+        w.add_sliding_window(c.sliding_window or 0)
+    else:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        w.add_sliding_window(c.sliding_window)
+        if arch == "gemma2":  # Gemma2Model writes no rope base: llama.cpp's default, transformers' too
+            w.add_attn_logit_softcapping(c.attn_logit_softcapping)
+            w.add_final_logit_softcapping(c.final_logit_softcapping)
+        else:
+            w.add_rope_freq_base(c.rope_parameters["full_attention"]["rope_theta"])
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(EOS)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(False)
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        data = t.detach().float().numpy()
+        if arch.startswith("gemma") and name.endswith("norm.weight"):
+            data = data + 1  # llama.cpp's Gemma converters store 1 + w for its x * w norm
+        w.add_tensor(gguf_name(name, arch), data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -80,7 +190,12 @@ def main():
     torch.set_num_threads(1)
     for seed, (name, cls, cfg) in enumerate(CASES, start=21):
         write_case(a.out, name, make_model(seed, cfg(), cls), prompts=PROMPTS)
-    print(f"make_family_fixtures: wrote {a.out}/{{{','.join(n for n, _, _ in CASES)}}}")
+    for seed, (name, arch, cls, cfg) in enumerate(GGUF_CASES, start=41):
+        model = make_model(seed, cfg(), cls)
+        write_case(a.out, name, model, prompts=GGUF_PROMPTS)
+        write_family_gguf(os.path.join(a.out, name, "model.gguf"), model, arch)
+    names = [n for n, _, _ in CASES] + [n for n, _, _, _ in GGUF_CASES]
+    print(f"make_family_fixtures: wrote {a.out}/{{{','.join(names)}}}")
 
 
 if __name__ == "__main__":
