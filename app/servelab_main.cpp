@@ -41,9 +41,11 @@ int main(int argc, char** argv) {
       QStringLiteral("Save the tab's main chart (.png, .svg, .pdf or .csv) when "
                      "done, then exit."),
       QStringLiteral("file"));
-  const QCommandLineOption report(QStringLiteral("report"),
-                                  QStringLiteral("Write the run's result as JSON when done."),
-                                  QStringLiteral("json"));
+  const QCommandLineOption report(
+      QStringLiteral("report"),
+      QStringLiteral("When done, write the run's result as JSON, or, for a file ending in .html or .pdf, "
+                     "the session report (settings, summaries, tables and charts of the run)."),
+      QStringLiteral("file"));
   const QCommandLineOption model(
       QStringLiteral("model"),
       QStringLiteral("Hugging Face model folder or .gguf file to load (default: the "

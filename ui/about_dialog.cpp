@@ -6,6 +6,7 @@
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSysInfo>
+#include <QThread>
 #include <QVBoxLayout>
 #include <QtGlobal>
 
@@ -45,6 +46,22 @@ QLabel* makeLabel(const QString& name, QWidget* parent) {
 
 }  // namespace
 
+Facts machineFacts(const ModelSummary& model) {
+  Facts facts;
+  if (model.valid() && !model.cpuModel.isEmpty()) {
+    facts << qMakePair(QObject::tr("CPU"), model.cpuModel)
+          << qMakePair(QObject::tr("ISA our kernels use"), model.cpuIsa);
+  }
+  facts << qMakePair(QObject::tr("Logical cores"), QString::number(QThread::idealThreadCount()));
+  if (model.valid()) {
+    facts << qMakePair(QObject::tr("Device"),
+                       QObject::tr("%1, %2, %3 threads").arg(model.device, model.dtype).arg(model.threads));
+  }
+  facts << qMakePair(QObject::tr("System"), QSysInfo::prettyProductName())
+        << qMakePair(QObject::tr("Qt"), QString::fromUtf8(qVersion()));
+  return facts;
+}
+
 AboutDialog::AboutDialog(const ModelSummary& model, QWidget* parent) : QDialog(parent) {
   setObjectName(QStringLiteral("aboutDialog"));
   setWindowTitle(tr("About ServeLab"));
@@ -77,18 +94,12 @@ AboutDialog::AboutDialog(const ModelSummary& model, QWidget* parent) : QDialog(p
   layout->addWidget(licence_);
 
   machine_ = makeLabel(QStringLiteral("aboutMachine"), this);
-  QString engine;
-  if (model.valid() && !model.cpuModel.isEmpty()) {
-    engine = tr("CPU: %1<br>ISA our kernels use: %2<br>Device: %3, %4, %5 threads")
-                 .arg(model.cpuModel.toHtmlEscaped(), model.cpuIsa.toHtmlEscaped(),
-                      model.device.toHtmlEscaped(), model.dtype.toHtmlEscaped())
-                 .arg(model.threads);
-  } else {
-    engine = tr("The engine reports the CPU and the ISA its kernels use once a model is loaded.");
-  }
-  machine_->setText(
-      tr("<p><b>This machine</b><br>%1<br>%2; Qt %3</p>")
-          .arg(engine, QSysInfo::prettyProductName().toHtmlEscaped(), QString::fromUtf8(qVersion())));
+  QStringList lines;
+  if (!model.valid() || model.cpuModel.isEmpty())
+    lines << tr("The engine reports the CPU and the ISA its kernels use once a model is loaded.");
+  for (const auto& [name, value] : machineFacts(model))
+    lines << QStringLiteral("%1: %2").arg(name.toHtmlEscaped(), value.toHtmlEscaped());
+  machine_->setText(tr("<p><b>This machine</b><br>%1</p>").arg(lines.join(QStringLiteral("<br>"))));
   layout->addWidget(machine_);
 
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, this);

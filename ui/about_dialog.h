@@ -10,6 +10,11 @@ class QLabel;
 
 namespace servelab::ui {
 
+// The machine the engine runs on, as About and the session report name it: the CPU and the ISA
+// our kernels use (as the engine reports them once a model is loaded), the logical cores, the
+// device, dtype and threads of the model, the system and Qt.
+Facts machineFacts(const ModelSummary& model);
+
 class AboutDialog : public QDialog {
   Q_OBJECT
  public:

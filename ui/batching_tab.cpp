@@ -531,4 +531,11 @@ void BatchingTab::saveSettings(QSettings& s) const {
   s.endGroup();
 }
 
+RunReport BatchingTab::runReport() const {
+  RunReport r = ExperimentTab::runReport();
+  r.html << reportHtml(summary_);
+  r.tables << reportTable(points_, tr("Batch sizes measured"));
+  return r;
+}
+
 }  // namespace servelab::ui

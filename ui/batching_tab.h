@@ -32,6 +32,7 @@ class BatchingTab : public ExperimentTab {
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  RunReport runReport() const override;
 
   // For tests and scripts.
   QStringList prompts() const;  // the editor's non-blank lines

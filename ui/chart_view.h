@@ -4,7 +4,9 @@
 // The header does not include qcustomplot.h, so it can be used from code built with QT_NO_KEYWORDS.
 #include <QColor>
 #include <QImage>
+#include <QPicture>
 #include <QPointF>
+#include <QSize>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -33,6 +35,10 @@ class CellPlottable;
 class CategoryBars;
 class StackedBars;
 }  // namespace chart
+
+// Why a file cannot be written at path, when that can be told before trying (no name, a folder,
+// a missing or read-only folder, a read-only file); empty otherwise.
+QString fileWriteProblem(const QString& path);
 
 class ChartView : public QWidget {
   Q_OBJECT
@@ -161,6 +167,18 @@ class ChartView : public QWidget {
   QString toCsv() const;
   QImage renderImage(int width = 1280, int height = 720, double scale = 2.0);
   void copyImageToClipboard();
+  // The chart as the session report keeps it when a run ends: laid out at `size` in the light
+  // theme, as an SVG document (the .svg export's) and as the same drawing recorded through
+  // QCustomPlot's painter export (a QPicture: a PDF replays it as vectors).
+  struct Snapshot {
+    QString title;
+    QSize size;
+    QByteArray svg;
+    QPicture picture;
+  };
+  Snapshot snapshot(const QSize& size = QSize(960, 540));
+  // Whether the chart shows any data: a point, a bar or a timeline cell.
+  bool hasData() const;
 
   // The hover readout text for a widget position ("series: x, y"), empty when no point is near.
   QString readoutAt(const QPoint& pos) const;
@@ -213,7 +231,7 @@ class ChartView : public QWidget {
   void restoreAfterExport(const QRect& viewport, bool readoutShown);
   // SVG with the data clipped to the plot area. Qt's SVG generator ignores clipping, so two invisible
   // markers drawn around the data layer are replaced by a group with a clipPath afterwards.
-  QByteArray svgDocument(QString* reason);
+  QByteArray svgDocument(const QSize& size, QString* reason);
   void exportWithDialogAs(bool csv);
   bool validSeries(int series, const char* where) const;
   bool failExport(const QString& path, const QString& reason, QString* error) const;

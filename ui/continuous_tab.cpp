@@ -741,6 +741,7 @@ void ContinuousTab::onFailed(const QString& kind, const QString& message) {
 }
 
 void ContinuousTab::finishJob(bool ok, const QString& message) {
+  ended_ = job_;
   job_ = Job::None;
   courseRun_->setEnabled(true);
   runEnded(ok, message);
@@ -818,6 +819,21 @@ void ContinuousTab::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("courseNewTokens"), courseNewTokens_->value());
   s.setValue(QStringLiteral("courseMaxBatch"), courseMaxBatch_->value());
   s.endGroup();
+}
+
+RunReport ContinuousTab::runReport() const {
+  RunReport r;
+  r.html << reportHtml(summary_);
+  if (ended_ == Job::Compare) {
+    r.tables << reportTable(comparison_, tr("Methods compared"));
+    r.charts = chartsWithData({gantt_, occupancy_, latency_, kvUsage_});
+  } else if (ended_ == Job::Course) {
+    r.tables << reportTable(courseTable_, tr("Course benchmark"));
+    r.charts = chartsWithData({gantt_});
+  } else {
+    r.charts = chartsWithData({gantt_, itl_});
+  }
+  return r;
 }
 
 }  // namespace servelab::ui

@@ -59,6 +59,7 @@ class ContinuousTab : public ExperimentTab {
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  RunReport runReport() const override;
 
   // For tests and scripts.
   void setPrompt(const QString& prompt);
@@ -162,6 +163,7 @@ class ContinuousTab : public ExperimentTab {
 
   ModelSummary model_;
   Job job_ = Job::None;
+  Job ended_ = Job::None;  // the job of the last run to end (runReport)
   BatchTimeline live_;
   QStringList liveTexts_;
   QVector<QString> pendingText_;  // per request, not yet in the stream view

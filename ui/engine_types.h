@@ -2,6 +2,7 @@
 // Plain structs that travel between the GUI thread and the engine thread (captured in posted calls,
 // carried by EngineJob's signals). They hold Qt value types or core's torch-free structs only.
 #include <QList>
+#include <QPair>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -118,6 +119,9 @@ struct SpecStepInfo {
   int accepted = 0;
   QStringList tokens;
 };
+
+// Named values shown as a two-column table (the machine in About and in the session report).
+using Facts = QList<QPair<QString, QString>>;
 
 // Tokens per second over the decode steps (every step after the first); 0 when there are none.
 double decodeTokensPerSecond(const QVector<double>& stepMs);

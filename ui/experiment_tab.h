@@ -10,12 +10,34 @@
 #include "engine_types.h"
 
 class QHBoxLayout;
+class QLabel;
 class QPushButton;
+class QTableWidget;
 
 namespace servelab::ui {
 
 class ChartView;
 class EngineController;
+
+// A result table as the session report shows it: the cells' text, the headers, and which columns
+// hold numbers (right-aligned, as the tab shows them).
+struct ReportTable {
+  QString caption;
+  QStringList headers;
+  QVector<QStringList> rows;  // the first kReportRows of the table's rows
+  QVector<bool> numeric;      // per column
+  bool rowHeaders = false;    // the first column names the rows (the table's vertical header)
+  int totalRows = 0;          // the rows the table had
+  static constexpr int kReportRows = 40;
+};
+
+// What the session report keeps of a run beyond its settings: its summary as HTML fragments (as
+// the tab shows it), its result tables, and the charts that show its results.
+struct RunReport {
+  QStringList html;
+  QList<ReportTable> tables;
+  QList<ChartView*> charts;
+};
 
 class ExperimentTab : public QWidget {
   Q_OBJECT
@@ -43,6 +65,9 @@ class ExperimentTab : public QWidget {
   virtual QJsonObject lastResult() const = 0;
   // Model, device, dtype and threads for chart footnotes and captions.
   virtual void setModel(const ModelSummary& model) = 0;
+  // What the session report keeps of the run that has just ended (read when it ends): by default
+  // the charts that hold data, without text.
+  virtual RunReport runReport() const;
   bool isRunning() const { return running_; }
   // Why the last run() returned false, in plain words (empty when the engine refused the job: the
   // controller's rejected() says why then).
@@ -51,6 +76,8 @@ class ExperimentTab : public QWidget {
  Q_SIGNALS:
   // The run this tab started has ended: ok, or the reason it did not finish.
   void runFinished(bool ok, const QString& message);
+  // A run has started, whatever started it (the session log reads the tab's settings then).
+  void runBegan();
 
  protected:
   // The Run and Stop buttons every tab has, in a row; objectNames are <prefix>Run / <prefix>Stop.
@@ -77,5 +104,11 @@ QJsonObject toQJsonObject(const nlohmann::json& json);
 
 // "model · device dtype · N threads" under every chart.
 QString chartFootnote(const ModelSummary& model);
+
+// For runReport(): a label's text as an HTML fragment (empty when it is hidden or blank); a
+// table's headers and cells (empty rows when it has none); the charts that hold data.
+QString reportHtml(const QLabel* label);
+ReportTable reportTable(const QTableWidget* table, const QString& caption);
+QList<ChartView*> chartsWithData(const QList<ChartView*>& charts);
 
 }  // namespace servelab::ui

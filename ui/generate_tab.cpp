@@ -551,4 +551,23 @@ void GenerateTab::saveSettings(QSettings& s) const {
   s.endGroup();
 }
 
+RunReport GenerateTab::runReport() const {
+  RunReport r = ExperimentTab::runReport();
+  r.html << reportHtml(caveat_);
+  QString text;
+  if (chatMode()) {
+    for (const QString& row : chatView_->transcriptRows()) {
+      const qsizetype colon = row.indexOf(QLatin1Char(':'));
+      text += QStringLiteral("<p style='white-space: pre-wrap'><b>%1</b>%2</p>")
+                  .arg(row.left(colon + 1).toHtmlEscaped(), row.mid(colon + 1).toHtmlEscaped());
+    }
+  } else if (!output_->toPlainText().isEmpty()) {
+    text =
+        QStringLiteral("<p style='white-space: pre-wrap'>%1</p>").arg(output_->toPlainText().toHtmlEscaped());
+  }
+  r.html << text << reportHtml(metrics_);
+  r.tables << reportTable(tokenTable_, tr("Generated tokens"));
+  return r;
+}
+
 }  // namespace servelab::ui

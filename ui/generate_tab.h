@@ -40,6 +40,7 @@ class GenerateTab : public ExperimentTab {
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  RunReport runReport() const override;
   // "chat": a two-turn conversation from a new chat (the chat screenshot).
   QStringList presetIds() const override { return {QStringLiteral("chat")}; }
   bool runPresetId(const QString& id) override;

@@ -277,4 +277,10 @@ void KvCacheTab::saveSettings(QSettings& s) const {
   s.endGroup();
 }
 
+RunReport KvCacheTab::runReport() const {
+  RunReport r = ExperimentTab::runReport();
+  r.html << reportHtml(summary_);
+  return r;
+}
+
 }  // namespace servelab::ui

@@ -28,6 +28,7 @@ class KvCacheTab : public ExperimentTab {
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  RunReport runReport() const override;
 
   // For tests and scripts.
   void setPrompt(const QString& prompt);

@@ -22,6 +22,7 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QSpinBox>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QStyleFactory>
 #include <QTabWidget>
@@ -43,6 +44,8 @@
 #include "quantization_tab.h"
 #include "roofline_tab.h"
 #include "serving_tab.h"
+#include "session_log.h"
+#include "session_report.h"
 #include "speculative_tab.h"
 #include "text_format.h"
 
@@ -77,7 +80,10 @@ QPalette darkPalette() {
 }  // namespace
 
 MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
-    : QMainWindow(parent), settings_(std::move(settings)), engine_(new EngineController(this)) {
+    : QMainWindow(parent),
+      settings_(std::move(settings)),
+      engine_(new EngineController(this)),
+      sessionLog_(new SessionLog(engine_, this)) {
   setWindowTitle(tr("ServeLab"));
   setAcceptDrops(true);
   setObjectName(QStringLiteral("mainWindow"));
@@ -122,6 +128,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   for (ExperimentTab* t : tabs_) {
     t->setObjectName(t->tabId() + QStringLiteral("Tab"));
     tabWidget_->addTab(t, t->title());
+    sessionLog_->watch(t);
   }
   auto* central = new QWidget(this);
   auto* cv = new QVBoxLayout(central);
@@ -319,6 +326,12 @@ void MainWindow::buildMenus() {
   QAction* exportAction = file->addAction(tr("Export chart…"), this, &MainWindow::exportCurrentChart);
   exportAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
   exportAction->setObjectName(QStringLiteral("exportAction"));
+  reportAction_ = file->addAction(tr("Export report…"), this, &MainWindow::exportReportWithDialog);
+  reportAction_->setObjectName(QStringLiteral("exportReportAction"));
+  reportAction_->setToolTip(
+      tr("Every run of this session as one document: PDF, or HTML with the charts as SVG"));
+  reportAction_->setEnabled(false);
+  connect(sessionLog_, &SessionLog::recorded, reportAction_, [this] { reportAction_->setEnabled(true); });
   file->addSeparator();
   QAction* quit = file->addAction(tr("Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
@@ -569,6 +582,50 @@ void MainWindow::exportCurrentChart() {
   if (ExperimentTab* t = currentTab()) t->primaryChart()->exportWithDialog();
 }
 
+bool MainWindow::exportReport(const QString& path, QString* error, int* pages) {
+  ReportContext context;
+  context.version = QCoreApplication::applicationVersion();
+  context.written = QDateTime::currentDateTime();
+  context.model = engine_->model();
+  context.machine = machineFacts(engine_->model());
+  if (auto* roofline = qobject_cast<RooflineTab*>(tab(QStringLiteral("roofline"))))
+    context.limits = roofline->measuredLimits();
+  return writeSessionReport(path, sessionLog_->runs(), context, error, pages);
+}
+
+void MainWindow::exportReportWithDialog() {
+  static QString lastDir;
+  if (lastDir.isEmpty()) lastDir = QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
+  if (lastDir.isEmpty() || !QFileInfo(lastDir).isDir()) lastDir = QDir::homePath();
+  const QString pdf = tr("PDF document (*.pdf)"), html = tr("HTML page (*.html)");
+  QString filter = pdf;
+  const QString name = QStringLiteral("servelab-report-%1.pdf")
+                           .arg(QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmm")));
+  QString path =
+      QFileDialog::getSaveFileName(this, tr("Export the session report"), QDir(lastDir).filePath(name),
+                                   pdf + QStringLiteral(";;") + html, &filter);
+  if (path.isEmpty()) return;
+  if (!isSessionReportPath(path)) path += filter == html ? QStringLiteral(".html") : QStringLiteral(".pdf");
+  lastDir = QFileInfo(path).absolutePath();
+  exportReportTo(path);
+}
+
+bool MainWindow::exportReportTo(const QString& path) {
+  QString error;
+  int pages = 0;
+  if (!exportReport(path, &error, &pages)) {
+    showError(error);  // the runs stay recorded: the report can be written elsewhere
+    return false;
+  }
+  const QString done = path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)
+                           ? tr("Wrote the session report to %1 (%2).")
+                                 .arg(path, pages == 1 ? tr("1 page") : tr("%1 pages").arg(pages))
+                           : tr("Wrote the session report to %1.").arg(path);
+  statusBar()->showMessage(done, 8000);
+  appendLog(done);
+  return true;
+}
+
 void MainWindow::saveSettings() {
   QSettings& s = *settings_;
   s.setValue(QStringLiteral("window/geometry"), saveGeometry());
@@ -636,6 +693,14 @@ void MainWindow::runScript(const ScriptOptions& options) {
       return;
     }
   }
+  if (!options.report.isEmpty()) {
+    // Before the run, rather than after it: the report is what the script is for.
+    if (const QString problem = fileWriteProblem(options.report); !problem.isEmpty()) {
+      script_.report.clear();  // nothing to try again when the script ends
+      finishScript(false, tr("cannot write the report to %1: %2").arg(options.report, problem));
+      return;
+    }
+  }
   if (!options.dialog.isEmpty() && options.dialog != QLatin1String("models")) {
     finishScript(false, tr("unknown dialog \"%1\" (dialogs: models)").arg(options.dialog));
     return;
@@ -697,7 +762,13 @@ void MainWindow::finishScript(bool ok, const QString& message) {
       error = why;
     }
   }
-  if (!script_.report.isEmpty() && t) {
+  if (!script_.report.isEmpty() && isSessionReportPath(script_.report)) {
+    QString why;
+    if (!exportReport(script_.report, &why)) {
+      ok = false;
+      error = why;
+    }
+  } else if (!script_.report.isEmpty() && t) {
     QFile f(script_.report);
     QJsonObject o = t->lastResult();
     o[QStringLiteral("ok")] = ok;

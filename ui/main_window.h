@@ -30,7 +30,7 @@ struct ScriptOptions {
   bool run = false;
   QString screenshot;
   QString exportChart;
-  QString report;
+  QString report;  // .html or .pdf: the session report; any other name: the run's result as JSON
   QString preset;  // with run: the tab's named preset instead of its Run button
   QString dialog;  // "models": open File → Models on this computer; the screenshot is of it
   bool active() const { return run || !screenshot.isEmpty() || !exportChart.isEmpty(); }
@@ -38,6 +38,7 @@ struct ScriptOptions {
 
 class AboutDialog;
 class ModelsDialog;
+class SessionLog;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -82,10 +83,21 @@ class MainWindow : public QMainWindow {
   // Runs a scripted session and quits the application with 0 on success, 1 on failure.
   void runScript(const ScriptOptions& options);
 
+  // The runs of this session, as the report tells them.
+  SessionLog* sessionLog() const { return sessionLog_; }
+  // Writes the session report (.html or .pdf by the suffix); false with *error (one line) when it
+  // cannot. *pages: the PDF's pages. The session's runs stay recorded either way.
+  bool exportReport(const QString& path, QString* error = nullptr, int* pages = nullptr);
+
  public Q_SLOTS:
   void runCurrent();
   void stopCurrent();
   void exportCurrentChart();
+  // File → Export report…: asks for a file (PDF or HTML) and writes the session report there.
+  void exportReportWithDialog();
+  // Writes the session report to path, as File → Export report… does: a failure shows in the error
+  // banner (and the log), a success in the status bar.
+  bool exportReportTo(const QString& path);
 
  Q_SIGNALS:
   void modelReady(const servelab::ui::ModelSummary& model);
@@ -137,6 +149,8 @@ class MainWindow : public QMainWindow {
   QAction* runAction_;
   QAction* stopAction_;
   QAction* darkAction_;
+  QAction* reportAction_;
+  SessionLog* sessionLog_;
 
   QStringList recent_;
   QString currentFolder_;

@@ -653,4 +653,19 @@ void MultiLoraTab::saveSettings(QSettings& s) const {
   s.endGroup();
 }
 
+RunReport MultiLoraTab::runReport() const {
+  RunReport r;
+  if (currentView() == QLatin1String("serve")) {
+    const QString text = serving_->summaryText();
+    r.html << (Qt::mightBeRichText(text) ? text : text.toHtmlEscaped());
+    r.charts = chartsWithData({serving_->chart()});
+    return r;
+  }
+  r.html << reportHtml(caveat_) << reportHtml(summary_) << reportHtml(agreement_);
+  r.tables << reportTable(pointsTable_, tr("Decode-step latency per strategy"))
+           << reportTable(shapesTable_, tr("Shapes"));
+  r.charts = chartsWithData({latencyChart_, ratioChart_});
+  return r;
+}
+
 }  // namespace servelab::ui

@@ -47,6 +47,7 @@ class MultiLoraTab : public ExperimentTab {
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  RunReport runReport() const override;
 
   // Views: "strategies" (the sweep, its outputs) or "serve" (continuous batching with adapters).
   void showView(const QString& view);

@@ -796,4 +796,11 @@ void QuantizationTab::saveSettings(QSettings& s) const {
   s.endGroup();
 }
 
+RunReport QuantizationTab::runReport() const {
+  RunReport r = ExperimentTab::runReport();
+  r.html << reportHtml(caveat_) << reportHtml(summary_);
+  r.tables << reportTable(table_, tr("Modes compared with fp32"));
+  return r;
+}
+
 }  // namespace servelab::ui

@@ -47,6 +47,7 @@ class QuantizationTab : public ExperimentTab {
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  RunReport runReport() const override;
 
   // For tests and scripts. Mode names as quant_spec.h spells them ("zp-uint8", "int4-g32", ...);
   // "none" is the reference and always measured.

@@ -2,6 +2,7 @@
 
 #include <QCheckBox>
 #include <QDir>
+#include <QFile>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -329,6 +330,46 @@ void RooflineTab::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("decodeContext"), decodeContext_->value());
   s.setValue(QStringLiteral("decodeSteps"), decodeSteps_->value());
   s.endGroup();
+}
+
+Facts RooflineTab::measuredLimits() const {
+  servelab::MachineLimits m = result_.machine;
+  if (!hasResult_) {
+    QFile file(cachePath_);
+    if (!file.open(QIODevice::ReadOnly)) return {};
+    const nlohmann::json j = nlohmann::json::parse(file.readAll().toStdString(), nullptr, false);
+    if (!j.is_object()) return {};
+    m = servelab::MachineLimits::from_json(j);
+    servelab::MachineLimits now;
+    now.cpu = model_.cpuModel.toStdString();
+    now.isa = model_.cpuIsa.toStdString();
+    now.device = model_.device.toStdString();
+    now.threads = model_.threads;
+    if (!model_.valid() || !m.same_machine(now)) return {};
+  }
+  if (m.read_gb_s <= 0 || m.fp32_gflop_s <= 0) return {};
+  Facts f;
+  f << qMakePair(tr("Memory read bandwidth"), tr("%1 GB/s").arg(m.read_gb_s, 0, 'f', 1))
+    << qMakePair(
+           tr("Peak fp32"),
+           tr("%1 GFLOP/s (GEMM: %2)").arg(m.fp32_gflop_s, 0, 'f', 1).arg(QString::fromStdString(m.gemm)));
+  if (m.int8_gop_s > 0)
+    f << qMakePair(
+        tr("Peak int8"),
+        tr("%1 GOP/s (%2)").arg(m.int8_gop_s, 0, 'f', 1).arg(QString::fromStdString(m.int8_kernel)));
+  f << qMakePair(tr("Ridge point"), tr("%1 FLOP per byte").arg(m.ridge(), 0, 'f', 1))
+    << qMakePair(tr("Measured with"),
+                 tr("%1 threads on %2 (%3)")
+                     .arg(m.threads)
+                     .arg(QString::fromStdString(m.device), QString::fromStdString(m.isa)))
+    << qMakePair(tr("Measured at"), QString::fromStdString(m.measured_at));
+  return f;
+}
+
+RunReport RooflineTab::runReport() const {
+  RunReport r = ExperimentTab::runReport();
+  r.html << reportHtml(machine_) << reportHtml(summary_);
+  return r;
 }
 
 }  // namespace servelab::ui

@@ -30,6 +30,7 @@ class RooflineTab : public ExperimentTab {
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  RunReport runReport() const override;
 
   // For tests and scripts.
   void setWorkload(const QString& prefillLengths, const QString& decodeBatches, int decodeContext,
@@ -41,6 +42,9 @@ class RooflineTab : public ExperimentTab {
   bool hasResult() const { return hasResult_; }
   const servelab::RooflineResult& result() const { return result_; }
   QString summaryText() const;
+  // This machine's limits as the probe measured them: this session's last run's, else the cache's
+  // when it describes the loaded model's machine (CPU, ISA, device, threads); empty when neither.
+  Facts measuredLimits() const;
   // The chart's series a step is drawn in: its kind, and its quantization when the weights are
   // quantized ("decode batch 8", "prefill · int8-channel").
   static QString seriesFor(const servelab::RooflinePoint& point);

@@ -590,6 +590,7 @@ bool ServingTab::startLoad() {
     QMetaObject::invokeMethod(
         this, [this, report, error] { onLoadDone(report, error); }, Qt::QueuedConnection);
   });
+  Q_EMIT runBegan();
   return true;
 }
 
@@ -731,11 +732,10 @@ void ServingTab::onLoadDone(const servelab::LoadReport& report, const QString& e
                         lines.join(QLatin1Char('\n')));
   updateButtons();
   Q_EMIT loadFinished(ok, message);
-  if (scripted_) {
-    scripted_ = false;
-    running_ = false;
-    Q_EMIT runFinished(ok, message);
-  }
+  // Every load run is a run of the tab (the session log records each); a script's is one of them.
+  scripted_ = false;
+  running_ = false;
+  Q_EMIT runFinished(ok, message);
 }
 
 bool ServingTab::run() {
@@ -832,6 +832,13 @@ QJsonObject ServingTab::lastResult() const {
                          {"running", last_.running},
                          {"waiting", last_.waiting}};
   return toQJsonObject(j);
+}
+
+RunReport ServingTab::runReport() const {
+  RunReport r = ExperimentTab::runReport();
+  r.html << reportHtml(loadSummary_);
+  r.tables << reportTable(table_, tr("Requests (newest first)"));
+  return r;
 }
 
 }  // namespace servelab::ui

@@ -56,12 +56,14 @@ class ServingTab : public ExperimentTab {
   QList<ChartView*> charts() const override;
   // Scripts: starts the server when it is not running, then runs the load generator against it
   // (or, when the load target is another server, only the load run); runFinished comes when the
-  // load run has ended (the server keeps serving).
+  // load run has ended (the server keeps serving). Every load run, from here or from Run load,
+  // begins with runBegan and ends with runFinished.
   bool run() override;
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
   void setModel(const ModelSummary& model) override;
+  RunReport runReport() const override;
 
   // Where the adapters come from (the Multi-LoRA tab's list); called when the server starts.
   void setAdapterProvider(std::function<QVector<servelab::AdapterSource>()> provider);

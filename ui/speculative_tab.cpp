@@ -411,4 +411,10 @@ void SpeculativeTab::saveSettings(QSettings& s) const {
   s.endGroup();
 }
 
+RunReport SpeculativeTab::runReport() const {
+  RunReport r = ExperimentTab::runReport();
+  r.html << reportHtml(summary_);
+  return r;
+}
+
 }  // namespace servelab::ui

@@ -73,8 +73,9 @@ QString slugify(const QString& title) {
   return slug.isEmpty() ? QStringLiteral("chart") : slug;
 }
 
-// Why a file cannot be written at path, when that can be told before trying; empty otherwise.
-QString writeProblem(const QString& path) {
+}  // namespace
+
+QString fileWriteProblem(const QString& path) {
   if (path.isEmpty()) return QStringLiteral("no file name given");
   const QFileInfo info(path);
   if (info.isDir()) return QStringLiteral("it is a folder");
@@ -88,8 +89,6 @@ QString writeProblem(const QString& path) {
   }
   return QString();
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Export
@@ -112,7 +111,8 @@ bool ChartView::exportImage(const QString& path, QString* error) {
             : QStringLiteral("unknown image format \".%1\" (use .png, .svg or .pdf)").arg(suffix),
         error);
   }
-  if (const QString problem = writeProblem(path); !problem.isEmpty()) return failExport(path, problem, error);
+  if (const QString problem = fileWriteProblem(path); !problem.isEmpty())
+    return failExport(path, problem, error);
 
   flushPending();
   const bool readoutShown = readout_->visible();
@@ -130,7 +130,7 @@ bool ChartView::exportImage(const QString& path, QString* error) {
                         title_);
     if (!ok) reason = QStringLiteral("the PDF writer failed");
   } else {
-    const QByteArray svg = svgDocument(&reason);
+    const QByteArray svg = svgDocument(QSize(kExportWidth, kExportHeight), &reason);
     if (!svg.isEmpty()) {
       QSaveFile file(path);
       if (!file.open(QIODevice::WriteOnly)) {
@@ -148,7 +148,7 @@ bool ChartView::exportImage(const QString& path, QString* error) {
   return true;
 }
 
-QByteArray ChartView::svgDocument(QString* reason) {
+QByteArray ChartView::svgDocument(const QSize& size, QString* reason) {
   // The markers go last on the grid layer and last on the main (data) layer.
   svgClipBegin_->setLayer(QStringLiteral("main"));
   svgClipBegin_->setLayer(QStringLiteral("grid"));
@@ -160,15 +160,15 @@ QByteArray ChartView::svgDocument(QString* reason) {
   buffer.open(QIODevice::WriteOnly);
   QSvgGenerator generator;
   generator.setOutputDevice(&buffer);
-  generator.setSize(QSize(kExportWidth, kExportHeight));
-  generator.setViewBox(QRect(0, 0, kExportWidth, kExportHeight));
+  generator.setSize(size);
+  generator.setViewBox(QRect(QPoint(0, 0), size));
   generator.setResolution(96);  // fonts in points come out at the same size as in PNG and PDF
   generator.setTitle(title_.isEmpty() ? QStringLiteral("ServeLab chart") : title_);
   generator.setDescription(footnote_);
   QCPPainter painter;
   const bool begun = painter.begin(&generator);
   if (begun) {
-    plot_->toPainter(&painter, kExportWidth, kExportHeight);
+    plot_->toPainter(&painter, size.width(), size.height());
     painter.end();
   }
   svgClipBegin_->setVisible(false);
@@ -267,7 +267,8 @@ QString ChartView::toCsv() const {
 }
 
 bool ChartView::exportCsv(const QString& path, QString* error) const {
-  if (const QString problem = writeProblem(path); !problem.isEmpty()) return failExport(path, problem, error);
+  if (const QString problem = fileWriteProblem(path); !problem.isEmpty())
+    return failExport(path, problem, error);
   QSaveFile file(path);
   if (!file.open(QIODevice::WriteOnly)) return failExport(path, file.errorString(), error);
   file.write(toCsv().toUtf8());
@@ -286,6 +287,46 @@ QImage ChartView::renderImage(int width, int height, double scale) {
   QImage image = plot_->toPixmap(width, height, scale).toImage();
   restoreAfterExport(viewport, readoutShown);
   return image;
+}
+
+ChartView::Snapshot ChartView::snapshot(const QSize& size) {
+  Snapshot s;
+  s.title = title_;
+  s.size = size;
+  const ChartTheme theme = theme_;
+  if (theme != ChartTheme::Light) setTheme(ChartTheme::Light);  // a report is printed on white
+  flushPending();
+  const bool readoutShown = readout_->visible();
+  readout_->setVisible(false);
+  const QRect viewport = plot_->viewport();
+  plot_->setViewport(QRect(QPoint(0, 0), size));
+  adaptToSize();
+  QString reason;
+  s.svg = svgDocument(size, &reason);
+  QCPPainter painter;
+  if (painter.begin(&s.picture)) {
+    plot_->toPainter(&painter, size.width(), size.height());
+    painter.end();
+  }
+  s.picture.setBoundingRect(QRect(QPoint(0, 0), size));
+  restoreAfterExport(viewport, readoutShown);
+  if (theme != ChartTheme::Light) setTheme(theme);
+  return s;
+}
+
+bool ChartView::hasData() const {
+  for (const QCPGraph* g : graphs_)
+    for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it)
+      if (std::isfinite(it->value)) return true;
+  if (cells_ && !cells_->cells.isEmpty()) return true;
+  // Bars: a category with a value (NaN leaves one empty, a result still to come).
+  const auto anyFinite = [](const QVector<double>& values) {
+    return std::any_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); });
+  };
+  if (bars_ && anyFinite(barValues())) return true;
+  for (const BarSet& set : stack_->sets)
+    if (anyFinite(set.values)) return true;
+  return false;
 }
 
 // An export lays the plot out at its own size; this lays it out for the widget again.
