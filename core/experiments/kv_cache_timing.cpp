@@ -5,6 +5,7 @@
 
 #include "experiments/batch_sweep.h"
 #include "generate/generator.h"
+#include "model/decode_graphs.h"
 #include "model/model.h"
 #include "tokenizer/prompt.h"
 #include "util/errors.h"
@@ -46,6 +47,7 @@ nlohmann::json KvCacheTimingResult::to_json() const {
           {"kv_bytes_per_token", kv_bytes_per_token},
           {"repeats", repeats},
           {"cuda_graphs", cuda_graphs.to_json()},
+          {"cuda_graphs_warmup", cuda_graphs_warmup.to_json()},
           {"no_cache_flops", field(no_cache_cost, flops)},
           {"no_cache_bytes", field(no_cache_cost, bytes)},
           {"cache_flops", field(cache_cost, flops)},
@@ -108,8 +110,12 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
   };
   if (p.warmup) {
     GenerateOptions w = o;
-    w.max_new_tokens = std::min<int64_t>(2, p.new_tokens);
-    generate(engine.model(), engine.tokenizer(), prompts, w);
+    // On a GPU the cached runs' CUDA graphs are captured here, outside the timed runs: a warm-up as
+    // long as they are has their cache's shape and reaches every key width they do.
+    const bool graphs = cuda_graphs_unavailable(engine.model()).empty();
+    w.max_new_tokens = graphs ? p.new_tokens : std::min<int64_t>(2, p.new_tokens);
+    w.use_kv_cache = true;
+    r.cuda_graphs_warmup = generate(engine.model(), engine.tokenizer(), prompts, w).cuda_graphs;
   }
   std::vector<std::vector<double>> without(static_cast<size_t>(p.new_tokens)),
       with(static_cast<size_t>(p.new_tokens));

@@ -40,8 +40,9 @@ struct KvCacheTimingResult {
   int64_t kv_cache_bytes = 0;                        // preallocated for prompt + new tokens
   int64_t kv_bytes_per_token = 0;                    // K and V of one position across all layers
   int64_t repeats = 0;
-  // The cached runs' CUDA graphs (summed over the timed runs; on the CPU, why none ran).
-  DecodeGraphStats cuda_graphs;
+  // The cached runs' CUDA graphs (summed over the timed runs; on the CPU, why none ran), and the
+  // warm-up run's, which captured them (its capture time and the memory the graphs took).
+  DecodeGraphStats cuda_graphs, cuda_graphs_warmup;
   // FLOPs and bytes of each token's step (model/step_cost.h): with the cache, the prompt's prefill
   // and then one position a step; without it, the whole sequence so far every step.
   std::vector<StepCost> no_cache_cost, cache_cost;
