@@ -3,6 +3,7 @@
 #include <QHBoxLayout>
 #include <QJsonDocument>
 #include <QPushButton>
+#include <algorithm>
 
 #include "engine_controller.h"
 
@@ -13,6 +14,13 @@ QString chartFootnote(const ModelSummary& m) {
   return QStringLiteral("%1 · %2 %3 · %4 threads")
       .arg(m.demo ? QStringLiteral("built-in model (random weights)") : m.name, m.device, m.dtype)
       .arg(m.threads);
+}
+
+double medianValue(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 QJsonObject toQJsonObject(const nlohmann::json& json) {

@@ -61,6 +61,8 @@ class ServingTab : public ExperimentTab {
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
+  QStringList resultValueNames() const override;
+  QMap<QString, double> resultValues() const override;
   void setModel(const ModelSummary& model) override;
 
   // Where the adapters come from (the Multi-LoRA tab's list); called when the server starts.
