@@ -1,6 +1,6 @@
 // servelab: the desktop face. Opens the main window on the last (or the built-in) model; with
-// --tab/--run/--screenshot/--export-chart it runs one experiment, saves what was asked and exits
-// (0 on success, 1 with one line on stderr otherwise).
+// --tab/--run/--screenshot/--export-chart (or --lesson/--step instead of --tab) it runs one
+// experiment, saves what was asked and exits (0 on success, 1 with one line on stderr otherwise).
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
@@ -72,7 +72,16 @@ int main(int argc, char** argv) {
       QStringLiteral("With --screenshot: open this dialog (models: File → Models on this computer) and save "
                      "it instead of the window."),
       QStringLiteral("name"));
-  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset, dialog});
+  const QCommandLineOption lesson(
+      QStringLiteral("lesson"),
+      QStringLiteral("Open the Lessons panel on this lesson (kv-cache, batching, ...); with --run, run its "
+                     "step (--step) as the panel's Run button does."),
+      QStringLiteral("name"));
+  const QCommandLineOption step(QStringLiteral("step"),
+                                QStringLiteral("With --lesson: the step, from 1 (default 1)."),
+                                QStringLiteral("n"));
+  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset, dialog,
+                  lesson, step});
   // The file a desktop opens with us (servelab.desktop's Exec=servelab %f), as --model.
   cli.addPositionalArgument(QStringLiteral("file"),
                             QStringLiteral("A .gguf file or model folder to load (as --model)."),
@@ -141,6 +150,25 @@ int main(int argc, char** argv) {
   script.report = cli.value(report);
   script.preset = cli.value(preset);
   script.dialog = cli.value(dialog);
+  script.lesson = cli.value(lesson);
+  if (cli.isSet(step)) {
+    bool ok = false;
+    script.step = cli.value(step).toInt(&ok);
+    if (!ok || script.step < 1) {
+      std::fprintf(stderr, "servelab: --step must be a whole number from 1, not \"%s\"\n",
+                   qPrintable(cli.value(step)));
+      return 2;
+    }
+    if (script.lesson.isEmpty()) {
+      std::fprintf(stderr, "servelab: --step needs --lesson\n");
+      return 2;
+    }
+  }
+  if (!script.lesson.isEmpty() && (!script.tab.isEmpty() || !script.preset.isEmpty())) {
+    std::fprintf(
+        stderr, "servelab: --lesson picks its step's tab and settings: give it without --tab and --preset\n");
+    return 2;
+  }
   if (!script.dialog.isEmpty() && script.screenshot.isEmpty()) {
     std::fprintf(stderr, "servelab: --dialog needs --screenshot\n");
     return 2;
@@ -151,10 +179,16 @@ int main(int argc, char** argv) {
   }
   if (!script.active()) window.warnSettingsIssues();
   window.loadInitialModel(cli.isSet(demo) ? QString() : modelPath);
-  if (script.active() || !script.tab.isEmpty()) {
-    if (script.active())
+  if (script.active() || !script.tab.isEmpty() || !script.lesson.isEmpty()) {
+    QString why;
+    if (script.active()) {
       window.runScript(script);
-    else if (!window.selectTab(script.tab)) {
+    } else if (!script.lesson.isEmpty()) {
+      if (!window.openLesson(script.lesson, script.step, &why)) {
+        std::fprintf(stderr, "servelab: %s\n", qPrintable(why));
+        return 2;
+      }
+    } else if (!window.selectTab(script.tab)) {
       std::fprintf(stderr, "servelab: unknown tab \"%s\" (tabs: %s)\n", qPrintable(script.tab),
                    qPrintable(window.tabIds().join(QStringLiteral(", "))));
       return 2;

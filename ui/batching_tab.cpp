@@ -490,6 +490,39 @@ void BatchingTab::onFailed(const QString& kind, const QString& message) {
   runEnded(false, message);
 }
 
+QStringList BatchingTab::resultValueNames() const {
+  return {QStringLiteral("smallest_batch"),       QStringLiteral("largest_batch"),
+          QStringLiteral("smallest_step_ms"),     QStringLiteral("largest_step_ms"),
+          QStringLiteral("step_growth"),          QStringLiteral("smallest_tokens_per_s"),
+          QStringLiteral("largest_tokens_per_s"), QStringLiteral("throughput_gain"),
+          QStringLiteral("batch_within_2x")};
+}
+
+// The sweep's two ends: the median decode step (prefill excluded) and throughput at the smallest and
+// the largest batch, their ratios, and the largest batch whose decode step took under twice the
+// smallest batch's (up to where batching is nearly free).
+QMap<QString, double> BatchingTab::resultValues() const {
+  if (!hasResult_ || result_.points.empty()) return {};
+  std::vector<servelab::BatchSweepPoint> p = result_.points;
+  std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.batch_size < b.batch_size; });
+  const servelab::BatchSweepPoint &lo = p.front(), &hi = p.back();
+  QMap<QString, double> v{{QStringLiteral("smallest_batch"), static_cast<double>(lo.batch_size)},
+                          {QStringLiteral("largest_batch"), static_cast<double>(hi.batch_size)},
+                          {QStringLiteral("smallest_step_ms"), lo.decode_step_ms},
+                          {QStringLiteral("largest_step_ms"), hi.decode_step_ms},
+                          {QStringLiteral("smallest_tokens_per_s"), lo.tokens_per_s},
+                          {QStringLiteral("largest_tokens_per_s"), hi.tokens_per_s}};
+  if (lo.decode_step_ms > 0) {
+    v[QStringLiteral("step_growth")] = hi.decode_step_ms / lo.decode_step_ms;
+    double within = static_cast<double>(lo.batch_size);
+    for (const servelab::BatchSweepPoint& q : p)
+      if (q.decode_step_ms < 2 * lo.decode_step_ms) within = static_cast<double>(q.batch_size);
+    v[QStringLiteral("batch_within_2x")] = within;
+  }
+  if (lo.tokens_per_s > 0) v[QStringLiteral("throughput_gain")] = hi.tokens_per_s / lo.tokens_per_s;
+  return v;
+}
+
 QJsonObject BatchingTab::lastResult() const {
   QJsonObject o;
   if (hasResult_) {

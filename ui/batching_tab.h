@@ -31,6 +31,8 @@ class BatchingTab : public ExperimentTab {
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
+  QStringList resultValueNames() const override;
+  QMap<QString, double> resultValues() const override;
   void setModel(const ModelSummary& model) override;
   RunReport runReport() const override;
 

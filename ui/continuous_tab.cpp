@@ -784,6 +784,80 @@ void ContinuousTab::showTimeline(int index) {
 
 // --- Reports and settings --------------------------------------------------------------------
 
+QStringList ContinuousTab::resultValueNames() const {
+  return {// Run: the queue served synchronously and continuously (and paged, when on).
+          QStringLiteral("requests"), QStringLiteral("speedup"), QStringLiteral("synchronous_s"),
+          QStringLiteral("continuous_s"), QStringLiteral("synchronous_steps"),
+          QStringLiteral("continuous_steps"), QStringLiteral("synchronous_latency_p50_s"),
+          QStringLiteral("continuous_latency_p50_s"), QStringLiteral("slot_max_running"),
+          QStringLiteral("slot_kv_mib"), QStringLiteral("paged_s"), QStringLiteral("paged_max_running"),
+          QStringLiteral("paged_kv_mib"), QStringLiteral("paged_preemptions"),
+          QStringLiteral("paged_vs_slot_running"), QStringLiteral("prefix_hit_percent"),
+          QStringLiteral("prefix_speedup"),
+          // The long-prompt preset (chunked prefill).
+          QStringLiteral("unchunked_itl_max_ms"), QStringLiteral("chunked_itl_max_ms"),
+          QStringLiteral("itl_max_cut"), QStringLiteral("itl_p99_cut"), QStringLiteral("ttft_cost"),
+          QStringLiteral("throughput_ratio"), QStringLiteral("chunks"),
+          // The course benchmark.
+          QStringLiteral("course_speedup"), QStringLiteral("course_avg_batch")};
+}
+
+// Run: total times, forward passes and median request latency (arrival to last token) of the
+// synchronous and the slot-KV continuous run. Each kind of run gives its own values (a run of one kind clears
+// only that kind's). Paged values: the last run when it is paged KV, against the slot-KV continuous run;
+// prefix_speedup is the uncached paged run's time over the cached one's (when both ran).
+QMap<QString, double> ContinuousTab::resultValues() const {
+  if (isRunning()) return {};
+  QMap<QString, double> v;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (hasResult_ && result_.runs.size() >= 2) {
+    const servelab::ServeSummary &sync = result_.methods[0], &cont = result_.methods[1];
+    const servelab::BatchRunResult& slot = result_.runs[1];
+    v[QStringLiteral("requests")] = static_cast<double>(result_.runs[0].requests.size());
+    v[QStringLiteral("speedup")] = result_.speedup;
+    v[QStringLiteral("synchronous_s")] = sync.total_ms / 1000;
+    v[QStringLiteral("continuous_s")] = cont.total_ms / 1000;
+    v[QStringLiteral("synchronous_steps")] = static_cast<double>(sync.inference_calls);
+    v[QStringLiteral("continuous_steps")] = static_cast<double>(cont.inference_calls);
+    v[QStringLiteral("synchronous_latency_p50_s")] = sync.latency_p50 / 1000;
+    v[QStringLiteral("continuous_latency_p50_s")] = cont.latency_p50 / 1000;
+    v[QStringLiteral("slot_max_running")] = static_cast<double>(slot.max_running);
+    v[QStringLiteral("slot_kv_mib")] = static_cast<double>(slot.kv_cache_bytes) / kMiB;
+    const servelab::BatchRunResult& last = result_.runs.back();
+    if (QString::fromStdString(last.method).contains(QLatin1String("paged"))) {
+      v[QStringLiteral("paged_s")] = last.total_ms / 1000;
+      v[QStringLiteral("paged_max_running")] = static_cast<double>(last.max_running);
+      v[QStringLiteral("paged_kv_mib")] = static_cast<double>(last.kv_cache_bytes) / kMiB;
+      v[QStringLiteral("paged_preemptions")] = static_cast<double>(last.preemptions);
+      if (slot.max_running > 0)
+        v[QStringLiteral("paged_vs_slot_running")] =
+            static_cast<double>(last.max_running) / static_cast<double>(slot.max_running);
+      if (last.prompt_tokens > 0)
+        v[QStringLiteral("prefix_hit_percent")] =
+            100.0 * static_cast<double>(last.prefix_hit_tokens) / static_cast<double>(last.prompt_tokens);
+      const servelab::BatchRunResult& before = result_.runs[result_.runs.size() - 2];
+      if (QString::fromStdString(before.method).contains(QLatin1String("no prefix cache")) &&
+          last.total_ms > 0)
+        v[QStringLiteral("prefix_speedup")] = before.total_ms / last.total_ms;
+    }
+  }
+  if (hasLongPrompt_) {
+    const servelab::ChunkedPrefillResult& r = longPrompt_;
+    v[QStringLiteral("unchunked_itl_max_ms")] = r.unchunked.itl_max_ms;
+    v[QStringLiteral("chunked_itl_max_ms")] = r.chunked.itl_max_ms;
+    v[QStringLiteral("itl_max_cut")] = r.itl_max_cut;
+    v[QStringLiteral("itl_p99_cut")] = r.itl_p99_cut;
+    v[QStringLiteral("ttft_cost")] = r.ttft_cost;
+    v[QStringLiteral("throughput_ratio")] = r.throughput_ratio;
+    v[QStringLiteral("chunks")] = static_cast<double>(r.chunked.chunks);
+  }
+  if (hasCourseResult_ && courseResult_.rows.size() == 2) {
+    v[QStringLiteral("course_speedup")] = courseResult_.rows[1].throughput_vs_baseline;
+    v[QStringLiteral("course_avg_batch")] = courseResult_.rows[1].avg_batch;
+  }
+  return v;
+}
+
 QJsonObject ContinuousTab::lastResult() const {
   QJsonObject o;
   if (hasResult_) {

@@ -7,6 +7,7 @@
 #include <QPushButton>
 #include <QTableWidget>
 #include <QTextDocument>
+#include <algorithm>
 
 #include "chart_view.h"
 #include "engine_controller.h"
@@ -18,6 +19,13 @@ QString chartFootnote(const ModelSummary& m) {
   return QStringLiteral("%1 · %2 %3 · %4 threads")
       .arg(m.demo ? QStringLiteral("built-in model (random weights)") : m.name, m.device, m.dtype)
       .arg(m.threads);
+}
+
+double medianValue(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 QJsonObject toQJsonObject(const nlohmann::json& json) {

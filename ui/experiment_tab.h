@@ -2,10 +2,12 @@
 // What every experiment tab offers the main window: run and stop, its main chart for export, its
 // parameters in QSettings, and its last result as JSON for scripts.
 #include <QJsonObject>
+#include <QMap>
 #include <QSettings>
 #include <QStringList>
 #include <QWidget>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "engine_types.h"
 
@@ -63,6 +65,14 @@ class ExperimentTab : public QWidget {
   virtual void loadSettings(QSettings& settings) = 0;
   virtual void saveSettings(QSettings& settings) const = 0;
   virtual QJsonObject lastResult() const = 0;
+  // Lessons (ui/lessons/): the named numbers of the tab's last finished run that a lesson's "what to
+  // notice" line may quote, e.g. kv-cache's decode_speedup. resultValueNames() is the tab's whole,
+  // fixed set (a lesson naming another is refused when it loads); resultValues() holds those the
+  // last finished run produced: nothing before a run or while one is in progress, and only the
+  // values of the kind of run that finished (a tab with several kinds of run clears each kind's
+  // values when one of its kind starts).
+  virtual QStringList resultValueNames() const { return {}; }
+  virtual QMap<QString, double> resultValues() const { return {}; }
   // Model, device, dtype and threads for chart footnotes and captions.
   virtual void setModel(const ModelSummary& model) = 0;
   // What the session report keeps of the run that has just ended (read when it ends): by default
@@ -101,6 +111,9 @@ class ExperimentTab : public QWidget {
 
 // A core result's JSON as a Qt object, for --report.
 QJsonObject toQJsonObject(const nlohmann::json& json);
+
+// The median of values (the mean of the middle two for an even count); 0 for none.
+double medianValue(std::vector<double> values);
 
 // "model · device dtype · N threads" under every chart.
 QString chartFootnote(const ModelSummary& model);

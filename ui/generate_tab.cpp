@@ -486,6 +486,27 @@ void GenerateTab::onFailed(const QString& kind, const QString& message) {
   runEnded(false, message);
 }
 
+QStringList GenerateTab::resultValueNames() const {
+  return {QStringLiteral("prompt_tokens"),     QStringLiteral("new_tokens"),
+          QStringLiteral("ttft_ms"),           QStringLiteral("decode_ms"),
+          QStringLiteral("first_token_steps"), QStringLiteral("tokens_per_s")};
+}
+
+// ttft_ms is step 0 (the prefill and the first token), decode_ms the median step after it.
+QMap<QString, double> GenerateTab::resultValues() const {
+  if (isRunning() || summary_.cancelled || summary_.stepMs.isEmpty()) return {};
+  QMap<QString, double> v{{QStringLiteral("prompt_tokens"), static_cast<double>(summary_.promptIds.size())},
+                          {QStringLiteral("new_tokens"), static_cast<double>(summary_.generatedIds.size())},
+                          {QStringLiteral("ttft_ms"), summary_.ttftMs},
+                          {QStringLiteral("tokens_per_s"), summary_.decodeTokensPerSecond}};
+  const double decode = medianValue(std::vector<double>(summary_.stepMs.begin() + 1, summary_.stepMs.end()));
+  if (decode > 0) {
+    v[QStringLiteral("decode_ms")] = decode;
+    v[QStringLiteral("first_token_steps")] = summary_.ttftMs / decode;
+  }
+  return v;
+}
+
 QJsonObject GenerateTab::lastResult() const {
   QJsonObject o;
   o[QStringLiteral("experiment")] = QStringLiteral("generate");

@@ -39,6 +39,8 @@ class GenerateTab : public ExperimentTab {
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
   QJsonObject lastResult() const override;
+  QStringList resultValueNames() const override;
+  QMap<QString, double> resultValues() const override;
   void setModel(const ModelSummary& model) override;
   RunReport runReport() const override;
   // "chat": a two-turn conversation from a new chat (the chat screenshot).

@@ -256,6 +256,42 @@ QJsonObject KvCacheTab::lastResult() const {
   return toQJsonObject(result_.to_json());
 }
 
+QStringList KvCacheTab::resultValueNames() const {
+  return {QStringLiteral("speedup"),           QStringLiteral("decode_speedup"),
+          QStringLiteral("prompt_tokens"),     QStringLiteral("new_tokens"),
+          QStringLiteral("first_token_ms"),    QStringLiteral("decode_ms"),
+          QStringLiteral("first_token_steps"), QStringLiteral("no_cache_first_decode_ms"),
+          QStringLiteral("no_cache_last_ms"),  QStringLiteral("no_cache_growth"),
+          QStringLiteral("kv_cache_mib"),      QStringLiteral("kv_kib_per_token")};
+}
+
+// With the cache: first_token_ms is step 0 (prefill and the first token), decode_ms the median of
+// the steps after it, first_token_steps their ratio. Without: the first and last decode step and
+// how much the last grew over the first (each re-reads the whole sequence so far).
+QMap<QString, double> KvCacheTab::resultValues() const {
+  if (!hasResult_ || result_.cache_ms.empty()) return {};
+  const servelab::KvCacheTimingResult& r = result_;
+  QMap<QString, double> v{
+      {QStringLiteral("speedup"), r.speedup},
+      {QStringLiteral("decode_speedup"), r.decode_speedup},
+      {QStringLiteral("prompt_tokens"), static_cast<double>(r.prompt_ids.size())},
+      {QStringLiteral("new_tokens"), static_cast<double>(r.tokens.size())},
+      {QStringLiteral("first_token_ms"), r.cache_ms.front()},
+      {QStringLiteral("kv_cache_mib"), static_cast<double>(r.kv_cache_bytes) / kMiB},
+      {QStringLiteral("kv_kib_per_token"), static_cast<double>(r.kv_bytes_per_token) / 1024.0}};
+  const double decode = medianValue(std::vector<double>(r.cache_ms.begin() + 1, r.cache_ms.end()));
+  if (decode > 0) {
+    v[QStringLiteral("decode_ms")] = decode;
+    v[QStringLiteral("first_token_steps")] = r.cache_ms.front() / decode;
+  }
+  if (r.no_cache_ms.size() >= 2 && r.no_cache_ms[1] > 0) {
+    v[QStringLiteral("no_cache_first_decode_ms")] = r.no_cache_ms[1];
+    v[QStringLiteral("no_cache_last_ms")] = r.no_cache_ms.back();
+    v[QStringLiteral("no_cache_growth")] = r.no_cache_ms.back() / r.no_cache_ms[1];
+  }
+  return v;
+}
+
 void KvCacheTab::loadSettings(QSettings& s) {
   s.beginGroup(tabId());
   if (const auto prompt = settingString(s, QStringLiteral("prompt"))) prompt_->setText(*prompt);

@@ -39,6 +39,8 @@
 #include "form_widgets.h"
 #include "generate_tab.h"
 #include "kv_cache_tab.h"
+#include "lessons/lesson.h"
+#include "lessons/lessons_panel.h"
 #include "models_dialog.h"
 #include "multi_lora_tab.h"
 #include "quantization_tab.h"
@@ -48,6 +50,11 @@
 #include "session_report.h"
 #include "speculative_tab.h"
 #include "text_format.h"
+
+// The resources (icon, lesson files) live in this static library: registered here, at file scope as
+// Q_INIT_RESOURCE wants, so that every window has them (the app's main registers them too, for
+// its icon; a second registration of the same data is a no-op).
+static void initServeLabResources() { Q_INIT_RESOURCE(servelab); }
 
 namespace servelab::ui {
 
@@ -84,6 +91,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
       settings_(std::move(settings)),
       engine_(new EngineController(this)),
       sessionLog_(new SessionLog(engine_, this)) {
+  initServeLabResources();
   setWindowTitle(tr("ServeLab"));
   setAcceptDrops(true);
   setObjectName(QStringLiteral("mainWindow"));
@@ -138,6 +146,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
   cv->addWidget(tabWidget_, 1);
   setCentralWidget(central);
 
+  buildLessons();
   buildModelBar();
   buildMenus();
   buildStatusBar();
@@ -178,6 +187,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
     recent_ = s.value(QStringLiteral("model/recent")).toStringList();
   rebuildRecentMenu();
   for (ExperimentTab* t : tabs_) t->loadSettings(s);
+  lessons_->loadSettings(s);
   selectTab(settingChoice(s, QStringLiteral("window/tab"), tabIds()).value_or(QStringLiteral("generate")));
   setTheme(settingChoice(s, QStringLiteral("ui/theme"), {QStringLiteral("light"), QStringLiteral("dark")})
                        .value_or(QStringLiteral("light")) == QLatin1String("dark")
@@ -288,6 +298,8 @@ void MainWindow::buildModelBar() {
   loadProgress_->setFormat(tr("loading…"));
   loadProgress_->hide();
   bar->addWidget(loadProgress_);
+  bar->addSeparator();
+  bar->addAction(lessonsDock_->toggleViewAction());
 
   QSettings& s = *settings_;
   // A device or dtype this machine does not offer is reported, not silently replaced.
@@ -352,11 +364,75 @@ void MainWindow::buildMenus() {
           [this](bool on) { setTheme(on ? ChartTheme::Dark : ChartTheme::Light); });
   if (auto* dock = findChild<QDockWidget*>(QStringLiteral("logDock")))
     view->addAction(dock->toggleViewAction());
+  view->addAction(lessonsDock_->toggleViewAction());
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   QAction* about = help->addAction(tr("About ServeLab"), this, [this] { showAbout(); });
   about->setObjectName(QStringLiteral("aboutAction"));
   about->setMenuRole(QAction::AboutRole);
+}
+
+void MainWindow::buildLessons() {
+  // The built-in lessons, each checked against the tabs it names: a lesson that names a tab,
+  // setting, preset or result value that does not exist is left out and named in the log.
+  QStringList problems;
+  const QList<Lesson> all = loadLessons(QStringLiteral(":/servelab/lessons"), &problems);
+  const TabCatalog catalog = tabCatalog(tabs_);
+  QList<Lesson> good;
+  for (const Lesson& l : all) {
+    const QStringList p = checkLesson(l, catalog);
+    if (p.isEmpty())
+      good << l;
+    else
+      problems << p;
+  }
+  lessonProblems_ = problems;
+  for (const QString& p : problems) appendLog(tr("lesson left out: %1").arg(p));
+
+  lessons_ = new LessonsPanel(this, good, this);
+  lessons_->setMinimumWidth(340);
+  lessonsDock_ = new QDockWidget(tr("Lessons"), this);
+  lessonsDock_->setObjectName(QStringLiteral("lessonsDock"));
+  lessonsDock_->setWidget(lessons_);
+  addDockWidget(Qt::RightDockWidgetArea, lessonsDock_);
+  lessonsDock_->hide();  // until asked for (the window's saved state shows it again)
+  QAction* toggle = lessonsDock_->toggleViewAction();
+  toggle->setObjectName(QStringLiteral("lessonsAction"));
+  toggle->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_L));
+  toggle->setToolTip(tr("Show or hide the Lessons panel: the course's lessons as guided steps (Ctrl+L)"));
+  // Previous and next step, while the panel is shown.
+  auto* previous = new QAction(tr("Previous lesson step"), this);
+  previous->setObjectName(QStringLiteral("lessonPreviousAction"));
+  previous->setShortcut(QKeySequence(Qt::ALT | Qt::Key_Left));
+  connect(previous, &QAction::triggered, lessons_, &LessonsPanel::previousStep);
+  auto* next = new QAction(tr("Next lesson step"), this);
+  next->setObjectName(QStringLiteral("lessonNextAction"));
+  next->setShortcut(QKeySequence(Qt::ALT | Qt::Key_Right));
+  connect(next, &QAction::triggered, lessons_, &LessonsPanel::nextStep);
+  for (QAction* a : {previous, next}) {
+    a->setShortcutContext(Qt::ApplicationShortcut);
+    a->setEnabled(false);
+    connect(toggle, &QAction::toggled, a, &QAction::setEnabled);
+    addAction(a);
+  }
+}
+
+bool MainWindow::openLesson(const QString& id, int step, QString* error) {
+  const QStringList ids = lessons_->lessonIds();
+  const qsizetype index = ids.indexOf(id);
+  if (index < 0) {
+    *error = tr("unknown lesson \"%1\" (lessons: %2)").arg(id, ids.join(QStringLiteral(", ")));
+    return false;
+  }
+  const Lesson& lesson = lessons_->lessons()[index];
+  if (step < 1 || step > lesson.steps.size()) {
+    *error = tr("lesson %1 has steps 1 to %2, not %3").arg(id).arg(lesson.steps.size()).arg(step);
+    return false;
+  }
+  lessons_->showLesson(id, step);
+  lessonsDock_->show();
+  selectTab(lesson.steps[step - 1].tab);
+  return true;
 }
 
 ModelsDialog* MainWindow::showModels() {
@@ -641,6 +717,7 @@ void MainWindow::saveSettings() {
   s.setValue(QStringLiteral("model/cudaGraphs"), cudaGraphs_->isChecked());
   s.setValue(QStringLiteral("model/recent"), recent_);
   for (ExperimentTab* t : tabs_) t->saveSettings(s);
+  lessons_->saveSettings(s);
   s.sync();
 }
 
@@ -706,6 +783,13 @@ void MainWindow::runScript(const ScriptOptions& options) {
     return;
   }
   connect(engine_, &EngineController::rejected, this, [this](const QString& why) { lastRejection_ = why; });
+  if (!options.lesson.isEmpty()) {
+    QString why;
+    if (!openLesson(options.lesson, options.step, &why)) {
+      finishScript(false, why);
+      return;
+    }
+  }
   if (!options.tab.isEmpty() && !selectTab(options.tab)) {
     finishScript(false,
                  tr("unknown tab \"%1\" (tabs: %2)").arg(options.tab, tabIds().join(QStringLiteral(", "))));
@@ -720,6 +804,17 @@ void MainWindow::runScript(const ScriptOptions& options) {
       scriptDialog_ = showModels();
       connect(scriptDialog_, &ModelsDialog::scanFinished, this,
               [this] { QTimer::singleShot(400, this, [this] { finishScript(true, QString()); }); });
+      return;
+    }
+    if (!script_.lesson.isEmpty() && script_.run) {
+      // The panel's Run: the step's settings into its tab, the run, then the notice line.
+      connect(
+          lessons_, &LessonsPanel::stepFinished, this,
+          [this](bool ok, const QString& message) {
+            QTimer::singleShot(400, this, [this, ok, message] { finishScript(ok, message); });
+          },
+          Qt::SingleShotConnection);
+      lessons_->runStep();
       return;
     }
     if (!script_.run) {
@@ -771,6 +866,11 @@ void MainWindow::finishScript(bool ok, const QString& message) {
   } else if (!script_.report.isEmpty() && t) {
     QFile f(script_.report);
     QJsonObject o = t->lastResult();
+    if (!script_.lesson.isEmpty()) {
+      o[QStringLiteral("lesson")] = script_.lesson;
+      o[QStringLiteral("step")] = script_.step;
+      o[QStringLiteral("notice")] = lessons_->noticeText();
+    }
     o[QStringLiteral("ok")] = ok;
     if (!ok) o[QStringLiteral("error")] = error;
     if (!f.open(QIODevice::WriteOnly) || f.write(QJsonDocument(o).toJson(QJsonDocument::Compact)) < 0) {

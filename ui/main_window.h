@@ -19,14 +19,18 @@ class QProgressBar;
 class QToolButton;
 class QMenu;
 class QAction;
+class QDockWidget;
 
 namespace servelab::ui {
 
 class ExperimentTab;
 
-// What `servelab --tab X --run --screenshot a.png --export-chart b.svg --report c.json` asks for.
+// What `servelab --tab X --run --screenshot a.png --export-chart b.svg --report c.json` asks for
+// (or `--lesson NAME --step N --run ...`: the Lessons panel's step N of that lesson instead of a tab).
 struct ScriptOptions {
   QString tab;
+  QString lesson;  // a lesson id: the panel is shown on it, and --run runs its step
+  int step = 1;    // with lesson: 1-based
   bool run = false;
   QString screenshot;
   QString exportChart;
@@ -37,6 +41,7 @@ struct ScriptOptions {
 };
 
 class AboutDialog;
+class LessonsPanel;
 class ModelsDialog;
 class SessionLog;
 
@@ -55,6 +60,16 @@ class MainWindow : public QMainWindow {
   ExperimentTab* currentTab() const;
   bool selectTab(const QString& id);
   QStringList tabIds() const;
+
+  // The Lessons panel (View → Lessons, the toolbar's Lessons button) and its dock.
+  LessonsPanel* lessons() const { return lessons_; }
+  QDockWidget* lessonsDock() const { return lessonsDock_; }
+  // Shows the panel on a lesson's step (1-based); false with *error (one line) when there is no
+  // such lesson or step.
+  bool openLesson(const QString& id, int step, QString* error);
+  // Problems of the built-in lesson files (a lesson with any is left out of the panel; the tests
+  // keep this empty).
+  QStringList lessonProblems() const { return lessonProblems_; }
 
   // Loads the model of the saved settings (or the built-in one); called once after show().
   void loadInitialModel(const QString& folderOverride = QString());
@@ -111,6 +126,7 @@ class MainWindow : public QMainWindow {
   void buildModelBar();
   void buildMenus();
   void buildStatusBar();
+  void buildLessons();
   void onModelLoaded(const ModelSummary& model);
   void onModelLoadFailed(const QString& message);
   void onStateChanged();
@@ -151,6 +167,9 @@ class MainWindow : public QMainWindow {
   QAction* darkAction_;
   QAction* reportAction_;
   SessionLog* sessionLog_;
+  LessonsPanel* lessons_ = nullptr;
+  QDockWidget* lessonsDock_ = nullptr;
+  QStringList lessonProblems_;
 
   QStringList recent_;
   QString currentFolder_;

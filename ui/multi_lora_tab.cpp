@@ -619,6 +619,50 @@ void MultiLoraTab::changeEvent(QEvent* event) {
   if (event->type() == QEvent::PaletteChange) drawOutputs();  // text colours follow the theme
 }
 
+QStringList MultiLoraTab::resultValueNames() const {
+  return {// The strategy sweep.
+          QStringLiteral("largest_batch"), QStringLiteral("base_ms"), QStringLiteral("loop_ratio"),
+          QStringLiteral("gathered_ratio"), QStringLiteral("segmented_ratio"), QStringLiteral("rank"),
+          QStringLiteral("adapter_percent"),
+          // Serving with an adapter per request.
+          QStringLiteral("serve_tokens_per_s"), QStringLiteral("serve_avg_batch"),
+          QStringLiteral("cache_loads"), QStringLiteral("cache_hits"), QStringLiteral("cache_evictions")};
+}
+
+// The sweep: at its largest batch, the base model's decode step and each strategy's step over it;
+// the first module's adapter size as a percentage of its weight matrix, at the first adapter's rank.
+// Serving: generated tokens per second, rows per step, and the adapter cache's counters.
+QMap<QString, double> MultiLoraTab::resultValues() const {
+  if (isRunning()) return {};
+  QMap<QString, double> v;
+  if (hasResult_ && !result_.points.empty()) {
+    int64_t largest = 0;
+    for (const servelab::MultiLoraPoint& p : result_.points) largest = std::max(largest, p.batch);
+    v[QStringLiteral("largest_batch")] = static_cast<double>(largest);
+    for (const servelab::MultiLoraPoint& p : result_.points) {
+      if (p.batch != largest) continue;
+      if (p.strategy == "base")
+        v[QStringLiteral("base_ms")] = p.ms;
+      else if (p.strategy == "loop" || p.strategy == "gathered" || p.strategy == "segmented")
+        v[QString::fromStdString(p.strategy) + QStringLiteral("_ratio")] = p.ratio_to_base;
+    }
+    if (!result_.shapes.empty()) {
+      v[QStringLiteral("rank")] = static_cast<double>(result_.shapes.front().rank);
+      v[QStringLiteral("adapter_percent")] = 100.0 * result_.shapes.front().ratio;
+    }
+  }
+  if (serving_->hasResult()) {
+    const servelab::BatchRunResult& r = serving_->result();
+    if (r.total_ms > 0)
+      v[QStringLiteral("serve_tokens_per_s")] = static_cast<double>(r.generated_tokens) / (r.total_ms / 1000);
+    v[QStringLiteral("serve_avg_batch")] = r.average_batch;
+    v[QStringLiteral("cache_loads")] = static_cast<double>(r.adapter_cache.loads);
+    v[QStringLiteral("cache_hits")] = static_cast<double>(r.adapter_cache.hits);
+    v[QStringLiteral("cache_evictions")] = static_cast<double>(r.adapter_cache.evictions);
+  }
+  return v;
+}
+
 QJsonObject MultiLoraTab::lastResult() const {
   QJsonObject o;
   if (hasResult_) {

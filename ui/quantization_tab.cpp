@@ -750,6 +750,61 @@ void QuantizationTab::changeEvent(QEvent* event) {
 
 // --- Report and settings ----------------------------------------------------------------------
 
+namespace {
+
+// The result values' prefix of a mode ("int4-g64" -> "int4"), empty for fp32.
+QString valuePrefix(const std::string& mode) {
+  const QString m = QString::fromStdString(mode);
+  if (m == QLatin1String("zp-uint8")) return QStringLiteral("zp_uint8");
+  if (m == QLatin1String("int8-channel")) return QStringLiteral("int8");
+  if (m.startsWith(QLatin1String("int4-g"))) return QStringLiteral("int4");
+  if (m == QLatin1String("fp16") || m == QLatin1String("bf16")) return m;
+  return {};
+}
+
+const QStringList kModeValueSuffixes = {QStringLiteral("_mb"),
+                                        QStringLiteral("_size_percent"),
+                                        QStringLiteral("_top1_percent"),
+                                        QStringLiteral("_kl"),
+                                        QStringLiteral("_decode_ms"),
+                                        QStringLiteral("_fp32_decode_ms"),
+                                        QStringLiteral("_decode_speedup")};
+
+}  // namespace
+
+QStringList QuantizationTab::resultValueNames() const {
+  QStringList names = {QStringLiteral("fp32_mb")};
+  for (const char* prefix : {"zp_uint8", "int8", "int4", "fp16", "bf16"})
+    for (const QString& suffix : kModeValueSuffixes) names << QLatin1String(prefix) + suffix;
+  return names;
+}
+
+// Per mode measured (zp_uint8, int8 for int8-channel, int4 for any group size, fp16, bf16): its
+// weights in MB (10^6 bytes, as the tab shows them) and as a percentage of fp32's, top-1 agreement with fp32
+// in percent, the mean KL divergence of its logits from fp32's, and (when speed was measured) its median
+// batch-1 decode step, fp32's timed alongside it (each mode has its own, interleaved with its runs)
+// and their ratio.
+QMap<QString, double> QuantizationTab::resultValues() const {
+  if (!hasResult_ || result_.modes.empty()) return {};
+  constexpr double kMB = 1e6;  // as the tab shows weights
+  QMap<QString, double> v{
+      {QStringLiteral("fp32_mb"), static_cast<double>(result_.modes.front().memory.total_bytes) / kMB}};
+  for (const servelab::QuantModeResult& m : result_.modes) {
+    const QString p = valuePrefix(m.mode);
+    if (p.isEmpty()) continue;
+    v[p + QStringLiteral("_mb")] = static_cast<double>(m.memory.total_bytes) / kMB;
+    v[p + QStringLiteral("_size_percent")] = 100.0 * m.memory.fraction_of_fp32;
+    v[p + QStringLiteral("_top1_percent")] = 100.0 * m.top1_agreement;
+    v[p + QStringLiteral("_kl")] = m.kl_mean;
+    if (m.speed) {
+      v[p + QStringLiteral("_decode_ms")] = m.speed->decode_ms;
+      v[p + QStringLiteral("_fp32_decode_ms")] = m.speed->fp32_decode_ms;
+      v[p + QStringLiteral("_decode_speedup")] = m.speed->decode_speedup;
+    }
+  }
+  return v;
+}
+
 QJsonObject QuantizationTab::lastResult() const {
   if (hasResult_) return toQJsonObject(result_.to_json());
   QJsonObject o;

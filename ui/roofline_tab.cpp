@@ -305,6 +305,61 @@ void RooflineTab::onFailed(const QString& kind, const QString& message) {
   runEnded(false, message);
 }
 
+QStringList RooflineTab::resultValueNames() const {
+  return {QStringLiteral("read_gb_s"),
+          QStringLiteral("peak_gflop_s"),
+          QStringLiteral("ridge"),
+          QStringLiteral("decode_intensity"),
+          QStringLiteral("decode_gb_s"),
+          QStringLiteral("decode_bandwidth_percent"),
+          QStringLiteral("largest_decode_batch"),
+          QStringLiteral("largest_decode_intensity"),
+          QStringLiteral("prefill_intensity"),
+          QStringLiteral("prefill_gflop_s"),
+          QStringLiteral("prefill_peak_percent")};
+}
+
+// The steps of the weights as loaded (the run's first quantization). This machine's limits (read bandwidth,
+// fp32 peak, the ridge between them in FLOP/byte), the smallest decode batch's intensity and the bandwidth it
+// reached (GB/s and percent of the measured read bandwidth), the largest decode batch's intensity, and the
+// longest prefill's intensity and FLOP/s (GFLOP/s and percent of the peak).
+QMap<QString, double> RooflineTab::resultValues() const {
+  if (!hasResult_) return {};
+  const servelab::MachineLimits& m = result_.machine;
+  QMap<QString, double> v{{QStringLiteral("read_gb_s"), m.read_gb_s},
+                          {QStringLiteral("peak_gflop_s"), m.fp32_gflop_s},
+                          {QStringLiteral("ridge"), m.ridge()}};
+  const servelab::RooflinePoint *decode = nullptr, *widest = nullptr, *prefill = nullptr;
+  // The weights as loaded (the run's first points); a quantized variant's points are another roof's.
+  const std::string quant = result_.points.empty() ? std::string() : result_.points.front().quant;
+  for (const servelab::RooflinePoint& p : result_.points) {
+    if (p.quant != quant) continue;
+    if (p.kind == "decode") {
+      if (!decode || p.rows < decode->rows) decode = &p;
+      if (!widest || p.rows > widest->rows) widest = &p;
+    } else if (p.kind == "prefill" && (!prefill || p.positions > prefill->positions)) {
+      prefill = &p;
+    }
+  }
+  if (decode && decode->ms > 0) {
+    const double gbs = decode->bytes / (decode->ms * 1e-3) / 1e9;
+    v[QStringLiteral("decode_intensity")] = decode->intensity();
+    v[QStringLiteral("decode_gb_s")] = gbs;
+    if (m.read_gb_s > 0) v[QStringLiteral("decode_bandwidth_percent")] = 100.0 * gbs / m.read_gb_s;
+  }
+  if (widest) {
+    v[QStringLiteral("largest_decode_batch")] = static_cast<double>(widest->rows);
+    v[QStringLiteral("largest_decode_intensity")] = widest->intensity();
+  }
+  if (prefill && prefill->ms > 0) {
+    v[QStringLiteral("prefill_intensity")] = prefill->intensity();
+    v[QStringLiteral("prefill_gflop_s")] = prefill->flop_s() / 1e9;
+    if (m.fp32_gflop_s > 0)
+      v[QStringLiteral("prefill_peak_percent")] = 100.0 * prefill->flop_s() / 1e9 / m.fp32_gflop_s;
+  }
+  return v;
+}
+
 QJsonObject RooflineTab::lastResult() const {
   if (!hasResult_) {
     QJsonObject o{{QStringLiteral("experiment"), QStringLiteral("roofline")}};

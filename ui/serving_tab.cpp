@@ -20,6 +20,7 @@
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -822,6 +823,47 @@ void ServingTab::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("scenario"), scenario_->currentText());
   s.setValue(QStringLiteral("arrival"), arrival_->currentText());
   s.endGroup();
+}
+
+QStringList ServingTab::resultValueNames() const {
+  return {QStringLiteral("streams"),           QStringLiteral("ttft_ms"),
+          QStringLiteral("tokens_per_s"),      QStringLiteral("shortest_s"),
+          QStringLiteral("longest_s"),         QStringLiteral("levels"),
+          QStringLiteral("peak_tokens_per_s"), QStringLiteral("first_level_ttft_ms"),
+          QStringLiteral("last_level_ttft_ms")};
+}
+
+// The last load run: for a scenario of streams, how many ended well, their median time to first token
+// and tokens/s, and the quickest and slowest stream end to end; for a sweep, its levels, the best
+// throughput and the median TTFT at the lowest and the highest level.
+QMap<QString, double> ServingTab::resultValues() const {
+  if (loadRunning_) return {};
+  QMap<QString, double> v;
+  std::vector<double> ttft, tps, e2e;
+  for (const servelab::StreamTiming& s : report_.streams) {
+    if (!s.ok) continue;
+    if (s.ttft_ms >= 0) ttft.push_back(s.ttft_ms);
+    if (s.tokens_per_s() > 0) tps.push_back(s.tokens_per_s());
+    if (s.e2el_ms >= 0) e2e.push_back(s.e2el_ms);
+  }
+  if (!report_.streams.empty()) {
+    v[QStringLiteral("streams")] = static_cast<double>(e2e.size());
+    if (!ttft.empty()) v[QStringLiteral("ttft_ms")] = medianValue(ttft);
+    if (!tps.empty()) v[QStringLiteral("tokens_per_s")] = medianValue(tps);
+    if (!e2e.empty()) {
+      v[QStringLiteral("shortest_s")] = *std::min_element(e2e.begin(), e2e.end()) / 1000;
+      v[QStringLiteral("longest_s")] = *std::max_element(e2e.begin(), e2e.end()) / 1000;
+    }
+  }
+  if (!report_.levels.empty()) {
+    double peak = 0;
+    for (const servelab::LoadLevel& l : report_.levels) peak = std::max(peak, l.tokens_per_s);
+    v[QStringLiteral("levels")] = static_cast<double>(report_.levels.size());
+    v[QStringLiteral("peak_tokens_per_s")] = peak;
+    v[QStringLiteral("first_level_ttft_ms")] = report_.levels.front().ttft_p50_ms;
+    v[QStringLiteral("last_level_ttft_ms")] = report_.levels.back().ttft_p50_ms;
+  }
+  return v;
 }
 
 QJsonObject ServingTab::lastResult() const {

@@ -383,6 +383,41 @@ void SpeculativeTab::finish(bool ok, const QString& message) {
 
 // --- Reports and settings --------------------------------------------------------------------
 
+QStringList SpeculativeTab::resultValueNames() const {
+  return {
+      QStringLiteral("k"),       QStringLiteral("tokens_per_s"),       QStringLiteral("plain_tokens_per_s"),
+      QStringLiteral("speedup"), QStringLiteral("acceptance_percent"), QStringLiteral("mean_accepted"),
+      QStringLiteral("best_k"),  QStringLiteral("best_speedup")};
+}
+
+// The live run against plain decoding (decode tokens/s after the first token), its drafts'
+// acceptance and the tokens a verified step gave on average; the k sweep's best k (presets run it).
+QMap<QString, double> SpeculativeTab::resultValues() const {
+  if (isRunning()) return {};
+  QMap<QString, double> v;
+  if (hasResult_) {
+    const servelab::SpecDecodeStats& st = result_.speculative.speculative;
+    v[QStringLiteral("k")] = static_cast<double>(result_.params.k);
+    v[QStringLiteral("tokens_per_s")] = result_.speculative_tokens_per_s;
+    v[QStringLiteral("plain_tokens_per_s")] = result_.plain_tokens_per_s;
+    if (result_.plain_tokens_per_s > 0)
+      v[QStringLiteral("speedup")] = result_.speculative_tokens_per_s / result_.plain_tokens_per_s;
+    v[QStringLiteral("acceptance_percent")] = 100.0 * st.acceptance_rate();
+    v[QStringLiteral("mean_accepted")] = st.mean_accepted_length();
+  }
+  if (hasSweep_) {
+    const servelab::SpeculativeBenchRun* best = nullptr;
+    for (const servelab::SpeculativeBenchRun& run : sweep_.runs)
+      if (run.method != servelab::SpeculativeMethod::None && (!best || run.speedup > best->speedup))
+        best = &run;
+    if (best) {
+      v[QStringLiteral("best_k")] = static_cast<double>(best->k);
+      v[QStringLiteral("best_speedup")] = best->speedup;
+    }
+  }
+  return v;
+}
+
 QJsonObject SpeculativeTab::lastResult() const {
   QJsonObject o = hasResult_
                       ? toQJsonObject(result_.to_json())

@@ -430,6 +430,9 @@ def make_fixtures(cli, root):
         "decodeTokens": settings("decode_tokens", "[quantization]\ndecodeTokens=1000000000\n"),
         "adapterRank": settings("adapter_rank", "[multi-lora]\nadapters\\1\\rank=banana\nadapters\\size=1\n"),
         "geometry": settings("geometry", "[window]\ngeometry=@ByteArray(garbage)\n"),
+        "lesson": settings("lesson", "[lessons]\nlesson=frobnicate\n"),
+        "lessonStep": settings("lesson_step", "[lessons]\nlesson=batching\nstep=99\n"),
+        "lessonsDone": settings("lessons_done", "[lessons]\ndone=kv-cache:1, kv-cache:banana\n"),
     }
     return fx
 
@@ -733,6 +736,12 @@ def app_cases(fx):
     add("app scripted mode", "--export-chart with an unknown suffix",
         [*run, "--tab", "kv-cache", "--export-chart", "/tmp/chart.bmp"], 1, ["--export-chart", ".bmp"])
     add("app scripted mode", "an unknown tab", ["--demo", "--run", "--tab", "frobnicate"], 1, "frobnicate")
+    add("app scripted mode", "an unknown lesson", ["--demo", "--run", "--lesson", "frobnicate"], 1,
+        ["unknown lesson", "frobnicate"])
+    add("app scripted mode", "a lesson step past the end", ["--demo", "--run", "--lesson", "kv-cache", "--step", "99"],
+        1, ["kv-cache", "99"])
+    add("app command line", "a lesson step that is not a number",
+        ["--demo", "--run", "--lesson", "kv-cache", "--step", "-1"], 2, ["--step", "-1"])
     add("app scripted mode", "a settings file of random bytes",
         [*run, "--tab", "generate", "--settings", fx["settings_binary"]], 1, ["--settings", "not UTF-8 text"])
     add("app scripted mode", "a folder as the settings file",
@@ -771,6 +780,9 @@ def app_cases(fx):
         "decodeTokens": ("quantization", ["quantization/decodeTokens", "1000000000"]),
         "adapterRank": ("multi-lora", ["multi-lora/adapters/1/rank", "banana"]),
         "geometry": ("kv-cache", ["window/geometry"]),
+        "lesson": ("kv-cache", ["lessons/lesson", "frobnicate"]),
+        "lessonStep": ("kv-cache", ["lessons/step", "99"]),
+        "lessonsDone": ("kv-cache", ["lessons/done", "kv-cache:banana"]),
     }
     for key, (tab, expect) in kinds.items():
         # --demo would overwrite model/demo: that case runs on the built-in model, which the
