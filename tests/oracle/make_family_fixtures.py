@@ -40,7 +40,7 @@ try:
     from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                               MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                               Qwen2ForCausalLM)
-    import gguf
+    from gguf_writing import begin_gguf, finish_gguf
     from make_gguf_llama_fixtures import vocabulary
     from make_llama_fixtures import EOS, make_model, write_case
 except ImportError as e:  # the C++ tests skip with a message when the fixtures are absent
@@ -137,24 +137,13 @@ def write_family_gguf(path, model, arch):
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     tokens, types, merges = vocabulary()
     assert len(tokens) == c.vocab_size
-    w = gguf.GGUFWriter(path, arch)
-    w.add_name(f"servelab tiny {arch}")
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_file_type(0)
+    w = begin_gguf(path, arch, c, head_dim=None if arch == "phi3" else head_dim)
     if arch == "phi3":
         rope = c.rope_parameters
         w.add_rope_dimension_count(int(rope["partial_rotary_factor"] * c.hidden_size) // c.num_attention_heads)
         w.add_rope_freq_base(rope["rope_theta"])
         w.add_sliding_window(c.sliding_window or 0)
     else:
-        w.add_key_length(head_dim)
-        w.add_value_length(head_dim)
         w.add_sliding_window(c.sliding_window)
         if arch == "gemma2":  # Gemma2Model writes no rope base: llama.cpp's default, transformers' too
             w.add_attn_logit_softcapping(c.attn_logit_softcapping)
@@ -170,17 +159,15 @@ def write_family_gguf(path, model, arch):
     w.add_eos_token_id(EOS)
     w.add_unk_token_id(0)
     w.add_add_bos_token(False)
+    tensors = []
     for name, t in model.state_dict().items():
         if name == "lm_head.weight" and c.tie_word_embeddings:
             continue
         data = t.detach().float().numpy()
         if arch.startswith("gemma") and name.endswith("norm.weight"):
             data = data + 1  # llama.cpp's Gemma converters store 1 + w for its x * w norm
-        w.add_tensor(gguf_name(name, arch), data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        tensors.append((gguf_name(name, arch), data))
+    finish_gguf(w, tensors)
 
 
 def main():

@@ -24,8 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
-    import gguf
-    import numpy as np
+    from gguf_writing import begin_gguf, finish_gguf
     from make_llama_fixtures import EOS, PROMPTS, make_model, write_case
 except ImportError as e:  # the C++ tests skip with a message when the fixtures are absent
     print(f"make_qwen3_fixtures: cannot import {e.name}; run scripts/bootstrap", file=sys.stderr)
@@ -66,20 +65,9 @@ def gguf_tensors(model):
 def write_gguf(d, model):
     c = model.config
     path = os.path.join(d, "model.gguf")
-    w = gguf.GGUFWriter(path, "qwen3")
-    w.add_name("servelab tiny qwen3")
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_key_length(c.head_dim)
-    w.add_value_length(c.head_dim)
+    w = begin_gguf(path, "qwen3", c, head_dim=c.head_dim)
     w.add_rope_dimension_count(c.head_dim)
     w.add_rope_freq_base(c.rope_parameters["rope_theta"])
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_file_type(0)
     # A byte-level vocabulary of placeholder tokens: transformers reads the model without a tokenizer.
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
@@ -88,12 +76,7 @@ def write_gguf(d, model):
     w.add_token_merges([])
     w.add_bos_token_id(c.bos_token_id)
     w.add_eos_token_id(EOS)
-    for name, t in gguf_tensors(model):
-        w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w, gguf_tensors(model))
     # What transformers makes of the file must be the source model: the layout is llama.cpp's. (The
     # config is passed: transformers 5 maps no GGUF key to head_dim, and takes 128.)
     back = Qwen3ForCausalLM.from_pretrained(d, gguf_file="model.gguf", config=c, dtype=torch.float32).eval()
