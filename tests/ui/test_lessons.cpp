@@ -59,10 +59,7 @@ class TestLessons : public QObject {
   QString settingsPath(const QString& name) { return tmp_.filePath(name + QStringLiteral(".ini")); }
 
   std::unique_ptr<MainWindow> makeWindow(const QString& settingsName) {
-    auto w = std::make_unique<MainWindow>(
-        std::make_unique<QSettings>(settingsPath(settingsName), QSettings::IniFormat));
-    w->show();
-    return w;
+    return shownWindow(settingsPath(settingsName));
   }
 
   // The app as a script runs it; its exit code and the lines it wrote on stderr.

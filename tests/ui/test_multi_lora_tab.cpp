@@ -24,6 +24,7 @@
 #include "main_window.h"
 #include "multi_lora/lora_math_panel.h"
 #include "multi_lora_tab.h"
+#include "tiny_model.h"
 
 using namespace servelab::ui;
 
@@ -31,11 +32,6 @@ namespace {
 
 constexpr int kLoadTimeoutMs = 120000;
 constexpr int kRunTimeoutMs = 300000;
-
-QByteArray readAll(const QString& path) {
-  QFile f(path);
-  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-}
 
 // "1.39%": the percentage of a ratio with two decimals (the ratios checked here lie in [0.1%, 10%)).
 QString percent2(double ratio) { return QString::number(ratio * 100, 'f', 2) + QLatin1Char('%'); }
@@ -373,9 +369,9 @@ class TestMultiLoraTab : public QObject {
     if (oracle.isEmpty() || !QFileInfo::exists(oracle + QStringLiteral("/reference.json")))
       QSKIP("SERVELAB_LORA_ORACLE_DIR is not set (ctest sets it after the lora_oracle_fixtures test)");
     const QJsonObject reference =
-        QJsonDocument::fromJson(readAll(oracle + QStringLiteral("/reference.json"))).object();
+        QJsonDocument::fromJson(fileBytes(oracle + QStringLiteral("/reference.json"))).object();
     const QJsonObject cases =
-        QJsonDocument::fromJson(readAll(oracle + QStringLiteral("/bad/cases.json"))).object();
+        QJsonDocument::fromJson(fileBytes(oracle + QStringLiteral("/bad/cases.json"))).object();
     auto w = makeWindow(QStringLiteral("peft-oracle"));
     QSignalSpy ready(w.get(), &MainWindow::modelReady);
     w->loadFolder(oracle + QStringLiteral("/base"));
@@ -670,7 +666,7 @@ class TestMultiLoraTab : public QObject {
     QVERIFY2(app.exitCode() == 0, app.readAllStandardError().constData());
     QVERIFY(!QImage(shot).isNull());
     QVERIFY(QImage(chart).width() >= 1280);
-    const QJsonObject r = QJsonDocument::fromJson(readAll(report)).object();
+    const QJsonObject r = QJsonDocument::fromJson(fileBytes(report)).object();
     QCOMPARE(r[QStringLiteral("ok")].toBool(), true);
     QVERIFY(!r.contains(QStringLiteral("error")));
   }

@@ -31,11 +31,6 @@ namespace {
 constexpr int kLoadTimeoutMs = 120000;
 constexpr int kRunTimeoutMs = 300000;
 
-QByteArray readAll(const QString& path) {
-  QFile f(path);
-  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-}
-
 // The token spans of one table row of greedyComparisonHtml: (position, is it marked as differing).
 QVector<QPair<int, bool>> spansOfRow(const QString& html, int row) {
   const QStringList rows = html.split(QStringLiteral("<tr>"));
@@ -273,7 +268,7 @@ class TestQuantizationTab : public QObject {
     QString error;
     const QString png = tmp_.filePath(QStringLiteral("memory.png"));
     QVERIFY2(memory->exportImage(png, &error), qPrintable(error));
-    QVERIFY(readAll(png).size() > 1000);
+    QVERIFY(fileBytes(png).size() > 1000);
     QVERIFY(!QImage(png).isNull());
     // So do the others.
     for (ChartView* chart : tab->charts()) {
@@ -527,7 +522,7 @@ class TestQuantizationTab : public QObject {
     const QImage exported(chart);
     QVERIFY(!exported.isNull());
     QVERIFY(exported.width() >= 1280);
-    const QJsonObject r = QJsonDocument::fromJson(readAll(report)).object();
+    const QJsonObject r = QJsonDocument::fromJson(fileBytes(report)).object();
     QCOMPARE(r[QStringLiteral("ok")].toBool(), true);
     QCOMPARE(r[QStringLiteral("experiment")].toString(), QStringLiteral("quantization"));
     const QJsonArray modes = r[QStringLiteral("modes")].toArray();

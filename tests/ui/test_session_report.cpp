@@ -32,11 +32,6 @@ namespace {
 constexpr int kLoadTimeoutMs = 120000;
 constexpr int kRunTimeoutMs = 300000;
 
-QByteArray readAll(const QString& path) {
-  QFile f(path);
-  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-}
-
 // The page objects of a PDF (QPdfWriter writes each as "/Type /Page", the tree as "/Type /Pages").
 int pdfPages(const QByteArray& pdf) {
   static const QRegularExpression page(QStringLiteral("/Type\\s*/Page(?![s\\w])"));
@@ -201,7 +196,7 @@ class TestSessionReport : public QObject {
     QString error;
     QVERIFY2(window_->exportReport(file, &error), qPrintable(error));
     keep(file);
-    const QString html = QString::fromUtf8(readAll(file));
+    const QString html = QString::fromUtf8(fileBytes(file));
     QVERIFY(html.startsWith(QLatin1String("<!DOCTYPE html>")));
     QVERIFY(!html.contains(QLatin1String("<?xml")));  // each SVG is inline, without its prologue
     QVERIFY(!html.contains(QLatin1String("<img")));   // self-contained: nothing to fetch
@@ -264,7 +259,7 @@ class TestSessionReport : public QObject {
     int pages = 0;
     QVERIFY2(window_->exportReport(file, &error, &pages), qPrintable(error));
     keep(file);
-    const QByteArray pdf = readAll(file);
+    const QByteArray pdf = fileBytes(file);
     QVERIFY(pdf.startsWith("%PDF-"));
     // Title and contents, the setup, then a page or more per run (each run starts a page).
     QVERIFY2(pages >= 3, qPrintable(QString::number(pages)));
@@ -284,7 +279,7 @@ class TestSessionReport : public QObject {
     // The same session, somewhere writable.
     const QString good = path(QStringLiteral("again.html"));
     QVERIFY(window_->exportReportTo(good));
-    QVERIFY(QString::fromUtf8(readAll(good)).contains(QLatin1String("id=\"run-2\"")));
+    QVERIFY(QString::fromUtf8(fileBytes(good)).contains(QLatin1String("id=\"run-2\"")));
     QVERIFY(!window_->exportReportTo(path(QStringLiteral("report.txt"))));  // neither HTML nor PDF
   }
 
@@ -299,7 +294,7 @@ class TestSessionReport : public QObject {
     QProcess* app = scripted({QStringLiteral("--report"), file});
     QVERIFY(app->waitForFinished(kRunTimeoutMs));
     QVERIFY2(app->exitCode() == 0, app->readAllStandardError().constData());
-    const QByteArray bytes = readAll(file);
+    const QByteArray bytes = fileBytes(file);
     if (name.endsWith(QLatin1String(".pdf"))) {
       QVERIFY(bytes.startsWith("%PDF-"));
       QVERIFY(pdfPages(bytes) >= 2);

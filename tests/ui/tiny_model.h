@@ -29,12 +29,24 @@ inline QString writeTinyModel(const QString& folder, uint64_t seed = 11) {
   return {};
 }
 
+// A shown window with a settings file of its own, no model loaded yet.
+inline std::unique_ptr<MainWindow> shownWindow(const QString& settingsPath) {
+  auto w = std::make_unique<MainWindow>(std::make_unique<QSettings>(settingsPath, QSettings::IniFormat));
+  w->show();
+  return w;
+}
+
+// A file's bytes; empty when it cannot be read.
+inline QByteArray fileBytes(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
 // A shown window with a settings file of its own and the model at folder loaded; nullptr when the
 // load does not finish within timeoutMs.
 inline std::unique_ptr<MainWindow> windowWithModel(const QString& settingsPath, const QString& folder,
                                                    int timeoutMs = 120000) {
-  auto w = std::make_unique<MainWindow>(std::make_unique<QSettings>(settingsPath, QSettings::IniFormat));
-  w->show();
+  auto w = shownWindow(settingsPath);
   QSignalSpy ready(w.get(), &MainWindow::modelReady);
   w->loadFolder(folder);
   if (!ready.wait(timeoutMs)) return nullptr;
