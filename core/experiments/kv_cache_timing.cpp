@@ -112,7 +112,7 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
     GenerateOptions w = o;
     // On a GPU the cached runs' CUDA graphs are captured here, outside the timed runs: a warm-up as
     // long as they are has their cache's shape and reaches every key width they do.
-    const bool graphs = cuda_graphs_unavailable(engine.model()).empty();
+    const bool graphs = cuda_graphs_usable(engine.model());
     w.max_new_tokens = graphs ? p.new_tokens : std::min<int64_t>(2, p.new_tokens);
     w.use_kv_cache = true;
     r.cuda_graphs_warmup = generate(engine.model(), engine.tokenizer(), prompts, w).cuda_graphs;

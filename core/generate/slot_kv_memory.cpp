@@ -159,7 +159,7 @@ at::Tensor SlotKvMemory::decode(const std::vector<int64_t>& ids, const std::vect
     rows = std::max(rows, slots.back() + 1);
   }
   const std::optional<LoraBatch> lora = lora_rows(ids);
-  if (!lora && cuda_graphs_unavailable(model_).empty()) {
+  if (!lora && cuda_graphs_usable(model_)) {
     if (!graphs_) graphs_ = std::make_unique<DecodeGraphs>(model_, cache_);
     std::vector<DecodeRow> step;
     for (int64_t i = 0; i < n; ++i) {

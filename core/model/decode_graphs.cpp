@@ -48,6 +48,10 @@ bool cuda_graphs_built() {
 #endif
 }
 
+bool cuda_graphs_usable(const Model& model) {
+  return model.cuda_graphs() && model.device().is_cuda() && cuda_graphs_built();
+}
+
 std::string cuda_graphs_unavailable(const Model& model) {
   if (!model.cuda_graphs()) return "switched off (--cuda-graphs off)";
   if (!model.device().is_cuda()) return "CUDA graphs need a GPU; the model runs on " + model.device().str();
@@ -175,7 +179,7 @@ at::Tensor DecodeGraphs::step(const std::vector<DecodeRow>& step_rows) {
   const int64_t width = graph_width_bucket(keys, d.capacity);
   const int64_t batch = graph_batch_bucket(n, d.max_batch);
   c10::InferenceMode guard;
-  const bool graphs = cuda_graphs_unavailable(d.model).empty() && stats_.fallback.empty() && batch > 0;
+  const bool graphs = cuda_graphs_usable(d.model) && stats_.fallback.empty() && batch > 0;
   if (!graphs) {
     // Eager over fresh tensors: the same forward with the step's own sizes.
     ++stats_.eager_steps;

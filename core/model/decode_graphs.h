@@ -43,6 +43,8 @@ int64_t graph_width_bucket(int64_t keys, int64_t capacity);
 // Why this model's decode steps cannot run as CUDA graphs here ("" when they can): not on a GPU,
 // switched off (Model::set_cuda_graphs), or a build without libtorch's CUDA classes.
 std::string cuda_graphs_unavailable(const Model& model);
+// The same test without the message, for the decode step (no string built per step).
+bool cuda_graphs_usable(const Model& model);
 // Whether this build can capture CUDA graphs at all.
 bool cuda_graphs_built();
 

@@ -21,7 +21,7 @@ struct Model::GraphedKvCaches {
 };
 
 std::unique_ptr<GraphedKvCache> Model::take_graphed_cache(int64_t batch, int64_t capacity) const {
-  if (!cuda_graphs_unavailable(*this).empty()) return nullptr;
+  if (!cuda_graphs_usable(*this)) return nullptr;
   std::call_once(graphed_once_, [this] { graphed_ = std::make_shared<GraphedKvCaches>(); });
   {
     std::lock_guard<std::mutex> lock(graphed_->mutex);
