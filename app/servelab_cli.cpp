@@ -87,6 +87,7 @@ struct ModelArgs {
   std::string isa;
   std::string cuda_graphs = "on";
   int cuda_graph_max_batch = 128;
+  std::string fused_decode = "on";
 
   void add_to(CLI::App* app, bool with_quant = true) {
     app->add_option("--isa", isa,
@@ -115,6 +116,10 @@ struct ModelArgs {
                     "the largest batch bucket captured (buckets 1, 2, 4, ... up to it; larger steps run "
                     "eagerly)")
         ->check(CLI::Range(1, 4096));
+    app->add_option("--fused-decode", fused_decode,
+                    "on the CPU, run each decode step of 1-7 rows as one fused program (one parallel region "
+                    "per step; the Llama family) or op by op (off); `info` says whether it applies")
+        ->check(CLI::IsMember({"on", "off"}));
     if (!with_quant) return;
     app->add_option("--quant", quant,
                     "quantize the weights after loading: none, zp-uint8, int8-channel, int4-g32, int4-g64, "
@@ -131,6 +136,7 @@ struct ModelArgs {
     o.gemm = gemm;
     o.cuda_graphs = cuda_graphs == "on";
     o.cuda_graph_max_batch = cuda_graph_max_batch;
+    o.fused_decode = fused_decode == "on";
     return o;
   }
   std::unique_ptr<Engine> load() const {
@@ -930,10 +936,10 @@ void check_subcommands(CLI::App& app, int argc, char** argv) {
 // silently mean the default, so an empty value is a usage error.
 void check_no_empty_values(const CLI::App& app) {
   static const std::set<std::string> kNamed = {
-      "--model",    "--tokenizer",     "--device", "--dtype",      "--gemm",        "--cuda-graphs",
-      "--quant",    "--quant-exec",    "--exec",   "--mode",       "--batch-sizes", "--strategies",
-      "--strategy", "--lora-strategy", "--rank",   "--assignment", "--workload",    "--adapter",
-      "--out",      "--stop",          "--ca-file"};
+      "--model",        "--tokenizer", "--device",        "--dtype",  "--gemm",       "--cuda-graphs",
+      "--fused-decode", "--quant",     "--quant-exec",    "--exec",   "--mode",       "--batch-sizes",
+      "--strategies",   "--strategy",  "--lora-strategy", "--rank",   "--assignment", "--workload",
+      "--adapter",      "--out",       "--stop",          "--ca-file"};
   for (const CLI::App* sub : app.get_subcommands()) {
     for (const CLI::Option* o : sub->get_options()) {
       if (!o->count() || !kNamed.count(o->get_name())) continue;

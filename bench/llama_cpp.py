@@ -163,17 +163,17 @@ def llama_build_flags(bin_dir):
     return flags
 
 
-def ours_b1(a, prompt):
+def ours_b1(a, prompt, extra=()):
     if a.ours_b1 == "kv-cache":
         out, wall = run([a.cli, "bench", "kv-cache", "--threads", str(a.threads), "--new-tokens",
                          str(a.new_tokens), "--repeats", "1", "--prompt-tokens", str(a.prompt_tokens),
-                         "--json", *exec_args(a)])
+                         "--json", *exec_args(a), *extra])
         j = json.loads(out)
         steps = j["cache_ms"]
         n_prompt = len(j.get("prompt_ids", [])) or a.prompt_tokens
     else:
         out, wall = run([a.cli, "generate", "--threads", str(a.threads), "--prompt", prompt,
-                         "--max-new-tokens", str(a.new_tokens), "--greedy", "--json", *exec_args(a)])
+                         "--max-new-tokens", str(a.new_tokens), "--greedy", "--json", *exec_args(a), *extra])
         j = json.loads(out.strip().splitlines()[0])
         steps = j["step_ms"]
         n_prompt = len(j["prompt_ids"])
@@ -253,6 +253,9 @@ def main():
                          "int8-quantized activations as llama.cpp does)")
     ap.add_argument("--isa", choices=["avx512", "avx2", "generic"], default=None,
                     help="force our kernels' ISA (default: the best this CPU has)")
+    ap.add_argument("--op-by-op", action="store_true",
+                    help="also run our batch 1 with --fused-decode off in every round, right after the fused "
+                         "run: the fused decode program against the op-by-op forward, interleaved")
     a = ap.parse_args()
     a.llama_bin = a.llama_bin or os.path.join(a.llama_dir, "build/bin")
 
@@ -278,6 +281,9 @@ def main():
         log(f"round {r + 1}/{a.rounds} load={os.getloadavg()}")
         rd = {"loadavg_start": os.getloadavg()}
         rd["ours_b1"] = ours_b1(a, prompt); log("  ours b1", rd["ours_b1"]["pp_tok_s"], rd["ours_b1"]["tg_tok_s"])
+        if a.op_by_op:
+            rd["ours_b1_op_by_op"] = ours_b1(a, prompt, ["--fused-decode", "off"])
+            log("  ours b1 op by op", rd["ours_b1_op_by_op"]["tg_tok_s"])
         rd["theirs_pp"] = llama_bench(a, a.prompt_tokens, 0); log("  theirs pp", rd["theirs_pp"]["avg_ts"])
         rd["theirs_tg"] = llama_bench(a, 0, a.new_tokens); log("  theirs tg", rd["theirs_tg"]["avg_ts"])
         rd["ours_batch"] = ours_batch(a, prompt); log("  ours batch", {b: p["decode_tok_s"] for b, p in rd["ours_batch"]["points"].items()})
@@ -306,6 +312,12 @@ def main():
             "theirs": med([rd["theirs_pp"]["avg_ts"] for rd in rounds]),
             "ratio_ours_over_theirs_median_of_rounds": med([ratio(rd["ours_b1"]["pp_tok_s"], rd["theirs_pp"]["avg_ts"]) for rd in rounds])},
     }
+    if a.op_by_op:
+        summary["batch1_decode_tok_s_op_by_op"] = {
+            "ours": med([rd["ours_b1_op_by_op"]["tg_tok_s"] for rd in rounds]),
+            "ratio_ours_over_theirs_median_of_rounds": med([ratio(rd["ours_b1_op_by_op"]["tg_tok_s"], rd["theirs_tg"]["avg_ts"]) for rd in rounds]),
+            "ratio_fused_over_op_by_op_median_of_rounds": med([ratio(rd["ours_b1"]["tg_tok_s"], rd["ours_b1_op_by_op"]["tg_tok_s"]) for rd in rounds]),
+            "decode_step_ms_op_by_op": med([rd["ours_b1_op_by_op"]["decode_step_ms_median"] for rd in rounds])}
     for b in sizes:
         summary[f"batch{b}_decode_tok_s"] = {
             "ours": med([rd["ours_batch"]["points"][b]["decode_tok_s"] for rd in rounds]),

@@ -288,6 +288,13 @@ at::Tensor dense_decode_attention_cpu(const at::Tensor& q, const at::Tensor& key
   return out.view({B, H, 1, D}).to(q.scalar_type());
 }
 
+void decode_attention_item_f32(const float* q_group, int64_t G, int64_t D, const float* keys,
+                               const float* values, int64_t base, int64_t position_stride, const bool* mask,
+                               int64_t mask_stride, int64_t L, float scale, float* scores, float* out) {
+  run_item(pick_loops(at::kFloat, D), q_group, G, D, keys, values,
+           StridedLayout{base, position_stride, mask, mask_stride}, L, scale, scores, out);
+}
+
 PagedPositions paged_positions(const std::vector<const std::vector<int64_t>*>& tables,
                                const std::vector<int64_t>& lengths, int64_t block_size) {
   if (tables.size() != lengths.size() || block_size < 1)

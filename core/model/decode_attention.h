@@ -25,6 +25,15 @@ bool dense_decode_attention_applies(const at::Tensor& q, const at::Tensor& keys,
 at::Tensor dense_decode_attention_cpu(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                                       const at::Tensor& mask, const at::Tensor& kv_rows, double scale);
 
+// One (query row, KV head) item of dense_decode_attention_cpu over fp32 keys and values, for a
+// caller that runs its own threads (model/decode_program): position p of the item sits at
+// base + p * position_stride in both buffers and is visible where mask is null or
+// mask[p * mask_stride] is true; q_group [G, D] are the query heads that share this KV head, out
+// [G, D] their results; scores: scratch of G * (L + 16) floats. The same loops, so the same bits.
+void decode_attention_item_f32(const float* q_group, int64_t G, int64_t D, const float* keys,
+                               const float* values, int64_t base, int64_t position_stride, const bool* mask,
+                               int64_t mask_stride, int64_t L, float scale, float* scores, float* out);
+
 // Every row's positions as pool slots, its block table walked once: row b's positions
 // 0..length(b)-1 sit at slots[first[b] + p]. Built once per decode step and read by every layer
 // (the in-place kernel, the gather baseline). Throws InputError when a table is shorter than its

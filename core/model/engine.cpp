@@ -324,6 +324,7 @@ void Engine::apply_options(const EngineOptions& o) {
   limits::check_range("CUDA graph max batch", static_cast<int64_t>(o.cuda_graph_max_batch), int64_t{1},
                       int64_t{4096});
   model_->set_cuda_graphs(o.cuda_graphs, o.cuda_graph_max_batch);
+  model_->set_fused_decode(o.fused_decode);
   QuantSpec spec = parse_quant_mode(o.quant);
   spec.exec = parse_quant_exec(o.quant_exec);
   const GemmBackend requested = parse_gemm_backend(o.gemm);
@@ -508,6 +509,10 @@ nlohmann::json Engine::info() const {
                       {"max_batch", model_->cuda_graph_max_batch()},
                       {"batch_buckets", graph_batch_buckets(model_->cuda_graph_max_batch())}};
   if (!graphs_off.empty()) j["cuda_graphs"]["why_not"] = graphs_off;
+  // Whether CPU decode steps run as one fused program per step, and why not.
+  const std::string fused_off = model_->fused_decode_unavailable();
+  j["fused_decode"] = {{"active", fused_off.empty()}};
+  if (!fused_off.empty()) j["fused_decode"]["why_not"] = fused_off;
   return j;
 }
 

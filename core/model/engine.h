@@ -33,6 +33,9 @@ struct EngineOptions {
   // to cuda_graph_max_batch; ignored on the CPU.
   bool cuda_graphs = true;
   int cuda_graph_max_batch = 128;
+  // A CPU decode step as one fused program per step (model/llama_decode_program.h) where the
+  // architecture has one; off runs every step op by op.
+  bool fused_decode = true;
 };
 
 class Engine {

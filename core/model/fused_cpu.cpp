@@ -19,22 +19,14 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   float* dst = out.mutable_data_ptr<float>();
   // Rows are independent; a decode step's one row runs inline, a prompt's rows in parallel.
   at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / E), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* xr = src + r * E;
-      float* yr = dst + r * E;
-      double squares = 0;
-      for (int64_t i = 0; i < E; ++i) squares += static_cast<double>(xr[i]) * xr[i];
-      const float scale =
-          1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(E)) + static_cast<float>(eps));
-      for (int64_t i = 0; i < E; ++i) yr[i] = wp[i] * (xr[i] * scale);
-    }
+    for (int64_t r = begin; r < end; ++r) rms_norm_row(src + r * E, wp, E, eps, dst + r * E);
   });
   return out;
 }
 
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                   const at::Tensor& positions) {
-  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
   TORCH_CHECK(x.stride(3) == 1 && cos.is_contiguous() && sin.is_contiguous(), "rotary: unexpected layout");
   at::Tensor out = at::empty({B, H, T, D}, x.options());
   const at::Tensor pos = positions.to(at::kLong).contiguous();
@@ -49,15 +41,25 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
       const int64_t b = r / (H * T), h = (r / T) % H, t = r % T;
       const float* xr = xp + b * sb + h * sh + t * st;
       const int64_t p = pp[b * T + t];
-      const float* c = cp + p * D;
-      const float* s = sp + p * D;
-      float* y = op + r * D;
-      // x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
-      for (int64_t i = 0; i < half; ++i) y[i] = xr[i] * c[i] - xr[i + half] * s[i];
-      for (int64_t i = half; i < D; ++i) y[i] = xr[i] * c[i] + xr[i - half] * s[i];
+      rotary_row(xr, cp + p * D, sp + p * D, D, op + r * D);
     }
   });
   return out;
+}
+
+void rms_norm_row(const float* x, const float* weight, int64_t E, double eps, float* y) {
+  double squares = 0;
+  for (int64_t i = 0; i < E; ++i) squares += static_cast<double>(x[i]) * x[i];
+  const float scale =
+      1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(E)) + static_cast<float>(eps));
+  for (int64_t i = 0; i < E; ++i) y[i] = weight[i] * (x[i] * scale);
+}
+
+void rotary_row(const float* x, const float* cos, const float* sin, int64_t D, float* y) {
+  // x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
+  const int64_t half = D / 2;
+  for (int64_t i = 0; i < half; ++i) y[i] = x[i] * cos[i] - x[i + half] * sin[i];
+  for (int64_t i = half; i < D; ++i) y[i] = x[i] * cos[i] + x[i - half] * sin[i];
 }
 
 }  // namespace servelab::fused_cpu

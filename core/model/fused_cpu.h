@@ -18,4 +18,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                   const at::Tensor& positions);
 
+// The loops above for one row, for callers that run their own threads (model/decode_program):
+// the same arithmetic, so the same bits. y must not alias x.
+void rms_norm_row(const float* x, const float* weight, int64_t E, double eps, float* y);
+void rotary_row(const float* x, const float* cos, const float* sin, int64_t D, float* y);
+
 }  // namespace servelab::fused_cpu

@@ -66,6 +66,9 @@ class RotaryEmbedding {
   // q or k [B, H, T, D] at positions [B, T] -> rotated, same shape and dtype. Where inv_freq covers
   // fewer than D / 2 pairs (partial rotary), the dimensions after them pass unrotated.
   at::Tensor apply(const at::Tensor& x, const at::Tensor& positions) const;
+  // The tables by position: [context, rotary dimensions] (model/llama_decode_program.h reads them).
+  const at::Tensor& cos() const { return cos_; }
+  const at::Tensor& sin() const { return sin_; }
 
  private:
   at::Tensor cos_, sin_;  // [context, head_dim]

@@ -20,6 +20,7 @@ enum class LinearSlot { Attn, AttnProj, Fc, MlpProj, Q, K, V, O, Gate, Up, Down 
 inline constexpr int kLinearSlotCount = 11;
 
 class LinearKernels;
+class DecodeGemv;  // quant/dequant_cpu.h
 
 // A model's weight matrix handed to kernels that take it over (Model::with_kernels): kernels that
 // keep it in a layout of their own reset *weight, releasing the plain copy.
@@ -50,6 +51,14 @@ class LinearKernels {
   virtual at::Tensor linear_fused(int64_t /*layer*/, const std::vector<LinearSlot>& /*slots*/,
                                   const at::Tensor& /*x*/) const {
     return {};
+  }
+  // The decode product of slots of a layer (one slot, or several held as one matrix as in
+  // linear_fused) for a caller that runs its own threads (model/llama_decode_program.h): the kernel
+  // linear() would run for 1 to kFusedGemvMaxRows rows, so the results are the same. Null where
+  // these kernels have none.
+  virtual std::shared_ptr<const DecodeGemv> decode_gemv(int64_t /*layer*/,
+                                                        const std::vector<LinearSlot>& /*slots*/) const {
+    return nullptr;
   }
   // Whether embed() is used; false leaves the embeddings to the model's own wte / wpe tensors.
   virtual bool handles_embeddings() const { return true; }

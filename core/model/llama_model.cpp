@@ -164,6 +164,13 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, std::shared_ptr
   if (config_.local_rope_theta > 0)
     local_rope_ = RotaryEmbedding(llama_inv_freq(config_, true), config_.context, device(), dtype());
   if (device().is_cuda()) prefer_length_independent_attention();
+  program_ = LlamaDecodeProgram::make(config_, weights_, kernels_.get(), rope_.cos(), rope_.sin(),
+                                      &program_why_not_);
+}
+
+std::string LlamaModel::fused_decode_unavailable() const {
+  if (!fused_decode()) return "switched off (--fused-decode off)";
+  return program_ ? std::string() : program_why_not_;
 }
 
 LlamaWeights LlamaModel::dense_weights() const {
@@ -210,10 +217,12 @@ at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& x, const Atten
   at::Tensor k = qkv[1].view({B, T, H_kv, D}).transpose(1, 2);
   at::Tensor v = qkv[2].view({B, T, H_kv, D}).transpose(1, 2);
   if (config_.qk_norm) {
-    // Qwen3: each head's q and k RMS-normalised over head_dim before the rotation.
+    // Qwen3: each head's q and k RMS-normalised over head_dim before the rotation. On the CPU the
+    // heads are made contiguous first, so that the one-pass loop runs (the fused decode program's
+    // arithmetic, fused_cpu's) rather than libtorch's chain.
     const LlamaLayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
-    q = norm(q, lw.q_norm);
-    k = norm(k, lw.k_norm);
+    q = norm(q.device().is_cpu() ? q.contiguous() : q, lw.q_norm);
+    k = norm(k.device().is_cpu() ? k.contiguous() : k, lw.k_norm);
   }
   // Keys are rotated before they are cached: the cache holds them at their absolute positions.
   const int64_t window = config_.window_of(layer);
@@ -255,7 +264,10 @@ at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
   // Gemma scales the embedding by sqrt(hidden_size), rounded to the model's dtype as HF does.
   if (config_.gemma_norms)
     x = x * at::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), x.options());
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
+  const bool fused =
+      program_ && fused_decode() && cache && program_->refuses(in, cache, mask, backend_).empty();
+  if (fused) program_->run(x, in, *cache, mask);
+  for (int64_t l = 0; l < config_.n_layer && !fused; ++l) {
     const LlamaLayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
     if (lw.post_attn_norm.defined()) {  // Gemma: a norm before and after each block
       x = x + norm(attention(l, norm(x, lw.attn_norm), mask, cache, in, positions), lw.post_attn_norm);

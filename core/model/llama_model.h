@@ -11,6 +11,7 @@
 
 #include "model/layers.h"
 #include "model/llama_config.h"
+#include "model/llama_decode_program.h"
 #include "model/model.h"
 
 namespace servelab {
@@ -88,6 +89,8 @@ class LlamaModel final : public Model {
   }
   nlohmann::json config_json() const override { return config_.to_json(); }
   std::unique_ptr<Model> with_kernels(const LinearKernelFactory& make) const override;
+  std::string fused_decode_unavailable() const override;
+  int64_t fused_decode_steps() const override { return program_ ? program_->steps() : 0; }
 
  private:
   at::Tensor proj(int64_t layer, size_t index, const at::Tensor& x, const LoraBatch* lora) const;
@@ -103,6 +106,9 @@ class LlamaModel final : public Model {
   LlamaConfig config_;
   LlamaWeights weights_;
   RotaryEmbedding rope_;
+  // The decode step as one program on the CPU, or null with the reason.
+  std::shared_ptr<const LlamaDecodeProgram> program_;
+  std::string program_why_not_;
   RotaryEmbedding local_rope_;  // the sliding layers' (Gemma 3's rope_local_base_freq), if another
 };
 

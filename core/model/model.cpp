@@ -15,6 +15,11 @@ const Projection& Model::projection(LinearSlot slot) const {
                    std::to_string(static_cast<int>(slot)));
 }
 
+std::string Model::fused_decode_unavailable() const {
+  return "the " + shape_.architecture +
+         " architecture has no fused decode program (the Llama family has one)";
+}
+
 struct Model::GraphedKvCaches {
   std::mutex mutex;
   std::vector<std::unique_ptr<GraphedKvCache>> kept;  // most recent last

@@ -141,8 +141,18 @@ class Model {
   // Given back with keep_graphed_cache(); the two most recent shapes are kept.
   std::unique_ptr<GraphedKvCache> take_graphed_cache(int64_t batch, int64_t capacity) const;
   void keep_graphed_cache(std::unique_ptr<GraphedKvCache> cache) const;
-  // How `other` runs (its attention backend, its CUDA graph setting), for a copy of it.
+  // A CPU decode step as one fused program (model/llama_decode_program.h) where the architecture
+  // has one: on unless switched off.
+  void set_fused_decode(bool on) { fused_decode_ = on; }
+  bool fused_decode() const { return fused_decode_; }
+  // Why decode steps run op by op rather than as the fused program, or empty when they run fused
+  // (a step can still fall back: more rows than it takes, LoRA, paged KV; the docs list them).
+  virtual std::string fused_decode_unavailable() const;
+  // Decode steps this model has run as the fused program since it was made.
+  virtual int64_t fused_decode_steps() const { return 0; }
+  // How `other` runs (its attention backend, its CUDA graph and fused decode settings), for a copy.
   void inherit_run_settings(const Model& other) {
+    fused_decode_ = other.fused_decode_;
     backend_ = other.backend_;
     cuda_graphs_ = other.cuda_graphs_;
     cuda_graph_max_batch_ = other.cuda_graph_max_batch_;
@@ -194,6 +204,7 @@ class Model {
   AttentionBackend backend_ = AttentionBackend::Sdpa;
   bool cuda_graphs_ = true;
   int64_t cuda_graph_max_batch_ = 128;
+  bool fused_decode_ = true;
   struct GraphedKvCaches;  // model.cpp: the kept caches and their lock, made at the first take
   mutable std::once_flag graphed_once_;
   mutable std::shared_ptr<GraphedKvCaches> graphed_;

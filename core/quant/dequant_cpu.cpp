@@ -356,26 +356,31 @@ SERVELAB_AVX512 void gemv_dispatch(int64_t rows, const Rows& s, const float* x, 
 // x comes permuted per 32 columns (Int4Operand): the 16 even columns, then the 16 odd ones, as the
 // low and high nibbles of 16 bytes unpack, so no weight is shuffled back into column order.
 struct Int4Operand {
-  std::vector<float> x;    // [M, cols], each 32 columns reordered as described above
-  std::vector<float> sum;  // [M, groups]: each group's sum of x
-  Int4Operand(const Rows& s, const float* x_rows, int64_t m)
-      : x(static_cast<size_t>(m * s.cols)), sum(static_cast<size_t>(m * s.groups), 0.0f) {
-    for (int64_t r = 0; r < m; ++r) {
-      const float* src = x_rows + r * s.cols;
-      float* dst = x.data() + r * s.cols;
-      for (int64_t j = 0; j < s.cols; j += 32)
-        for (int64_t k = 0; k < 16; ++k) {
-          dst[j + k] = src[j + 2 * k];
-          dst[j + 16 + k] = src[j + 2 * k + 1];
-        }
-      for (int64_t g = 0; g < s.groups; ++g) {
-        float t = 0;
-        for (int64_t j = 0; j < s.group; ++j) t += src[g * s.group + j];
-        sum[static_cast<size_t>(r * s.groups + g)] = t;
+  const float* x;    // [M, cols], each 32 columns reordered as described above
+  const float* sum;  // [M, groups]: each group's sum of x
+};
+// Floats an Int4Operand of m rows takes: x, then the sums.
+int64_t int4_operand_floats(const Rows& s, int64_t m) { return m * (s.cols + s.groups); }
+// Writes m rows of x as the int4 kernels read them into buffer (int4_operand_floats long).
+Int4Operand make_int4_operand(const Rows& s, const float* x_rows, int64_t m, float* buffer) {
+  float* xs = buffer;
+  float* sums = buffer + m * s.cols;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* src = x_rows + r * s.cols;
+    float* dst = xs + r * s.cols;
+    for (int64_t j = 0; j < s.cols; j += 32)
+      for (int64_t k = 0; k < 16; ++k) {
+        dst[j + k] = src[j + 2 * k];
+        dst[j + 16 + k] = src[j + 2 * k + 1];
       }
+    for (int64_t g = 0; g < s.groups; ++g) {
+      float t = 0;
+      for (int64_t j = 0; j < s.group; ++j) t += src[g * s.group + j];
+      sums[r * s.groups + g] = t;
     }
   }
-};
+  return {xs, sums};
+}
 
 // One chunk of 32 columns of a row of the int4 matrix into each row's pair of accumulators.
 template <int M>
@@ -394,7 +399,7 @@ template <int M>
 SERVELAB_AVX512 void gemv_int4_channels(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
                                         float* y, int64_t out) {
   const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32, steps = cols / 32;
-  const float* x = op.x.data();
+  const float* x = op.x;
   for (int64_t c = c0; c < c1; ++c) {
     const uint8_t* v = s.row(c);
     const float* scale = s.scale + c * groups;
@@ -422,8 +427,7 @@ SERVELAB_AVX512 void gemv_int4_channels(const Rows& s, const Int4Operand& op, in
       const __mmask16 live = groups - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (groups - g)) - 1);
       const __m512 mn = _mm512_maskz_loadu_ps(live, minimum + g);
       for (int m = 0; m < M; ++m)
-        acc[m][0] =
-            _mm512_fmadd_ps(mn, _mm512_maskz_loadu_ps(live, op.sum.data() + m * groups + g), acc[m][0]);
+        acc[m][0] = _mm512_fmadd_ps(mn, _mm512_maskz_loadu_ps(live, op.sum + m * groups + g), acc[m][0]);
     }
     for (int m = 0; m < M; ++m) y[m * out + c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
   }
@@ -541,7 +545,7 @@ SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op,
   constexpr int A = M <= 2 ? 4 : M <= 4 ? 2 : 1;
   const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32;
   const __m128i mask = _mm_set1_epi8(15);
-  const float* x = op.x.data();
+  const float* x = op.x;
   // The minimums' term reads the groups 8 at a time: every lane but a last partial vector's tail.
   alignas(32) int32_t tail_lanes[8];
   for (int i = 0; i < 8; ++i) tail_lanes[i] = i < groups % 8 ? -1 : 0;
@@ -572,7 +576,7 @@ SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op,
       const __m256i lanes = groups - g >= 8 ? all : tail;
       const __m256 mn = _mm256_maskload_ps(minimum + g, lanes);
       for (int m = 0; m < M; ++m)
-        acc[m][0] = _mm256_fmadd_ps(mn, _mm256_maskload_ps(op.sum.data() + m * groups + g, lanes), acc[m][0]);
+        acc[m][0] = _mm256_fmadd_ps(mn, _mm256_maskload_ps(op.sum + m * groups + g, lanes), acc[m][0]);
     }
     for (int m = 0; m < M; ++m) {
       __m256 t = acc[m][0];
@@ -836,7 +840,8 @@ at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {
   const float* out_scale = w.scheme == QuantScheme::PerChannelInt8 ? s.scale : nullptr;
   const bool avx2 = active_isa() == Isa::Avx2;
   if (s.scheme == QuantScheme::Int4Group) {
-    const Int4Operand op(s, xp, rows);
+    std::vector<float> buffer(static_cast<size_t>(int4_operand_floats(s, rows)));
+    const Int4Operand op = make_int4_operand(s, xp, rows, buffer.data());
     static constexpr auto table = gemv_int4_table(std::make_integer_sequence<int, kFusedGemvMaxRows>());
     static constexpr auto table_avx2 =
         gemv_int4_table_avx2(std::make_integer_sequence<int, kFusedGemvMaxRows>());
@@ -905,6 +910,78 @@ at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x) {
   return y;
 #else
   throw InputError("fp32 GEMV: an x86-64 CPU path");
+#endif
+}
+
+struct DecodeGemv::State {
+  QuantizedTensor kept;  // the tensors Rows points into
+  Rows rows;
+  const float* out_scale;
+  explicit State(const QuantizedTensor& w)
+      : kept(w),
+        rows(w.scheme == QuantScheme::None ? Rows(w.values) : Rows(w)),
+        out_scale(w.scheme == QuantScheme::PerChannelInt8 ? rows.scale : nullptr) {}
+};
+
+DecodeGemv::DecodeGemv(std::unique_ptr<State> state, int64_t out, int64_t in)
+    : state_(std::move(state)), out_(out), in_(in) {}
+DecodeGemv::~DecodeGemv() = default;
+
+std::shared_ptr<const DecodeGemv> DecodeGemv::of(const QuantizedTensor& w) {
+  const bool plain = w.scheme == QuantScheme::None && fp32_gemv_supported(w.values);
+  if (!plain && (w.scheme == QuantScheme::None || !fused_gemv_supported(w))) return nullptr;
+  const int64_t out = plain ? w.values.size(0) : w.rows(), in = plain ? w.values.size(1) : w.cols();
+  return std::shared_ptr<const DecodeGemv>(new DecodeGemv(std::make_unique<State>(w), out, in));
+}
+
+int64_t DecodeGemv::operand_floats(int64_t m) const {
+#if SERVELAB_X86
+  return state_->rows.scheme == QuantScheme::Int4Group ? int4_operand_floats(state_->rows, m) : 0;
+#else
+  (void)m;
+  return 0;
+#endif
+}
+
+const float* DecodeGemv::prepare(const float* x, int64_t m, float* scratch) const {
+  if (state_->rows.scheme != QuantScheme::Int4Group) return x;
+#if SERVELAB_X86
+  make_int4_operand(state_->rows, x, m, scratch);
+#else
+  (void)m;
+#endif
+  return scratch;
+}
+
+void DecodeGemv::run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const {
+#if SERVELAB_X86
+  const Rows& s = state_->rows;
+  const bool avx2 = active_isa() == Isa::Avx2;
+  if (s.scheme == QuantScheme::Int4Group) {
+    static constexpr auto table = gemv_int4_table(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+    static constexpr auto table_avx2 =
+        gemv_int4_table_avx2(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+    const Int4Operand op{operand, operand + m * s.cols};
+    (avx2 ? table_avx2 : table)[static_cast<size_t>(m - 1)](s, op, c0, c1, y, ldy);
+    return;
+  }
+  switch (s.scheme) {
+#define SERVELAB_GEMV(SCHEME)                                                                               \
+  case QuantScheme::SCHEME:                                                                                 \
+    return avx2 ? gemv_dispatch_avx2<QuantScheme::SCHEME>(m, s, operand, c0, c1, state_->out_scale, y, ldy) \
+                : gemv_dispatch<QuantScheme::SCHEME>(m, s, operand, c0, c1, state_->out_scale, y, ldy);
+    SERVELAB_GEMV(None)
+    SERVELAB_GEMV(ZeroPointUint8)
+    SERVELAB_GEMV(PerChannelInt8)
+    SERVELAB_GEMV(Int8Group)
+    SERVELAB_GEMV(Fp16)
+    SERVELAB_GEMV(Bf16)
+#undef SERVELAB_GEMV
+    case QuantScheme::Int4Group:  // above
+      break;
+  }
+#else
+  (void)operand, (void)m, (void)c0, (void)c1, (void)y, (void)ldy;
 #endif
 }
 

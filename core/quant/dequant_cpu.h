@@ -12,6 +12,7 @@
 // weights they multiply equal the dequantize-once ones bit for bit.
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 
 #include "quant/quantizer.h"
@@ -47,6 +48,35 @@ at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x);
 // x [1..kFusedGemvMaxRows, in] times w transposed.
 bool fp32_gemv_supported(const at::Tensor& w);
 at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x);
+// A decode product (1 to kFusedGemvMaxRows rows) for a caller that runs its own threads: the decode
+// program (model/decode_program.h) runs a whole layer inside one parallel region and splits each
+// product by output channels itself, so it needs the kernel without fused_gemv_cpu's allocation,
+// operand preparation and parallel region around it. The kernels are fused_gemv_cpu's and
+// fp32_gemv_cpu's, so every channel's value is theirs bit for bit, and they follow active_isa() at
+// each call as those do.
+class DecodeGemv {
+ public:
+  // Null unless fused_gemv_supported(w), or w is a plain fp32 matrix (QuantScheme::None) that
+  // fp32_gemv_supported takes. Keeps w's tensors alive.
+  static std::shared_ptr<const DecodeGemv> of(const QuantizedTensor& w);
+  ~DecodeGemv();
+  int64_t out() const { return out_; }
+  int64_t in() const { return in_; }
+  // Floats of scratch that prepare() may fill for m rows.
+  int64_t operand_floats(int64_t m) const;
+  // m rows of x ([m, in], contiguous) as run() reads them: x itself, or scratch filled.
+  const float* prepare(const float* x, int64_t m, float* scratch) const;
+  // y[r * ldy + c] for rows r < m and output channels c in [c0, c1), from prepare()'s operand.
+  void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const;
+
+  struct State;  // dequant_cpu.cpp: the kernels' view of the matrix
+
+ private:
+  explicit DecodeGemv(std::unique_ptr<State> state, int64_t out, int64_t in);
+  std::unique_ptr<State> state_;
+  int64_t out_ = 0, in_ = 0;
+};
+
 // Any number of rows: the GEMV up to kFusedGemvMaxRows, else fused_linear_cpu's tiles (the rows
 // copied, not converted).
 at::Tensor fp32_linear_cpu(const at::Tensor& w, const at::Tensor& x);

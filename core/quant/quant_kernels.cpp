@@ -103,6 +103,15 @@ class JitKernels final : public QuantKernelsBase {
     return {};
   }
   at::Tensor lm_head(const at::Tensor& h) const override { return unflat(product(head_, flat(h), {}), h); }
+  std::shared_ptr<const DecodeGemv> decode_gemv(int64_t layer,
+                                                const std::vector<LinearSlot>& slots) const override {
+    // product() runs int4/int8 groups through the integer-activation kernels then, not these.
+    if (act_ != at::kFloat || int8_activations_) return nullptr;
+    if (slots.size() == 1) return DecodeGemv::of(matrix(layer, slots.front()));
+    for (const auto& [which, w] : fused_.at(static_cast<size_t>(layer)))
+      if (which == slots) return DecodeGemv::of(w);
+    return nullptr;
+  }
 
   int64_t resident_bytes() const override {
     int64_t n = embedding_bytes() + (tied_ ? 0 : bytes_of(head_));

@@ -1,0 +1,357 @@
+#include "model/llama_decode_program.h"
+
+#include <ATen/Parallel.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "model/decode_attention.h"
+#include "model/fused_cpu.h"
+#include "model/llama_model.h"
+#include "quant/dequant_cpu.h"
+#include "util/cpu_features.h"
+
+namespace servelab {
+
+namespace {
+
+constexpr int64_t kMaxHeadDim = 512;  // a head normed on the stack
+constexpr size_t kQ = 0, kK = 1, kV = 2, kO = 3, kGate = 4, kUp = 5, kDown = 6;
+
+const float* fp32_pointer(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous()
+             ? t.const_data_ptr<float>()
+             : nullptr;
+}
+
+// [begin, end) of n items for thread tid of threads, in whole multiples of `align`.
+std::pair<int64_t, int64_t> share(int64_t n, int tid, int threads, int64_t align) {
+  const int64_t per = ((n + threads - 1) / threads + align - 1) / align * align;
+  return {std::min(n, tid * per), std::min(n, (tid + 1) * per)};
+}
+
+}  // namespace
+
+// One step's sizes, buffers and the cache's pointers, shared by the threads of the region.
+struct LlamaDecodeProgram::Step {
+  int64_t B = 0, E = 0, H = 0, H_kv = 0, D = 0, F = 0, qkv_width = 0, keys = 0;
+  float* x = nullptr;  // [B, E]: the residual stream, in the caller's tensor
+  std::vector<float> h, qkv, q, attn, o, gate_up, act, down;
+  std::vector<std::vector<float>> scratch;  // each product's prepared operand, by part
+  std::vector<const float*> operands;
+  // The cache: element strides of [layers, rows, heads, positions, D], the same for K and V.
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  int64_t s_layer = 0, s_row = 0, s_head = 0, s_pos = 0;
+  std::vector<int64_t> row, write, position;  // per input row: its cache row, where it writes, its position
+  const bool* mask = nullptr;                 // by cache row, or null: every key visible
+  int64_t mask_row = 0, mask_col = 0;
+  at::Tensor gate_up_t, act_t;  // libtorch views of gate_up and act, for the activation
+  std::exception_ptr error;
+};
+
+int64_t LlamaDecodeProgram::max_rows() { return kFusedGemvMaxRows; }
+
+LlamaDecodeProgram::~LlamaDecodeProgram() = default;
+
+std::unique_ptr<LlamaDecodeProgram> LlamaDecodeProgram::make(const LlamaConfig& c, const LlamaWeights& w,
+                                                             const LinearKernels* kernels,
+                                                             const at::Tensor& cos, const at::Tensor& sin,
+                                                             std::string* why_not) {
+  auto refuse = [&](const std::string& why) {
+    *why_not = why;
+    return std::unique_ptr<LlamaDecodeProgram>();
+  };
+  if (!w.norm.device().is_cpu()) return refuse("the model runs on " + w.norm.device().str());
+  if (w.norm.scalar_type() != at::kFloat) return refuse("the activations are not fp32");
+  if (c.gemma_norms || c.attn_logit_softcap > 0 || c.final_logit_softcap > 0)
+    return refuse("Gemma's four norms and soft-capping run op by op");
+  if (c.local_rope_theta > 0) return refuse("a second rotary table for the sliding layers runs op by op");
+  if (!fp32_pointer(cos) || !fp32_pointer(sin) || cos.size(1) != c.head_dim)
+    return refuse("partial rotary embeddings run op by op");
+  if (c.head_dim > kMaxHeadDim)
+    return refuse("heads wider than " + std::to_string(kMaxHeadDim) + " run op by op");
+  if (!kernels) return refuse("the matrices run as plain libtorch tensors (no CPU kernels of ours)");
+
+  auto program = std::unique_ptr<LlamaDecodeProgram>(new LlamaDecodeProgram());
+  program->config_ = c;
+  program->cos_ = fp32_pointer(cos);
+  program->sin_ = fp32_pointer(sin);
+  program->kept_ = {cos, sin};
+  program->scale_ = 1.0 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
+                                                                : static_cast<double>(c.head_dim));
+  static const LinearSlot kSlots[7] = {LinearSlot::Q,    LinearSlot::K,  LinearSlot::V,   LinearSlot::O,
+                                       LinearSlot::Gate, LinearSlot::Up, LinearSlot::Down};
+  static const char* kNames[4] = {"q/k/v", "output", "gate/up", "down"};
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LlamaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    Layer layer;
+    layer.attn_norm = fp32_pointer(lw.attn_norm);
+    layer.mlp_norm = fp32_pointer(lw.mlp_norm);
+    if (!layer.attn_norm || !layer.mlp_norm) return refuse("the norms' weights are not contiguous fp32");
+    program->kept_.push_back(lw.attn_norm);
+    program->kept_.push_back(lw.mlp_norm);
+    if (c.qk_norm) {
+      layer.q_norm = fp32_pointer(lw.q_norm);
+      layer.k_norm = fp32_pointer(lw.k_norm);
+      if (!layer.q_norm || !layer.k_norm) return refuse("the QK norms' weights are not contiguous fp32");
+      program->kept_.push_back(lw.q_norm);
+      program->kept_.push_back(lw.k_norm);
+    }
+    for (size_t k = 0; k < 7; ++k) {
+      if (!lw.b[k].defined()) continue;
+      layer.bias[k] = fp32_pointer(lw.b[k]);
+      if (!layer.bias[k]) return refuse("a bias is not contiguous fp32");
+      program->kept_.push_back(lw.b[k]);
+    }
+    // Each group: the kernels' one matrix for the slots together, else one per slot.
+    auto group = [&](size_t k0, size_t n, Group& g) {
+      std::vector<LinearSlot> slots(kSlots + k0, kSlots + k0 + n);
+      if (auto all = kernels->decode_gemv(l, slots)) {
+        g.parts.push_back(std::move(all));
+      } else {
+        for (LinearSlot s : slots) {
+          auto one = kernels->decode_gemv(l, {s});
+          if (!one) return false;
+          g.parts.push_back(std::move(one));
+        }
+      }
+      for (const auto& p : g.parts) g.width += p->out();
+      return true;
+    };
+    const bool ok[4] = {group(kQ, 3, layer.qkv), group(kO, 1, layer.o), group(kGate, 2, layer.gate_up),
+                        group(kDown, 1, layer.down)};
+    for (int i = 0; i < 4; ++i)
+      if (!ok[i])
+        return refuse("the kernels (" + kernels->description() + ") have no decode GEMV for the " +
+                      kNames[i] + " products");
+    program->layers_.push_back(std::move(layer));
+  }
+  return program;
+}
+
+std::string LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* cache, const AttentionMask& m,
+                                        AttentionBackend backend) const {
+  if (in.lora) return "LoRA adapters run op by op";
+  if (in.kv_store) return "paged KV runs op by op";
+  if (!cache) return "no KV cache";
+  if (in.input_ids.size(1) != 1) return "several new tokens per row (a prompt, a chunk or a verification)";
+  if (in.input_ids.size(0) > max_rows())
+    return "more than " + std::to_string(max_rows()) + " rows (the batched kernels run op by op)";
+  const Isa isa = active_isa();
+  if (isa != Isa::Avx512 && isa != Isa::Avx2) return "the portable ISA runs op by op";
+  if (backend != AttentionBackend::Sdpa) return "the manual attention backend runs op by op";
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    const int64_t window = config_.window_of(l);
+    if (window > 0 && m.keys > window) return "the sliding window cuts into the keys (op by op)";
+  }
+  const at::Tensor& k = cache->keys();
+  const at::Tensor& v = cache->values();
+  if (k.scalar_type() != at::kFloat || v.scalar_type() != at::kFloat || k.strides() != v.strides() ||
+      k.stride(4) != 1)
+    return "a KV cache in another dtype or layout";
+  if (m.mask.defined() && (m.mask.scalar_type() != at::kBool || m.mask.dim() != 4 || m.mask.size(1) != 1 ||
+                           m.mask.size(2) != 1 || m.mask.size(3) != m.keys))
+    return "an attention mask of another shape";
+  return {};
+}
+
+void LlamaDecodeProgram::run_group(const Group& g, int64_t rows, float* y, int tid, int threads,
+                                   const std::vector<const float*>& operands) {
+  const auto [begin, end] = share(g.width, tid, threads, 16);
+  int64_t offset = 0;
+  for (size_t i = 0; i < g.parts.size(); ++i) {
+    const DecodeGemv& p = *g.parts[i];
+    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + p.out());
+    if (lo < hi) p.run(operands[i], rows, lo - offset, hi - offset, y + offset, g.width);
+    offset += p.out();
+  }
+}
+
+void LlamaDecodeProgram::run_layer(const Layer& L, int64_t index, Step& s, int tid, int threads) const {
+  const int64_t B = s.B, E = s.E, H = s.H, H_kv = s.H_kv, D = s.D, F = s.F, G = H / H_kv;
+  const double eps = config_.rms_norm_eps;
+  // The stages on one thread prepare every part's operand from the same input.
+  auto prepare = [&](const Group& g, const float* x) {
+    for (size_t i = 0; i < g.parts.size(); ++i)
+      s.operands[i] = g.parts[i]->prepare(x, B, s.scratch[i].data());
+  };
+  auto add_bias = [&](float* y, int64_t width, int64_t column, const float* bias, int64_t n) {
+    if (!bias) return;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < n; ++i) y[b * width + column + i] += bias[i];
+  };
+
+  // The input norm and the q/k/v operands.
+  if (tid == 0) {
+    for (int64_t b = 0; b < B; ++b)
+      fused_cpu::rms_norm_row(s.x + b * E, L.attn_norm, E, eps, s.h.data() + b * E);
+    prepare(L.qkv, s.h.data());
+  }
+#pragma omp barrier
+  run_group(L.qkv, B, s.qkv.data(), tid, threads, s.operands);
+#pragma omp barrier
+  // Per (row, head): the bias, QK-norm and rotation of q and k; k and v written into the cache.
+  {
+    const int64_t Q = H * D, K = H_kv * D;
+    const auto [begin, end] = share(B * (H + H_kv), tid, threads, 1);
+    float normed[kMaxHeadDim];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / (H + H_kv), head = item % (H + H_kv);
+      const bool is_q = head < H;
+      const int64_t h = is_q ? head : head - H;
+      float* src = s.qkv.data() + b * s.qkv_width + (is_q ? h * D : Q + h * D);
+      const float* bias = is_q ? L.bias[kQ] : L.bias[kK];
+      if (bias)
+        for (int64_t i = 0; i < D; ++i) src[i] += bias[h * D + i];
+      const float* norm = is_q ? L.q_norm : L.k_norm;
+      if (norm) {
+        fused_cpu::rms_norm_row(src, norm, D, eps, normed);
+        std::memcpy(src, normed, static_cast<size_t>(D) * sizeof(float));
+      }
+      const int64_t p = s.position[static_cast<size_t>(b)];
+      float* dst = is_q ? s.q.data() + (b * H + h) * D
+                        : s.k_cache + index * s.s_layer + s.row[static_cast<size_t>(b)] * s.s_row +
+                              h * s.s_head + s.write[static_cast<size_t>(b)] * s.s_pos;
+      fused_cpu::rotary_row(src, cos_ + p * D, sin_ + p * D, D, dst);
+      if (!is_q) {
+        float* v = s.qkv.data() + b * s.qkv_width + Q + K + h * D;
+        if (L.bias[kV])
+          for (int64_t i = 0; i < D; ++i) v[i] += L.bias[kV][h * D + i];
+        std::memcpy(s.v_cache + (dst - s.k_cache), v, static_cast<size_t>(D) * sizeof(float));
+      }
+    }
+  }
+#pragma omp barrier
+  // Attention per (row, KV head), each reading its cache row in place.
+  {
+    const auto [begin, end] = share(B * H_kv, tid, threads, 1);
+    std::vector<float> scores(static_cast<size_t>(G * (s.keys + 16)));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / H_kv, h = item % H_kv, r = s.row[static_cast<size_t>(b)];
+      decode_attention_item_f32(
+          s.q.data() + (b * H + h * G) * D, G, D, s.k_cache, s.v_cache,
+          index * s.s_layer + r * s.s_row + h * s.s_head, s.s_pos, s.mask ? s.mask + r * s.mask_row : nullptr,
+          s.mask_col, s.keys, static_cast<float>(scale_), scores.data(), s.attn.data() + (b * H + h * G) * D);
+    }
+  }
+#pragma omp barrier
+  if (tid == 0) prepare(L.o, s.attn.data());
+#pragma omp barrier
+  run_group(L.o, B, s.o.data(), tid, threads, s.operands);
+#pragma omp barrier
+  // The residual, the MLP's norm and the gate/up operands.
+  if (tid == 0) {
+    add_bias(s.o.data(), E, 0, L.bias[kO], E);
+    for (int64_t i = 0; i < B * E; ++i) s.x[i] = s.x[i] + s.o[static_cast<size_t>(i)];
+    for (int64_t b = 0; b < B; ++b)
+      fused_cpu::rms_norm_row(s.x + b * E, L.mlp_norm, E, eps, s.h.data() + b * E);
+    prepare(L.gate_up, s.h.data());
+  }
+#pragma omp barrier
+  run_group(L.gate_up, B, s.gate_up.data(), tid, threads, s.operands);
+#pragma omp barrier
+  // The activation through libtorch's own kernel (its vectorized exp), so the bits are the
+  // op-by-op forward's; then the down operand.
+  if (tid == 0) {
+    add_bias(s.gate_up.data(), 2 * F, 0, L.bias[kGate], F);
+    add_bias(s.gate_up.data(), 2 * F, F, L.bias[kUp], F);
+    try {
+      const at::Tensor gate = s.gate_up_t.narrow(1, 0, F), up = s.gate_up_t.narrow(1, F, F);
+      if (config_.hidden_act == "silu")
+        at::silu_out(s.act_t, gate);
+      else
+        at::gelu_out(s.act_t, gate, "tanh");
+      s.act_t.mul_(up);
+    } catch (...) {
+      if (!s.error) s.error = std::current_exception();
+    }
+    prepare(L.down, s.act.data());
+  }
+#pragma omp barrier
+  run_group(L.down, B, s.down.data(), tid, threads, s.operands);
+#pragma omp barrier
+  if (tid == 0) {
+    add_bias(s.down.data(), E, 0, L.bias[kDown], E);
+    for (int64_t i = 0; i < B * E; ++i) s.x[i] = s.x[i] + s.down[static_cast<size_t>(i)];
+  }
+}
+
+void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cache,
+                             const AttentionMask& m) const {
+  Step s;
+  s.B = in.input_ids.size(0);
+  s.E = config_.hidden_size;
+  s.H = config_.n_head;
+  s.H_kv = config_.n_kv_head;
+  s.D = config_.head_dim;
+  s.F = config_.intermediate_size;
+  s.qkv_width = layers_.front().qkv.width;
+  s.keys = m.keys;
+  const int64_t B = s.B;
+  x = x.contiguous().clone();  // written in place: never the embedding's own storage
+  s.x = x.mutable_data_ptr<float>();
+  s.h.resize(static_cast<size_t>(B * s.E));
+  s.qkv.resize(static_cast<size_t>(B * s.qkv_width));
+  s.q.resize(static_cast<size_t>(B * s.H * s.D));
+  s.attn.resize(static_cast<size_t>(B * s.H * s.D));
+  s.o.resize(static_cast<size_t>(B * s.E));
+  s.gate_up.resize(static_cast<size_t>(B * 2 * s.F));
+  s.act.resize(static_cast<size_t>(B * s.F));
+  s.down.resize(static_cast<size_t>(B * s.E));
+  size_t parts = 0;
+  for (const Layer& l : layers_)
+    for (const Group* g : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      parts = std::max(parts, g->parts.size());
+      for (size_t i = 0; i < g->parts.size(); ++i) {
+        if (s.scratch.size() <= i) s.scratch.resize(i + 1);
+        s.scratch[i].resize(
+            std::max(s.scratch[i].size(), static_cast<size_t>(g->parts[i]->operand_floats(B))));
+      }
+    }
+  s.operands.assign(parts, nullptr);
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  s.gate_up_t = at::from_blob(s.gate_up.data(), {B, 2 * s.F}, options);
+  s.act_t = at::from_blob(s.act.data(), {B, s.F}, options);
+
+  s.k_cache = cache.keys().mutable_data_ptr<float>();
+  s.v_cache = cache.values().mutable_data_ptr<float>();
+  s.s_layer = cache.keys().stride(0);
+  s.s_row = cache.keys().stride(1);
+  s.s_head = cache.keys().stride(2);
+  s.s_pos = cache.keys().stride(3);
+  const at::Tensor positions = in.position_ids.to(at::kLong).contiguous();
+  s.position.assign(positions.const_data_ptr<int64_t>(), positions.const_data_ptr<int64_t>() + B);
+  if (m.per_row) {
+    // Slot KV: each row writes its cache row at its own position and reads the first `keys`.
+    const at::Tensor rows = in.cache_rows.to(at::kLong).contiguous();
+    const at::Tensor write = in.cache_positions.to(at::kLong).contiguous();
+    s.row.assign(rows.const_data_ptr<int64_t>(), rows.const_data_ptr<int64_t>() + B);
+    s.write.assign(write.const_data_ptr<int64_t>(), write.const_data_ptr<int64_t>() + B);
+  } else {
+    // The dense cache: row b writes after the positions every row holds.
+    s.row.resize(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) s.row[static_cast<size_t>(b)] = b;
+    s.write.assign(static_cast<size_t>(B), cache.length());
+  }
+  at::Tensor mask;
+  if (m.mask.defined()) {
+    mask = m.mask.contiguous();
+    s.mask = mask.const_data_ptr<bool>();
+    s.mask_row = mask.size(0) > 1 ? mask.stride(0) : 0;
+    s.mask_col = mask.stride(3);
+  }
+
+  const int threads = std::max(1, at::get_num_threads());
+#pragma omp parallel num_threads(threads)
+  {
+    const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+    for (size_t l = 0; l < layers_.size(); ++l) run_layer(layers_[l], static_cast<int64_t>(l), s, tid, team);
+  }
+  if (s.error) std::rethrow_exception(s.error);
+  steps_.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace servelab

@@ -1,0 +1,84 @@
+#pragma once
+// A Llama-family decode step as one program on the CPU. Op by op, a layer is about 25 libtorch
+// calls and five parallel regions (norm, q/k/v, rotary, the KV write, attention, the output
+// product, residual, norm, gate/up, activation, down, residual), and at batch 1 the host time
+// between them is a third of the step. Here every layer runs inside one OpenMP parallel region
+// per step: each thread takes its share of every product's output channels and of the
+// attention's (row, KV head) items, with a barrier between stages that depend on each other, and
+// the element-wise stages run on one thread between them.
+//
+// It runs the same kernels and loops as the op-by-op forward (DecodeGemv, fused_cpu's rows,
+// decode_attention_item_f32, libtorch's own activation), so its logits equal that forward's bit
+// for bit; test_decode_program holds it to that.
+#include <ATen/ATen.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/layers.h"
+#include "model/llama_config.h"
+#include "model/model.h"
+
+namespace servelab {
+
+class DecodeGemv;
+struct LlamaWeights;
+
+class LlamaDecodeProgram {
+ public:
+  // The most rows a step may have: the decode GEMVs' register kernels (kFusedGemvMaxRows).
+  static int64_t max_rows();
+  // The program over this model's weights and kernels, or null with the reason in *why_not.
+  // cos, sin: the rotary tables [context, head_dim].
+  static std::unique_ptr<LlamaDecodeProgram> make(const LlamaConfig& config, const LlamaWeights& weights,
+                                                  const LinearKernels* kernels, const at::Tensor& cos,
+                                                  const at::Tensor& sin, std::string* why_not);
+  ~LlamaDecodeProgram();
+
+  // Why this step runs op by op instead, or empty when the program takes it: one new token per
+  // row, at most max_rows() rows, a KvCache (dense, or slot KV's per-row positions), no LoRA, no
+  // window cutting into the keys, SDPA's rules, a vector ISA active.
+  std::string refuses(const ForwardInput& in, const KvCache* cache, const AttentionMask& mask,
+                      AttentionBackend backend) const;
+  // Every layer over x ([B, 1, E] fp32, the embedded tokens; replaced by the last layer's output),
+  // writing this step's keys and values into the cache. Call only when refuses() is empty.
+  void run(at::Tensor& x, const ForwardInput& in, KvCache& cache, const AttentionMask& mask) const;
+  // Steps run so far.
+  int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
+
+ private:
+  // Products that read one input, their outputs side by side in one buffer (q, k, v; gate, up):
+  // one matrix where the kernels hold them as one, else one per slot.
+  struct Group {
+    std::vector<std::shared_ptr<const DecodeGemv>> parts;
+    int64_t width = 0;  // the outputs summed
+  };
+  struct Layer {
+    const float* attn_norm = nullptr;
+    const float* mlp_norm = nullptr;
+    const float* q_norm = nullptr;  // Qwen3's per-head norms, else null
+    const float* k_norm = nullptr;
+    std::array<const float*, 7> bias{};  // q, k, v, o, gate, up, down: null where none
+    Group qkv, o, gate_up, down;
+  };
+  struct Step;  // llama_decode_program.cpp: one step's buffers and pointers
+
+  LlamaDecodeProgram() = default;
+  void run_layer(const Layer& layer, int64_t index, Step& s, int tid, int threads) const;
+  static void run_group(const Group& g, int64_t rows, float* y, int tid, int threads,
+                        const std::vector<const float*>& operands);
+
+  LlamaConfig config_;
+  std::vector<Layer> layers_;
+  std::vector<at::Tensor> kept_;  // the tensors the pointers above read
+  const float* cos_ = nullptr;
+  const float* sin_ = nullptr;
+  double scale_ = 1.0;
+  mutable std::atomic<int64_t> steps_{0};
+};
+
+}  // namespace servelab
