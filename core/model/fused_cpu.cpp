@@ -48,11 +48,20 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 }
 
 void rms_norm_row(const float* x, const float* weight, int64_t E, double eps, float* y) {
+  rms_norm_apply(x, weight, rms_norm_scale(x, nullptr, nullptr, E, eps), 0, E, y);
+}
+
+float rms_norm_scale(const float* x, const float* add, const float* bias, int64_t E, double eps) {
   double squares = 0;
-  for (int64_t i = 0; i < E; ++i) squares += static_cast<double>(x[i]) * x[i];
-  const float scale =
-      1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(E)) + static_cast<float>(eps));
-  for (int64_t i = 0; i < E; ++i) y[i] = weight[i] * (x[i] * scale);
+  for (int64_t i = 0; i < E; ++i) {
+    const float v = add ? x[i] + (bias ? add[i] + bias[i] : add[i]) : x[i];
+    squares += static_cast<double>(v) * v;
+  }
+  return 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(E)) + static_cast<float>(eps));
+}
+
+void rms_norm_apply(const float* x, const float* weight, float scale, int64_t begin, int64_t end, float* y) {
+  for (int64_t i = begin; i < end; ++i) y[i] = weight[i] * (x[i] * scale);
 }
 
 void rotary_row(const float* x, const float* cos, const float* sin, int64_t D, float* y) {

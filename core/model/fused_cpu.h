@@ -21,6 +21,12 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 // The loops above for one row, for callers that run their own threads (model/decode_program):
 // the same arithmetic, so the same bits. y must not alias x.
 void rms_norm_row(const float* x, const float* weight, int64_t E, double eps, float* y);
+// rms_norm_row in two parts, so that threads can each write a range of columns: the row's scale
+// from the sum of squares of its E values (each value x[i], plus add[i] where add is given, plus
+// bias[i] where that is given too: x + (add + bias), as a residual after a biased product), then
+// y[i] = weight[i] * (v[i] * scale) for i in [begin, end).
+float rms_norm_scale(const float* x, const float* add, const float* bias, int64_t E, double eps);
+void rms_norm_apply(const float* x, const float* weight, float scale, int64_t begin, int64_t end, float* y);
 void rotary_row(const float* x, const float* cos, const float* sin, int64_t D, float* y);
 
 }  // namespace servelab::fused_cpu

@@ -1,6 +1,7 @@
 #include "model/llama_decode_program.h"
 
 #include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -37,10 +38,11 @@ std::pair<int64_t, int64_t> share(int64_t n, int tid, int threads, int64_t align
 // One step's sizes, buffers and the cache's pointers, shared by the threads of the region.
 struct LlamaDecodeProgram::Step {
   int64_t B = 0, E = 0, H = 0, H_kv = 0, D = 0, F = 0, qkv_width = 0, keys = 0;
-  float* x = nullptr;  // [B, E]: the residual stream, in the caller's tensor
+  // The residual stream in two buffers: a stage reads one whole (every thread needs a row's sum
+  // of squares) while each thread writes its columns of the other.
+  at::Tensor x[2];
   std::vector<float> h, qkv, q, attn, o, gate_up, act, down;
   std::vector<std::vector<float>> scratch;  // each product's prepared operand, by part
-  std::vector<const float*> operands;
   // The cache: element strides of [layers, rows, heads, positions, D], the same for K and V.
   float* k_cache = nullptr;
   float* v_cache = nullptr;
@@ -49,7 +51,7 @@ struct LlamaDecodeProgram::Step {
   const bool* mask = nullptr;                 // by cache row, or null: every key visible
   int64_t mask_row = 0, mask_col = 0;
   at::Tensor gate_up_t, act_t;  // libtorch views of gate_up and act, for the activation
-  std::exception_ptr error;
+  std::exception_ptr error;     // the first a thread met (the others go on to the barriers)
 };
 
 int64_t LlamaDecodeProgram::max_rows() { return kFusedGemvMaxRows; }
@@ -158,40 +160,62 @@ std::string LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* c
   return {};
 }
 
-void LlamaDecodeProgram::run_group(const Group& g, int64_t rows, float* y, int tid, int threads,
-                                   const std::vector<const float*>& operands) {
+void LlamaDecodeProgram::run_group(const Group& g, const float* x, const Step& s, float* y, int tid,
+                                   int threads) {
   const auto [begin, end] = share(g.width, tid, threads, 16);
   int64_t offset = 0;
   for (size_t i = 0; i < g.parts.size(); ++i) {
     const DecodeGemv& p = *g.parts[i];
     const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + p.out());
-    if (lo < hi) p.run(operands[i], rows, lo - offset, hi - offset, y + offset, g.width);
+    if (lo < hi)
+      p.run(p.prepares() ? s.scratch[i].data() : x, s.B, lo - offset, hi - offset, y + offset, g.width);
     offset += p.out();
   }
 }
 
-void LlamaDecodeProgram::run_layer(const Layer& L, int64_t index, Step& s, int tid, int threads) const {
-  const int64_t B = s.B, E = s.E, H = s.H, H_kv = s.H_kv, D = s.D, F = s.F, G = H / H_kv;
-  const double eps = config_.rms_norm_eps;
-  // The stages on one thread prepare every part's operand from the same input.
-  auto prepare = [&](const Group& g, const float* x) {
-    for (size_t i = 0; i < g.parts.size(); ++i)
-      s.operands[i] = g.parts[i]->prepare(x, B, s.scratch[i].data());
-  };
-  auto add_bias = [&](float* y, int64_t width, int64_t column, const float* bias, int64_t n) {
-    if (!bias) return;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < n; ++i) y[b * width + column + i] += bias[i];
-  };
+int64_t LlamaDecodeProgram::Group::align() const {
+  int64_t a = 1;
+  for (const auto& p : parts) a = std::max(a, p->operand_align());
+  return a;
+}
 
-  // The input norm and the q/k/v operands.
-  if (tid == 0) {
-    for (int64_t b = 0; b < B; ++b)
-      fused_cpu::rms_norm_row(s.x + b * E, L.attn_norm, E, eps, s.h.data() + b * E);
-    prepare(L.qkv, s.h.data());
+void LlamaDecodeProgram::prepare(const Group& g, const float* x, Step& s, int64_t row0, int64_t row1,
+                                 int64_t col0, int64_t col1) {
+  for (size_t i = 0; i < g.parts.size(); ++i)
+    g.parts[i]->prepare(x, s.B, s.scratch[i].data(), row0, row1, col0, col1);
+}
+
+void LlamaDecodeProgram::residual_norm(const float* add, const float* bias, const float* norm,
+                                       const Group* next, int& cur, Step& s, int tid, int threads) const {
+  const int64_t E = s.E;
+  const float* x = s.x[cur].const_data_ptr<float>();
+  float* y = s.x[1 - cur].mutable_data_ptr<float>();
+  const auto [c0, c1] = share(E, tid, threads, next ? std::max<int64_t>(16, next->align()) : 16);
+  for (int64_t b = 0; b < s.B; ++b) {
+    const float* xb = x + b * E;
+    const float* ab = add ? add + b * E : nullptr;
+    float* yb = add ? y + b * E : nullptr;
+    // Every thread sums the whole row (the same sums in the same order, so the same scale), then
+    // writes its own columns.
+    const float scale = norm ? fused_cpu::rms_norm_scale(xb, ab, bias, E, config_.rms_norm_eps) : 0.0f;
+    if (add)
+      for (int64_t i = c0; i < c1; ++i) yb[i] = xb[i] + (bias ? ab[i] + bias[i] : ab[i]);
+    if (norm) fused_cpu::rms_norm_apply(add ? yb : xb, norm, scale, c0, c1, s.h.data() + b * E);
   }
+  if (next) prepare(*next, s.h.data(), s, 0, s.B, c0, c1);
+  if (add) cur = 1 - cur;
+}
+
+void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_t index, int& cur, Step& s,
+                                   int tid, int threads) const {
+  const int64_t B = s.B, H = s.H, H_kv = s.H_kv, D = s.D, F = s.F, G = H / H_kv;
+  const double eps = config_.rms_norm_eps;
+
+  // The previous layer's residual (none before the first), the input norm, the q/k/v operands.
+  residual_norm(previous ? s.down.data() : nullptr, previous ? previous->bias[kDown] : nullptr, L.attn_norm,
+                &L.qkv, cur, s, tid, threads);
 #pragma omp barrier
-  run_group(L.qkv, B, s.qkv.data(), tid, threads, s.operands);
+  run_group(L.qkv, s.h.data(), s, s.qkv.data(), tid, threads);
 #pragma omp barrier
   // Per (row, head): the bias, QK-norm and rotation of q and k; k and v written into the cache.
   {
@@ -225,8 +249,12 @@ void LlamaDecodeProgram::run_layer(const Layer& L, int64_t index, Step& s, int t
     }
   }
 #pragma omp barrier
-  // Attention per (row, KV head), each reading its cache row in place.
+  // Attention per (row, KV head), each reading its cache row in place; a thread that holds all of
+  // a row's heads, or the heads of whole operand groups, prepares the output product's operand
+  // for them itself, else after a barrier.
   {
+    const int64_t align = L.o.align();
+    const bool own_columns = (G * D) % align == 0;
     const auto [begin, end] = share(B * H_kv, tid, threads, 1);
     std::vector<float> scores(static_cast<size_t>(G * (s.keys + 16)));
     for (int64_t item = begin; item < end; ++item) {
@@ -236,47 +264,60 @@ void LlamaDecodeProgram::run_layer(const Layer& L, int64_t index, Step& s, int t
           index * s.s_layer + r * s.s_row + h * s.s_head, s.s_pos, s.mask ? s.mask + r * s.mask_row : nullptr,
           s.mask_col, s.keys, static_cast<float>(scale_), scores.data(), s.attn.data() + (b * H + h * G) * D);
     }
+    if (own_columns) {
+      // The items are (row, head) in order: this thread's columns of each row it touched.
+      for (int64_t item = begin; item < end;) {
+        const int64_t b = item / H_kv, h0 = item % H_kv, h1 = std::min(H_kv, h0 + (end - item));
+        prepare(L.o, s.attn.data(), s, b, b + 1, h0 * G * D, h1 * G * D);
+        item += h1 - h0;
+      }
+    }
+#pragma omp barrier
+    if (!own_columns) {
+      const auto [c0, c1] = share(H * D, tid, threads, align);
+      prepare(L.o, s.attn.data(), s, 0, B, c0, c1);
+#pragma omp barrier
+    }
   }
-#pragma omp barrier
-  if (tid == 0) prepare(L.o, s.attn.data());
-#pragma omp barrier
-  run_group(L.o, B, s.o.data(), tid, threads, s.operands);
+  run_group(L.o, s.attn.data(), s, s.o.data(), tid, threads);
 #pragma omp barrier
   // The residual, the MLP's norm and the gate/up operands.
-  if (tid == 0) {
-    add_bias(s.o.data(), E, 0, L.bias[kO], E);
-    for (int64_t i = 0; i < B * E; ++i) s.x[i] = s.x[i] + s.o[static_cast<size_t>(i)];
-    for (int64_t b = 0; b < B; ++b)
-      fused_cpu::rms_norm_row(s.x + b * E, L.mlp_norm, E, eps, s.h.data() + b * E);
-    prepare(L.gate_up, s.h.data());
-  }
+  residual_norm(s.o.data(), L.bias[kO], L.mlp_norm, &L.gate_up, cur, s, tid, threads);
 #pragma omp barrier
-  run_group(L.gate_up, B, s.gate_up.data(), tid, threads, s.operands);
+  run_group(L.gate_up, s.h.data(), s, s.gate_up.data(), tid, threads);
 #pragma omp barrier
-  // The activation through libtorch's own kernel (its vectorized exp), so the bits are the
-  // op-by-op forward's; then the down operand.
-  if (tid == 0) {
-    add_bias(s.gate_up.data(), 2 * F, 0, L.bias[kGate], F);
-    add_bias(s.gate_up.data(), 2 * F, F, L.bias[kUp], F);
-    try {
-      const at::Tensor gate = s.gate_up_t.narrow(1, 0, F), up = s.gate_up_t.narrow(1, F, F);
-      if (config_.hidden_act == "silu")
-        at::silu_out(s.act_t, gate);
-      else
-        at::gelu_out(s.act_t, gate, "tanh");
-      s.act_t.mul_(up);
-    } catch (...) {
-      if (!s.error) s.error = std::current_exception();
+  // The activation of this thread's columns through libtorch's own kernel (its vectorized exp),
+  // so the bits are the op-by-op forward's: the columns start at multiples of 64, so each element
+  // takes the vector or the scalar path it takes there. Then the down operand of those columns.
+  {
+    const auto [c0, c1] = share(F, tid, threads, std::max<int64_t>(64, L.down.align()));
+    if (c0 < c1) {
+      for (int64_t b = 0; b < B; ++b) {
+        float* gu = s.gate_up.data() + b * 2 * F;
+        if (L.bias[kGate])
+          for (int64_t i = c0; i < c1; ++i) gu[i] += L.bias[kGate][i];
+        if (L.bias[kUp])
+          for (int64_t i = c0; i < c1; ++i) gu[F + i] += L.bias[kUp][i];
+      }
+      try {
+        const at::Tensor gate = s.gate_up_t.narrow(1, c0, c1 - c0),
+                         up = s.gate_up_t.narrow(1, F + c0, c1 - c0);
+        at::Tensor act = s.act_t.narrow(1, c0, c1 - c0);
+        if (config_.hidden_act == "silu")
+          at::silu_out(act, gate);
+        else
+          at::gelu_out(act, gate, "tanh");
+        act.mul_(up);
+      } catch (...) {
+#pragma omp critical(servelab_decode_program_error)
+        if (!s.error) s.error = std::current_exception();
+      }
+      prepare(L.down, s.act.data(), s, 0, B, c0, c1);
     }
-    prepare(L.down, s.act.data());
   }
 #pragma omp barrier
-  run_group(L.down, B, s.down.data(), tid, threads, s.operands);
+  run_group(L.down, s.act.data(), s, s.down.data(), tid, threads);
 #pragma omp barrier
-  if (tid == 0) {
-    add_bias(s.down.data(), E, 0, L.bias[kDown], E);
-    for (int64_t i = 0; i < B * E; ++i) s.x[i] = s.x[i] + s.down[static_cast<size_t>(i)];
-  }
 }
 
 void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cache,
@@ -291,8 +332,8 @@ void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cac
   s.qkv_width = layers_.front().qkv.width;
   s.keys = m.keys;
   const int64_t B = s.B;
-  x = x.contiguous().clone();  // written in place: never the embedding's own storage
-  s.x = x.mutable_data_ptr<float>();
+  s.x[0] = x.clone(at::MemoryFormat::Contiguous);  // written in place from the second layer on
+  s.x[1] = at::empty_like(s.x[0]);
   s.h.resize(static_cast<size_t>(B * s.E));
   s.qkv.resize(static_cast<size_t>(B * s.qkv_width));
   s.q.resize(static_cast<size_t>(B * s.H * s.D));
@@ -301,17 +342,14 @@ void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cac
   s.gate_up.resize(static_cast<size_t>(B * 2 * s.F));
   s.act.resize(static_cast<size_t>(B * s.F));
   s.down.resize(static_cast<size_t>(B * s.E));
-  size_t parts = 0;
   for (const Layer& l : layers_)
     for (const Group* g : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
-      parts = std::max(parts, g->parts.size());
       for (size_t i = 0; i < g->parts.size(); ++i) {
         if (s.scratch.size() <= i) s.scratch.resize(i + 1);
         s.scratch[i].resize(
             std::max(s.scratch[i].size(), static_cast<size_t>(g->parts[i]->operand_floats(B))));
       }
     }
-  s.operands.assign(parts, nullptr);
   const auto options = at::TensorOptions().dtype(at::kFloat);
   s.gate_up_t = at::from_blob(s.gate_up.data(), {B, 2 * s.F}, options);
   s.act_t = at::from_blob(s.act.data(), {B, s.F}, options);
@@ -345,12 +383,22 @@ void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cac
   }
 
   const int threads = std::max(1, at::get_num_threads());
+  int last = 0;  // which buffer holds the residual stream at the end (the same on every thread)
+  // InferenceMode is per thread: the region's threads take the caller's, so that the activation's
+  // libtorch call may write the step's (inference) tensors.
+  const bool inference = c10::InferenceMode::is_enabled();
 #pragma omp parallel num_threads(threads)
   {
+    c10::InferenceMode guard(inference);
     const int tid = omp_get_thread_num(), team = omp_get_num_threads();
-    for (size_t l = 0; l < layers_.size(); ++l) run_layer(layers_[l], static_cast<int64_t>(l), s, tid, team);
+    int cur = 0;
+    for (size_t l = 0; l < layers_.size(); ++l)
+      run_layer(layers_[l], l > 0 ? &layers_[l - 1] : nullptr, static_cast<int64_t>(l), cur, s, tid, team);
+    residual_norm(s.down.data(), layers_.back().bias[kDown], nullptr, nullptr, cur, s, tid, team);
+    if (tid == 0) last = cur;
   }
   if (s.error) std::rethrow_exception(s.error);
+  x = s.x[last];
   steps_.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -55,7 +55,8 @@ class LlamaDecodeProgram {
   // one matrix where the kernels hold them as one, else one per slot.
   struct Group {
     std::vector<std::shared_ptr<const DecodeGemv>> parts;
-    int64_t width = 0;  // the outputs summed
+    int64_t width = 0;      // the outputs summed
+    int64_t align() const;  // the column step its operands are prepared in
   };
   struct Layer {
     const float* attn_norm = nullptr;
@@ -68,9 +69,19 @@ class LlamaDecodeProgram {
   struct Step;  // llama_decode_program.cpp: one step's buffers and pointers
 
   LlamaDecodeProgram() = default;
-  void run_layer(const Layer& layer, int64_t index, Step& s, int tid, int threads) const;
-  static void run_group(const Group& g, int64_t rows, float* y, int tid, int threads,
-                        const std::vector<const float*>& operands);
+  // One layer on thread tid of threads; previous: the layer whose down product is still to be
+  // added to the residual stream, whose buffer `cur` names.
+  void run_layer(const Layer& layer, const Layer* previous, int64_t index, int& cur, Step& s, int tid,
+                 int threads) const;
+  // This thread's columns of: the residual (x + add + bias, when add is given) into the other
+  // buffer, its RMS norm with `norm` into h (when given), and next's operands from h.
+  void residual_norm(const float* add, const float* bias, const float* norm, const Group* next, int& cur,
+                     Step& s, int tid, int threads) const;
+  // g's operands from rows [row0, row1) and columns [col0, col1) of x.
+  static void prepare(const Group& g, const float* x, Step& s, int64_t row0, int64_t row1, int64_t col0,
+                      int64_t col1);
+  // This thread's share of g's output channels, from input x (or the operands prepared from it).
+  static void run_group(const Group& g, const float* x, const Step& s, float* y, int tid, int threads);
 
   LlamaConfig config_;
   std::vector<Layer> layers_;

@@ -361,25 +361,30 @@ struct Int4Operand {
 };
 // Floats an Int4Operand of m rows takes: x, then the sums.
 int64_t int4_operand_floats(const Rows& s, int64_t m) { return m * (s.cols + s.groups); }
-// Writes m rows of x as the int4 kernels read them into buffer (int4_operand_floats long).
-Int4Operand make_int4_operand(const Rows& s, const float* x_rows, int64_t m, float* buffer) {
+// Writes columns [col0, col1) (whole groups and 32-column chunks) of rows [row0, row1) of x as the int4
+// kernels read them into buffer (int4_operand_floats long).
+Int4Operand make_int4_operand(const Rows& s, const float* x_rows, int64_t m, float* buffer, int64_t row0,
+                              int64_t row1, int64_t col0, int64_t col1) {
   float* xs = buffer;
   float* sums = buffer + m * s.cols;
-  for (int64_t r = 0; r < m; ++r) {
+  for (int64_t r = row0; r < row1; ++r) {
     const float* src = x_rows + r * s.cols;
     float* dst = xs + r * s.cols;
-    for (int64_t j = 0; j < s.cols; j += 32)
+    for (int64_t j = col0; j < col1; j += 32)
       for (int64_t k = 0; k < 16; ++k) {
         dst[j + k] = src[j + 2 * k];
         dst[j + 16 + k] = src[j + 2 * k + 1];
       }
-    for (int64_t g = 0; g < s.groups; ++g) {
+    for (int64_t g = col0 / s.group; g < col1 / s.group; ++g) {
       float t = 0;
       for (int64_t j = 0; j < s.group; ++j) t += src[g * s.group + j];
       sums[r * s.groups + g] = t;
     }
   }
   return {xs, sums};
+}
+Int4Operand make_int4_operand(const Rows& s, const float* x_rows, int64_t m, float* buffer) {
+  return make_int4_operand(s, x_rows, m, buffer, 0, m, 0, s.cols);
 }
 
 // One chunk of 32 columns of a row of the int4 matrix into each row's pair of accumulators.
@@ -943,14 +948,21 @@ int64_t DecodeGemv::operand_floats(int64_t m) const {
 #endif
 }
 
-const float* DecodeGemv::prepare(const float* x, int64_t m, float* scratch) const {
-  if (state_->rows.scheme != QuantScheme::Int4Group) return x;
+bool DecodeGemv::prepares() const { return state_->rows.scheme == QuantScheme::Int4Group; }
+
+const float* DecodeGemv::prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1,
+                                 int64_t col0, int64_t col1) const {
+  if (!prepares()) return x;
 #if SERVELAB_X86
-  make_int4_operand(state_->rows, x, m, scratch);
+  make_int4_operand(state_->rows, x, m, scratch, row0, row1, col0, col1);
 #else
-  (void)m;
+  (void)m, (void)row0, (void)row1, (void)col0, (void)col1;
 #endif
   return scratch;
+}
+
+int64_t DecodeGemv::operand_align() const {
+  return state_->rows.scheme == QuantScheme::Int4Group ? std::max<int64_t>(32, state_->rows.group) : 1;
 }
 
 void DecodeGemv::run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const {

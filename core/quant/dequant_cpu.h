@@ -64,8 +64,19 @@ class DecodeGemv {
   int64_t in() const { return in_; }
   // Floats of scratch that prepare() may fill for m rows.
   int64_t operand_floats(int64_t m) const;
-  // m rows of x ([m, in], contiguous) as run() reads them: x itself, or scratch filled.
-  const float* prepare(const float* x, int64_t m, float* scratch) const;
+  // Whether run() reads a prepared operand (the int4 groups: x reordered, with the groups' sums)
+  // rather than x itself.
+  bool prepares() const;
+  // Rows [row0, row1) and columns [col0, col1) of x ([m, in], contiguous) into scratch as run()
+  // reads them, where prepares(): col0 a multiple of operand_align(), col1 too or in(), so that
+  // threads can each prepare a part. Returns what run() reads: scratch, or x itself.
+  const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1, int64_t col0,
+                       int64_t col1) const;
+  const float* prepare(const float* x, int64_t m, float* scratch) const {
+    return prepare(x, m, scratch, 0, m, 0, in_);
+  }
+  // The column step prepare() splits at: the int4 groups (and 32-column chunks), else 1.
+  int64_t operand_align() const;
   // y[r * ldy + c] for rows r < m and output channels c in [c0, c1), from prepare()'s operand.
   void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const;
 

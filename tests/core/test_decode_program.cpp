@@ -31,7 +31,7 @@ LlamaModel tiny(const std::function<void(LlamaConfig&)>& tweak = {}, uint64_t se
   LlamaConfig c;
   c.vocab_size = 300;
   c.hidden_size = 64;
-  c.intermediate_size = 96;
+  c.intermediate_size = 128;
   c.n_layer = 2;
   c.n_head = 4;
   c.n_kv_head = 2;
@@ -114,7 +114,7 @@ class TestDecodeProgram : public QObject {
   void logits_equal_op_by_op_data() {
     QTest::addColumn<QString>("mode");
     QTest::addColumn<int>("rows");
-    for (const char* mode : {"int4-g32", "int8-channel", "zp-uint8", "fp16", "bf16"})
+    for (const char* mode : {"int4-g32", "int4-g64", "int8-channel", "zp-uint8", "fp16", "bf16"})
       for (int rows : {1, 3, 7})
         QTest::newRow(qPrintable(QString("%1 x%2").arg(mode).arg(rows))) << mode << rows;
   }
