@@ -253,6 +253,9 @@ def main():
                          "int8-quantized activations as llama.cpp does)")
     ap.add_argument("--isa", choices=["avx512", "avx2", "generic"], default=None,
                     help="force our kernels' ISA (default: the best this CPU has)")
+    ap.add_argument("--out", default=None,
+                    help="also write the run in the results schema (docs/benchmarks-schema.md) to this path, "
+                         "with the decode targets as summary rows")
     ap.add_argument("--op-by-op", action="store_true",
                     help="also run our batch 1 with --fused-decode off in every round, right after the fused "
                          "run: the fused decode program against the op-by-op forward, interleaved")
@@ -260,6 +263,11 @@ def main():
     a.llama_bin = a.llama_bin or os.path.join(a.llama_dir, "build/bin")
 
     log = lambda *x: print(*x, file=sys.stderr, flush=True)
+    meta = None
+    if a.out:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from results_meta import run_metadata
+        meta = run_metadata(sys.argv, threads=a.threads, python=a.python)
     info_out, _ = run([a.cli, "info", "--threads", str(a.threads), *exec_args(a)])
     m = re.search(r'"resident_weight_bytes"\s*:\s*(\d+)', info_out) or \
         re.search(r"resident_weight_bytes\D*(\d+)", info_out)
@@ -384,6 +392,44 @@ def main():
         res["workload"][k] += " " + " ".join(exec_args(a)) if exec_args(a) else ""
     json.dump(res, sys.stdout, indent=1, default=str)
     print()
+    if a.out:
+        write_schema(a, meta, res, json.loads(info_out))
+
+
+def write_schema(a, meta, res, info):
+    """The run in the results schema, its summary rows the decode targets (issue: the decode step as
+    one program): batch 1 on the default path >= 1.3x llama.cpp, the step within 1.6x of the read
+    floor of the file's bytes at this run's read bandwidth, 32 sequences >= 2x llama.cpp."""
+    from results_meta import write_result
+    s = res["summary_medians"]
+    isa = info["cpu"]["isa"]
+    exec_name = a.quant_exec or "jit (default)"
+    path = "fused decode " + ("on" if info.get("fused_decode", {}).get("active") else "off")
+    read_gb_s = (meta.get("read_bandwidth") or {}).get("read_gb_s")
+    step = s["memory_floor"]["ours_decode_step_ms"]
+    floor_ms = res["gguf_bytes"]["tensor_bytes"] / (read_gb_s * 1e9) * 1000 if read_gb_s else None
+    rows = [
+        {"label": f"SmolLM2 Q4_1 batch-1 decode, ours / llama.cpp, {isa}, {exec_name}, {path}",
+         "value": round(s["batch1_decode_tok_s"]["ratio_ours_over_theirs_median_of_rounds"], 3), "unit": "x",
+         "target": ">= 1.3x", "verdict": "met" if s["batch1_decode_tok_s"]["ratio_ours_over_theirs_median_of_rounds"] >= 1.3 else "missed"},
+    ]
+    if "batch1_decode_tok_s_op_by_op" in s:
+        o = s["batch1_decode_tok_s_op_by_op"]
+        rows.append({"label": f"same, op by op (--fused-decode off), ours / llama.cpp", "value": round(o["ratio_ours_over_theirs_median_of_rounds"], 3),
+                     "unit": "x", "target": "", "verdict": "info"})
+        rows.append({"label": "batch-1 decode, fused program / op by op, interleaved", "value": round(o["ratio_fused_over_op_by_op_median_of_rounds"], 3),
+                     "unit": "x", "target": "", "verdict": "info"})
+    if floor_ms:
+        rows.append({"label": f"batch-1 decode step over the read floor (the file's {res['gguf_bytes']['tensor_bytes'] / 1e6:.1f} MB at {read_gb_s} GB/s read)",
+                     "value": round(step / floor_ms, 3), "unit": "x", "target": "<= 1.6x",
+                     "verdict": "met" if step / floor_ms <= 1.6 else "missed"})
+        rows.append({"label": "llama.cpp's step over the same floor", "value": round(s["memory_floor"]["theirs_decode_step_ms"] / floor_ms, 3),
+                     "unit": "x", "target": "", "verdict": "info"})
+    for b in [int(x) for x in a.batch_sizes.split(",")]:
+        r = s[f"batch{b}_decode_tok_s"]["ratio_ours_over_theirs_median_of_rounds"]
+        rows.append({"label": f"{b} sequences, decode tokens/s, ours / llama.cpp", "value": round(r, 3), "unit": "x",
+                     "target": ">= 2x" if b == 32 else "", "verdict": ("met" if r >= 2 else "missed") if b == 32 else "info"})
+    write_result(a.out, meta, {"benchmark": "llama-cpp-decode", "results": res, "summary": rows})
 
 
 if __name__ == "__main__":

@@ -219,7 +219,9 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
          "<b>Dequantize once</b> rebuilds fp32 weights at load: it saves disk only, not memory or time while "
          "running (the marks across the bars). <b>JIT</b> keeps weights quantized and dequantizes blocks "
          "inside each "
-         "matmul; <b>native</b> kernels (fbgemm) compute on int8 directly. Batch-1 decode reads every weight "
+         "matmul; <b>native</b> kernels are libtorch's (a weight-only int8 GEMM, an int4 kernel). Batch-1 "
+         "decode "
+         "reads every weight "
          "per token: fewer bytes, faster tokens, down to the memory floor."),
       this);
   explanation->setObjectName(QStringLiteral("quantExplanation"));

@@ -101,10 +101,10 @@ class Engine {
   // What the faces print beside any generated text.
   std::string text_caveat() const;
   nlohmann::json info() const;
-  // Whether activations are quantized at run time, so that a cache-free pass and a cached step
-  // may part: fbgemm's dynamic int8 on the CPU quantizes each call's activations with one scale (a
-  // whole prefix against one token); jit-int8 quantizes each row per 32 columns, where the two
-  // passes' different orders of summation (attention over a prefix) can round a value the other way.
+  // Whether activations are rounded at run time, so that a cache-free pass and a cached step may
+  // part: jit-int8 quantizes each row per 32 columns, native int8 on the CPU casts them to bf16;
+  // the two passes' different orders of summation (attention over a prefix) can round a value the
+  // other way.
   bool activations_quantized_per_call() const;
 
  private:

@@ -253,9 +253,11 @@ class JitKernels final : public QuantKernelsBase {
   std::vector<std::vector<std::pair<std::vector<LinearSlot>, QuantizedTensor>>> fused_;
 };
 
-// fbgemm's dynamic int8 linear on the CPU (activations quantized per call, u8 x s8 products with
-// int32 accumulation), _weight_int8pack_mm on CUDA (weight-only int8), torch's int4 CPU kernel,
-// and plain half-precision GEMMs for fp16 / bf16.
+// libtorch's weight-only int8 GEMM (_weight_int8pack_mm: int8 weights, a scale per channel) on the
+// CPU and CUDA, torch's int4 CPU kernel, and plain half-precision GEMMs for fp16 / bf16. On the CPU
+// the int8 GEMM takes bf16 activations (its fp32 path is a reference loop, about 20x slower at
+// batch 1 here), so each call casts them. The CPU's int8 once ran fbgemm's dynamic linear, which
+// needs quantized tensors, an API libtorch has deprecated.
 class NativeKernels final : public QuantKernelsBase {
  public:
   NativeKernels(const QuantizedMatrices& q, at::ScalarType act, at::Device device)
@@ -263,8 +265,7 @@ class NativeKernels final : public QuantKernelsBase {
     std::string why;
     if (!native_quant_available(q.spec, device, &why))
       throw InputError("native " + q.spec.mode_name() + ": " + why);
-    // fbgemm adds the bias inside its kernel, so it is packed with the weight; the other
-    // kernels add the model's own bias after the product.
+    // Every kernel adds the model's own bias after the product.
     for (size_t l = 0; l < matrices_.size(); ++l) {
       std::array<Prepared, kLinearSlotCount> p;
       for (size_t i = 0; i < kLinearSlotCount; ++i) {
@@ -272,12 +273,11 @@ class NativeKernels final : public QuantKernelsBase {
         if (matrices_[l][i].scheme != scheme_)
           throw InputError("native " + q.spec.mode_name() + " kernels run one scheme; a matrix is " +
                            QuantSpec{matrices_[l][i].scheme}.mode_name());
-        const at::Tensor bias = l < q.biases.size() ? q.biases[l][i] : at::Tensor();
-        p[i] = prepare(matrices_[l][i], packs_bias() && bias.defined() ? bias.to(at::kFloat) : at::Tensor());
+        p[i] = prepare(matrices_[l][i]);
       }
       prepared_.push_back(std::move(p));
     }
-    head_prepared_ = prepare(head_, {});
+    head_prepared_ = prepare(head_);
     // The prepared forms replace the matrices; only the embeddings' rows stay as they were.
     for (auto& m : matrices_)
       for (auto& t : m) t = QuantizedTensor{};
@@ -287,7 +287,7 @@ class NativeKernels final : public QuantKernelsBase {
   at::Tensor linear(int64_t layer, LinearSlot slot, const at::Tensor& x,
                     const at::Tensor& bias) const override {
     at::Tensor y = run(prepared_.at(static_cast<size_t>(layer))[static_cast<size_t>(slot)], x);
-    return packs_bias() || !bias.defined() ? y : y.add_(bias);
+    return bias.defined() ? y.add_(bias) : y;
   }
   at::Tensor lm_head(const at::Tensor& h) const override { return unflat(run(head_prepared_, flat(h)), h); }
 
@@ -300,9 +300,10 @@ class NativeKernels final : public QuantKernelsBase {
   std::string description() const override {
     switch (scheme_) {
       case QuantScheme::PerChannelInt8:
-        return device_.is_cpu() ? "fbgemm dynamic int8 linear (quantized::linear_dynamic, activations "
-                                  "quantized per call)"
-                                : "weight-only int8 GEMM (aten::_weight_int8pack_mm)";
+        return device_.is_cpu()
+                   ? "weight-only int8 GEMM (aten::_weight_int8pack_mm, activations cast to bf16 "
+                     "per call)"
+                   : "weight-only int8 GEMM (aten::_weight_int8pack_mm)";
       case QuantScheme::Int4Group:
         return "int4 CPU kernel (aten::_weight_int4pack_mm_for_cpu)";
       case QuantScheme::Fp16:
@@ -315,38 +316,26 @@ class NativeKernels final : public QuantKernelsBase {
   }
 
  private:
-  bool packs_bias() const { return scheme_ == QuantScheme::PerChannelInt8 && device_.is_cpu(); }
+  // The activations' dtype of the int8 GEMM: bf16 on the CPU (see above), else the model's.
+  at::ScalarType int8_activations_dtype() const { return device_.is_cpu() ? at::kBFloat16 : act_; }
 
   struct Prepared {
-    c10::IValue packed;  // fbgemm's packed weight
-    at::Tensor weight;   // int8 [out, in], int4 packed, or half [out, in]
-    at::Tensor scale;    // int8: [out]; int4: scales and zeros [in / g, out, 2]
+    at::Tensor weight;  // int8 [out, in], int4 packed, or half [out, in]
+    at::Tensor scale;   // int8: [out]; int4: scales and zeros [in / g, out, 2]
     int64_t group_size = 0;
     int64_t out = 0;  // output features (int4 pads them to a multiple of 16)
     int64_t bytes = 0;
   };
 
-  Prepared prepare(const QuantizedTensor& w, const at::Tensor& bias) const {
+  Prepared prepare(const QuantizedTensor& w) const {
     Prepared p;
     const int64_t out = w.rows(), in = w.cols();
     switch (scheme_) {
       case QuantScheme::PerChannelInt8: {
-        if (device_.is_cpu()) {
-          // Our int8 values and scales as they are (no second rounding); fbgemm packs its own
-          // copy with int32 column offsets.
-          at::Tensor scale = at::where(w.scale == 0, at::ones_like(w.scale), w.scale).to(at::kDouble);
-          at::Tensor qw = at::_make_per_channel_quantized_tensor(
-              w.values, scale, at::zeros({out}, at::TensorOptions().dtype(at::kLong)), 0);
-          std::vector<c10::IValue> stack{qw,
-                                         bias.defined() ? c10::IValue(bias.to(at::kFloat)) : c10::IValue()};
-          op("quantized::linear_prepack").callBoxed(&stack);
-          p.packed = stack.at(0);
-          p.bytes = out * in + out * (4 + 4 + 4) + (bias.defined() ? out * 4 : 0);
-        } else {
-          p.weight = w.values;
-          p.scale = w.scale.to(act_);
-          p.bytes = out * in + out * static_cast<int64_t>(c10::elementSize(act_));
-        }
+        // Our int8 values as they are (no second rounding), the scales in the activations' dtype.
+        p.weight = w.values;
+        p.scale = w.scale.to(int8_activations_dtype());
+        p.bytes = out * in + out * static_cast<int64_t>(c10::elementSize(p.scale.scalar_type()));
         break;
       }
       case QuantScheme::Int4Group: {
@@ -384,12 +373,9 @@ class NativeKernels final : public QuantKernelsBase {
   at::Tensor run(const Prepared& p, const at::Tensor& x) const {
     switch (scheme_) {
       case QuantScheme::PerChannelInt8: {
-        if (device_.is_cpu()) {
-          static const c10::OperatorHandle dynamic = op("quantized::linear_dynamic");
-          return call_tensor(dynamic, {x.to(at::kFloat).contiguous(), p.packed, true}).to(act_);
-        }
         static const c10::OperatorHandle int8mm = op("aten::_weight_int8pack_mm");
-        return call_tensor(int8mm, {x.contiguous(), p.weight, p.scale});
+        const at::ScalarType dt = int8_activations_dtype();
+        return call_tensor(int8mm, {x.to(dt).contiguous(), p.weight, p.scale}).to(act_);
       }
       case QuantScheme::Int4Group: {
         static const c10::OperatorHandle int4mm = op("aten::_weight_int4pack_mm_for_cpu");

@@ -61,15 +61,10 @@ QuantizedMatrices quantize_llama(const LlamaConfig& c, const LlamaWeights& w, co
   if (!w.lm_head_tied) q.head = quantize(kHead, w.lm_head);
   for (size_t l = 0; l < w.layers.size(); ++l) {
     std::array<QuantizedTensor, kLinearSlotCount> m;
-    std::array<at::Tensor, kLinearSlotCount> b;
-    for (size_t k = 0; k < table.size(); ++k) {
-      const auto slot = static_cast<size_t>(table[k].slot);
-      m[slot] = quantize("model.layers." + std::to_string(l) + "." + table[k].hf_name + ".weight",
-                         w.layers[l].w[k]);
-      if (w.layers[l].b[k].defined()) b[slot] = w.layers[l].b[k].to(at::kFloat);
-    }
+    for (size_t k = 0; k < table.size(); ++k)
+      m[static_cast<size_t>(table[k].slot)] = quantize(
+          "model.layers." + std::to_string(l) + "." + table[k].hf_name + ".weight", w.layers[l].w[k]);
     q.layers.push_back(std::move(m));
-    q.biases.push_back(std::move(b));
   }
   return q;
 }
@@ -158,7 +153,6 @@ std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& f, const L
   const std::vector<Projection> table = llama_projections(c);
   QuantizedMatrices q;
   q.layers.resize(static_cast<size_t>(c.n_layer));
-  q.biases.resize(static_cast<size_t>(c.n_layer));
   std::map<std::string, std::string> kinds;  // ggml type -> what runs it
   LlamaWeights rest = assemble_llama_weights(
       c, [&](const std::string& hf, const std::vector<int64_t>& shape, bool optional) -> at::Tensor {
@@ -201,10 +195,6 @@ std::unique_ptr<LlamaModel> load_llama_gguf_as_stored(const GgufFile& f, const L
   // assemble_llama_weights took an undefined head for a missing one: whether the file has its own.
   q.head_tied = !q.head.defined();
   rest.lm_head_tied = q.head_tied;
-  for (size_t l = 0; l < rest.layers.size(); ++l)
-    for (size_t k = 0; k < table.size(); ++k)
-      if (rest.layers[l].b[k].defined())
-        q.biases[l][static_cast<size_t>(table[k].slot)] = rest.layers[l].b[k];
   // The file's own schemes, whatever they are, run through the JIT kernels.
   q.spec.exec = int8_activations ? QuantExec::JitInt8 : QuantExec::Jit;
   auto model = build_quantized_llama(c, rest, q, at::kFloat, q.spec.exec);

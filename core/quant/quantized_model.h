@@ -34,8 +34,6 @@ struct QuantizedGpt2 {
 struct QuantizedMatrices {
   QuantSpec spec;
   std::vector<std::array<QuantizedTensor, kLinearSlotCount>> layers;
-  // fp32 biases by layer and slot (undefined where none): fbgemm packs them with the weights.
-  std::vector<std::array<at::Tensor, kLinearSlotCount>> biases;
   QuantizedTensor token_embedding;     // [vocab, E]
   QuantizedTensor position_embedding;  // [context, E] for GPT-2; empty where positions are rotary
   QuantizedTensor head;                // [vocab, E]; unused when tied

@@ -503,7 +503,7 @@ class TestQuantizationTab : public QObject {
       s.setValue(QStringLiteral("quantization/repeats"), 1);
       s.setValue(QStringLiteral("quantization/measureSpeed"), false);
       s.setValue(QStringLiteral("quantization/exec"),
-                 QStringLiteral("auto"));  // native int8 and half kernels
+                 QStringLiteral("auto"));  // our JIT int8 on the CPU, native half kernels
     }
     const QString shot = tmp_.filePath(QStringLiteral("quant.png")),
                   chart = tmp_.filePath(QStringLiteral("quant-chart.png")),
@@ -529,7 +529,8 @@ class TestQuantizationTab : public QObject {
     QCOMPARE(modes.size(), 3);
     QCOMPARE(modes[1].toObject()[QStringLiteral("mode")].toString(), QStringLiteral("int8-channel"));
     QCOMPARE(modes[2].toObject()[QStringLiteral("mode")].toString(), QStringLiteral("fp16"));
-    QCOMPARE(modes[1].toObject()[QStringLiteral("exec")].toString(), QStringLiteral("native"));
+    QCOMPARE(modes[1].toObject()[QStringLiteral("exec")].toString(), QStringLiteral("jit"));
+    QCOMPARE(modes[2].toObject()[QStringLiteral("exec")].toString(), QStringLiteral("native"));
   }
 };
 
