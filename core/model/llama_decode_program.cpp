@@ -160,9 +160,8 @@ std::string LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* c
   return {};
 }
 
-void LlamaDecodeProgram::run_group(const Group& g, const float* x, const Step& s, float* y, int tid,
-                                   int threads) {
-  const auto [begin, end] = share(g.width, tid, threads, 16);
+void LlamaDecodeProgram::run_channels(const Group& g, const float* x, const Step& s, float* y, int64_t begin,
+                                      int64_t end) {
   int64_t offset = 0;
   for (size_t i = 0; i < g.parts.size(); ++i) {
     const DecodeGemv& p = *g.parts[i];
@@ -171,6 +170,12 @@ void LlamaDecodeProgram::run_group(const Group& g, const float* x, const Step& s
       p.run(p.prepares() ? s.scratch[i].data() : x, s.B, lo - offset, hi - offset, y + offset, g.width);
     offset += p.out();
   }
+}
+
+void LlamaDecodeProgram::run_group(const Group& g, const float* x, const Step& s, float* y, int tid,
+                                   int threads) {
+  const auto [begin, end] = share(g.width, tid, threads, 16);
+  run_channels(g, x, s, y, begin, end);
 }
 
 int64_t LlamaDecodeProgram::Group::align() const {
@@ -215,36 +220,37 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
   residual_norm(previous ? s.down.data() : nullptr, previous ? previous->bias[kDown] : nullptr, L.attn_norm,
                 &L.qkv, cur, s, tid, threads);
 #pragma omp barrier
-  run_group(L.qkv, s.h.data(), s, s.qkv.data(), tid, threads);
-#pragma omp barrier
-  // Per (row, head): the bias, QK-norm and rotation of q and k; k and v written into the cache.
+  // The q/k/v product in whole heads, then, for the heads this thread computed, without waiting
+  // for the others: the bias, QK-norm and rotation of q and k; k and v written into the cache.
   {
     const int64_t Q = H * D, K = H_kv * D;
-    const auto [begin, end] = share(B * (H + H_kv), tid, threads, 1);
+    const auto [begin, end] = share(s.qkv_width, tid, threads, D);
+    run_channels(L.qkv, s.h.data(), s, s.qkv.data(), begin, end);
     float normed[kMaxHeadDim];
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = item / (H + H_kv), head = item % (H + H_kv);
-      const bool is_q = head < H;
-      const int64_t h = is_q ? head : head - H;
-      float* src = s.qkv.data() + b * s.qkv_width + (is_q ? h * D : Q + h * D);
-      const float* bias = is_q ? L.bias[kQ] : L.bias[kK];
-      if (bias)
-        for (int64_t i = 0; i < D; ++i) src[i] += bias[h * D + i];
-      const float* norm = is_q ? L.q_norm : L.k_norm;
-      if (norm) {
-        fused_cpu::rms_norm_row(src, norm, D, eps, normed);
-        std::memcpy(src, normed, static_cast<size_t>(D) * sizeof(float));
-      }
-      const int64_t p = s.position[static_cast<size_t>(b)];
-      float* dst = is_q ? s.q.data() + (b * H + h) * D
-                        : s.k_cache + index * s.s_layer + s.row[static_cast<size_t>(b)] * s.s_row +
-                              h * s.s_head + s.write[static_cast<size_t>(b)] * s.s_pos;
-      fused_cpu::rotary_row(src, cos_ + p * D, sin_ + p * D, D, dst);
-      if (!is_q) {
-        float* v = s.qkv.data() + b * s.qkv_width + Q + K + h * D;
-        if (L.bias[kV])
-          for (int64_t i = 0; i < D; ++i) v[i] += L.bias[kV][h * D + i];
-        std::memcpy(s.v_cache + (dst - s.k_cache), v, static_cast<size_t>(D) * sizeof(float));
+    for (int64_t b = 0; b < B; ++b) {
+      const float* position_cos = cos_ + s.position[static_cast<size_t>(b)] * D;
+      const float* position_sin = sin_ + s.position[static_cast<size_t>(b)] * D;
+      const int64_t cached = index * s.s_layer + s.row[static_cast<size_t>(b)] * s.s_row +
+                             s.write[static_cast<size_t>(b)] * s.s_pos;
+      for (int64_t head = begin / D; head < end / D; ++head) {
+        float* src = s.qkv.data() + b * s.qkv_width + head * D;
+        const int64_t column = head * D;
+        const bool is_q = column < Q, is_k = !is_q && column < Q + K;
+        const float* bias = is_q ? L.bias[kQ] : is_k ? L.bias[kK] : L.bias[kV];
+        const int64_t h = is_q ? head : is_k ? head - H : head - H - H_kv;
+        if (bias)
+          for (int64_t i = 0; i < D; ++i) src[i] += bias[h * D + i];
+        if (!is_q && !is_k) {
+          std::memcpy(s.v_cache + cached + h * s.s_head, src, static_cast<size_t>(D) * sizeof(float));
+          continue;
+        }
+        const float* norm = is_q ? L.q_norm : L.k_norm;
+        if (norm) {
+          fused_cpu::rms_norm_row(src, norm, D, eps, normed);
+          std::memcpy(src, normed, static_cast<size_t>(D) * sizeof(float));
+        }
+        float* dst = is_q ? s.q.data() + (b * H + h) * D : s.k_cache + cached + h * s.s_head;
+        fused_cpu::rotary_row(src, position_cos, position_sin, D, dst);
       }
     }
   }
@@ -284,14 +290,15 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
   // The residual, the MLP's norm and the gate/up operands.
   residual_norm(s.o.data(), L.bias[kO], L.mlp_norm, &L.gate_up, cur, s, tid, threads);
 #pragma omp barrier
-  run_group(L.gate_up, s.h.data(), s, s.gate_up.data(), tid, threads);
-#pragma omp barrier
-  // The activation of this thread's columns through libtorch's own kernel (its vectorized exp),
-  // so the bits are the op-by-op forward's: the columns start at multiples of 64, so each element
-  // takes the vector or the scalar path it takes there. Then the down operand of those columns.
+  // Gate and up for the same columns on one thread, then their activation through libtorch's own
+  // kernel (its vectorized exp), so the bits are the op-by-op forward's: the columns start at
+  // multiples of 64, so each element takes the vector or the scalar path it takes there. Then the
+  // down operand of those columns.
   {
     const auto [c0, c1] = share(F, tid, threads, std::max<int64_t>(64, L.down.align()));
     if (c0 < c1) {
+      run_channels(L.gate_up, s.h.data(), s, s.gate_up.data(), c0, c1);
+      run_channels(L.gate_up, s.h.data(), s, s.gate_up.data(), F + c0, F + c1);
       for (int64_t b = 0; b < B; ++b) {
         float* gu = s.gate_up.data() + b * 2 * F;
         if (L.bias[kGate])

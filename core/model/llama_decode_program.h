@@ -82,6 +82,9 @@ class LlamaDecodeProgram {
                       int64_t col1);
   // This thread's share of g's output channels, from input x (or the operands prepared from it).
   static void run_group(const Group& g, const float* x, const Step& s, float* y, int tid, int threads);
+  // Output channels [begin, end) of g (its parts side by side).
+  static void run_channels(const Group& g, const float* x, const Step& s, float* y, int64_t begin,
+                           int64_t end);
 
   LlamaConfig config_;
   std::vector<Layer> layers_;
