@@ -918,83 +918,83 @@ at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x) {
 #endif
 }
 
-struct DecodeGemv::State {
-  QuantizedTensor kept;  // the tensors Rows points into
-  Rows rows;
-  const float* out_scale;
-  explicit State(const QuantizedTensor& w)
-      : kept(w),
-        rows(w.scheme == QuantScheme::None ? Rows(w.values) : Rows(w)),
-        out_scale(w.scheme == QuantScheme::PerChannelInt8 ? rows.scale : nullptr) {}
+namespace {
+
+// DecodeGemv over fp32 activations: fused_gemv_cpu's and fp32_gemv_cpu's kernels.
+class Fp32DecodeGemv final : public DecodeGemv {
+ public:
+  explicit Fp32DecodeGemv(const QuantizedTensor& w, int64_t out, int64_t in)
+      : DecodeGemv(out, in),
+        kept_(w),
+        rows_(w.scheme == QuantScheme::None ? Rows(w.values) : Rows(w)),
+        out_scale_(w.scheme == QuantScheme::PerChannelInt8 ? rows_.scale : nullptr) {}
+
+  int64_t operand_floats(int64_t m) const override {
+#if SERVELAB_X86
+    return prepares() ? int4_operand_floats(rows_, m) : 0;
+#else
+    (void)m;
+    return 0;
+#endif
+  }
+  bool prepares() const override { return rows_.scheme == QuantScheme::Int4Group; }
+  const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1, int64_t col0,
+                       int64_t col1) const override {
+    if (!prepares()) return x;
+#if SERVELAB_X86
+    make_int4_operand(rows_, x, m, scratch, row0, row1, col0, col1);
+#else
+    (void)m, (void)row0, (void)row1, (void)col0, (void)col1;
+#endif
+    return scratch;
+  }
+  int64_t operand_align() const override { return prepares() ? std::max<int64_t>(32, rows_.group) : 1; }
+
+  void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const override {
+#if SERVELAB_X86
+    const Rows& s = rows_;
+    const bool avx2 = active_isa() == Isa::Avx2;
+    if (s.scheme == QuantScheme::Int4Group) {
+      static constexpr auto table = gemv_int4_table(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+      static constexpr auto table_avx2 =
+          gemv_int4_table_avx2(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+      const Int4Operand op{operand, operand + m * s.cols};
+      (avx2 ? table_avx2 : table)[static_cast<size_t>(m - 1)](s, op, c0, c1, y, ldy);
+      return;
+    }
+    switch (s.scheme) {
+#define SERVELAB_GEMV(SCHEME)                                                                        \
+  case QuantScheme::SCHEME:                                                                          \
+    return avx2 ? gemv_dispatch_avx2<QuantScheme::SCHEME>(m, s, operand, c0, c1, out_scale_, y, ldy) \
+                : gemv_dispatch<QuantScheme::SCHEME>(m, s, operand, c0, c1, out_scale_, y, ldy);
+      SERVELAB_GEMV(None)
+      SERVELAB_GEMV(ZeroPointUint8)
+      SERVELAB_GEMV(PerChannelInt8)
+      SERVELAB_GEMV(Int8Group)
+      SERVELAB_GEMV(Fp16)
+      SERVELAB_GEMV(Bf16)
+#undef SERVELAB_GEMV
+      case QuantScheme::Int4Group:  // above
+        break;
+    }
+#else
+    (void)operand, (void)m, (void)c0, (void)c1, (void)y, (void)ldy;
+#endif
+  }
+
+ private:
+  QuantizedTensor kept_;  // the tensors rows_ points into
+  Rows rows_;
+  const float* out_scale_;
 };
 
-DecodeGemv::DecodeGemv(std::unique_ptr<State> state, int64_t out, int64_t in)
-    : state_(std::move(state)), out_(out), in_(in) {}
-DecodeGemv::~DecodeGemv() = default;
+}  // namespace
 
 std::shared_ptr<const DecodeGemv> DecodeGemv::of(const QuantizedTensor& w) {
   const bool plain = w.scheme == QuantScheme::None && fp32_gemv_supported(w.values);
   if (!plain && (w.scheme == QuantScheme::None || !fused_gemv_supported(w))) return nullptr;
   const int64_t out = plain ? w.values.size(0) : w.rows(), in = plain ? w.values.size(1) : w.cols();
-  return std::shared_ptr<const DecodeGemv>(new DecodeGemv(std::make_unique<State>(w), out, in));
-}
-
-int64_t DecodeGemv::operand_floats(int64_t m) const {
-#if SERVELAB_X86
-  return state_->rows.scheme == QuantScheme::Int4Group ? int4_operand_floats(state_->rows, m) : 0;
-#else
-  (void)m;
-  return 0;
-#endif
-}
-
-bool DecodeGemv::prepares() const { return state_->rows.scheme == QuantScheme::Int4Group; }
-
-const float* DecodeGemv::prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1,
-                                 int64_t col0, int64_t col1) const {
-  if (!prepares()) return x;
-#if SERVELAB_X86
-  make_int4_operand(state_->rows, x, m, scratch, row0, row1, col0, col1);
-#else
-  (void)m, (void)row0, (void)row1, (void)col0, (void)col1;
-#endif
-  return scratch;
-}
-
-int64_t DecodeGemv::operand_align() const {
-  return state_->rows.scheme == QuantScheme::Int4Group ? std::max<int64_t>(32, state_->rows.group) : 1;
-}
-
-void DecodeGemv::run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const {
-#if SERVELAB_X86
-  const Rows& s = state_->rows;
-  const bool avx2 = active_isa() == Isa::Avx2;
-  if (s.scheme == QuantScheme::Int4Group) {
-    static constexpr auto table = gemv_int4_table(std::make_integer_sequence<int, kFusedGemvMaxRows>());
-    static constexpr auto table_avx2 =
-        gemv_int4_table_avx2(std::make_integer_sequence<int, kFusedGemvMaxRows>());
-    const Int4Operand op{operand, operand + m * s.cols};
-    (avx2 ? table_avx2 : table)[static_cast<size_t>(m - 1)](s, op, c0, c1, y, ldy);
-    return;
-  }
-  switch (s.scheme) {
-#define SERVELAB_GEMV(SCHEME)                                                                               \
-  case QuantScheme::SCHEME:                                                                                 \
-    return avx2 ? gemv_dispatch_avx2<QuantScheme::SCHEME>(m, s, operand, c0, c1, state_->out_scale, y, ldy) \
-                : gemv_dispatch<QuantScheme::SCHEME>(m, s, operand, c0, c1, state_->out_scale, y, ldy);
-    SERVELAB_GEMV(None)
-    SERVELAB_GEMV(ZeroPointUint8)
-    SERVELAB_GEMV(PerChannelInt8)
-    SERVELAB_GEMV(Int8Group)
-    SERVELAB_GEMV(Fp16)
-    SERVELAB_GEMV(Bf16)
-#undef SERVELAB_GEMV
-    case QuantScheme::Int4Group:  // above
-      break;
-  }
-#else
-  (void)operand, (void)m, (void)c0, (void)c1, (void)y, (void)ldy;
-#endif
+  return std::make_shared<Fp32DecodeGemv>(w, out, in);
 }
 
 }  // namespace servelab

@@ -56,35 +56,35 @@ at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x);
 // each call as those do.
 class DecodeGemv {
  public:
-  // Null unless fused_gemv_supported(w), or w is a plain fp32 matrix (QuantScheme::None) that
-  // fp32_gemv_supported takes. Keeps w's tensors alive.
+  virtual ~DecodeGemv() = default;
+  // The fused GEMV over fp32 activations: null unless fused_gemv_supported(w), or w is a plain
+  // fp32 matrix (QuantScheme::None) that fp32_gemv_supported takes. Keeps w's tensors alive.
+  // (int8_activation_decode_gemv, quant/int8_activations.h, is the integer-activation one.)
   static std::shared_ptr<const DecodeGemv> of(const QuantizedTensor& w);
-  ~DecodeGemv();
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
   // Floats of scratch that prepare() may fill for m rows.
-  int64_t operand_floats(int64_t m) const;
-  // Whether run() reads a prepared operand (the int4 groups: x reordered, with the groups' sums)
+  virtual int64_t operand_floats(int64_t m) const = 0;
+  // Whether run() reads a prepared operand (x reordered, quantized, or with its groups' sums)
   // rather than x itself.
-  bool prepares() const;
+  virtual bool prepares() const = 0;
   // Rows [row0, row1) and columns [col0, col1) of x ([m, in], contiguous) into scratch as run()
   // reads them, where prepares(): col0 a multiple of operand_align(), col1 too or in(), so that
   // threads can each prepare a part. Returns what run() reads: scratch, or x itself.
-  const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1, int64_t col0,
-                       int64_t col1) const;
+  virtual const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1,
+                               int64_t col0, int64_t col1) const = 0;
   const float* prepare(const float* x, int64_t m, float* scratch) const {
     return prepare(x, m, scratch, 0, m, 0, in_);
   }
-  // The column step prepare() splits at: the int4 groups (and 32-column chunks), else 1.
-  int64_t operand_align() const;
+  // The column step prepare() splits at.
+  virtual int64_t operand_align() const = 0;
   // y[r * ldy + c] for rows r < m and output channels c in [c0, c1), from prepare()'s operand.
-  void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const;
+  virtual void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const = 0;
 
-  struct State;  // dequant_cpu.cpp: the kernels' view of the matrix
+ protected:
+  DecodeGemv(int64_t out, int64_t in) : out_(out), in_(in) {}
 
  private:
-  explicit DecodeGemv(std::unique_ptr<State> state, int64_t out, int64_t in);
-  std::unique_ptr<State> state_;
   int64_t out_ = 0, in_ = 0;
 };
 

@@ -136,53 +136,77 @@ struct Passes {
 // each group's sums: A A C C B B D D for int4's groups A-D, A A B B A A B B for int8's A and B.
 struct Operand {
   static constexpr int64_t kStepLanes = 16;
-  int64_t step_bytes = 0, steps = 0, blocks = 0;
+  int64_t step_bytes = 0, steps = 0, blocks = 0, cols = 0;
+  bool int4 = false, paired = false;
   Passes passes;
-  std::vector<int8_t> q;
-  std::vector<float> lane_scale, sums;
-  Operand(QuantScheme scheme, const float* x, int64_t rows, int64_t cols, bool paired)
-      : blocks(cols / kBlock), passes(rows) {
-    const bool int4 = scheme == QuantScheme::Int4Group;
+  int8_t* q = nullptr;          // [rows * steps * step_bytes]
+  float* lane_scale = nullptr;  // [rows * steps * kStepLanes]
+  float* sums = nullptr;        // [rows * blocks]
+  // The layout of `rows` rows; the storage is the caller's (OwnedOperand, or a decode program's
+  // scratch: storage_floats long).
+  Operand(QuantScheme scheme, int64_t rows, int64_t cols_, bool paired_)
+      : blocks(cols_ / kBlock),
+        cols(cols_),
+        int4(scheme == QuantScheme::Int4Group),
+        paired(paired_),
+        passes(rows) {
     step_bytes = int4 ? 128 : 64;
     steps = (cols + step_bytes - 1) / step_bytes;
+  }
+  int64_t rows_total() const { return passes.first.back() + passes.rows.back(); }
+  int64_t q_bytes() const { return rows_total() * steps * step_bytes; }
+  int64_t lane_floats() const { return rows_total() * steps * kStepLanes; }
+  int64_t sum_floats() const { return rows_total() * blocks; }
+  // Floats of storage with q first (rounded up to whole floats), then the lanes, then the sums.
+  int64_t storage_floats() const { return (q_bytes() + 3) / 4 + lane_floats() + sum_floats(); }
+  void place(float* storage) {
+    q = reinterpret_cast<int8_t*>(storage);
+    lane_scale = storage + (q_bytes() + 3) / 4;
+    sums = lane_scale + lane_floats();
+  }
+  // Row m's step s starts (first * steps + s * n + j) steps in, m being row j of a pass of n rows
+  // that starts at `first`.
+  int64_t step_of(int64_t pass, int64_t j, int64_t s) const {
+    return passes.first[static_cast<size_t>(pass)] * steps + s * passes.rows[static_cast<size_t>(pass)] + j;
+  }
+  // Rows [row0, row1) of x, steps [s0, s1) of each: cleared, then their blocks quantized into them.
+  void fill(const float* x, int64_t row0, int64_t row1, int64_t s0, int64_t s1) {
     const int64_t per_step = step_bytes / kBlock, lanes = kStepLanes / per_step;
-    q.assign(static_cast<size_t>(rows * steps * step_bytes), 0);
-    lane_scale.assign(static_cast<size_t>(rows * steps * kStepLanes), 0.0f);
-    sums.assign(static_cast<size_t>(rows * blocks), 0.0f);
     const BlockQuantizer quantize = block_quantizer();
-    // Rows in parallel only for a batch: one row is a few hundred nanoseconds.
-    at::parallel_for(0, static_cast<int64_t>(passes.first.size()), 2, [&](int64_t p0, int64_t p1) {
-      alignas(32) int8_t block[kBlock];
-      for (int64_t p = p0; p < p1; ++p) {
-        const int64_t first = passes.first[static_cast<size_t>(p)], n = passes.rows[static_cast<size_t>(p)];
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t m = first + j;
-          for (int64_t b = 0; b < blocks; ++b) {
-            float d = 0;
-            const float sum = quantize(x + m * cols + b * kBlock, block, &d, int4);
-            // Row j of the pass at step s: (first * steps + s * n + j) steps from the start.
-            const int64_t at_step = first * steps + b / per_step * n + j, within = b % per_step;
-            int8_t* dst = q.data() + at_step * step_bytes;
-            if (int4) {
-              std::memcpy(dst + within * 16, block, 16);
-              std::memcpy(dst + 64 + within * 16, block + 16, 16);
-            } else {
-              std::memcpy(dst + within * kBlock, block, kBlock);
-            }
-            float* lane = lane_scale.data() + at_step * kStepLanes;
-            if (!paired) {
-              std::fill_n(lane + within * lanes, lanes, d);
-            } else if (int4) {
-              std::fill_n(lane + within % 2 * 4 + within / 2 * 2, 2, d);
-            } else {
-              std::fill_n(lane + within * 2, 2, d);
-              std::fill_n(lane + within * 2 + 4, 2, d);
-            }
-            sums[static_cast<size_t>(m * blocks + b)] = sum;
+    alignas(32) int8_t block[kBlock];
+    for (int64_t p = 0; p < pass_count(); ++p) {
+      const int64_t first = first_row(p), n = rows(p);
+      for (int64_t j = std::max<int64_t>(0, row0 - first); j < n && first + j < row1; ++j) {
+        const int64_t m = first + j;
+        for (int64_t st = s0; st < s1; ++st) {
+          const int64_t at_step = step_of(p, j, st);
+          std::memset(q + at_step * step_bytes, 0, static_cast<size_t>(step_bytes));
+          std::fill_n(lane_scale + at_step * kStepLanes, kStepLanes, 0.0f);
+        }
+        for (int64_t b = s0 * per_step; b < std::min(blocks, s1 * per_step); ++b) {
+          float d = 0;
+          const float sum = quantize(x + m * cols + b * kBlock, block, &d, int4);
+          const int64_t at_step = step_of(p, j, b / per_step), within = b % per_step;
+          int8_t* dst = q + at_step * step_bytes;
+          if (int4) {
+            std::memcpy(dst + within * 16, block, 16);
+            std::memcpy(dst + 64 + within * 16, block + 16, 16);
+          } else {
+            std::memcpy(dst + within * kBlock, block, kBlock);
           }
+          float* lane = lane_scale + at_step * kStepLanes;
+          if (!paired) {
+            std::fill_n(lane + within * lanes, lanes, d);
+          } else if (int4) {
+            std::fill_n(lane + within % 2 * 4 + within / 2 * 2, 2, d);
+          } else {
+            std::fill_n(lane + within * 2, 2, d);
+            std::fill_n(lane + within * 2 + 4, 2, d);
+          }
+          sums[m * blocks + b] = sum;
         }
       }
-    });
+    }
   }
   int64_t pass_count() const { return static_cast<int64_t>(passes.first.size()); }
   int64_t first_row(int64_t pass) const { return passes.first[static_cast<size_t>(pass)]; }
@@ -197,10 +221,23 @@ struct Operand {
     const float* lanes_at(int64_t s) const { return lanes + s * rows * kStepLanes; }
   };
   PassSteps pass_steps(int64_t pass) const {
-    return {q.data() + first_row(pass) * steps * step_bytes,
-            lane_scale.data() + first_row(pass) * steps * kStepLanes, rows(pass), step_bytes};
+    return {q + first_row(pass) * steps * step_bytes, lane_scale + first_row(pass) * steps * kStepLanes,
+            rows(pass), step_bytes};
   }
-  const float* sum(int64_t m) const { return sums.data() + m * blocks; }
+  const float* sum(int64_t m) const { return sums + m * blocks; }
+};
+
+// An Operand with storage of its own, every row quantized (passes in parallel for a batch: one row
+// is a few hundred nanoseconds).
+struct OwnedOperand : Operand {
+  std::vector<float> storage;
+  OwnedOperand(QuantScheme scheme, const float* x, int64_t row_count, int64_t columns, bool paired_steps)
+      : Operand(scheme, row_count, columns, paired_steps), storage(static_cast<size_t>(storage_floats())) {
+    place(storage.data());
+    at::parallel_for(0, pass_count(), 2, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) fill(x, first_row(p), first_row(p) + rows(p), 0, steps);
+    });
+  }
 };
 
 // One pass of x (its rows(pass) rows, the kernel's M) against channels [c0, c1) of w into y.
@@ -513,7 +550,7 @@ at::Tensor int8_activation_linear_cpu(const QuantizedTensor& w, const at::Tensor
   if (rows == 0 || out == 0) return y;
   const at::Tensor xc = x.contiguous();
   const bool paired = !vnni_active();
-  const Operand op(w.scheme, xc.data_ptr<float>(), rows, w.cols(), paired);
+  const OwnedOperand op(w.scheme, xc.data_ptr<float>(), rows, w.cols(), paired);
   const Matrix m(w);
   float* yp = y.data_ptr<float>();
   const auto& k = kernels(w.scheme);
@@ -533,6 +570,51 @@ at::Tensor int8_activation_linear_cpu(const QuantizedTensor& w, const at::Tensor
   return y;
 #else
   throw InputError("int8-activation linear: an x86-64 CPU path");
+#endif
+}
+
+#if SERVELAB_X86
+namespace {
+
+// DecodeGemv over int8 activations: int8_activation_linear_cpu's operand and kernels for one pass
+// of rows, the operand prepared in whole steps of the layout (128 columns for int4, 64 for int8).
+class Int8ActivationDecodeGemv final : public DecodeGemv {
+ public:
+  explicit Int8ActivationDecodeGemv(const QuantizedTensor& w)
+      : DecodeGemv(w.rows(), w.cols()), kept_(w), matrix_(w) {}
+  int64_t operand_floats(int64_t m) const override { return layout(m).storage_floats(); }
+  bool prepares() const override { return true; }
+  const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1, int64_t col0,
+                       int64_t col1) const override {
+    Operand op = layout(m);
+    op.place(scratch);
+    op.fill(x, row0, row1, col0 / op.step_bytes, (col1 + op.step_bytes - 1) / op.step_bytes);
+    return scratch;
+  }
+  int64_t operand_align() const override { return kept_.scheme == QuantScheme::Int4Group ? 128 : 64; }
+  void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const override {
+    Operand op = layout(m);
+    op.place(const_cast<float*>(operand));  // read only: the kernels take it as const
+    kernels(kept_.scheme)[static_cast<size_t>(m - 1)](matrix_, op, 0, c0, c1, y, ldy);
+  }
+
+ private:
+  // m rows in one pass, as the active ISA's kernels read them.
+  Operand layout(int64_t m) const { return Operand(kept_.scheme, m, in(), !vnni_active()); }
+  QuantizedTensor kept_;  // the tensors matrix_ points into
+  Matrix matrix_;
+};
+
+}  // namespace
+#endif
+
+std::shared_ptr<const DecodeGemv> int8_activation_decode_gemv(const QuantizedTensor& w) {
+#if SERVELAB_X86
+  if (!int8_activation_supported(w)) return nullptr;
+  return std::make_shared<Int8ActivationDecodeGemv>(w);
+#else
+  (void)w;
+  return nullptr;
 #endif
 }
 

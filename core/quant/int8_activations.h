@@ -10,9 +10,11 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "quant/dequant_cpu.h"
 #include "quant/quantizer.h"
 #include "util/cpu_features.h"
 
@@ -37,6 +39,10 @@ bool int8_activation_supported(const QuantizedTensor& w);
 // minimums multiply each block's fp32 sum of x, not of its rounding (sum_j (n_j s + mn) x_j =
 // s sum_j n_j x_j + mn sum_j x_j: only the first sum needs integers).
 at::Tensor int8_activation_linear_cpu(const QuantizedTensor& w, const at::Tensor& x);
+// int8_activation_linear_cpu's product for 1 to kFusedGemvMaxRows rows as a DecodeGemv (a caller
+// running its own threads: the decode program), the same operand and kernels, so the same bits;
+// null where int8_activation_supported(w) is false.
+std::shared_ptr<const DecodeGemv> int8_activation_decode_gemv(const QuantizedTensor& w);
 // What computes those products under `isa`, in words (engine info).
 std::string int8_activation_kernel(Isa isa);
 

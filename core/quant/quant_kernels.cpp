@@ -105,11 +105,15 @@ class JitKernels final : public QuantKernelsBase {
   at::Tensor lm_head(const at::Tensor& h) const override { return unflat(product(head_, flat(h), {}), h); }
   std::shared_ptr<const DecodeGemv> decode_gemv(int64_t layer,
                                                 const std::vector<LinearSlot>& slots) const override {
-    // product() runs int4/int8 groups through the integer-activation kernels then, not these.
-    if (act_ != at::kFloat || int8_activations_) return nullptr;
-    if (slots.size() == 1) return DecodeGemv::of(matrix(layer, slots.front()));
+    if (act_ != at::kFloat) return nullptr;
+    // The kernel product() runs for a few rows: the integer-activation one where it takes the matrix.
+    auto gemv = [&](const QuantizedTensor& w) {
+      return int8_activations_ && int8_activation_supported(w) ? int8_activation_decode_gemv(w)
+                                                               : DecodeGemv::of(w);
+    };
+    if (slots.size() == 1) return gemv(matrix(layer, slots.front()));
     for (const auto& [which, w] : fused_.at(static_cast<size_t>(layer)))
-      if (which == slots) return DecodeGemv::of(w);
+      if (which == slots) return gemv(w);
     return nullptr;
   }
 

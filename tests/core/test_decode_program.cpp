@@ -49,10 +49,11 @@ LlamaModel tiny(const std::function<void(LlamaConfig&)>& tweak = {}, uint64_t se
   return LlamaModel(c, assemble_llama_weights(c, fetch));
 }
 
-// The model on the JIT kernels over `mode`'s matrices (fp32 activations).
-std::unique_ptr<LlamaModel> jit(const LlamaModel& m, const std::string& mode) {
+// The model on the JIT kernels over `mode`'s matrices (fp32 activations, or int8 ones: jit-int8).
+std::unique_ptr<LlamaModel> jit(const LlamaModel& m, const std::string& mode,
+                                QuantExec exec = QuantExec::Jit) {
   const QuantizedMatrices q = quantize_llama(m.config(), m.weights(), parse_quant_mode(mode));
-  return build_quantized_llama(m.config(), m.weights(), q, at::kFloat, QuantExec::Jit);
+  return build_quantized_llama(m.config(), m.weights(), q, at::kFloat, exec);
 }
 
 // A left-padded prompt batch through the dense cache, then `steps` greedy decode steps: every
@@ -124,6 +125,27 @@ class TestDecodeProgram : public QObject {
     const auto m = jit(tiny(), mode.toStdString());
     QCOMPARE(QString::fromStdString(m->fused_decode_unavailable()), QString());
     compare_fused_to_op_by_op(*m, rows);
+  }
+
+  // jit-int8: the integer-activation kernels, their operand quantized per 32 columns in the region.
+  void int8_activations_equal_op_by_op_data() {
+    QTest::addColumn<QString>("isa");
+    QTest::addColumn<int>("rows");
+    for (const char* isa : {"avx512", "avx2"})
+      for (int rows : {1, 4, 7})
+        QTest::newRow(qPrintable(QString("%1 x%2").arg(isa).arg(rows))) << isa << rows;
+  }
+  void int8_activations_equal_op_by_op() {
+    QFETCH(QString, isa);
+    QFETCH(int, rows);
+    const Isa wanted = parse_isa(isa.toStdString());
+    if (!cpu_supports(wanted)) QSKIP("this CPU lacks that ISA");
+    const Isa was = active_isa();
+    set_active_isa(wanted, "test");
+    const auto m = jit(tiny(), "int4-g32", QuantExec::JitInt8);
+    QCOMPARE(QString::fromStdString(m->fused_decode_unavailable()), QString());
+    compare_fused_to_op_by_op(*m, rows);
+    set_active_isa(was, "test");
   }
 
   // Qwen2's q/k/v biases, Qwen3's per-head norms, an attention scale of its own, an MLP with biases.
@@ -226,10 +248,9 @@ class TestDecodeProgram : public QObject {
     const LlamaModel phi = tiny([](LlamaConfig& c) { c.rotary_dim = 8; });
     const auto partial = jit(phi, "int4-g32");
     QVERIFY(QString::fromStdString(partial->fused_decode_unavailable()).contains("partial rotary"));
-    const QuantizedMatrices q = quantize_llama(plain.config(), plain.weights(), parse_quant_mode("int4-g32"));
-    const auto int8 =
-        build_quantized_llama(plain.config(), plain.weights(), q, at::kFloat, QuantExec::JitInt8);
-    QVERIFY(QString::fromStdString(int8->fused_decode_unavailable()).contains("no decode GEMV"));
+    // A width the decode GEMVs do not take (columns in multiples of 32).
+    const auto odd = jit(tiny([](LlamaConfig& c) { c.hidden_size = 48; }), "fp16");
+    QVERIFY(QString::fromStdString(odd->fused_decode_unavailable()).contains("no decode GEMV"));
     const auto off = jit(plain, "int4-g32");
     off->set_fused_decode(false);
     QVERIFY(QString::fromStdString(off->fused_decode_unavailable()).contains("--fused-decode off"));
