@@ -19,6 +19,7 @@ namespace servelab {
 namespace {
 
 constexpr int64_t kMaxHeadDim = 512;  // a head normed on the stack
+constexpr size_t kGroups = 4;         // q/k/v, output, gate/up, down
 constexpr size_t kQ = 0, kK = 1, kV = 2, kO = 3, kGate = 4, kUp = 5, kDown = 6;
 
 const float* fp32_pointer(const at::Tensor& t) {
@@ -42,7 +43,10 @@ struct LlamaDecodeProgram::Step {
   // of squares) while each thread writes its columns of the other.
   at::Tensor x[2];
   std::vector<float> h, qkv, q, attn, o, gate_up, act, down;
-  std::vector<std::vector<float>> scratch;  // each product's prepared operand, by part
+  // Each product's prepared operand, by group and part: a group's own buffers, because a thread
+  // prepares the next product's operand while another may still be reading this one's (the down
+  // operand after gate/up).
+  std::array<std::vector<std::vector<float>>, kGroups> scratch;
   // The cache: element strides of [layers, rows, heads, positions, D], the same for K and V.
   float* k_cache = nullptr;
   float* v_cache = nullptr;
@@ -110,6 +114,7 @@ std::unique_ptr<LlamaDecodeProgram> LlamaDecodeProgram::make(const LlamaConfig& 
     }
     // Each group: the kernels' one matrix for the slots together, else one per slot.
     auto group = [&](size_t k0, size_t n, Group& g) {
+      g.kind = k0 == kQ ? 0 : k0 == kO ? 1 : k0 == kGate ? 2 : 3;
       std::vector<LinearSlot> slots(kSlots + k0, kSlots + k0 + n);
       if (auto all = kernels->decode_gemv(l, slots)) {
         g.parts.push_back(std::move(all));
@@ -167,7 +172,8 @@ void LlamaDecodeProgram::run_channels(const Group& g, const float* x, const Step
     const DecodeGemv& p = *g.parts[i];
     const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + p.out());
     if (lo < hi)
-      p.run(p.prepares() ? s.scratch[i].data() : x, s.B, lo - offset, hi - offset, y + offset, g.width);
+      p.run(p.prepares() ? s.scratch[g.kind][i].data() : x, s.B, lo - offset, hi - offset, y + offset,
+            g.width);
     offset += p.out();
   }
 }
@@ -187,7 +193,7 @@ int64_t LlamaDecodeProgram::Group::align() const {
 void LlamaDecodeProgram::prepare(const Group& g, const float* x, Step& s, int64_t row0, int64_t row1,
                                  int64_t col0, int64_t col1) {
   for (size_t i = 0; i < g.parts.size(); ++i)
-    g.parts[i]->prepare(x, s.B, s.scratch[i].data(), row0, row1, col0, col1);
+    g.parts[i]->prepare(x, s.B, s.scratch[g.kind][i].data(), row0, row1, col0, col1);
 }
 
 void LlamaDecodeProgram::residual_norm(const float* add, const float* bias, const float* norm,
@@ -351,10 +357,10 @@ void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cac
   s.down.resize(static_cast<size_t>(B * s.E));
   for (const Layer& l : layers_)
     for (const Group* g : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      auto& scratch = s.scratch[g->kind];
       for (size_t i = 0; i < g->parts.size(); ++i) {
-        if (s.scratch.size() <= i) s.scratch.resize(i + 1);
-        s.scratch[i].resize(
-            std::max(s.scratch[i].size(), static_cast<size_t>(g->parts[i]->operand_floats(B))));
+        if (scratch.size() <= i) scratch.resize(i + 1);
+        scratch[i].resize(std::max(scratch[i].size(), static_cast<size_t>(g->parts[i]->operand_floats(B))));
       }
     }
   const auto options = at::TensorOptions().dtype(at::kFloat);

@@ -56,6 +56,7 @@ class LlamaDecodeProgram {
   struct Group {
     std::vector<std::shared_ptr<const DecodeGemv>> parts;
     int64_t width = 0;      // the outputs summed
+    size_t kind = 0;        // 0 q/k/v, 1 output, 2 gate/up, 3 down: which operand buffers it uses
     int64_t align() const;  // the column step its operands are prepared in
   };
   struct Layer {

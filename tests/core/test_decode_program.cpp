@@ -142,7 +142,13 @@ class TestDecodeProgram : public QObject {
     if (!cpu_supports(wanted)) QSKIP("this CPU lacks that ISA");
     const Isa was = active_isa();
     set_active_isa(wanted, "test");
-    const auto m = jit(tiny(), "int4-g32", QuantExec::JitInt8);
+    // Wide enough that the threads split every operand between them (in steps of 128 columns).
+    const auto m = jit(tiny([](LlamaConfig& c) {
+                         c.hidden_size = 320;
+                         c.intermediate_size = 640;
+                         c.head_dim = 80;
+                       }),
+                       "int4-g32", QuantExec::JitInt8);
     QCOMPARE(QString::fromStdString(m->fused_decode_unavailable()), QString());
     compare_fused_to_op_by_op(*m, rows);
     set_active_isa(was, "test");
