@@ -653,6 +653,36 @@ SERVELAB_AVX2 void tile_kernel_avx2(const float* w, int64_t ldw, const float* xt
   for (int n = 0; n < kTileAvx2Channels; ++n)
     for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc_out + n * kRowsPerPass + 8 * v, acc[n][v]);
 }
+
+// The decode GEMV's output channels [c0, c1) for m rows (1..kFusedGemvMaxRows) under the active
+// ISA, into y[r * ldy + c]: operand is x itself, or Int4Operand's buffer (x, then the sums) for int4.
+void gemv_range(const Rows& s, const float* operand, int64_t m, int64_t c0, int64_t c1,
+                const float* out_scale, float* y, int64_t ldy) {
+  const bool avx2 = active_isa() == Isa::Avx2;
+  if (s.scheme == QuantScheme::Int4Group) {
+    static constexpr auto table = gemv_int4_table(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+    static constexpr auto table_avx2 =
+        gemv_int4_table_avx2(std::make_integer_sequence<int, kFusedGemvMaxRows>());
+    const Int4Operand op{operand, operand + m * s.cols};
+    (avx2 ? table_avx2 : table)[static_cast<size_t>(m - 1)](s, op, c0, c1, y, ldy);
+    return;
+  }
+  switch (s.scheme) {
+#define SERVELAB_GEMV(SCHEME)                                                                       \
+  case QuantScheme::SCHEME:                                                                         \
+    return avx2 ? gemv_dispatch_avx2<QuantScheme::SCHEME>(m, s, operand, c0, c1, out_scale, y, ldy) \
+                : gemv_dispatch<QuantScheme::SCHEME>(m, s, operand, c0, c1, out_scale, y, ldy);
+    SERVELAB_GEMV(None)
+    SERVELAB_GEMV(ZeroPointUint8)
+    SERVELAB_GEMV(PerChannelInt8)
+    SERVELAB_GEMV(Int8Group)
+    SERVELAB_GEMV(Fp16)
+    SERVELAB_GEMV(Bf16)
+#undef SERVELAB_GEMV
+    case QuantScheme::Int4Group:  // above
+      break;
+  }
+}
 #endif
 
 }  // namespace
@@ -843,34 +873,15 @@ at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {
   float* yp = y.data_ptr<float>();
   const Rows s(w);
   const float* out_scale = w.scheme == QuantScheme::PerChannelInt8 ? s.scale : nullptr;
-  const bool avx2 = active_isa() == Isa::Avx2;
+  std::vector<float> buffer;
+  const float* operand = xp;
   if (s.scheme == QuantScheme::Int4Group) {
-    std::vector<float> buffer(static_cast<size_t>(int4_operand_floats(s, rows)));
-    const Int4Operand op = make_int4_operand(s, xp, rows, buffer.data());
-    static constexpr auto table = gemv_int4_table(std::make_integer_sequence<int, kFusedGemvMaxRows>());
-    static constexpr auto table_avx2 =
-        gemv_int4_table_avx2(std::make_integer_sequence<int, kFusedGemvMaxRows>());
-    const auto kernel = (avx2 ? table_avx2 : table)[static_cast<size_t>(rows - 1)];
-    at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) { kernel(s, op, c0, c1, yp, out); });
-    return y;
+    buffer.resize(static_cast<size_t>(int4_operand_floats(s, rows)));
+    make_int4_operand(s, xp, rows, buffer.data());
+    operand = buffer.data();
   }
-  at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) {
-    switch (s.scheme) {
-#define SERVELAB_GEMV(SCHEME)                                                                      \
-  case QuantScheme::SCHEME:                                                                        \
-    return avx2 ? gemv_dispatch_avx2<QuantScheme::SCHEME>(rows, s, xp, c0, c1, out_scale, yp, out) \
-                : gemv_dispatch<QuantScheme::SCHEME>(rows, s, xp, c0, c1, out_scale, yp, out);
-      SERVELAB_GEMV(ZeroPointUint8)
-      SERVELAB_GEMV(PerChannelInt8)
-      SERVELAB_GEMV(Int8Group)
-      SERVELAB_GEMV(Fp16)
-      SERVELAB_GEMV(Bf16)
-#undef SERVELAB_GEMV
-      case QuantScheme::Int4Group:  // above
-      case QuantScheme::None:
-        break;
-    }
-  });
+  at::parallel_for(0, out, 64,
+                   [&](int64_t c0, int64_t c1) { gemv_range(s, operand, rows, c0, c1, out_scale, yp, out); });
   return y;
 #else
   throw InputError("fused quantized GEMV: an x86-64 CPU path");
@@ -905,13 +916,8 @@ at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x) {
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const Rows s(w);
-  const bool avx2 = active_isa() == Isa::Avx2;
-  at::parallel_for(0, out, 64, [&](int64_t c0, int64_t c1) {
-    if (avx2)
-      gemv_dispatch_avx2<QuantScheme::None>(rows, s, xp, c0, c1, nullptr, yp, out);
-    else
-      gemv_dispatch<QuantScheme::None>(rows, s, xp, c0, c1, nullptr, yp, out);
-  });
+  at::parallel_for(0, out, 64,
+                   [&](int64_t c0, int64_t c1) { gemv_range(s, xp, rows, c0, c1, nullptr, yp, out); });
   return y;
 #else
   throw InputError("fp32 GEMV: an x86-64 CPU path");
@@ -952,31 +958,7 @@ class Fp32DecodeGemv final : public DecodeGemv {
 
   void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const override {
 #if SERVELAB_X86
-    const Rows& s = rows_;
-    const bool avx2 = active_isa() == Isa::Avx2;
-    if (s.scheme == QuantScheme::Int4Group) {
-      static constexpr auto table = gemv_int4_table(std::make_integer_sequence<int, kFusedGemvMaxRows>());
-      static constexpr auto table_avx2 =
-          gemv_int4_table_avx2(std::make_integer_sequence<int, kFusedGemvMaxRows>());
-      const Int4Operand op{operand, operand + m * s.cols};
-      (avx2 ? table_avx2 : table)[static_cast<size_t>(m - 1)](s, op, c0, c1, y, ldy);
-      return;
-    }
-    switch (s.scheme) {
-#define SERVELAB_GEMV(SCHEME)                                                                        \
-  case QuantScheme::SCHEME:                                                                          \
-    return avx2 ? gemv_dispatch_avx2<QuantScheme::SCHEME>(m, s, operand, c0, c1, out_scale_, y, ldy) \
-                : gemv_dispatch<QuantScheme::SCHEME>(m, s, operand, c0, c1, out_scale_, y, ldy);
-      SERVELAB_GEMV(None)
-      SERVELAB_GEMV(ZeroPointUint8)
-      SERVELAB_GEMV(PerChannelInt8)
-      SERVELAB_GEMV(Int8Group)
-      SERVELAB_GEMV(Fp16)
-      SERVELAB_GEMV(Bf16)
-#undef SERVELAB_GEMV
-      case QuantScheme::Int4Group:  // above
-        break;
-    }
+    gemv_range(rows_, operand, m, c0, c1, out_scale_, y, ldy);
 #else
     (void)operand, (void)m, (void)c0, (void)c1, (void)y, (void)ldy;
 #endif
