@@ -174,12 +174,16 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
 
   exec_ = new QComboBox(this);
   exec_->setObjectName(QStringLiteral("quantExec"));
-  exec_->addItem(tr("auto (native where a kernel exists)"), QStringLiteral("auto"));
+  exec_->addItem(tr("auto (native where it is faster)"), QStringLiteral("auto"));
   exec_->addItem(tr("dequantize once"), QStringLiteral("dequant-once"));
   exec_->addItem(tr("JIT (dequantize inside matmuls)"), QStringLiteral("jit"));
   exec_->addItem(tr("JIT, int8 activations (int4-g32, as llama.cpp)"), QStringLiteral("jit-int8"));
   exec_->addItem(tr("native kernels"), QStringLiteral("native"));
   exec_->setToolTip(tr("How the quantized weights are used while the model runs"));
+  // The longest item would otherwise widen the whole control column past its scroll area, which
+  // then clips every row on its right; the open list still shows each item whole.
+  exec_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  exec_->setMinimumContentsLength(16);
   // JIT by default: it runs every mode on every model, where auto's native int4 kernel cannot pack
   // GPT-2's tied output matrix (50257 rows; the kernel wants a multiple of 16).
   setExec(QStringLiteral("jit"));
