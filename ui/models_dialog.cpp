@@ -7,10 +7,13 @@
 #include <QHeaderView>
 #include <QInputDialog>
 #include <QLabel>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QTableWidget>
 #include <QThread>
+#include <QTimer>
 #include <QVBoxLayout>
+#include <atomic>
 #include <exception>
 #include <memory>
 
@@ -24,13 +27,16 @@ enum Column { Name, Source, Architecture, Format, Quantization, Size, Loads, Col
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
-// What a scan hands back to the GUI thread.
+}  // namespace
+
+// What a scan hands back to the GUI thread, and what the two share while it runs: how many models
+// it has judged (the dialog reads it on a timer) and whether to stop (set when the dialog goes).
 struct ScanResult {
   std::vector<servelab::CatalogEntry> entries;
   QString error;
+  std::atomic<size_t> found{0};
+  std::atomic<bool> cancel{false};
 };
-
-}  // namespace
 
 ModelsDialog::ModelsDialog(QSettings& settings, QWidget* parent) : QDialog(parent), settings_(settings) {
   setObjectName(QStringLiteral("modelsDialog"));
@@ -64,6 +70,21 @@ ModelsDialog::ModelsDialog(QSettings& settings, QWidget* parent) : QDialog(paren
   status_ = new QLabel(this);
   status_->setObjectName(QStringLiteral("modelsStatus"));
   status_->setWordWrap(true);
+  // Busy while a scan runs (its length is unknown: it walks the disk), with the count found so far
+  // in the status line, refreshed a few times a second.
+  progress_ = new QProgressBar(this);
+  progress_->setObjectName(QStringLiteral("modelsProgress"));
+  progress_->setRange(0, 0);
+  progress_->setTextVisible(false);
+  progress_->setMaximumHeight(8);
+  progress_->hide();
+  ticker_ = new QTimer(this);
+  ticker_->setInterval(250);
+  connect(ticker_, &QTimer::timeout, this, [this] {
+    if (!current_) return;
+    const size_t n = current_->found.load(std::memory_order_relaxed);
+    status_->setText(n == 1 ? tr("Searching… 1 model so far") : tr("Searching… %1 models so far").arg(n));
+  });
 
   auto* buttons = new QDialogButtonBox(this);
   auto* add = buttons->addButton(tr("Add folder…"), QDialogButtonBox::ActionRole);
@@ -97,6 +118,7 @@ ModelsDialog::ModelsDialog(QSettings& settings, QWidget* parent) : QDialog(paren
   layout->addWidget(intro);
   layout->addWidget(table_, 1);
   layout->addWidget(details_);
+  layout->addWidget(progress_);
   layout->addWidget(status_);
   layout->addWidget(buttons);
   resize(1200, 560);
@@ -104,11 +126,15 @@ ModelsDialog::ModelsDialog(QSettings& settings, QWidget* parent) : QDialog(paren
 }
 
 ModelsDialog::~ModelsDialog() {
-  // A scan under way finishes on its own and deletes itself; nothing of this dialog is left for it.
+  // A scan under way is told to stop (at its next folder or model) and deletes itself when it
+  // has; nothing of this dialog is left for it.
+  if (current_) current_->cancel.store(true);
   if (scan_) disconnect(scan_, nullptr, this, nullptr);
 }
 
 QString ModelsDialog::statusText() const { return status_->text(); }
+
+bool ModelsDialog::progressShown() const { return !progress_->isHidden(); }
 
 QString ModelsDialog::detailsText() const { return details_->text(); }
 
@@ -162,9 +188,17 @@ void ModelsDialog::startScan() {
   status_->setText(tr("Searching…"));
   refresh_->setEnabled(false);
   auto result = std::make_shared<ScanResult>();
+  current_ = result;
+  progress_->show();
+  ticker_->start();
   scan_ = QThread::create([roots, result] {
+    servelab::ScanControl control;
+    control.progress = [&result](size_t found, const std::string&) { result->found.store(found); };
+    control.cancel = &result->cancel;
     try {
-      result->entries = servelab::scan_models(roots);
+      result->entries = servelab::scan_models(roots, control);
+    } catch (const servelab::ScanCancelled&) {
+      // The dialog is gone: nobody reads the result.
     } catch (const std::exception& e) {
       result->error = QString::fromUtf8(e.what());
     }
@@ -173,6 +207,9 @@ void ModelsDialog::startScan() {
   connect(scan_, &QThread::finished, scan_, &QObject::deleteLater);
   connect(scan_, &QThread::finished, this, [this, result, gone] {
     scan_ = nullptr;
+    current_.reset();
+    ticker_->stop();
+    progress_->hide();
     refresh_->setEnabled(true);
     entries_ = std::move(result->entries);
     showEntries();

@@ -12,11 +12,15 @@
 #include "model/model_catalog.h"
 
 class QLabel;
+class QProgressBar;
 class QPushButton;
+class QTimer;
 class QTableWidget;
 class QThread;
 
 namespace servelab::ui {
+
+struct ScanResult;  // models_dialog.cpp
 
 class ModelsDialog : public QDialog {
   Q_OBJECT
@@ -29,6 +33,8 @@ class ModelsDialog : public QDialog {
   const std::vector<servelab::CatalogEntry>& entries() const { return entries_; }
   QStringList folders() const { return folders_; }
   bool scanning() const { return scan_ != nullptr; }
+  // The busy bar shown while a scan runs.
+  bool progressShown() const;
   QString statusText() const;
   // The selected model's path and, for one that does not load, the whole reason.
   QString detailsText() const;
@@ -58,11 +64,14 @@ class ModelsDialog : public QDialog {
   QSettings& settings_;
   QStringList folders_;
   std::vector<servelab::CatalogEntry> entries_;
-  QThread* scan_ = nullptr;  // the scan under way, or nullptr
-  bool rescan_ = false;      // refresh() during a scan: scan again once it ends
+  QThread* scan_ = nullptr;              // the scan under way, or nullptr
+  std::shared_ptr<ScanResult> current_;  // what it shares with the dialog while it runs
+  bool rescan_ = false;                  // refresh() during a scan: scan again once it ends
   QTableWidget* table_;
   QLabel* details_;
   QLabel* status_;
+  QProgressBar* progress_;
+  QTimer* ticker_;
   QPushButton* open_;
   QPushButton* refresh_;
   QPushButton* remove_;

@@ -40,8 +40,20 @@ std::string flattened(std::string s) {
   return s;
 }
 
+// The scan under way on this thread (scan_models sets it for its duration): its control and how
+// many models it has judged. The helpers below reach it here rather than through every signature.
+struct ScanContext {
+  const ScanControl& control;
+  size_t found = 0;
+  void check_cancel() const {
+    if (control.cancel && control.cancel->load(std::memory_order_relaxed)) throw ScanCancelled();
+  }
+};
+thread_local ScanContext* current_scan = nullptr;
+
 // A directory's entries sorted by name (an unreadable directory has none).
 std::vector<fs::directory_entry> sorted_entries(const fs::path& dir) {
+  if (current_scan) current_scan->check_cancel();
   std::vector<fs::directory_entry> out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
@@ -121,8 +133,15 @@ CatalogEntry entry_at(std::string name, ModelSource source, const std::string& r
   return e;
 }
 
+// One more model found, for the scan's progress.
+void counted(const CatalogEntry& e) {
+  if (current_scan && current_scan->control.progress)
+    current_scan->control.progress(++current_scan->found, e.path);
+}
+
 // Whether Engine::load would take the entry's path, and if not its one-line reason.
 void judge(CatalogEntry& e) {
+  if (current_scan) current_scan->check_cancel();
   try {
     check_loadable(e.path);
     e.loadable = true;
@@ -130,6 +149,7 @@ void judge(CatalogEntry& e) {
     e.loadable = false;
     e.why_not = flattened(ex.what());
   }
+  counted(e);
 }
 
 CatalogEntry gguf_entry(std::string name, ModelSource source, const std::string& root, const fs::path& file) {
@@ -251,6 +271,7 @@ void add_hf_repo(std::vector<CatalogEntry>& out, ModelSource source, const std::
     CatalogEntry e = entry_at(name, source, root, repo, "");
     e.size_bytes = tree_size(repo);
     e.why_not = why;
+    counted(e);
     out.push_back(e);
   };
   fs::path snapshot;
@@ -325,6 +346,7 @@ void add_ollama_manifest(std::vector<CatalogEntry>& out, const std::string& root
       return;
     }
   }
+  counted(bad);
   out.push_back(bad);
 }
 
@@ -427,18 +449,25 @@ CatalogRoots default_catalog_roots() {
   return r;
 }
 
-std::vector<CatalogEntry> scan_models(const CatalogRoots& roots) {
+std::vector<CatalogEntry> scan_models(const CatalogRoots& roots, const ScanControl& control) {
   for (const std::string& f : roots.folders) {
     if (f.empty()) throw InputError("a folder to search for models is empty (give its path)");
     if (!present(f)) throw InputError("model folder " + f + " does not exist");
     if (!is_dir(f)) throw InputError(f + " is not a folder (give a folder to search for models)");
   }
+  ScanContext context{control};
+  current_scan = &context;
+  struct Reset {
+    ~Reset() { current_scan = nullptr; }
+  } reset;
   std::vector<CatalogEntry> out;
   // Each root's entries sorted by name, the roots in order.
   const auto scanned = [&](ModelSource source, const std::string& root, const std::function<void()>& scan) {
     const size_t from = out.size();
     try {
       scan();
+    } catch (const ScanCancelled&) {
+      throw;
     } catch (const std::exception& e) {
       // Each model's problems are its entry's; what escapes them (a folder vanishing under the
       // search) ends this root's search with a line saying so, and the other roots still run.

@@ -4,8 +4,11 @@
 // safetensors header, the GGUF metadata) and judged loadable by check_loadable, so that
 // "why not" is the message loading would give. No weights are read. Torch-free header: the Models
 // dialog and `servelab-cli models` both use it.
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,11 +58,23 @@ CatalogRoots default_catalog_roots();
 // model/engine.cpp, beside the loads that share these checks.
 void check_loadable(const std::string& path);
 
+// What a scan says while it runs, and how to stop it: progress (when given) is called on the
+// scanning thread after each model is found (and judged), with the number so far and its path; cancel
+// (when given) is read before each folder is listed and each model judged, and once it is true the
+// scan throws ScanCancelled. A window closed during a scan of a large disk stops it this way.
+struct ScanControl {
+  std::function<void(size_t found, const std::string& path)> progress;
+  const std::atomic<bool>* cancel = nullptr;
+};
+struct ScanCancelled : std::runtime_error {
+  ScanCancelled() : std::runtime_error("the search for models was cancelled") {}
+};
+
 // Every model under the roots, in root order and by name within each. A root that does not exist
 // holds nothing, except a folder of the user's: InputError naming it. An entry that cannot be read
 // is listed with the reason; the scan itself never fails on one. Symbolic links are followed, each
 // folder once, to a bounded depth.
-std::vector<CatalogEntry> scan_models(const CatalogRoots& roots);
+std::vector<CatalogEntry> scan_models(const CatalogRoots& roots, const ScanControl& control = {});
 
 // The catalog as a table for people: one line per model, "why not" under the ones that do not load.
 std::string catalog_table(const std::vector<CatalogEntry>& entries);

@@ -5,6 +5,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -78,6 +79,48 @@ class TestModelCatalog : public QObject {
     CatalogRoots roots = default_catalog_roots();
     roots.folders = {tree_.mine().string()};
     entries_ = scan_models(roots);
+  }
+
+  // Progress after every model judged, in order; a cancel read before the next folder or model
+  // stops the scan with ScanCancelled (a closed Models dialog stops its scan so).
+  void progressAndCancel() {
+    CatalogRoots roots = default_catalog_roots();
+    roots.folders = {tree_.mine().string()};
+    std::vector<size_t> counts;
+    std::vector<std::string> paths;
+    ScanControl control;
+    control.progress = [&](size_t found, const std::string& path) {
+      counts.push_back(found);
+      paths.push_back(path);
+    };
+    const std::vector<CatalogEntry> all = scan_models(roots, control);
+    QCOMPARE(counts.size(), all.size());
+    for (size_t i = 0; i < counts.size(); ++i) QCOMPARE(counts[i], i + 1);
+    std::vector<std::string> listed;
+    for (const CatalogEntry& e : all) listed.push_back(e.path);
+    std::sort(listed.begin(), listed.end());
+    std::sort(paths.begin(), paths.end());
+    QCOMPARE(paths, listed);
+
+    std::atomic<bool> cancel{false};
+    size_t seen = 0;
+    control.cancel = &cancel;
+    control.progress = [&](size_t found, const std::string&) {
+      seen = found;
+      if (found == 2) cancel = true;
+    };
+    bool cancelled = false;
+    try {
+      scan_models(roots, control);
+    } catch (const ScanCancelled&) {
+      cancelled = true;
+    }
+    QVERIFY(cancelled);
+    QCOMPARE(seen, size_t{2});
+    cancel = true;  // set before the scan: nothing is judged
+    seen = 0;
+    QVERIFY_THROWS_EXCEPTION(ScanCancelled, scan_models(roots, control));
+    QCOMPARE(seen, size_t{0});
   }
 
   void everyModelInOrder() {

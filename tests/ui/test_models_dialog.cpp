@@ -50,9 +50,10 @@ class TestModelsDialog : public QObject {
     auto* d = w.findChild<ModelsDialog*>(QStringLiteral("modelsDialog"));
     if (!d) return nullptr;
     // The scan is a thread's: the dialog is up and the GUI thread free before it ends.
-    if (!d->scanning()) return nullptr;
+    if (!d->scanning() || !d->progressShown()) return nullptr;  // the busy bar while it runs
     QSignalSpy done(d, &ModelsDialog::scanFinished);
     if (!done.wait(kScanTimeoutMs)) return nullptr;
+    if (d->progressShown()) return nullptr;  // and not after
     return d;
   }
 
