@@ -116,9 +116,10 @@ struct ModelArgs {
                     "the largest batch bucket captured (buckets 1, 2, 4, ... up to it; larger steps run "
                     "eagerly)")
         ->check(CLI::Range(1, 4096));
-    app->add_option("--fused-decode", fused_decode,
-                    "on the CPU, run each decode step of 1-7 rows as one fused program (one parallel region "
-                    "per step; the Llama family) or op by op (off); `info` says whether it applies")
+    app->add_option(
+           "--fused-decode", fused_decode,
+           "on the CPU, run each decode step of 1-128 rows as one fused program (one parallel region "
+           "per step; the Llama family) or op by op (off); `info` says whether it applies")
         ->check(CLI::IsMember({"on", "off"}));
     if (!with_quant) return;
     app->add_option("--quant", quant,

@@ -58,7 +58,7 @@ struct LlamaDecodeProgram::Step {
   std::exception_ptr error;     // the first a thread met (the others go on to the barriers)
 };
 
-int64_t LlamaDecodeProgram::max_rows() { return kFusedGemvMaxRows; }
+int64_t LlamaDecodeProgram::max_rows() { return kDecodeGemvMaxRows; }
 
 LlamaDecodeProgram::~LlamaDecodeProgram() = default;
 
@@ -145,8 +145,13 @@ std::string LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* c
   if (in.kv_store) return "paged KV runs op by op";
   if (!cache) return "no KV cache";
   if (in.input_ids.size(1) != 1) return "several new tokens per row (a prompt, a chunk or a verification)";
-  if (in.input_ids.size(0) > max_rows())
-    return "more than " + std::to_string(max_rows()) + " rows (the batched kernels run op by op)";
+  const int64_t rows = in.input_ids.size(0);
+  if (rows > max_rows()) return "more than " + std::to_string(max_rows()) + " rows";
+  for (const Layer& l : layers_)
+    for (const Group* g : {&l.qkv, &l.o, &l.gate_up, &l.down})
+      for (const auto& p : g->parts)
+        if (!p->takes(rows))
+          return "a plain fp32 matrix at " + std::to_string(rows) + " rows (libtorch's GEMM, op by op)";
   const Isa isa = active_isa();
   if (isa != Isa::Avx512 && isa != Isa::Avx2) return "the portable ISA runs op by op";
   if (backend != AttentionBackend::Sdpa) return "the manual attention backend runs op by op";
@@ -172,7 +177,7 @@ void LlamaDecodeProgram::run_channels(const Group& g, const float* x, const Step
     const DecodeGemv& p = *g.parts[i];
     const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + p.out());
     if (lo < hi)
-      p.run(p.prepares() ? s.scratch[g.kind][i].data() : x, s.B, lo - offset, hi - offset, y + offset,
+      p.run(p.prepares(s.B) ? s.scratch[g.kind][i].data() : x, s.B, lo - offset, hi - offset, y + offset,
             g.width);
     offset += p.out();
   }

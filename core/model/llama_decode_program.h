@@ -30,7 +30,7 @@ struct LlamaWeights;
 
 class LlamaDecodeProgram {
  public:
-  // The most rows a step may have: the decode GEMVs' register kernels (kFusedGemvMaxRows).
+  // The most rows a step may have: the JIT kernels' tiled products end there (kDecodeGemvMaxRows).
   static int64_t max_rows();
   // The program over this model's weights and kernels, or null with the reason in *why_not.
   // cos, sin: the rotary tables [context, head_dim].

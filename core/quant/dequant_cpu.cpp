@@ -764,78 +764,96 @@ namespace {
 // each thread converts 8 rows of the matrix into an L1 buffer and runs tile_kernel over them.
 // avx2: the AVX2 kernels (dequantize_row_avx2, tile_kernel_avx2 over each half of the 8 channels, 24
 // rows a pass), else the AVX-512 ones.
+// Rows [row0, row1) and columns [col0, col1) of x ([rows, cols]) into xt, column k at k * ldx
+// with the rows padded with zeros to ldx, a multiple of 16 (the tile kernels' vectors; the padding
+// is written with the last rows).
+int64_t tile_ldx(int64_t rows) { return (rows + 15) / 16 * 16; }
+void transpose_for_tiles(const float* x, int64_t rows, int64_t cols, int64_t row0, int64_t row1, int64_t col0,
+                         int64_t col1, float* xt) {
+  const int64_t ldx = tile_ldx(rows);
+  for (int64_t k = col0; k < col1; ++k) {
+    float* dst = xt + k * ldx;
+    for (int64_t i = row0; i < row1; ++i) dst[i] = x[i * cols + k];
+    if (row1 == rows)
+      for (int64_t i = rows; i < ldx; ++i) dst[i] = 0.0f;
+  }
+}
+
+// Tiles [t0, t1) of kTile output channels for all `rows` rows of the transposed x, into y (row
+// stride ldy): each tile's channels dequantized into an L1 buffer, then multiplied by every pass of
+// rows with a register-tiled kernel.
+void tile_range(const Rows& s, int64_t out, const float* out_scale, const float* xt, int64_t rows, int64_t t0,
+                int64_t t1, float* yp, int64_t ldy, bool avx2) {
+  const int64_t cols = s.cols, ldx = tile_ldx(rows);
+  // Rows of the weight buffer one cache line apart from a multiple of 4 KiB: 8 rows of 3072
+  // columns would otherwise share one L1 set.
+  const int64_t ldw = cols + 16;
+  std::vector<float> wbuf(static_cast<size_t>(kTile * ldw), 0.0f);  // rows past a last partial tile: unused
+  alignas(64) float acc[kTile * kRowsPerPass];
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t r0 = t * kTile, n = std::min<int64_t>(kTile, out - r0);
+    for (int64_t r = 0; r < n; ++r)
+      (avx2 ? dequantize_row_avx2 : dequantize_row_avx512)(s, r0 + r, wbuf.data() + r * ldw);
+    // The next tile's bytes, prefetched during this one's products (its int4 scales and minimums
+    // here, they are few).
+    const int64_t next = t + 1 < t1 ? std::min<int64_t>(kTile, out - r0 - kTile) : 0;
+    const char* prefetch = reinterpret_cast<const char*>(s.row(next > 0 ? r0 + kTile : r0));
+    const int64_t step = next > 0 ? (next * s.row_bytes + cols - 1) / cols : 0;
+    if (next > 0 && s.scheme == QuantScheme::Int4Group) {
+      const int64_t bytes = next * s.groups * static_cast<int64_t>(sizeof(float));
+      const char* sc = reinterpret_cast<const char*>(s.scale + (r0 + kTile) * s.groups);
+      const char* mn = reinterpret_cast<const char*>(s.minimum + (r0 + kTile) * s.groups);
+      for (int64_t b = 0; b < bytes; b += 64) {
+        _mm_prefetch(sc + b, _MM_HINT_T0);
+        _mm_prefetch(mn + b, _MM_HINT_T0);
+      }
+    }
+    const int64_t pass = avx2 ? kRowsPerPassAvx2 : kRowsPerPass;
+    for (int64_t m0 = 0; m0 < rows; m0 += pass) {
+      const int64_t mw = std::min<int64_t>(pass, rows - m0);
+      if (avx2) {
+        // Each half of the tile takes half of the next tile's bytes to prefetch.
+        const int64_t half_step = m0 == 0 ? (step + 1) / 2 : 0;
+        for (int h = 0; h < 2; ++h) {
+          const float* wh = wbuf.data() + h * kTileAvx2Channels * ldw;
+          float* ah = acc + h * kTileAvx2Channels * kRowsPerPass;
+          const char* ph = prefetch + h * cols * half_step;
+          if (mw > 16)
+            tile_kernel_avx2<3>(wh, ldw, xt + m0, ldx, cols, ah, ph, half_step);
+          else if (mw > 8)
+            tile_kernel_avx2<2>(wh, ldw, xt + m0, ldx, cols, ah, ph, half_step);
+          else
+            tile_kernel_avx2<1>(wh, ldw, xt + m0, ldx, cols, ah, ph, half_step);
+        }
+      } else if (mw > 16)
+        tile_kernel<2>(wbuf.data(), ldw, xt + m0, ldx, cols, acc, prefetch, m0 == 0 ? step : 0);
+      else
+        tile_kernel<1>(wbuf.data(), ldw, xt + m0, ldx, cols, acc, prefetch, m0 == 0 ? step : 0);
+      for (int64_t r = 0; r < n; ++r) {
+        const float* a = acc + r * kRowsPerPass;
+        float* o = yp + m0 * ldy + r0 + r;
+        if (out_scale) {
+          const float sc = out_scale[r0 + r];
+          for (int64_t i = 0; i < mw; ++i) o[i * ldy] = a[i] * sc;
+        } else {
+          for (int64_t i = 0; i < mw; ++i) o[i * ldy] = a[i];
+        }
+      }
+    }
+  }
+}
+
 at::Tensor tiled_linear(const Rows& s, int64_t out, const float* out_scale, const at::Tensor& x, bool avx2) {
   const int64_t rows = x.size(0), cols = s.cols;
   at::Tensor y = at::empty({rows, out}, x.options());
   if (rows == 0 || out == 0) return y;
-  // x transposed, its rows padded with zeros to a multiple of 16: the kernel's vectors.
-  const int64_t ldx = (rows + 15) / 16 * 16;
-  std::vector<float> xt(static_cast<size_t>(cols * ldx), 0.0f);
-  {
-    const at::Tensor xc = x.contiguous();
-    const float* xp = xc.data_ptr<float>();
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t k = 0; k < cols; ++k) xt[static_cast<size_t>(k * ldx + i)] = xp[i * cols + k];
-  }
+  std::vector<float> xt(static_cast<size_t>(cols * tile_ldx(rows)));
+  const at::Tensor xc = x.contiguous();
+  transpose_for_tiles(xc.data_ptr<float>(), rows, cols, 0, rows, 0, cols, xt.data());
   float* yp = y.data_ptr<float>();
-  // Rows of the weight buffer one cache line apart from a multiple of 4 KiB: 8 rows of 3072
-  // columns would otherwise share one L1 set.
-  const int64_t ldw = cols + 16;
   const int64_t tiles = (out + kTile - 1) / kTile;
   at::parallel_for(0, tiles, 4, [&](int64_t t0, int64_t t1) {
-    std::vector<float> wbuf(static_cast<size_t>(kTile * ldw), 0.0f);  // rows past a last partial tile: unused
-    alignas(64) float acc[kTile * kRowsPerPass];
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t r0 = t * kTile, n = std::min<int64_t>(kTile, out - r0);
-      for (int64_t r = 0; r < n; ++r)
-        (avx2 ? dequantize_row_avx2 : dequantize_row_avx512)(s, r0 + r, wbuf.data() + r * ldw);
-      // The next tile's bytes, prefetched during this one's products (its int4 scales and minimums
-      // here, they are few).
-      const int64_t next = t + 1 < t1 ? std::min<int64_t>(kTile, out - r0 - kTile) : 0;
-      const char* prefetch = reinterpret_cast<const char*>(s.row(next > 0 ? r0 + kTile : r0));
-      const int64_t step = next > 0 ? (next * s.row_bytes + cols - 1) / cols : 0;
-      if (next > 0 && s.scheme == QuantScheme::Int4Group) {
-        const int64_t bytes = next * s.groups * static_cast<int64_t>(sizeof(float));
-        const char* sc = reinterpret_cast<const char*>(s.scale + (r0 + kTile) * s.groups);
-        const char* mn = reinterpret_cast<const char*>(s.minimum + (r0 + kTile) * s.groups);
-        for (int64_t b = 0; b < bytes; b += 64) {
-          _mm_prefetch(sc + b, _MM_HINT_T0);
-          _mm_prefetch(mn + b, _MM_HINT_T0);
-        }
-      }
-      const int64_t pass = avx2 ? kRowsPerPassAvx2 : kRowsPerPass;
-      for (int64_t m0 = 0; m0 < rows; m0 += pass) {
-        const int64_t mw = std::min<int64_t>(pass, rows - m0);
-        if (avx2) {
-          // Each half of the tile takes half of the next tile's bytes to prefetch.
-          const int64_t half_step = m0 == 0 ? (step + 1) / 2 : 0;
-          for (int h = 0; h < 2; ++h) {
-            const float* wh = wbuf.data() + h * kTileAvx2Channels * ldw;
-            float* ah = acc + h * kTileAvx2Channels * kRowsPerPass;
-            const char* ph = prefetch + h * cols * half_step;
-            if (mw > 16)
-              tile_kernel_avx2<3>(wh, ldw, xt.data() + m0, ldx, cols, ah, ph, half_step);
-            else if (mw > 8)
-              tile_kernel_avx2<2>(wh, ldw, xt.data() + m0, ldx, cols, ah, ph, half_step);
-            else
-              tile_kernel_avx2<1>(wh, ldw, xt.data() + m0, ldx, cols, ah, ph, half_step);
-          }
-        } else if (mw > 16)
-          tile_kernel<2>(wbuf.data(), ldw, xt.data() + m0, ldx, cols, acc, prefetch, m0 == 0 ? step : 0);
-        else
-          tile_kernel<1>(wbuf.data(), ldw, xt.data() + m0, ldx, cols, acc, prefetch, m0 == 0 ? step : 0);
-        for (int64_t r = 0; r < n; ++r) {
-          const float* a = acc + r * kRowsPerPass;
-          float* o = yp + m0 * out + r0 + r;
-          if (out_scale) {
-            const float sc = out_scale[r0 + r];
-            for (int64_t i = 0; i < mw; ++i) o[i * out] = a[i] * sc;
-          } else {
-            for (int64_t i = 0; i < mw; ++i) o[i * out] = a[i];
-          }
-        }
-      }
-    }
+    tile_range(s, out, out_scale, xt.data(), rows, t0, t1, yp, out, avx2);
   });
   return y;
 }
@@ -935,29 +953,46 @@ class Fp32DecodeGemv final : public DecodeGemv {
         rows_(w.scheme == QuantScheme::None ? Rows(w.values) : Rows(w)),
         out_scale_(w.scheme == QuantScheme::PerChannelInt8 ? rows_.scale : nullptr) {}
 
+  bool takes(int64_t m) const override {
+    return m >= 1 &&
+           (m <= kFusedGemvMaxRows || (rows_.scheme != QuantScheme::None && m <= kDecodeGemvMaxRows));
+  }
   int64_t operand_floats(int64_t m) const override {
 #if SERVELAB_X86
-    return prepares() ? int4_operand_floats(rows_, m) : 0;
+    if (m > kFusedGemvMaxRows) return rows_.cols * tile_ldx(m);
+    return rows_.scheme == QuantScheme::Int4Group ? int4_operand_floats(rows_, m) : 0;
 #else
     (void)m;
     return 0;
 #endif
   }
-  bool prepares() const override { return rows_.scheme == QuantScheme::Int4Group; }
+  bool prepares(int64_t m) const override {
+    return m > kFusedGemvMaxRows || rows_.scheme == QuantScheme::Int4Group;
+  }
   const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1, int64_t col0,
                        int64_t col1) const override {
-    if (!prepares()) return x;
+    if (!prepares(m)) return x;
 #if SERVELAB_X86
-    make_int4_operand(rows_, x, m, scratch, row0, row1, col0, col1);
+    if (m > kFusedGemvMaxRows)
+      transpose_for_tiles(x, m, rows_.cols, row0, row1, col0, col1, scratch);
+    else
+      make_int4_operand(rows_, x, m, scratch, row0, row1, col0, col1);
 #else
     (void)m, (void)row0, (void)row1, (void)col0, (void)col1;
 #endif
     return scratch;
   }
-  int64_t operand_align() const override { return prepares() ? std::max<int64_t>(32, rows_.group) : 1; }
+  int64_t operand_align() const override {
+    return rows_.scheme == QuantScheme::Int4Group ? std::max<int64_t>(32, rows_.group) : 1;
+  }
 
   void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const override {
 #if SERVELAB_X86
+    if (m > kFusedGemvMaxRows) {
+      tile_range(rows_, out(), out_scale_, operand, m, c0 / kTile, (c1 + kTile - 1) / kTile, y, ldy,
+                 active_isa() == Isa::Avx2);
+      return;
+    }
     gemv_range(rows_, operand, m, c0, c1, out_scale_, y, ldy);
 #else
     (void)operand, (void)m, (void)c0, (void)c1, (void)y, (void)ldy;

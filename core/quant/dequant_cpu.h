@@ -48,7 +48,9 @@ at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x);
 // x [1..kFusedGemvMaxRows, in] times w transposed.
 bool fp32_gemv_supported(const at::Tensor& w);
 at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x);
-// A decode product (1 to kFusedGemvMaxRows rows) for a caller that runs its own threads: the decode
+// The most rows a DecodeGemv takes: the JIT kernels' tiled products end there.
+constexpr int64_t kDecodeGemvMaxRows = 128;
+// A decode product (1 to kDecodeGemvMaxRows rows) for a caller that runs its own threads: the decode
 // program (model/decode_program.h) runs a whole layer inside one parallel region and splits each
 // product by output channels itself, so it needs the kernel without fused_gemv_cpu's allocation,
 // operand preparation and parallel region around it. The kernels are fused_gemv_cpu's and
@@ -65,11 +67,14 @@ class DecodeGemv {
   int64_t in() const { return in_; }
   // Floats of scratch that prepare() may fill for m rows.
   virtual int64_t operand_floats(int64_t m) const = 0;
-  // Whether run() reads a prepared operand (x reordered, quantized, or with its groups' sums)
-  // rather than x itself.
-  virtual bool prepares() const = 0;
+  // Whether it runs m rows the way the op-by-op product would (the GEMV up to
+  // kFusedGemvMaxRows, the tiles up to kDecodeGemvMaxRows, where the JIT kernels run them).
+  virtual bool takes(int64_t m) const = 0;
+  // Whether run() reads a prepared operand for m rows (x reordered, transposed, quantized, or with
+  // its groups' sums) rather than x itself.
+  virtual bool prepares(int64_t m) const = 0;
   // Rows [row0, row1) and columns [col0, col1) of x ([m, in], contiguous) into scratch as run()
-  // reads them, where prepares(): col0 a multiple of operand_align(), col1 too or in(), so that
+  // reads them, where prepares(m): col0 a multiple of operand_align(), col1 too or in(), so that
   // threads can each prepare a part. Returns what run() reads: scratch, or x itself.
   virtual const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1,
                                int64_t col0, int64_t col1) const = 0;
@@ -78,7 +83,8 @@ class DecodeGemv {
   }
   // The column step prepare() splits at.
   virtual int64_t operand_align() const = 0;
-  // y[r * ldy + c] for rows r < m and output channels c in [c0, c1), from prepare()'s operand.
+  // y[r * ldy + c] for rows r < m and output channels c in [c0, c1), from prepare()'s operand; past
+  // kFusedGemvMaxRows rows c0 is a multiple of 8 and c1 too, or out().
   virtual void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const = 0;
 
  protected:

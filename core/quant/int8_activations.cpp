@@ -582,8 +582,9 @@ class Int8ActivationDecodeGemv final : public DecodeGemv {
  public:
   explicit Int8ActivationDecodeGemv(const QuantizedTensor& w)
       : DecodeGemv(w.rows(), w.cols()), kept_(w), matrix_(w) {}
+  bool takes(int64_t m) const override { return m >= 1 && m <= kDecodeGemvMaxRows; }
   int64_t operand_floats(int64_t m) const override { return layout(m).storage_floats(); }
-  bool prepares() const override { return true; }
+  bool prepares(int64_t) const override { return true; }
   const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1, int64_t col0,
                        int64_t col1) const override {
     Operand op = layout(m);
@@ -595,11 +596,22 @@ class Int8ActivationDecodeGemv final : public DecodeGemv {
   void run(const float* operand, int64_t m, int64_t c0, int64_t c1, float* y, int64_t ldy) const override {
     Operand op = layout(m);
     op.place(const_cast<float*>(operand));  // read only: the kernels take it as const
-    kernels(kept_.scheme)[static_cast<size_t>(m - 1)](matrix_, op, 0, c0, c1, y, ldy);
+    const auto& k = kernels(kept_.scheme);
+    if (op.pass_count() == 1) {
+      k[static_cast<size_t>(m - 1)](matrix_, op, 0, c0, c1, y, ldy);
+      return;
+    }
+    // More rows: a block of channels at a time (its weights stay in L1), a pass of rows at a time,
+    // as int8_activation_linear_cpu runs them.
+    for (int64_t b0 = c0; b0 < c1; b0 += kBatchChannels) {
+      const int64_t b1 = std::min(c1, b0 + kBatchChannels);
+      for (int64_t pass = 0; pass < op.pass_count(); ++pass)
+        k[static_cast<size_t>(op.rows(pass) - 1)](matrix_, op, pass, b0, b1, y, ldy);
+    }
   }
 
  private:
-  // m rows in one pass, as the active ISA's kernels read them.
+  // m rows in passes of at most kMaxRowsPerCall, as the active ISA's kernels read them.
   Operand layout(int64_t m) const { return Operand(kept_.scheme, m, in(), !vnni_active()); }
   QuantizedTensor kept_;  // the tensors matrix_ points into
   Matrix matrix_;

@@ -116,7 +116,8 @@ class TestDecodeProgram : public QObject {
     QTest::addColumn<QString>("mode");
     QTest::addColumn<int>("rows");
     for (const char* mode : {"int4-g32", "int4-g64", "int8-channel", "zp-uint8", "fp16", "bf16"})
-      for (int rows : {1, 3, 7})
+      // 1-7 rows: the register GEMVs; 8 and more: the tiled products (33: a last partial pass).
+      for (int rows : {1, 3, 7, 8, 33})
         QTest::newRow(qPrintable(QString("%1 x%2").arg(mode).arg(rows))) << mode << rows;
   }
   void logits_equal_op_by_op() {
@@ -132,7 +133,8 @@ class TestDecodeProgram : public QObject {
     QTest::addColumn<QString>("isa");
     QTest::addColumn<int>("rows");
     for (const char* isa : {"avx512", "avx2"})
-      for (int rows : {1, 4, 7})
+      // 12 and 32 rows: several passes of at most 7 rows.
+      for (int rows : {1, 4, 7, 12, 32})
         QTest::newRow(qPrintable(QString("%1 x%2").arg(isa).arg(rows))) << isa << rows;
   }
   void int8_activations_equal_op_by_op() {
@@ -166,6 +168,7 @@ class TestDecodeProgram : public QObject {
                        "int4-g32");
     compare_fused_to_op_by_op(*m, 1);
     compare_fused_to_op_by_op(*m, 5);
+    compare_fused_to_op_by_op(*m, 16);
   }
 
   void avx2_equals_op_by_op() {
@@ -175,6 +178,7 @@ class TestDecodeProgram : public QObject {
     const auto m = jit(tiny(), "int4-g32");
     compare_fused_to_op_by_op(*m, 1);
     compare_fused_to_op_by_op(*m, 4);
+    compare_fused_to_op_by_op(*m, 20);
     set_active_isa(was, "test");
   }
 
