@@ -134,31 +134,29 @@ std::unique_ptr<LlamaDecodeProgram> LlamaDecodeProgram::make(const LlamaConfig& 
       if (!ok[i])
         return refuse("the kernels (" + kernels->description() + ") have no decode GEMV for the " +
                       kNames[i] + " products");
+    for (const Group* g : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down})
+      for (const auto& p : g->parts) program->rows_limit_ = std::min(program->rows_limit_, p->max_rows());
+    const int64_t window = c.window_of(l);
+    if (window > 0 && (program->narrowest_window_ == 0 || window < program->narrowest_window_))
+      program->narrowest_window_ = window;
     program->layers_.push_back(std::move(layer));
   }
   return program;
 }
 
-std::string LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* cache, const AttentionMask& m,
+const char* LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* cache, const AttentionMask& m,
                                         AttentionBackend backend) const {
   if (in.lora) return "LoRA adapters run op by op";
   if (in.kv_store) return "paged KV runs op by op";
   if (!cache) return "no KV cache";
   if (in.input_ids.size(1) != 1) return "several new tokens per row (a prompt, a chunk or a verification)";
-  const int64_t rows = in.input_ids.size(0);
-  if (rows > max_rows()) return "more than " + std::to_string(max_rows()) + " rows";
-  for (const Layer& l : layers_)
-    for (const Group* g : {&l.qkv, &l.o, &l.gate_up, &l.down})
-      for (const auto& p : g->parts)
-        if (!p->takes(rows))
-          return "a plain fp32 matrix at " + std::to_string(rows) + " rows (libtorch's GEMM, op by op)";
+  if (in.input_ids.size(0) > rows_limit_)
+    return rows_limit_ < max_rows() ? "a plain fp32 matrix past the register GEMV's rows (libtorch's GEMM)"
+                                    : "more rows than the tiled products take";
   const Isa isa = active_isa();
   if (isa != Isa::Avx512 && isa != Isa::Avx2) return "the portable ISA runs op by op";
   if (backend != AttentionBackend::Sdpa) return "the manual attention backend runs op by op";
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
-    const int64_t window = config_.window_of(l);
-    if (window > 0 && m.keys > window) return "the sliding window cuts into the keys (op by op)";
-  }
+  if (narrowest_window_ > 0 && m.keys > narrowest_window_) return "the sliding window cuts into the keys";
   const at::Tensor& k = cache->keys();
   const at::Tensor& v = cache->values();
   if (k.scalar_type() != at::kFloat || v.scalar_type() != at::kFloat || k.strides() != v.strides() ||
@@ -167,7 +165,7 @@ std::string LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* c
   if (m.mask.defined() && (m.mask.scalar_type() != at::kBool || m.mask.dim() != 4 || m.mask.size(1) != 1 ||
                            m.mask.size(2) != 1 || m.mask.size(3) != m.keys))
     return "an attention mask of another shape";
-  return {};
+  return nullptr;
 }
 
 void LlamaDecodeProgram::run_channels(const Group& g, const float* x, const Step& s, float* y, int64_t begin,
@@ -223,7 +221,7 @@ void LlamaDecodeProgram::residual_norm(const float* add, const float* bias, cons
 }
 
 void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_t index, int& cur, Step& s,
-                                   int tid, int threads) const {
+                                   std::vector<float>& scores, int tid, int threads) const {
   const int64_t B = s.B, H = s.H, H_kv = s.H_kv, D = s.D, F = s.F, G = H / H_kv;
   const double eps = config_.rms_norm_eps;
 
@@ -273,7 +271,6 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
     const int64_t align = L.o.align();
     const bool own_columns = (G * D) % align == 0;
     const auto [begin, end] = share(B * H_kv, tid, threads, 1);
-    std::vector<float> scores(static_cast<size_t>(G * (s.keys + 16)));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / H_kv, h = item % H_kv, r = s.row[static_cast<size_t>(b)];
       decode_attention_item_f32(
@@ -410,8 +407,11 @@ void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cac
     c10::InferenceMode guard(inference);
     const int tid = omp_get_thread_num(), team = omp_get_num_threads();
     int cur = 0;
+    // This thread's attention scores for every layer (their size depends on the step only).
+    std::vector<float> scores(static_cast<size_t>(s.H / s.H_kv * (s.keys + 16)));
     for (size_t l = 0; l < layers_.size(); ++l)
-      run_layer(layers_[l], l > 0 ? &layers_[l - 1] : nullptr, static_cast<int64_t>(l), cur, s, tid, team);
+      run_layer(layers_[l], l > 0 ? &layers_[l - 1] : nullptr, static_cast<int64_t>(l), cur, s, scores, tid,
+                team);
     residual_norm(s.down.data(), layers_.back().bias[kDown], nullptr, nullptr, cur, s, tid, team);
     if (tid == 0) last = cur;
   }

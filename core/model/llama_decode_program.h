@@ -39,13 +39,14 @@ class LlamaDecodeProgram {
                                                   const at::Tensor& sin, std::string* why_not);
   ~LlamaDecodeProgram();
 
-  // Why this step runs op by op instead, or empty when the program takes it: one new token per
-  // row, at most max_rows() rows, a KvCache (dense, or slot KV's per-row positions), no LoRA, no
-  // window cutting into the keys, SDPA's rules, a vector ISA active.
-  std::string refuses(const ForwardInput& in, const KvCache* cache, const AttentionMask& mask,
+  // Why this step runs op by op instead, or null when the program takes it: one new token per
+  // row, no more rows than its products take, a KvCache (dense, or slot KV's per-row positions), no
+  // LoRA, no window cutting into the keys, SDPA's rules, a vector ISA active. Asked every step:
+  // plain checks against what make() worked out, no allocation.
+  const char* refuses(const ForwardInput& in, const KvCache* cache, const AttentionMask& mask,
                       AttentionBackend backend) const;
   // Every layer over x ([B, 1, E] fp32, the embedded tokens; replaced by the last layer's output),
-  // writing this step's keys and values into the cache. Call only when refuses() is empty.
+  // writing this step's keys and values into the cache. Call only when refuses() is null.
   void run(at::Tensor& x, const ForwardInput& in, KvCache& cache, const AttentionMask& mask) const;
   // Steps run so far.
   int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
@@ -72,8 +73,9 @@ class LlamaDecodeProgram {
   LlamaDecodeProgram() = default;
   // One layer on thread tid of threads; previous: the layer whose down product is still to be
   // added to the residual stream, whose buffer `cur` names.
-  void run_layer(const Layer& layer, const Layer* previous, int64_t index, int& cur, Step& s, int tid,
-                 int threads) const;
+  // scores: this thread's scratch for the attention.
+  void run_layer(const Layer& layer, const Layer* previous, int64_t index, int& cur, Step& s,
+                 std::vector<float>& scores, int tid, int threads) const;
   // This thread's columns of: the residual (x + add + bias, when add is given) into the other
   // buffer, its RMS norm with `norm` into h (when given), and next's operands from h.
   void residual_norm(const float* add, const float* bias, const float* norm, const Group* next, int& cur,
@@ -93,6 +95,8 @@ class LlamaDecodeProgram {
   const float* cos_ = nullptr;
   const float* sin_ = nullptr;
   double scale_ = 1.0;
+  int64_t rows_limit_ = max_rows();  // the fewest rows any of its products takes (DecodeGemv::max_rows)
+  int64_t narrowest_window_ = 0;     // the smallest sliding window of any layer, 0: none
   mutable std::atomic<int64_t> steps_{0};
 };
 

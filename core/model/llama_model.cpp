@@ -264,8 +264,7 @@ at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
   // Gemma scales the embedding by sqrt(hidden_size), rounded to the model's dtype as HF does.
   if (config_.gemma_norms)
     x = x * at::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), x.options());
-  const bool fused =
-      program_ && fused_decode() && cache && program_->refuses(in, cache, mask, backend_).empty();
+  const bool fused = program_ && fused_decode() && cache && !program_->refuses(in, cache, mask, backend_);
   if (fused) program_->run(x, in, *cache, mask);
   for (int64_t l = 0; l < config_.n_layer && !fused; ++l) {
     const LlamaLayerWeights& lw = weights_.layers[static_cast<size_t>(l)];

@@ -953,9 +953,9 @@ class Fp32DecodeGemv final : public DecodeGemv {
         rows_(w.scheme == QuantScheme::None ? Rows(w.values) : Rows(w)),
         out_scale_(w.scheme == QuantScheme::PerChannelInt8 ? rows_.scale : nullptr) {}
 
-  bool takes(int64_t m) const override {
-    return m >= 1 &&
-           (m <= kFusedGemvMaxRows || (rows_.scheme != QuantScheme::None && m <= kDecodeGemvMaxRows));
+  int64_t max_rows() const override {
+    // libtorch's GEMM runs a plain fp32 matrix past the GEMV's rows.
+    return rows_.scheme == QuantScheme::None ? kFusedGemvMaxRows : kDecodeGemvMaxRows;
   }
   int64_t operand_floats(int64_t m) const override {
 #if SERVELAB_X86

@@ -67,9 +67,9 @@ class DecodeGemv {
   int64_t in() const { return in_; }
   // Floats of scratch that prepare() may fill for m rows.
   virtual int64_t operand_floats(int64_t m) const = 0;
-  // Whether it runs m rows the way the op-by-op product would (the GEMV up to
-  // kFusedGemvMaxRows, the tiles up to kDecodeGemvMaxRows, where the JIT kernels run them).
-  virtual bool takes(int64_t m) const = 0;
+  // The most rows it runs the way the op-by-op product would: the GEMV up to kFusedGemvMaxRows,
+  // the tiles up to kDecodeGemvMaxRows where the JIT kernels tile the matrix.
+  virtual int64_t max_rows() const = 0;
   // Whether run() reads a prepared operand for m rows (x reordered, transposed, quantized, or with
   // its groups' sums) rather than x itself.
   virtual bool prepares(int64_t m) const = 0;

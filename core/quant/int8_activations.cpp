@@ -582,7 +582,7 @@ class Int8ActivationDecodeGemv final : public DecodeGemv {
  public:
   explicit Int8ActivationDecodeGemv(const QuantizedTensor& w)
       : DecodeGemv(w.rows(), w.cols()), kept_(w), matrix_(w) {}
-  bool takes(int64_t m) const override { return m >= 1 && m <= kDecodeGemvMaxRows; }
+  int64_t max_rows() const override { return kDecodeGemvMaxRows; }
   int64_t operand_floats(int64_t m) const override { return layout(m).storage_floats(); }
   bool prepares(int64_t) const override { return true; }
   const float* prepare(const float* x, int64_t m, float* scratch, int64_t row0, int64_t row1, int64_t col0,
