@@ -307,11 +307,50 @@ SERVELAB_AVX512 inline void gemv_step(const Rows& s, int64_t c, const float* x, 
   }
 }
 
+// Int8 groups for one row, where converting the weights is most of the work: a group's integers
+// meet x unscaled and its scale multiplies the group's sum once (s sum_j q_j x_j), one FMA per
+// group instead of a multiply per weight; groups in pairs into two accumulators, so that the FMA
+// applying a scale does not wait on the previous group's.
+SERVELAB_AVX512 inline __m512 int8_group_sum(const uint8_t* v, const float* x, int64_t j, int64_t chunks) {
+  __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+  for (int64_t k = 0; k < chunks; ++k, j += 32) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j));
+    a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))),
+                        _mm512_loadu_ps(x + j), a);
+    b = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
+                        _mm512_loadu_ps(x + j + 16), b);
+  }
+  return _mm512_add_ps(a, b);
+}
+SERVELAB_AVX512 void gemv_int8_group_channels_one(const Rows& s, const float* x, int64_t c0, int64_t c1,
+                                                  float* y) {
+  const int64_t groups = s.groups, group = s.group, chunks = group / 32;
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint8_t* v = s.row(c);
+    const float* scale = s.scale + c * groups;
+    _mm_prefetch(reinterpret_cast<const char*>(scale + groups), _MM_HINT_T0);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t g = 0;
+    for (; g + 1 < groups; g += 2) {
+      acc0 = _mm512_fmadd_ps(_mm512_set1_ps(scale[g]), int8_group_sum(v, x, g * group, chunks), acc0);
+      acc1 =
+          _mm512_fmadd_ps(_mm512_set1_ps(scale[g + 1]), int8_group_sum(v, x, (g + 1) * group, chunks), acc1);
+    }
+    if (g < groups)
+      acc0 = _mm512_fmadd_ps(_mm512_set1_ps(scale[g]), int8_group_sum(v, x, g * group, chunks), acc0);
+    y[c] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  }
+}
+
 // Channels [c0, c1) for M rows of x ([M, cols], contiguous) into y ([M, out]); one horizontal sum
 // per channel and row at the end.
 template <QuantScheme S, int M>
 SERVELAB_AVX512 void gemv_channels(const Rows& s, const float* x, int64_t c0, int64_t c1,
                                    const float* out_scale, float* y, int64_t out) {
+  if constexpr (S == QuantScheme::Int8Group && M == 1) {
+    gemv_int8_group_channels_one(s, x, c0, c1, y);
+    return;
+  }
   const int64_t cols = s.cols;
   for (int64_t c = c0; c < c1; ++c) {
     __m512 acc[M][2], more[M][2];
@@ -500,12 +539,72 @@ SERVELAB_AVX2 inline float hsum_avx2(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
+// Int8 groups for one row, as gemv_int4_channels_few_avx2 (below) does int4: a group's integers
+// meet x unscaled, its scale multiplies each row's sum of the group once, groups in pairs.
+template <int M>
+SERVELAB_AVX2 inline void int8_group_sums_avx2(const uint8_t* v, const float* x, int64_t cols, int64_t j,
+                                               int64_t chunks, __m256 (&sum)[M]) {
+  __m256 part[M][2];
+  for (int64_t k = 0; k < chunks; ++k, j += 32) {
+    __m256 w[4];
+    for (int i = 0; i < 4; ++i) w[i] = i8x8(v + j + 8 * i);
+    for (int m = 0; m < M; ++m) {
+      const float* xm = x + m * cols + j;
+      if (k == 0) {
+        part[m][0] = _mm256_mul_ps(w[0], _mm256_loadu_ps(xm));
+        part[m][1] = _mm256_mul_ps(w[2], _mm256_loadu_ps(xm + 16));
+      } else {
+        part[m][0] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xm), part[m][0]);
+        part[m][1] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xm + 16), part[m][1]);
+      }
+      part[m][0] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xm + 8), part[m][0]);
+      part[m][1] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xm + 24), part[m][1]);
+    }
+  }
+  for (int m = 0; m < M; ++m) sum[m] = _mm256_add_ps(part[m][0], part[m][1]);
+}
+
+template <int M>
+SERVELAB_AVX2 void gemv_int8_group_channels_few_avx2(const Rows& s, const float* x, int64_t c0, int64_t c1,
+                                                     float* y, int64_t out) {
+  const int64_t cols = s.cols, groups = s.groups, group = s.group, chunks = group / 32;
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint8_t* v = s.row(c);
+    const float* scale = s.scale + c * groups;
+    _mm_prefetch(reinterpret_cast<const char*>(scale + groups), _MM_HINT_T0);
+    __m256 acc0[M], acc1[M];
+    for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 1 < groups; g += 2) {
+      __m256 a[M], b[M];
+      int8_group_sums_avx2<M>(v, x, cols, g * group, chunks, a);
+      int8_group_sums_avx2<M>(v, x, cols, (g + 1) * group, chunks, b);
+      const __m256 sa = _mm256_set1_ps(scale[g]), sb = _mm256_set1_ps(scale[g + 1]);
+      for (int m = 0; m < M; ++m) {
+        acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
+        acc1[m] = _mm256_fmadd_ps(sb, b[m], acc1[m]);
+      }
+    }
+    if (g < groups) {
+      __m256 a[M];
+      int8_group_sums_avx2<M>(v, x, cols, g * group, chunks, a);
+      const __m256 sa = _mm256_set1_ps(scale[g]);
+      for (int m = 0; m < M; ++m) acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
+    }
+    for (int m = 0; m < M; ++m) y[m * out + c] = hsum_avx2(_mm256_add_ps(acc0[m], acc1[m]));
+  }
+}
+
 // Channels [c0, c1) for M rows: one accumulator per vector of a step for 1-2 rows, two per row
 // up to 4 rows (8 chains hide the FMA latency), one beyond (M chains already do; 2 * 7 + 4
 // weights would not fit in 16 registers).
 template <QuantScheme S, int M>
 SERVELAB_AVX2 void gemv_channels_avx2(const Rows& s, const float* x, int64_t c0, int64_t c1,
                                       const float* out_scale, float* y, int64_t out) {
+  if constexpr (S == QuantScheme::Int8Group && M == 1) {
+    gemv_int8_group_channels_few_avx2<M>(s, x, c0, c1, y, out);
+    return;
+  }
   constexpr int A = M <= 2 ? 4 : M <= 4 ? 2 : 1;
   const int64_t cols = s.cols;
   for (int64_t c = c0; c < c1; ++c) {
@@ -541,52 +640,143 @@ SERVELAB_AVX2 void gemv_dispatch_avx2(int64_t rows, const Rows& s, const float* 
 }
 
 // gemv_int4_channels in 8-float vectors: the low nibbles of 16 bytes are x's even columns (two
-// vectors), the high ones its odd columns (two more).
+// vectors), the high ones its odd columns (two more). Each 8 bytes widen to 32-bit lanes straight
+// from memory; a lane's low nibble is then one AND away and its high nibble one shift, so a chunk's
+// 32 weights take six integer instructions and four conversions before their four FMAs.
+SERVELAB_AVX2 inline void int4_chunk_avx2(const uint8_t* v, __m256 (&w)[4]) {
+  const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v)));
+  const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + 8)));
+  const __m256i mask = _mm256_set1_epi32(15);
+  w[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, mask));
+  w[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, mask));
+  w[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+  w[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
+}
+
+// The minimums' term sum_g mn_g (sum of x over group g) into each row's accumulator, over whole
+// vectors of 8 groups; returns the first group left for minimum_tail (masked loads, the obvious
+// way to take the rest, are slow on AMD cores).
 template <int M>
-SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
-                                           float* y, int64_t out) {
-  // One accumulator per vector of a chunk for 1-2 rows (independent FMA chains), fewer beyond
-  // (16 registers).
-  constexpr int A = M <= 2 ? 4 : M <= 4 ? 2 : 1;
-  const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32;
-  const __m128i mask = _mm_set1_epi8(15);
+SERVELAB_AVX2 inline int64_t minimum_vectors_avx2(const float* minimum, const float* sums, int64_t groups,
+                                                  __m256 (&acc)[M]) {
+  int64_t h = 0;
+  for (; h + 8 <= groups; h += 8) {
+    const __m256 mn = _mm256_loadu_ps(minimum + h);
+    for (int m = 0; m < M; ++m) acc[m] = _mm256_fmadd_ps(mn, _mm256_loadu_ps(sums + m * groups + h), acc[m]);
+  }
+  return h;
+}
+inline float minimum_tail(const float* minimum, const float* sums, int64_t h, int64_t groups) {
+  float t = 0;
+  for (; h < groups; ++h) t += minimum[h] * sums[h];
+  return t;
+}
+
+// One group's sum_j q_j x_j for each of M rows (the group's chunks of 32 from column j), unscaled.
+template <int M>
+SERVELAB_AVX2 inline void int4_group_sums_avx2(const uint8_t* v, const float* x, int64_t cols, int64_t j,
+                                               int64_t chunks, __m256 (&sum)[M]) {
+  __m256 part[M][2];
+  for (int64_t k = 0; k < chunks; ++k, j += 32) {
+    __m256 w[4];
+    int4_chunk_avx2(v + j / 2, w);
+    for (int m = 0; m < M; ++m) {
+      const float* xm = x + m * cols + j;
+      if (k == 0) {
+        part[m][0] = _mm256_mul_ps(w[0], _mm256_loadu_ps(xm));
+        part[m][1] = _mm256_mul_ps(w[2], _mm256_loadu_ps(xm + 16));
+      } else {
+        part[m][0] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xm), part[m][0]);
+        part[m][1] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xm + 16), part[m][1]);
+      }
+      part[m][0] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xm + 8), part[m][0]);
+      part[m][1] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xm + 24), part[m][1]);
+    }
+  }
+  for (int m = 0; m < M; ++m) sum[m] = _mm256_add_ps(part[m][0], part[m][1]);
+}
+
+// One or two rows, where converting the weights is most of the work: a group's integers meet x
+// unscaled and its scale multiplies the group's sum once (s sum_j q_j x_j), one FMA per row and
+// group instead of a multiply per weight. Groups go in pairs into two accumulators per row, so the
+// FMA that applies a scale does not wait on the previous group's.
+template <int M>
+SERVELAB_AVX2 void gemv_int4_channels_few_avx2(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
+                                               float* y, int64_t out) {
+  const int64_t cols = s.cols, groups = s.groups, group = s.group, chunks = group / 32;
   const float* x = op.x;
-  // The minimums' term reads the groups 8 at a time: every lane but a last partial vector's tail.
-  alignas(32) int32_t tail_lanes[8];
-  for (int i = 0; i < 8; ++i) tail_lanes[i] = i < groups % 8 ? -1 : 0;
-  const __m256i all = _mm256_set1_epi32(-1);
-  const __m256i tail = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail_lanes));
   for (int64_t c = c0; c < c1; ++c) {
     const uint8_t* v = s.row(c);
     const float* scale = s.scale + c * groups;
     const float* minimum = s.minimum + c * groups;
-    __m256 acc[M][A];
-    for (int m = 0; m < M; ++m)
-      for (int i = 0; i < A; ++i) acc[m][i] = _mm256_setzero_ps();
-    for (int64_t g = 0, j = 0; g < groups; ++g) {
-      const __m256 sc = _mm256_set1_ps(scale[g]);
-      for (int64_t k = 0; k < chunks; ++k, j += 32) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j / 2));
-        const __m128i lo = _mm_and_si128(b, mask), hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
-        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-        __m256 w[4];
-        for (int i = 0; i < 4; ++i)
-          w[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i])), sc);
-        for (int m = 0; m < M; ++m)
-          for (int i = 0; i < 4; ++i)
-            acc[m][i % A] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + m * cols + j + 8 * i), acc[m][i % A]);
+    // The next channel's scales and minimums, which its first and last instructions need.
+    _mm_prefetch(reinterpret_cast<const char*>(scale + groups), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(minimum + groups), _MM_HINT_T0);
+    __m256 acc0[M], acc1[M];
+    for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 1 < groups; g += 2) {
+      __m256 a[M], b[M];
+      int4_group_sums_avx2<M>(v, x, cols, g * group, chunks, a);
+      int4_group_sums_avx2<M>(v, x, cols, (g + 1) * group, chunks, b);
+      const __m256 sa = _mm256_set1_ps(scale[g]), sb = _mm256_set1_ps(scale[g + 1]);
+      for (int m = 0; m < M; ++m) {
+        acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
+        acc1[m] = _mm256_fmadd_ps(sb, b[m], acc1[m]);
       }
     }
-    for (int64_t g = 0; g < groups; g += 8) {
-      const __m256i lanes = groups - g >= 8 ? all : tail;
-      const __m256 mn = _mm256_maskload_ps(minimum + g, lanes);
-      for (int m = 0; m < M; ++m)
-        acc[m][0] = _mm256_fmadd_ps(mn, _mm256_maskload_ps(op.sum + m * groups + g, lanes), acc[m][0]);
+    if (g < groups) {
+      __m256 a[M];
+      int4_group_sums_avx2<M>(v, x, cols, g * group, chunks, a);
+      const __m256 sa = _mm256_set1_ps(scale[g]);
+      for (int m = 0; m < M; ++m) acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
     }
-    for (int m = 0; m < M; ++m) {
-      __m256 t = acc[m][0];
-      for (int i = 1; i < A; ++i) t = _mm256_add_ps(t, acc[m][i]);
-      y[m * out + c] = hsum_avx2(t);
+    const int64_t h = minimum_vectors_avx2<M>(minimum, op.sum, groups, acc1);
+    for (int m = 0; m < M; ++m)
+      y[m * out + c] =
+          hsum_avx2(_mm256_add_ps(acc0[m], acc1[m])) + minimum_tail(minimum, op.sum + m * groups, h, groups);
+  }
+}
+
+// 3 rows and more, where the conversion is shared by enough rows: each weight scaled once and
+// used by every row, one accumulator per row (M chains hide the FMA latency).
+template <int M>
+SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
+                                           float* y, int64_t out) {
+  if constexpr (M <= 2) {
+    gemv_int4_channels_few_avx2<M>(s, op, c0, c1, y, out);
+  } else {
+    constexpr int A = M <= 4 ? 2 : 1;
+    const int64_t cols = s.cols, groups = s.groups, chunks = s.group / 32;
+    const float* x = op.x;
+    for (int64_t c = c0; c < c1; ++c) {
+      const uint8_t* v = s.row(c);
+      const float* scale = s.scale + c * groups;
+      const float* minimum = s.minimum + c * groups;
+      _mm_prefetch(reinterpret_cast<const char*>(scale + groups), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(minimum + groups), _MM_HINT_T0);
+      __m256 acc[M][A];
+      for (int m = 0; m < M; ++m)
+        for (int i = 0; i < A; ++i) acc[m][i] = _mm256_setzero_ps();
+      for (int64_t g = 0, j = 0; g < groups; ++g) {
+        const __m256 sc = _mm256_set1_ps(scale[g]);
+        for (int64_t k = 0; k < chunks; ++k, j += 32) {
+          __m256 w[4];
+          int4_chunk_avx2(v + j / 2, w);
+          for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(w[i], sc);
+          for (int m = 0; m < M; ++m)
+            for (int i = 0; i < 4; ++i)
+              acc[m][i % A] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(x + m * cols + j + 8 * i), acc[m][i % A]);
+        }
+      }
+      __m256 total[M];
+      for (int m = 0; m < M; ++m) {
+        total[m] = acc[m][0];
+        for (int i = 1; i < A; ++i) total[m] = _mm256_add_ps(total[m], acc[m][i]);
+      }
+      const int64_t h = minimum_vectors_avx2<M>(minimum, op.sum, groups, total);
+      for (int m = 0; m < M; ++m)
+        y[m * out + c] = hsum_avx2(total[m]) + minimum_tail(minimum, op.sum + m * groups, h, groups);
     }
   }
 }

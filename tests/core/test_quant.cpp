@@ -778,39 +778,49 @@ class TestQuant : public QObject {
   void fused_gemv_equals_dequant_once_data() { fused_kernels_equal_dequant_once_data(); }
   void fused_gemv_equals_dequant_once() {
     // The decode kernel (1 to 7 rows, weights dequantized in registers): 45 output channels split
-    // over the threads unevenly, 256 columns (8 steps of 32, 2 to 8 int4 groups), under each ISA.
+    // over the threads unevenly, under each ISA, at widths of 256 (8 steps of 32, 2 to 8 int4
+    // groups), 384 (3 groups of 128: an odd count) and, for groups of 32, 352 (11 groups: an odd
+    // count, and 3 past the AVX2 kernels' vectors of 8 groups).
     QFETCH(QString, mode);
     QFETCH(qint64, group);
     FORCE_DATA_ISA();
-    const int64_t out = 45, cols = 256;
+    const int64_t out = 45;
     c10::InferenceMode guard;
-    const at::Tensor m =
-        pattern(out * cols, 0.7, 0.1).view({out, cols}) - pattern(out * cols, 0.4, 0.3).view({cols, out}).t();
-    QuantizedTensor w = quantize_row(mode, group, m);
-    if (group == 16) {
-      // Groups of 16 split a step of 32: the kernel refuses them and JIT runs blocks instead.
-      QVERIFY(!fused_gemv_supported(w));
-      QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols})));
-      return;
+    const QuantSpec spec =
+        mode == "int8-g" ? QuantSpec{QuantScheme::Int8Group} : parse_quant_mode(mode.toStdString());
+    const int64_t grouping = group ? group : spec.scheme == QuantScheme::Int4Group ? spec.group_size : 32;
+    for (const int64_t cols : {int64_t{256}, int64_t{384}, int64_t{352}}) {
+      const at::Tensor m = pattern(out * cols, 0.7, 0.1).view({out, cols}) -
+                           pattern(out * cols, 0.4, 0.3).view({cols, out}).t();
+      if (cols % grouping) continue;
+      QuantizedTensor w = quantize_row(mode, group, m);
+      if (group == 16) {
+        // Groups of 16 split a step of 32: the kernel refuses them and JIT runs blocks instead.
+        QVERIFY(!fused_gemv_supported(w));
+        QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols})));
+        return;
+      }
+      if (static_cast<Isa>(isa) == Isa::Generic) {
+        QVERIFY(!fused_gemv_supported(w));  // the JIT path dequantizes rows and ATen multiplies
+        return;
+      }
+      QVERIFY(fused_gemv_supported(w));
+      const at::Tensor dense = w.dequantize(at::kFloat);
+      const at::Tensor x = pattern(kFusedGemvMaxRows * cols, 1.3, 0.5).view({kFusedGemvMaxRows, cols});
+      for (int64_t rows = 1; rows <= kFusedGemvMaxRows; ++rows) {
+        const at::Tensor xr = x.narrow(0, 0, rows);
+        const at::Tensor y = fused_gemv_cpu(w, xr), want = at::mm(xr, dense.t());
+        QCOMPARE(y.sizes().vec(), want.sizes().vec());
+        const double rel = relative_diff(want, y);
+        QVERIFY2(rel <= 1e-6,
+                 qPrintable(
+                     QString("%1 columns, %2 rows: max |diff| / max |y| = %3").arg(cols).arg(rows).arg(rel)));
+      }
+      // Eight rows, a wrong width, a non-float input: refused with a clear error, nothing computed.
+      QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({kFusedGemvMaxRows + 1, cols})));
+      QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols - 32})));
+      QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols}, at::kDouble)));
     }
-    if (static_cast<Isa>(isa) == Isa::Generic) {
-      QVERIFY(!fused_gemv_supported(w));  // the JIT path dequantizes rows and ATen multiplies
-      return;
-    }
-    QVERIFY(fused_gemv_supported(w));
-    const at::Tensor dense = w.dequantize(at::kFloat);
-    const at::Tensor x = pattern(kFusedGemvMaxRows * cols, 1.3, 0.5).view({kFusedGemvMaxRows, cols});
-    for (int64_t rows = 1; rows <= kFusedGemvMaxRows; ++rows) {
-      const at::Tensor xr = x.narrow(0, 0, rows);
-      const at::Tensor y = fused_gemv_cpu(w, xr), want = at::mm(xr, dense.t());
-      QCOMPARE(y.sizes().vec(), want.sizes().vec());
-      const double rel = relative_diff(want, y);
-      QVERIFY2(rel <= 1e-6, qPrintable(QString("%1 rows: max |diff| / max |y| = %2").arg(rows).arg(rel)));
-    }
-    // Eight rows, a wrong width, a non-float input: refused with a clear error, nothing computed.
-    QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({kFusedGemvMaxRows + 1, cols})));
-    QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols - 32})));
-    QVERIFY_THROWS_EXCEPTION(InputError, fused_gemv_cpu(w, at::ones({1, cols}, at::kDouble)));
   }
 
   void int8_activation_rows_data() {
