@@ -118,8 +118,9 @@ struct ModelArgs {
         ->check(CLI::Range(1, 4096));
     app->add_option(
            "--fused-decode", fused_decode,
-           "on the CPU, run each decode step of 1-128 rows as one fused program (one parallel region "
-           "per step; the Llama family) or op by op (off); `info` says whether it applies")
+           "on the CPU, run each decode step of 1-128 rows, and each speculative verification, as one "
+           "fused program (one parallel region per step; the Llama family) or op by op (off); `info` "
+           "says whether it applies")
         ->check(CLI::IsMember({"on", "off"}));
     if (!with_quant) return;
     app->add_option("--quant", quant,

@@ -261,6 +261,35 @@ at::Tensor PagedKvMemory::attend(int64_t layer, const at::Tensor& q, const at::T
   return out;
 }
 
+bool PagedKvMemory::places(KvPlaces& out) const {
+  if (kernel_ != PagedAttentionKernel::InPlace || !keys_.device().is_cpu() ||
+      keys_.scalar_type() != at::kFloat || values_.scalar_type() != at::kFloat || !keys_.is_contiguous() ||
+      !values_.is_contiguous())
+    return false;
+  out.clear();
+  out.keys = keys_.mutable_data_ptr<float>();
+  out.values = values_.mutable_data_ptr<float>();
+  out.layer_stride = keys_.stride(0);
+  out.head_stride = keys_.stride(2);
+  const int64_t per_slot = keys_.stride(1);
+  out.first.push_back(0);
+  for (size_t i = 0; i < pass_.ids.size(); ++i) {
+    const int64_t start = pass_.start[i], count = pass_.count[i];
+    if (pass_.decode) {
+      out.segments.push_back({static_cast<int64_t>(i), 0, start, count});
+      const int64_t* slot = pass_.positions.slots.data() + pass_.positions.first[i];
+      for (int64_t p = 0; p < start + count; ++p) out.offsets.push_back(slot[p] * per_slot);
+    } else {
+      out.segments.push_back({pass_.row[i], pass_.column[i], start, count});
+      const at::Tensor read = pass_.read_slots[i].to(at::kLong).contiguous();
+      const int64_t* slot = read.const_data_ptr<int64_t>();
+      for (int64_t p = 0; p < start + count; ++p) out.offsets.push_back(slot[p] * per_slot);
+    }
+    out.first.push_back(static_cast<int64_t>(out.offsets.size()));
+  }
+  return true;
+}
+
 const PagedPositions& PagedKvMemory::decode_positions(int64_t window) {
   if (window <= 0) return pass_.positions;
   auto [it, added] = pass_.windowed.try_emplace(window);

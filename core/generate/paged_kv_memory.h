@@ -88,6 +88,9 @@ class PagedKvMemory : public KvMemoryManager, private KvStore {
     std::map<int64_t, PagedPositions> windowed;
     std::map<int64_t, std::pair<at::Tensor, at::Tensor>> gathered;
   };
+  // KvStore: the pool's slots of each request's positions, where the in-place kernel would read
+  // them (not under the gather baseline, which attend() must run to be measured).
+  bool places(KvPlaces& out) const override;
   // The decode step's positions under a window (all of them for 0): each row's last `window`.
   const PagedPositions& decode_positions(int64_t window);
   // Them as the gather path's slots and mask.

@@ -145,6 +145,27 @@ at::Tensor SlotKvMemory::attend(int64_t layer, const at::Tensor& q, const at::Te
   return out;
 }
 
+bool SlotKvMemory::places(KvPlaces& out) const {
+  const at::Tensor& k = cache_.keys();
+  const at::Tensor& v = cache_.values();
+  if (!k.device().is_cpu() || k.scalar_type() != at::kFloat || v.scalar_type() != at::kFloat ||
+      k.strides() != v.strides() || k.stride(4) != 1)
+    return false;
+  out.clear();
+  out.keys = k.mutable_data_ptr<float>();
+  out.values = v.mutable_data_ptr<float>();
+  out.layer_stride = k.stride(0);
+  out.head_stride = k.stride(2);
+  out.first.push_back(0);
+  for (const Segment& sg : pass_) {
+    out.segments.push_back({sg.row, sg.column, sg.start, sg.count});
+    for (int64_t p = 0; p < sg.start + sg.count; ++p)
+      out.offsets.push_back(sg.slot * k.stride(1) + p * k.stride(3));
+    out.first.push_back(static_cast<int64_t>(out.offsets.size()));
+  }
+  return true;
+}
+
 at::Tensor SlotKvMemory::decode(const std::vector<int64_t>& ids, const std::vector<int32_t>& tokens) {
   const at::Device dev = model_.device();
   // Only the listed requests run through the linear layers; attention runs over slots

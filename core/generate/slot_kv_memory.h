@@ -37,6 +37,8 @@ class SlotKvMemory : public KvMemoryManager, private KvStore {
   // KvStore, for extend(): stores each segment's keys and values in its slot, then attends.
   at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const AttentionParams& params) override;
+  // Each segment's slot row of the cache, position by position (an fp32 cache on the CPU).
+  bool places(KvPlaces& out) const override;
   struct Segment {
     int64_t slot, start, count, row, column;
   };

@@ -26,6 +26,12 @@ struct PagedLayout {  // paged KV: [blocks * block_size, H_kv, D]; slot[p]: the 
   int64_t offset(int64_t p) const { return (slot[p] * H_kv + h) * D; }
   static bool visible(int64_t) { return true; }
 };
+struct OffsetLayout {  // any memory: position p at table[p] + head (a KvStore's places)
+  const int64_t* table;
+  int64_t head;
+  int64_t offset(int64_t p) const { return table[p] + head; }
+  static bool visible(int64_t) { return true; }
+};
 struct StridedLayout {  // the dense cache and slot KV: [R, H_kv, S, D] with any strides but D's
   int64_t base, position_stride;
   const bool* mask;  // the row's S flags (stride mask_stride), or null: every key visible
@@ -293,6 +299,13 @@ void decode_attention_item_f32(const float* q_group, int64_t G, int64_t D, const
                                int64_t mask_stride, int64_t L, float scale, float* scores, float* out) {
   run_item(pick_loops(at::kFloat, D), q_group, G, D, keys, values,
            StridedLayout{base, position_stride, mask, mask_stride}, L, scale, scores, out);
+}
+
+void decode_attention_item_f32_at(const float* q_group, int64_t G, int64_t D, const float* keys,
+                                  const float* values, const int64_t* offsets, int64_t head_offset, int64_t L,
+                                  float scale, float* scores, float* out) {
+  run_item(pick_loops(at::kFloat, D), q_group, G, D, keys, values, OffsetLayout{offsets, head_offset}, L,
+           scale, scores, out);
 }
 
 PagedPositions paged_positions(const std::vector<const std::vector<int64_t>*>& tables,

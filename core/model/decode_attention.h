@@ -34,6 +34,13 @@ void decode_attention_item_f32(const float* q_group, int64_t G, int64_t D, const
                                const float* values, int64_t base, int64_t position_stride, const bool* mask,
                                int64_t mask_stride, int64_t L, float scale, float* scores, float* out);
 
+// The same over positions anywhere: position p at offsets[p] + head_offset in both buffers, every
+// one visible (a KvStore's places, model.h). The loops paged_decode_attention_cpu runs, so for the
+// same addresses the same bits.
+void decode_attention_item_f32_at(const float* q_group, int64_t G, int64_t D, const float* keys,
+                                  const float* values, const int64_t* offsets, int64_t head_offset, int64_t L,
+                                  float scale, float* scores, float* out);
+
 // Every row's positions as pool slots, its block table walked once: row b's positions
 // 0..length(b)-1 sit at slots[first[b] + p]. Built once per decode step and read by every layer
 // (the in-place kernel, the gather baseline). Throws InputError when a table is shorter than its

@@ -47,13 +47,22 @@ struct LlamaDecodeProgram::Step {
   // prepares the next product's operand while another may still be reading this one's (the down
   // operand after gate/up).
   std::array<std::vector<std::vector<float>>, kGroups> scratch;
-  // The cache: element strides of [layers, rows, heads, positions, D], the same for K and V.
+  // The keys and values: element strides of layers and heads, the same for K and V.
   float* k_cache = nullptr;
   float* v_cache = nullptr;
-  int64_t s_layer = 0, s_row = 0, s_head = 0, s_pos = 0;
-  std::vector<int64_t> row, write, position;  // per input row: its cache row, where it writes, its position
-  const bool* mask = nullptr;                 // by cache row, or null: every key visible
+  int64_t s_layer = 0, s_head = 0;
+  // Per input row (a token: rows times tokens of the input): its position, and where its key and
+  // value go within a layer (-1: a packed input's padding, which writes nothing and attends to
+  // nothing).
+  std::vector<int64_t> position, write;
+  // A KvCache: the rows' cache rows, read with strides s_row and s_pos under the mask.
+  std::vector<int64_t> row;
+  int64_t s_row = 0, s_pos = 0;
+  const bool* mask = nullptr;  // by cache row, or null: every key visible
   int64_t mask_row = 0, mask_col = 0;
+  // A KvStore's places: the rows' positions' offsets, and how many of them each row sees.
+  std::vector<const int64_t*> table;
+  std::vector<int64_t> seen;
   at::Tensor gate_up_t, act_t;  // libtorch views of gate_up and act, for the activation
   std::exception_ptr error;     // the first a thread met (the others go on to the barriers)
 };
@@ -144,19 +153,31 @@ std::unique_ptr<LlamaDecodeProgram> LlamaDecodeProgram::make(const LlamaConfig& 
   return program;
 }
 
-const char* LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* cache, const AttentionMask& m,
-                                        AttentionBackend backend) const {
+const char* LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* cache, const KvPlaces* places,
+                                        const AttentionMask& m, AttentionBackend backend) const {
   if (in.lora) return "LoRA adapters run op by op";
-  if (in.kv_store) return "paged KV runs op by op";
-  if (!cache) return "no KV cache";
-  if (in.input_ids.size(1) != 1) return "several new tokens per row (a prompt, a chunk or a verification)";
-  if (in.input_ids.size(0) > rows_limit_)
+  const int64_t T = in.input_ids.size(1);
+  int64_t widest = m.keys;  // the most keys a query sees
+  if (in.kv_store) {
+    if (!places) return "the KV store keeps its keys where only its own attention reads them";
+    widest = 0;
+    for (const KvPlaces::Segment& sg : places->segments) {
+      if (sg.start == 0) return "a prompt's first chunk runs op by op";
+      if (sg.count > kMaxNewTokens) return "a chunk of many new tokens runs op by op";
+      widest = std::max(widest, sg.start + sg.count);
+    }
+  } else {
+    if (!cache) return "no KV cache";
+    if (T != 1) return "several new tokens per row of a KV cache (a prompt or a chunk)";
+  }
+  if (in.input_ids.size(0) * T > rows_limit_)
     return rows_limit_ < max_rows() ? "a plain fp32 matrix past the register GEMV's rows (libtorch's GEMM)"
                                     : "more rows than the tiled products take";
   const Isa isa = active_isa();
   if (isa != Isa::Avx512 && isa != Isa::Avx2) return "the portable ISA runs op by op";
   if (backend != AttentionBackend::Sdpa) return "the manual attention backend runs op by op";
-  if (narrowest_window_ > 0 && m.keys > narrowest_window_) return "the sliding window cuts into the keys";
+  if (narrowest_window_ > 0 && widest > narrowest_window_) return "the sliding window cuts into the keys";
+  if (places) return nullptr;
   const at::Tensor& k = cache->keys();
   const at::Tensor& v = cache->values();
   if (k.scalar_type() != at::kFloat || v.scalar_type() != at::kFloat || k.strides() != v.strides() ||
@@ -237,10 +258,10 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
     run_channels(L.qkv, s.h.data(), s, s.qkv.data(), begin, end);
     float normed[kMaxHeadDim];
     for (int64_t b = 0; b < B; ++b) {
+      if (s.write[static_cast<size_t>(b)] < 0) continue;  // padding
       const float* position_cos = cos_ + s.position[static_cast<size_t>(b)] * D;
       const float* position_sin = sin_ + s.position[static_cast<size_t>(b)] * D;
-      const int64_t cached = index * s.s_layer + s.row[static_cast<size_t>(b)] * s.s_row +
-                             s.write[static_cast<size_t>(b)] * s.s_pos;
+      const int64_t cached = index * s.s_layer + s.write[static_cast<size_t>(b)];
       for (int64_t head = begin / D; head < end / D; ++head) {
         float* src = s.qkv.data() + b * s.qkv_width + head * D;
         const int64_t column = head * D;
@@ -272,11 +293,24 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
     const bool own_columns = (G * D) % align == 0;
     const auto [begin, end] = share(B * H_kv, tid, threads, 1);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = item / H_kv, h = item % H_kv, r = s.row[static_cast<size_t>(b)];
-      decode_attention_item_f32(
-          s.q.data() + (b * H + h * G) * D, G, D, s.k_cache, s.v_cache,
-          index * s.s_layer + r * s.s_row + h * s.s_head, s.s_pos, s.mask ? s.mask + r * s.mask_row : nullptr,
-          s.mask_col, s.keys, static_cast<float>(scale_), scores.data(), s.attn.data() + (b * H + h * G) * D);
+      const int64_t b = item / H_kv, h = item % H_kv;
+      const float* q = s.q.data() + (b * H + h * G) * D;
+      float* out = s.attn.data() + (b * H + h * G) * D;
+      if (!s.table.empty()) {
+        // A KvStore's places: the row's positions wherever they are, up to its own.
+        const int64_t* table = s.table[static_cast<size_t>(b)];
+        if (table)
+          decode_attention_item_f32_at(q, G, D, s.k_cache + index * s.s_layer, s.v_cache + index * s.s_layer,
+                                       table, h * s.s_head, s.seen[static_cast<size_t>(b)],
+                                       static_cast<float>(scale_), scores.data(), out);
+        else
+          std::fill(out, out + G * D, 0.0f);  // padding attends to nothing
+        continue;
+      }
+      const int64_t r = s.row[static_cast<size_t>(b)];
+      decode_attention_item_f32(q, G, D, s.k_cache, s.v_cache, index * s.s_layer + r * s.s_row + h * s.s_head,
+                                s.s_pos, s.mask ? s.mask + r * s.mask_row : nullptr, s.mask_col, s.keys,
+                                static_cast<float>(scale_), scores.data(), out);
     }
     if (own_columns) {
       // The items are (row, head) in order: this thread's columns of each row it touched.
@@ -335,17 +369,17 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
 #pragma omp barrier
 }
 
-void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cache,
+void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache* cache, const KvPlaces* places,
                              const AttentionMask& m) const {
   Step s;
-  s.B = in.input_ids.size(0);
+  const int64_t T = in.input_ids.size(1);
+  s.B = in.input_ids.size(0) * T;  // every token is a row of the products
   s.E = config_.hidden_size;
   s.H = config_.n_head;
   s.H_kv = config_.n_kv_head;
   s.D = config_.head_dim;
   s.F = config_.intermediate_size;
   s.qkv_width = layers_.front().qkv.width;
-  s.keys = m.keys;
   const int64_t B = s.B;
   s.x[0] = x.clone(at::MemoryFormat::Contiguous);  // written in place from the second layer on
   s.x[1] = at::empty_like(s.x[0]);
@@ -369,32 +403,61 @@ void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache& cac
   s.gate_up_t = at::from_blob(s.gate_up.data(), {B, 2 * s.F}, options);
   s.act_t = at::from_blob(s.act.data(), {B, s.F}, options);
 
-  s.k_cache = cache.keys().mutable_data_ptr<float>();
-  s.v_cache = cache.values().mutable_data_ptr<float>();
-  s.s_layer = cache.keys().stride(0);
-  s.s_row = cache.keys().stride(1);
-  s.s_head = cache.keys().stride(2);
-  s.s_pos = cache.keys().stride(3);
   const at::Tensor positions = in.position_ids.to(at::kLong).contiguous();
   s.position.assign(positions.const_data_ptr<int64_t>(), positions.const_data_ptr<int64_t>() + B);
-  if (m.per_row) {
-    // Slot KV: each row writes its cache row at its own position and reads the first `keys`.
-    const at::Tensor rows = in.cache_rows.to(at::kLong).contiguous();
-    const at::Tensor write = in.cache_positions.to(at::kLong).contiguous();
-    s.row.assign(rows.const_data_ptr<int64_t>(), rows.const_data_ptr<int64_t>() + B);
-    s.write.assign(write.const_data_ptr<int64_t>(), write.const_data_ptr<int64_t>() + B);
-  } else {
-    // The dense cache: row b writes after the positions every row holds.
-    s.row.resize(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) s.row[static_cast<size_t>(b)] = b;
-    s.write.assign(static_cast<size_t>(B), cache.length());
-  }
   at::Tensor mask;
-  if (m.mask.defined()) {
-    mask = m.mask.contiguous();
-    s.mask = mask.const_data_ptr<bool>();
-    s.mask_row = mask.size(0) > 1 ? mask.stride(0) : 0;
-    s.mask_col = mask.stride(3);
+  if (places) {
+    // Each request's tokens sit at (row, column + t) of the packed input and see its positions up
+    // to their own; the columns no request holds are padding.
+    s.k_cache = places->keys;
+    s.v_cache = places->values;
+    s.s_layer = places->layer_stride;
+    s.s_head = places->head_stride;
+    s.write.assign(static_cast<size_t>(B), -1);
+    s.table.assign(static_cast<size_t>(B), nullptr);
+    s.seen.assign(static_cast<size_t>(B), 0);
+    for (size_t i = 0; i < places->segments.size(); ++i) {
+      const KvPlaces::Segment& sg = places->segments[i];
+      const int64_t* table = places->offsets.data() + places->first[i];
+      for (int64_t t = 0; t < sg.count; ++t) {
+        const size_t r = static_cast<size_t>(sg.row * T + sg.column + t);
+        s.write[r] = table[sg.start + t];
+        s.table[r] = table;
+        s.seen[r] = sg.start + t + 1;
+        s.keys = std::max(s.keys, sg.start + t + 1);
+      }
+    }
+    for (size_t r = 0; r < s.position.size(); ++r)
+      if (!s.table[r]) s.position[r] = 0;  // padding's position may be anything; it is not rotated
+  } else {
+    s.keys = m.keys;
+    s.k_cache = cache->keys().mutable_data_ptr<float>();
+    s.v_cache = cache->values().mutable_data_ptr<float>();
+    s.s_layer = cache->keys().stride(0);
+    s.s_row = cache->keys().stride(1);
+    s.s_head = cache->keys().stride(2);
+    s.s_pos = cache->keys().stride(3);
+    std::vector<int64_t> write(static_cast<size_t>(B));
+    if (m.per_row) {
+      // Slot KV: each row writes its cache row at its own position and reads the first `keys`.
+      const at::Tensor rows = in.cache_rows.to(at::kLong).contiguous();
+      const at::Tensor at = in.cache_positions.to(at::kLong).contiguous();
+      s.row.assign(rows.const_data_ptr<int64_t>(), rows.const_data_ptr<int64_t>() + B);
+      write.assign(at.const_data_ptr<int64_t>(), at.const_data_ptr<int64_t>() + B);
+    } else {
+      // The dense cache: row b writes after the positions every row holds.
+      s.row.resize(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b) s.row[static_cast<size_t>(b)] = b;
+      write.assign(static_cast<size_t>(B), cache->length());
+    }
+    s.write.resize(static_cast<size_t>(B));
+    for (size_t b = 0; b < s.write.size(); ++b) s.write[b] = s.row[b] * s.s_row + write[b] * s.s_pos;
+    if (m.mask.defined()) {
+      mask = m.mask.contiguous();
+      s.mask = mask.const_data_ptr<bool>();
+      s.mask_row = mask.size(0) > 1 ? mask.stride(0) : 0;
+      s.mask_col = mask.stride(3);
+    }
   }
 
   const int threads = std::max(1, at::get_num_threads());

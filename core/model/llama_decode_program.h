@@ -39,15 +39,23 @@ class LlamaDecodeProgram {
                                                   const at::Tensor& sin, std::string* why_not);
   ~LlamaDecodeProgram();
 
-  // Why this step runs op by op instead, or null when the program takes it: one new token per
-  // row, no more rows than its products take, a KvCache (dense, or slot KV's per-row positions), no
-  // LoRA, no window cutting into the keys, SDPA's rules, a vector ISA active. Asked every step:
-  // plain checks against what make() worked out, no allocation.
-  const char* refuses(const ForwardInput& in, const KvCache* cache, const AttentionMask& mask,
-                      AttentionBackend backend) const;
-  // Every layer over x ([B, 1, E] fp32, the embedded tokens; replaced by the last layer's output),
-  // writing this step's keys and values into the cache. Call only when refuses() is null.
-  void run(at::Tensor& x, const ForwardInput& in, KvCache& cache, const AttentionMask& mask) const;
+  // The most new tokens of one request a step through a KvStore's places may hold: a speculative
+  // verification's (16 proposals at most, after the token they follow), not a long chunk's, whose
+  // many queries libtorch's SDPA serves better.
+  static constexpr int64_t kMaxNewTokens = 17;
+  // Why this step runs op by op instead, or null when the program takes it: no more rows (input
+  // rows times tokens) than its products take; either a KvCache (dense, or slot KV's per-row
+  // positions) with one new token per row, or a KvStore's places (paged or slot KV) with requests
+  // already past their prompt's first chunk and at most kMaxNewTokens new tokens each; no LoRA, no
+  // window cutting into the keys, SDPA's rules, a vector ISA active. Asked every step: plain checks
+  // against what make() worked out.
+  const char* refuses(const ForwardInput& in, const KvCache* cache, const KvPlaces* places,
+                      const AttentionMask& mask, AttentionBackend backend) const;
+  // Every layer over x ([B, T, E] fp32, the embedded tokens; replaced by the last layer's output),
+  // writing this step's keys and values into the cache, or where places says. Call only when
+  // refuses() is null.
+  void run(at::Tensor& x, const ForwardInput& in, KvCache* cache, const KvPlaces* places,
+           const AttentionMask& mask) const;
   // Steps run so far.
   int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
 

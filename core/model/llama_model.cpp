@@ -264,8 +264,13 @@ at::Tensor LlamaModel::forward(const ForwardInput& in, KvCache* cache) const {
   // Gemma scales the embedding by sqrt(hidden_size), rounded to the model's dtype as HF does.
   if (config_.gemma_norms)
     x = x * at::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), x.options());
-  const bool fused = program_ && fused_decode() && cache && !program_->refuses(in, cache, mask, backend_);
-  if (fused) program_->run(x, in, *cache, mask);
+  // A KvStore's forward runs in the program where the store says where its keys live.
+  KvPlaces places;
+  const bool program = program_ && fused_decode();
+  const bool placed = program && in.kv_store && in.kv_store->places(places);
+  const bool fused = program && (cache || placed) &&
+                     !program_->refuses(in, cache, placed ? &places : nullptr, mask, backend_);
+  if (fused) program_->run(x, in, cache, placed ? &places : nullptr, mask);
   for (int64_t l = 0; l < config_.n_layer && !fused; ++l) {
     const LlamaLayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
     if (lw.post_attn_norm.defined()) {  // Gemma: a norm before and after each block

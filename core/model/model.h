@@ -25,6 +25,29 @@ struct GraphedKvCache;   // model/decode_graphs.h
 struct AttentionMask;    // model/layers.h
 struct AttentionParams;  // model/layers.h
 
+// Where one forward's keys and values live in a KvStore, for a caller that reads and writes them
+// in place instead of calling attend() per layer (the CPU decode program,
+// model/llama_decode_program.h). fp32; layer l's keys start at keys + l * layer_stride (values the
+// same in their buffer), and head h of a position at its offset + h * head_stride.
+struct KvPlaces {
+  // The forward's requests: the packed input's row and first column, the first new position, the
+  // new tokens. Positions 0 .. start + count - 1 sit at offsets[first[i] + p]; each new token sees
+  // the positions up to its own.
+  struct Segment {
+    int64_t row = 0, column = 0, start = 0, count = 0;
+  };
+  float* keys = nullptr;
+  float* values = nullptr;
+  int64_t layer_stride = 0, head_stride = 0;
+  std::vector<Segment> segments;
+  std::vector<int64_t> offsets, first;  // first: one per segment, then the end
+  void clear() {
+    segments.clear();
+    offsets.clear();
+    first.clear();
+  }
+};
+
 // KV memory whose layout the model does not know (paged KV): each layer's attention hands it the
 // forward's new keys and values and gets the attention output back. q [B, H, T, D], k and v
 // [B, H_kv, T, D] -> [B, H, T, D].
@@ -33,6 +56,13 @@ class KvStore {
   virtual ~KvStore() = default;
   virtual at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const AttentionParams& params) = 0;
+  // The forward in flight's places into `out`, or false where only attend() can serve it (keys
+  // in another dtype or on a GPU, a kernel under comparison that attend() must run). A caller that
+  // takes them does attend()'s work itself: writes every new position, then attends causally.
+  virtual bool places(KvPlaces& out) const {
+    (void)out;
+    return false;
+  }
 };
 
 enum class AttentionBackend {

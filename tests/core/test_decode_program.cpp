@@ -1,8 +1,10 @@
 // The fused decode program (model/llama_decode_program): a Llama-family decode step run as one
 // parallel region must give the op-by-op forward's logits bit for bit (the same kernels and loops
 // in another order of calls), for every weight scheme the JIT kernels hold, 1 to 7 rows with and
-// without padding, Qwen2's biases and Qwen3's QK norms, slot KV's per-row positions, both vector
-// ISAs; and every step it does not take must run op by op, with `info` saying why.
+// without padding, Qwen2's biases and Qwen3's QK norms, slot KV's per-row positions, paged KV's
+// pool, both vector ISAs; steps of several new tokens per request (a speculative verification) must
+// agree with the op-by-op forward; and every step it does not take must run op by op, with `info`
+// saying why.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -14,6 +16,7 @@
 #include "cli_runner.h"
 #include "generate/continuous_batching.h"
 #include "generate/generator.h"
+#include "generate/kv_memory_manager.h"
 #include "model/llama_decode_program.h"
 #include "model/llama_model.h"
 #include "quant/quantized_llama.h"
@@ -85,6 +88,11 @@ std::vector<at::Tensor> decode_logits(const LlamaModel& m, bool fused, int64_t r
     out.push_back(m.forward(in, &cache));
   }
   return out;
+}
+
+// max |a - b| / max |a|.
+double relative_diff(const at::Tensor& a, const at::Tensor& b) {
+  return test::max_abs_diff(a, b) / a.abs().max().item<double>();
 }
 
 void compare_fused_to_op_by_op(const LlamaModel& m, int64_t rows, int64_t steps = 4) {
@@ -208,6 +216,89 @@ class TestDecodeProgram : public QObject {
     const int64_t before = m->fused_decode_steps();
     QCOMPARE(tokens(true), reference);
     QVERIFY(m->fused_decode_steps() > before);
+  }
+
+  // Paged KV's decode steps run in the program through the pool's places (KvStore::places), with
+  // the loops and slots of the in-place kernel: the same tokens as op by op. Under the gather
+  // kernel, the paged experiment's baseline, the store keeps its steps to itself.
+  void paged_kv_tokens_equal_op_by_op() {
+    const auto m = jit(tiny(), "int4-g32");
+    test::IdTokenizer tok(300, 299);
+    std::vector<BatchRequest> requests;
+    for (int i = 0; i < 5; ++i) {
+      BatchRequest r;
+      r.prompt_ids = test::tiny_prompt(3 + 2 * i, i + 1);
+      r.max_new_tokens = 6 + i;
+      r.stop_at_eos = false;
+      requests.push_back(r);
+    }
+    BatchOptions o;
+    o.max_batch = 3;
+    o.kv = KvStrategy::Paged;
+    o.kv_block_size = 4;
+    auto tokens = [&](bool fused) {
+      m->set_fused_decode(fused);
+      std::vector<std::vector<int32_t>> t;
+      for (const RequestResult& r : run_continuous_batching(*m, tok, requests, o).requests)
+        t.push_back(r.generated_ids);
+      return t;
+    };
+    const auto reference = tokens(false);
+    int64_t before = m->fused_decode_steps();
+    QCOMPARE(tokens(true), reference);
+    QVERIFY(m->fused_decode_steps() > before);
+    o.paged_attention = PagedAttentionKernel::Gather;
+    before = m->fused_decode_steps();
+    QCOMPARE(tokens(true), reference);
+    QCOMPARE(m->fused_decode_steps(), before);
+  }
+
+  // Several new tokens per request after its prompt (a speculative verification, a late chunk)
+  // through slot and paged KV: the program writes each token's key and value and lets it see the
+  // positions up to its own. Its logits agree with the op-by-op forward's (whose attention is
+  // libtorch's SDPA here, so not bit for bit), for every position asked, and so do the next
+  // decode step's; a first prompt chunk, and more new tokens than a verification holds, stay op by op.
+  void several_new_tokens_per_request_data() {
+    QTest::addColumn<int>("kv");
+    QTest::newRow("slot") << static_cast<int>(KvStrategy::SlotKv);
+    QTest::newRow("paged") << static_cast<int>(KvStrategy::Paged);
+  }
+  void several_new_tokens_per_request() {
+    QFETCH(int, kv);
+    const auto m = jit(tiny(), "int4-g32");
+    c10::InferenceMode guard;
+    const std::vector<int32_t> a = test::tiny_prompt(5, 1), b = test::tiny_prompt(9, 2);
+    PagedKvConfig paged;
+    paged.block_size = 4;
+    struct Run {
+      at::Tensor extended, decoded;
+      int64_t fused = 0;
+    };
+    auto run = [&](bool fused, int64_t extra) {
+      m->set_fused_decode(fused);
+      const int64_t before = m->fused_decode_steps();
+      auto memory = make_kv_memory_manager(static_cast<KvStrategy>(kv), *m, 2, 48, 0, paged);
+      memory->prefill({{0, &a, 30}, {1, &b, 30}});
+      std::vector<StepSegment> segments = {{0, {11, 12, 13, 14}, StepSegment::Logits::All},
+                                           {1, {21, 22, 23}, StepSegment::Logits::All}};
+      for (int64_t i = 0; i < extra; ++i) segments[0].tokens.push_back(static_cast<int32_t>(30 + i));
+      for (const StepSegment& sg : segments) memory->grow_tokens(sg.id, sg.tokens);
+      Run r;
+      r.extended = memory->extend(segments);
+      r.decoded = memory->decode({0, 1}, {40, 41});
+      r.fused = m->fused_decode_steps() - before;
+      return r;
+    };
+    const Run reference = run(false, 0), fused = run(true, 0);
+    QCOMPARE(fused.extended.sizes().vec(), (std::vector<int64_t>{7, 300}));
+    QCOMPARE(fused.fused, int64_t{2});  // the extend and the decode; not the prompts
+    QVERIFY2(relative_diff(reference.extended, fused.extended) < 1e-5,
+             qPrintable(QString::number(relative_diff(reference.extended, fused.extended))));
+    QVERIFY(relative_diff(reference.decoded, fused.decoded) < 1e-5);
+    QCOMPARE(fused.extended.argmax(-1).equal(reference.extended.argmax(-1)), true);
+    // Eighteen new tokens for one request: more than a verification holds, op by op.
+    const Run many = run(true, LlamaDecodeProgram::kMaxNewTokens + 1 - 4);
+    QCOMPARE(many.fused, int64_t{1});  // the decode step only
   }
 
   // Steps the program does not take run op by op and equal it: a window that cuts into the keys,
