@@ -263,9 +263,9 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
   const bool requantize = parse_quant_mode(o.quant).is_quantized();
   const QuantExec exec = parse_quant_exec(o.quant_exec);
   const bool cpu_fp32 = device.is_cpu() && dtype == at::kFloat;
-  // The file's quantized blocks run as stored (our JIT kernels read Q4_0, Q4_1 and Q8_0 as they
-  // are) where the architecture's record wires them, unless a quantization of our own is asked for
-  // (it starts from dense weights) or the execution says dequant-once; on the CPU in fp32, where
+  // The file's quantized blocks run as stored (our JIT kernels read Q4_0, Q4_1, Q5_0, Q8_0, Q4_K
+  // and Q6_K as repacked groups) where the architecture's record wires them, unless a quantization of our own
+  // is asked for (it starts from dense weights) or the execution says dequant-once; on the CPU in fp32, where
   // those kernels are built.
   bool as_stored = false;
   if (!arch.load_gguf_as_stored) {

@@ -9,7 +9,7 @@
 namespace servelab {
 namespace {
 
-constexpr int64_t kQK = 32;    // values per block of Q4_0, Q4_1, Q8_0
+constexpr int64_t kQK = 32;    // values per block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 constexpr int64_t kQKK = 256;  // values per super-block of the K-quants
 
 // Every type ggml has named, by id (ggml.h; gguf-py's GGMLQuantizationType). Ids ggml removed
@@ -44,6 +44,10 @@ TypeTraits traits(GgmlType type) {
       return {"Q4_0", kQK, 2 + kQK / 2};
     case GgmlType::Q4_1:
       return {"Q4_1", kQK, 2 + 2 + kQK / 2};
+    case GgmlType::Q5_0:
+      return {"Q5_0", kQK, 2 + 4 + kQK / 2};
+    case GgmlType::Q5_1:
+      return {"Q5_1", kQK, 2 + 2 + 4 + kQK / 2};
     case GgmlType::Q8_0:
       return {"Q8_0", kQK, 2 + kQK};
     case GgmlType::Q4_K:
@@ -91,6 +95,29 @@ void block_q4_1(const uint8_t* b, float* y) {
     y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
     y[j + kQK / 2] = static_cast<float>(qs[j] >> 4) * d + m;
   }
+}
+
+// Q5_0/Q5_1: value j's code is its nibble (byte j's low one, or byte j - 16's high one) with bit j
+// of the 32-bit word qh as its fifth bit.
+uint32_t load_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+int q5_code(const uint8_t* qh, const uint8_t* qs, int j) {
+  const uint32_t h = load_u32(qh);
+  const int nibble = j < kQK / 2 ? qs[j] & 0x0F : qs[j - kQK / 2] >> 4;
+  return nibble | static_cast<int>(((h >> j) & 1u) << 4);
+}
+
+void block_q5_0(const uint8_t* b, float* y) {
+  const float d = load_fp16(b);
+  for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q5_code(b + 2, b + 6, j) - 16) * d;
+}
+
+void block_q5_1(const uint8_t* b, float* y) {
+  const float d = load_fp16(b);
+  const float m = load_fp16(b + 2);
+  for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q5_code(b + 4, b + 8, j)) * d + m;
 }
 
 void block_q8_0(const uint8_t* b, float* y) {
@@ -169,6 +196,48 @@ void for_each_block(const uint8_t* src, float* dst, int64_t blocks, int64_t bloc
 
 }  // namespace
 
+void ggml_q5_0_codes(const std::byte* block, int8_t* codes, float* scale) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  *scale = load_fp16(b);
+  for (int j = 0; j < kQK; ++j) codes[j] = static_cast<int8_t>(q5_code(b + 2, b + 6, j) - 16);
+}
+
+void ggml_q4_k_groups(const std::byte* block, uint8_t* codes, float* scale, float* minimum) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  const float d = load_fp16(b);
+  const float dmin = load_fp16(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* q = b + 16;
+  for (int is = 0; is < 8; is += 2, q += 32) {
+    for (int half = 0; half < 2; ++half) {
+      uint8_t sc = 0, m = 0;
+      scale_min_k4(is + half, scales, sc, m);
+      scale[is + half] = d * sc;
+      minimum[is + half] = -(dmin * m);
+      for (int l = 0; l < 32; ++l) *codes++ = static_cast<uint8_t>(half ? q[l] >> 4 : q[l] & 0x0F);
+    }
+  }
+}
+
+void ggml_q6_k_groups(const std::byte* block, int8_t* codes, float* scale) {
+  const auto* b = reinterpret_cast<const uint8_t*>(block);
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = load_fp16(b + 208);
+  for (int half = 0; half < 2; ++half, codes += 128, ql += 64, qh += 32, sc += 8, scale += 8) {
+    for (int l = 0; l < 32; ++l) {
+      codes[l + 0] = static_cast<int8_t>(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
+      codes[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+      codes[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+      codes[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+    }
+    // Values 16 j .. 16 j + 15 of this half take sc[j]: block_q6_k's sc[is + 2 k] for value l + 32 k,
+    // is = l / 16.
+    for (int j = 0; j < 8; ++j) scale[j] = d * static_cast<float>(sc[j]);
+  }
+}
+
 float fp16_to_fp32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
@@ -198,6 +267,8 @@ bool ggml_type_supported(uint32_t id) {
     case GgmlType::F16:
     case GgmlType::Q4_0:
     case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
     case GgmlType::Q8_0:
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
@@ -246,6 +317,10 @@ void ggml_dequantize(GgmlType type, const std::byte* src, float* dst, int64_t n)
       return for_each_block(s, dst, blocks, t.block_bytes, t.block_values, block_q4_0);
     case GgmlType::Q4_1:
       return for_each_block(s, dst, blocks, t.block_bytes, t.block_values, block_q4_1);
+    case GgmlType::Q5_0:
+      return for_each_block(s, dst, blocks, t.block_bytes, t.block_values, block_q5_0);
+    case GgmlType::Q5_1:
+      return for_each_block(s, dst, blocks, t.block_bytes, t.block_values, block_q5_1);
     case GgmlType::Q8_0:
       return for_each_block(s, dst, blocks, t.block_bytes, t.block_values, block_q8_0);
     case GgmlType::Q4_K:

@@ -264,7 +264,7 @@ TensorInfo read_tensor_info(ByteCursor& cur, uint64_t index, uint64_t count) {
     cur.fail("unsupported tensor type " +
              (name.starts_with("type ") ? std::to_string(t.type_id) + " (unknown to ggml)"
                                         : name + " (" + std::to_string(t.type_id) + ")") +
-             "; supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K");
+             "; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K");
   }
   const auto type = static_cast<GgmlType>(t.type_id);
   const auto block_values = static_cast<uint64_t>(ggml_block_values(type));

@@ -273,10 +273,13 @@ SERVELAB_AVX512 inline void load32(const Rows& s, int64_t r, int64_t j, __m512& 
     a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
     b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
   } else if constexpr (S == QuantScheme::Int8Group) {
-    const __m512 sc = _mm512_set1_ps(s.scale[r * s.groups + j / s.group]);
+    // Each half's own scale: the same one for groups of 32 and more, two for groups of 16.
+    const float* scale = s.scale + r * s.groups;
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j));
-    a = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), sc);
-    b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), sc);
+    a = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))),
+                      _mm512_set1_ps(scale[j / s.group]));
+    b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
+                      _mm512_set1_ps(scale[(j + 16) / s.group]));
   } else if constexpr (S == QuantScheme::Fp16) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(v) + j;
     a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
@@ -348,8 +351,10 @@ template <QuantScheme S, int M>
 SERVELAB_AVX512 void gemv_channels(const Rows& s, const float* x, int64_t c0, int64_t c1,
                                    const float* out_scale, float* y, int64_t out) {
   if constexpr (S == QuantScheme::Int8Group && M == 1) {
-    gemv_int8_group_channels_one(s, x, c0, c1, y);
-    return;
+    if (s.group % 32 == 0) {
+      gemv_int8_group_channels_one(s, x, c0, c1, y);
+      return;
+    }
   }
   const int64_t cols = s.cols;
   for (int64_t c = c0; c < c1; ++c) {
@@ -516,8 +521,14 @@ SERVELAB_AVX2 inline void load32_avx2(const Rows& s, int64_t r, int64_t j, __m25
     for (int i = 0; i < 4; ++i)
       a[i] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i])), sc), m);
   } else if constexpr (S == QuantScheme::Int8Group) {
-    const __m256 sc = _mm256_set1_ps(s.scale[r * s.groups + j / s.group]);
-    for (int i = 0; i < 4; ++i) a[i] = _mm256_mul_ps(i8x8(v + j + 8 * i), sc);
+    const float* scale = s.scale + r * s.groups;
+    if (s.group >= 32) {
+      const __m256 sc = _mm256_set1_ps(scale[j / s.group]);
+      for (int i = 0; i < 4; ++i) a[i] = _mm256_mul_ps(i8x8(v + j + 8 * i), sc);
+    } else {  // groups of 16: each half its own scale
+      for (int i = 0; i < 4; ++i)
+        a[i] = _mm256_mul_ps(i8x8(v + j + 8 * i), _mm256_set1_ps(scale[(j + 8 * i) / s.group]));
+    }
   } else if constexpr (S == QuantScheme::Fp16) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(v) + j;
     for (int i = 0; i < 4; ++i)
@@ -602,8 +613,10 @@ template <QuantScheme S, int M>
 SERVELAB_AVX2 void gemv_channels_avx2(const Rows& s, const float* x, int64_t c0, int64_t c1,
                                       const float* out_scale, float* y, int64_t out) {
   if constexpr (S == QuantScheme::Int8Group && M == 1) {
-    gemv_int8_group_channels_few_avx2<M>(s, x, c0, c1, y, out);
-    return;
+    if (s.group % 32 == 0) {
+      gemv_int8_group_channels_few_avx2<M>(s, x, c0, c1, y, out);
+      return;
+    }
   }
   constexpr int A = M <= 2 ? 4 : M <= 4 ? 2 : 1;
   const int64_t cols = s.cols;
@@ -1064,9 +1077,11 @@ at::Tensor fused_linear_cpu(const QuantizedTensor& w, const at::Tensor& x) {
 }
 
 bool fused_gemv_supported(const QuantizedTensor& w) {
+  // Int8 groups of 16 (GGUF's Q6_K) take a scale per half of each 32-column step.
   return fused_linear_supported(w) && w.cols() % 32 == 0 &&
-         ((w.scheme != QuantScheme::Int4Group && w.scheme != QuantScheme::Int8Group) ||
-          w.group_size % 32 == 0);
+         (w.scheme == QuantScheme::Int4Group   ? w.group_size % 32 == 0
+          : w.scheme == QuantScheme::Int8Group ? w.group_size % 32 == 0 || w.group_size == 16
+                                               : true);
 }
 
 at::Tensor fused_gemv_cpu(const QuantizedTensor& w, const at::Tensor& x) {

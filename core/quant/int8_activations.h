@@ -1,7 +1,7 @@
 #pragma once
-// Integer activations for the JIT path's int4 and int8 group matrices (a GGUF file's Q4_0, Q4_1 and
-// Q8_0 blocks as stored, our int4-g32): x is quantized to int8 per block of 32 columns, each
-// group's dot product is taken in integers (u8 x s8 products: AVX-512 VNNI's vpdpbusd, or AVX2's
+// Integer activations for the JIT path's int4 and int8 group matrices of 32 (a GGUF file's Q4_0,
+// Q4_1, Q5_0, Q8_0 and Q4_K blocks as stored, our int4-g32): x is quantized to int8 per block of 32 columns,
+// each group's dot product is taken in integers (u8 x s8 products: AVX-512 VNNI's vpdpbusd, or AVX2's
 // vpmaddubsw + vpmaddwd) and only then scaled. This is what llama.cpp does on the CPU, and it
 // replaces the conversion of every weight to fp32 with one integer instruction per 64 weight
 // bytes. It is opt-in (--quant-exec jit-int8): rounding the activations moves the products off the

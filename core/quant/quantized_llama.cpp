@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "model/ggml_quants.h"
 #include "model/llama_gguf.h"
 #include "quant/quant_kernels.h"
 #include "util/errors.h"
@@ -134,16 +135,59 @@ std::optional<QuantizedTensor> ggml_as_stored(const GgufTensor& t) {
       q.offset = min ? block_fp16(raw, 2, rows) : q.scale * -8;
       return q;
     }
+    case GgmlType::Q5_0: {
+      // (q - 16) d: int8 codes in -16..15 under the block's scale, an int8 group of 32.
+      const int64_t blocks = raw.size(0);
+      at::Tensor codes = at::empty({blocks * 32}, at::kChar), scale = at::empty({blocks}, at::kFloat);
+      for (int64_t i = 0; i < blocks; ++i)
+        ggml_q5_0_codes(reinterpret_cast<const std::byte*>(raw[i].const_data_ptr<uint8_t>()),
+                        codes.mutable_data_ptr<int8_t>() + i * 32, scale.mutable_data_ptr<float>() + i);
+      q.scheme = QuantScheme::Int8Group;
+      q.group_size = 32;
+      q.values = codes.reshape({rows, cols});
+      q.scale = scale.reshape({rows, -1});
+      return q;
+    }
+    case GgmlType::Q5_1:
+    case GgmlType::Q5_K:
+      return std::nullopt;  // 5-bit codes above a minimum: no kernel of ours reads them
     case GgmlType::Q8_0:
       q.scheme = QuantScheme::Int8Group;
       q.group_size = block_values;
       q.values = raw.narrow(1, 2, block_values).contiguous().view(at::kChar).reshape({rows, cols});
       q.scale = block_fp16(raw, 0, rows);
       return q;
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-      return std::nullopt;
+    case GgmlType::Q4_K: {
+      // Eight sub-blocks of 32 per super-block, each a scale and a minimum: our int4-g32.
+      const int64_t blocks = raw.size(0), groups = blocks * 8;
+      at::Tensor codes = at::empty({blocks * 256}, at::kByte);
+      at::Tensor scale = at::empty({groups}, at::kFloat), minimum = at::empty({groups}, at::kFloat);
+      for (int64_t i = 0; i < blocks; ++i)
+        ggml_q4_k_groups(reinterpret_cast<const std::byte*>(raw[i].const_data_ptr<uint8_t>()),
+                         codes.mutable_data_ptr<uint8_t>() + i * 256, scale.mutable_data_ptr<float>() + i * 8,
+                         minimum.mutable_data_ptr<float>() + i * 8);
+      q.scheme = QuantScheme::Int4Group;
+      q.group_size = 32;
+      q.values = pack_int4(codes.reshape({rows, cols}));
+      q.scale = scale.reshape({rows, -1});
+      q.offset = minimum.reshape({rows, -1});
+      return q;
+    }
+    case GgmlType::Q6_K: {
+      // Sixteen sub-blocks of 16 per super-block, each with a scale: int8 groups of 16.
+      const int64_t blocks = raw.size(0), groups = blocks * 16;
+      at::Tensor codes = at::empty({blocks * 256}, at::kChar);
+      at::Tensor scale = at::empty({groups}, at::kFloat);
+      for (int64_t i = 0; i < blocks; ++i)
+        ggml_q6_k_groups(reinterpret_cast<const std::byte*>(raw[i].const_data_ptr<uint8_t>()),
+                         codes.mutable_data_ptr<int8_t>() + i * 256,
+                         scale.mutable_data_ptr<float>() + i * 16);
+      q.scheme = QuantScheme::Int8Group;
+      q.group_size = 16;
+      q.values = codes.reshape({rows, cols});
+      q.scale = scale.reshape({rows, -1});
+      return q;
+    }
   }
   return std::nullopt;
 }

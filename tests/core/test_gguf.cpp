@@ -108,8 +108,8 @@ class GgufTest : public QObject {
       uint32_t id;
       const char* name;
       int64_t values, bytes;
-    } rows[] = {{0, "F32", 1, 4},       {1, "F16", 1, 2},       {30, "BF16", 1, 2},
-                {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},    {8, "Q8_0", 32, 34},
+    } rows[] = {{0, "F32", 1, 4},       {1, "F16", 1, 2},       {30, "BF16", 1, 2},    {2, "Q4_0", 32, 18},
+                {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},   {8, "Q8_0", 32, 34},
                 {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210}};
     for (const auto& r : rows) {
       QVERIFY2(ggml_type_supported(r.id), r.name);
@@ -119,7 +119,7 @@ class GgufTest : public QObject {
       QCOMPARE(ggml_block_values(t), r.values);
       QCOMPARE(ggml_block_bytes(t), r.bytes);
     }
-    for (uint32_t id : {4u, 5u, 6u, 7u, 9u, 10u, 11u, 15u, 16u, 24u, 28u, 31u, 99u, 0xFFFFFFFFu})
+    for (uint32_t id : {4u, 5u, 9u, 10u, 11u, 15u, 16u, 20u, 24u, 28u, 31u, 99u, 0xFFFFFFFFu})
       QVERIFY2(!ggml_type_supported(id), qPrintable(QString::number(id)));
     QCOMPARE(ggml_type_name_of_id(6), std::string("Q5_0"));
     QCOMPARE(ggml_type_name_of_id(16), std::string("IQ2_XXS"));
@@ -205,7 +205,7 @@ class GgufTest : public QObject {
     VERIFY_CONTAINS(msg, "31 values of Q4_1");
     VERIFY_CONTAINS(msg, "block");
     QVERIFY_THROWS_EXCEPTION(InputError, ggml_dequantize(GgmlType::Q6_K, src, y, -256));
-    QVERIFY_THROWS_EXCEPTION(InputError, ggml_dequantize(static_cast<GgmlType>(6), src, y, 32));
+    QVERIFY_THROWS_EXCEPTION(InputError, ggml_dequantize(static_cast<GgmlType>(20), src, y, 32));
   }
 
   // ---- crafted files that open ----
@@ -514,8 +514,8 @@ class GgufTest : public QObject {
           c.tensors[0].ne = {uint64_t{1} << 61, 2};
         }),
         "tensor \"a.f32\"|of F32 overflows (too many bytes)");
-    row("type Q5_0", with([](Crafted& c) { c.tensors[1].type = 6; }),
-        "tensor \"b.q4_1\"|unsupported tensor type Q5_0 (6)|supported: F32");
+    row("type IQ4_NL", with([](Crafted& c) { c.tensors[1].type = 20; }),
+        "tensor \"b.q4_1\"|unsupported tensor type IQ4_NL (20)|supported: F32");
     row("type IQ2_XXS", with([](Crafted& c) { c.tensors[1].type = 16; }),
         "tensor \"b.q4_1\"|unsupported tensor type IQ2_XXS (16)");
     row("type 99", with([](Crafted& c) { c.tensors[1].type = 99; }),
@@ -671,7 +671,7 @@ class GgufTest : public QObject {
       QVERIFY2(diff.empty(), qPrintable(QString::fromStdString(name + ": " + diff)));
       types_seen.insert(ggml_type_name(t.type));
     }
-    QCOMPARE(types_seen.size(), size_t{9});  // every supported type was checked
+    QCOMPARE(types_seen.size(), size_t{11});  // every supported type was checked
   }
 
   void oracle_alignment_64() {
@@ -694,10 +694,10 @@ class GgufTest : public QObject {
     std::string msg = error_of([&] { GgufFile::open(oracle("big_endian.gguf")); });
     VERIFY_CONTAINS(msg, oracle("big_endian.gguf"));
     VERIFY_CONTAINS(msg, "big-endian GGUF is not supported");
-    msg = error_of([&] { GgufFile::open(oracle("q5_0.gguf")); });
-    VERIFY_CONTAINS(msg, oracle("q5_0.gguf"));
-    VERIFY_CONTAINS(msg, "tensor \"w.q5_0\"");
-    VERIFY_CONTAINS(msg, "unsupported tensor type Q5_0 (6)");
+    msg = error_of([&] { GgufFile::open(oracle("iq4_nl.gguf")); });
+    VERIFY_CONTAINS(msg, oracle("iq4_nl.gguf"));
+    VERIFY_CONTAINS(msg, "tensor \"w.iq4_nl\"");
+    VERIFY_CONTAINS(msg, "unsupported tensor type IQ4_NL (20)");
   }
 
   // ---- the shipped model (docs/models.md) ----

@@ -2,7 +2,7 @@
 // Q/K row permutation) and LlamaModel against Hugging Face transformers loading the very same files
 // (tests/oracle/make_gguf_llama_fixtures.py writes them with the `gguf` package the way llama.cpp's
 // converter does: tiny random Llamas, GQA 4 over 2, one tensor type per file for the matrices
-// (F32, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and a Q4_K_M-like mix, tied and untied heads).
+// (F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) and a Q4_K_M-like mix, tied and untied heads).
 // The oracle is the dequantized weights as HF holds them: the weights themselves, full logits, the
 // KV cache fed token by token, a left-padded batch, greedy tokens alone and batched with and
 // without the cache, and continuous batching equal to solo. Were transformers to refuse a file,
@@ -37,7 +37,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kCases[] = {"f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "mixed_untied"};
+constexpr const char* kCases[] = {"f32",  "f16",  "q8_0", "q4_0",        "q4_1",
+                                  "q5_0", "q4_k", "q6_k", "mixed_untied"};
 // HF and we compute the same fp32 graph over the same weights in a different order of operations.
 constexpr double kLogitTolerance = 1e-4;
 using TypeCounts = std::map<std::string, int64_t>;  // ggml type name -> tensors
@@ -276,16 +277,16 @@ class TestGgufOracle : public QObject {
 
   void stored_blocks_are_the_files_values_data() { cases(); }
   void stored_blocks_are_the_files_values() {
-    // Q4_0, Q4_1 and Q8_0 repacked for our kernels (and F16/F32 kept) dequantize to the very values
-    // of the file's own block formulas; the K-quants have no kernel of ours and are refused.
+    // Q4_0, Q4_1, Q5_0, Q8_0, Q4_K (int4 groups of 32) and Q6_K (int8 groups of 16) repacked for
+    // our kernels (and F16/F32 kept) dequantize to the very values of the file's own block formulas;
+    // Q5_1 and Q5_K have no kernel of ours and are refused.
     QFETCH(QString, name);
     const GgufFile file = GgufFile::open(gguf_path(name).string());
     int checked = 0;
     for (const GgufTensor& t : file.tensors()) {
       if (t.ne.size() != 2) continue;
       const std::optional<QuantizedTensor> q = ggml_as_stored(t);
-      const bool k_quant = t.type == GgmlType::Q4_K || t.type == GgmlType::Q5_K || t.type == GgmlType::Q6_K;
-      QCOMPARE(q.has_value(), !k_quant);
+      QCOMPARE(q.has_value(), t.type != GgmlType::Q5_K && t.type != GgmlType::Q5_1);
       if (!q) continue;
       std::vector<float> values = gguf_dequantize(t);
       const at::Tensor want = at::from_blob(values.data(), t.shape(), at::kFloat);
@@ -298,7 +299,7 @@ class TestGgufOracle : public QObject {
       }
       ++checked;
     }
-    if (QString(name) != "q4_k" && QString(name) != "q6_k") QVERIFY(checked > 0);
+    QVERIFY(checked > 0);
   }
 
   void stored_model_matches_hf_data() { cases(); }

@@ -7,7 +7,7 @@ writer and numpy (de)quantizers), so that the C++ reader is checked against an i
                               Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) in 1 to 4 dimensions; alignment 32
   OUT/aligned64.gguf          the same tensors under general.alignment = 64
   OUT/big_endian.gguf         the same file written big-endian (which the reader refuses by name)
-  OUT/q5_0.gguf               one Q5_0 tensor (a ggml type the reader refuses by name)
+  OUT/iq4_nl.gguf             one IQ4_NL tensor (a ggml type the reader refuses by name)
   OUT/reference.safetensors   every tensor of values.gguf dequantized by gguf.quants.dequantize,
                               fp32, in the row-major shape (GGUF's ne reversed)
   OUT/expected.json           per key: value type, array element type, value (floats as written,
@@ -90,7 +90,8 @@ def tensors(rng):
         out.append(("w.f16", Q.F16, (2, 16), float_values((2, 16)).astype(np.float16)))
     out.append(("w.bf16", Q.BF16, (4, 8), gguf.quants.quantize(float_values((4, 8)), Q.BF16)))
     for name, qtype, shape in [("w.q8_0", Q.Q8_0, (4, 64)), ("w.q4_0", Q.Q4_0, (3, 64)),
-                               ("w.q4_1", Q.Q4_1, (2, 2, 32))]:
+                               ("w.q4_1", Q.Q4_1, (2, 2, 32)), ("w.q5_0", Q.Q5_0, (2, 64)),
+                               ("w.q5_1", Q.Q5_1, (3, 32))]:
         values = (rng.standard_normal(shape) * 0.05 + rng.uniform(-0.02, 0.02)).astype(np.float32)
         out.append((name, qtype, shape, gguf.quants.quantize(values, qtype)))
     # K-quants: random blocks, finite fp16 super-scales at their offsets in the block.
@@ -217,9 +218,9 @@ def main():
     write(values, items)
     write(os.path.join(args.out, "aligned64.gguf"), items, alignment=64)
     write(os.path.join(args.out, "big_endian.gguf"), items[:2], endianess=gguf.GGUFEndian.BIG)
-    q5 = rng.standard_normal((2, 32)).astype(np.float32)
-    writer = gguf.GGUFWriter(os.path.join(args.out, "q5_0.gguf"), "llama")
-    writer.add_tensor("w.q5_0", gguf.quants.quantize(q5, Q.Q5_0), raw_dtype=Q.Q5_0)
+    # IQ4_NL blocks (18 bytes per 32 values): a type ggml has that the reader refuses by name.
+    writer = gguf.GGUFWriter(os.path.join(args.out, "iq4_nl.gguf"), "llama")
+    writer.add_tensor("w.iq4_nl", np.zeros((2, 18), dtype=np.uint8), raw_dtype=Q.IQ4_NL)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -17,9 +17,10 @@ permuted per head (w.reshape(n, 2, hd/2, in).swapaxes(1, 2)), the norms in F32 a
                                      the smallest top-2 logit gap along HF's greedy paths, which oracle
                                      produced them, the file's tensor types
 
-Cases: f32, f16, q8_0, q4_0, q4_1, q4_k, q6_k (every matrix of that type; tied and untied heads
-alternate) and mixed_untied (the types of a llama.cpp Q4_K_M file: token_embd Q8_0, attention Q4_K,
-ffn_down and the head Q6_K, gate and up Q4_1). F32 to Q4_1 are quantized by gguf.quants.quantize;
+Cases: f32, f16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k (every matrix of that type; tied and untied
+heads alternate) and mixed_untied (the types of a llama.cpp Q4_K_M file: token_embd Q8_0, attention
+Q4_K, ffn_down and the head Q6_K, gate and up Q5_0, which llama.cpp falls back to for rows that are
+not whole super-blocks). F32 to Q5_0 are quantized by gguf.quants.quantize;
 gguf 0.19 cannot quantize the K-quants, so this script packs Q4_K and Q6_K blocks itself (a plain
 min/max quantizer over every sub-block, with 6-bit and 8-bit sub-block scales under fp16
 super-scales) and checks that gguf's own dequantizer reads them back as what was meant.
@@ -74,9 +75,10 @@ CASES = [
     ("q4_k", Q.Q4_K, False),
     ("q6_k", Q.Q6_K, True),
     ("mixed_untied", None, False),
+    ("q5_0", Q.Q5_0, False),  # last: each case's seed is its place in this list
 ]
 MIXED = [("token_embd", Q.Q8_0), ("attn_", Q.Q4_K), ("ffn_down", Q.Q6_K), ("output.", Q.Q6_K),
-         ("ffn_", Q.Q4_1)]
+         ("ffn_", Q.Q5_0)]
 
 # ---- a small byte-level BPE vocabulary (GPT-2's byte map, merges learnt from a sentence) ----
 
@@ -255,7 +257,7 @@ def write_gguf(path, model, qtype, vocab):
     w.add_key_length(HEAD_DIM)
     w.add_value_length(HEAD_DIM)
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q4_K_M) if qtype is None else {
-        Q.F32: 0, Q.F16: 1, Q.Q4_0: 2, Q.Q4_1: 3, Q.Q8_0: 7, Q.Q4_K: 15, Q.Q6_K: 18}[qtype])
+        Q.F32: 0, Q.F16: 1, Q.Q4_0: 2, Q.Q4_1: 3, Q.Q8_0: 7, Q.Q5_0: 8, Q.Q4_K: 15, Q.Q6_K: 18}[qtype])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
