@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "model/engine.h"
 #include "model/gguf_file.h"
 #include "quant/dequant_cpu.h"
@@ -33,29 +34,7 @@
 namespace {
 
 using namespace servelab;
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-std::vector<int64_t> parse_rows(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t j = s.find(',', i);
-    out.push_back(std::stoll(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
-    if (j == std::string::npos) break;
-    i = j + 1;
-  }
-  return out;
-}
+using namespace servelab::bench;
 
 // Bytes a second read by summing a buffer larger than any cache (all threads).
 double read_bandwidth_gbs() {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "model/blocked_linear.h"
 #include "model/gpt2_config.h"
 #include "model/gpt2_model.h"
@@ -38,29 +39,7 @@
 namespace {
 
 using namespace servelab;
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-std::vector<int64_t> parse_rows(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t j = s.find(',', i);
-    out.push_back(std::stoll(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
-    if (j == std::string::npos) break;
-    i = j + 1;
-  }
-  return out;
-}
+using namespace servelab::bench;
 
 double copy_bandwidth_gbs() {
   const int64_t n = int64_t{64} << 20;

@@ -550,15 +550,35 @@ SERVELAB_AVX2 inline float hsum_avx2(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
-// Int8 groups for one row, as gemv_int4_channels_few_avx2 (below) does int4: a group's integers
-// meet x unscaled, its scale multiplies each row's sum of the group once, groups in pairs.
-template <int M>
-SERVELAB_AVX2 inline void int8_group_sums_avx2(const uint8_t* v, const float* x, int64_t cols, int64_t j,
-                                               int64_t chunks, __m256 (&sum)[M]) {
+// 32 weights of a row from column j as four vectors, in the order x is read: int8 codes in column
+// order; int4 codes as Int4Operand lays x out, the low nibbles (even columns) then the high ones.
+// Each 8 bytes widen to 32-bit lanes straight from memory; an int4 lane's low nibble is then one
+// AND away and its high nibble one shift.
+struct Int8Codes {
+  SERVELAB_AVX2 void operator()(const uint8_t* v, int64_t j, __m256 (&w)[4]) const {
+    for (int i = 0; i < 4; ++i) w[i] = i8x8(v + j + 8 * i);
+  }
+};
+struct Int4Codes {
+  SERVELAB_AVX2 void operator()(const uint8_t* v, int64_t j, __m256 (&w)[4]) const {
+    const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + j / 2)));
+    const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + j / 2 + 8)));
+    const __m256i mask = _mm256_set1_epi32(15);
+    w[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, mask));
+    w[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, mask));
+    w[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+    w[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
+  }
+};
+
+// One group's sum_j q_j x_j for each of M rows (the group's chunks of 32 from column j), unscaled.
+template <int M, class Codes>
+SERVELAB_AVX2 inline void group_sums_avx2(const uint8_t* v, const float* x, int64_t cols, int64_t j,
+                                          int64_t chunks, __m256 (&sum)[M]) {
   __m256 part[M][2];
   for (int64_t k = 0; k < chunks; ++k, j += 32) {
     __m256 w[4];
-    for (int i = 0; i < 4; ++i) w[i] = i8x8(v + j + 8 * i);
+    Codes()(v, j, w);
     for (int m = 0; m < M; ++m) {
       const float* xm = x + m * cols + j;
       if (k == 0) {
@@ -575,33 +595,44 @@ SERVELAB_AVX2 inline void int8_group_sums_avx2(const uint8_t* v, const float* x,
   for (int m = 0; m < M; ++m) sum[m] = _mm256_add_ps(part[m][0], part[m][1]);
 }
 
+// Channel c's groups for M rows of x, each group's sum scaled once (s sum_j q_j x_j: one FMA per
+// row and group instead of a multiply per weight), into two accumulators per row that take the
+// groups in turn, so that the FMA applying a scale does not wait on the previous group's.
+template <int M, class Codes>
+SERVELAB_AVX2 inline void scaled_groups_avx2(const Rows& s, int64_t c, const float* x, __m256 (&acc0)[M],
+                                             __m256 (&acc1)[M]) {
+  const int64_t cols = s.cols, groups = s.groups, group = s.group, chunks = group / 32;
+  const uint8_t* v = s.row(c);
+  const float* scale = s.scale + c * groups;
+  for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 1 < groups; g += 2) {
+    __m256 a[M], b[M];
+    group_sums_avx2<M, Codes>(v, x, cols, g * group, chunks, a);
+    group_sums_avx2<M, Codes>(v, x, cols, (g + 1) * group, chunks, b);
+    const __m256 sa = _mm256_set1_ps(scale[g]), sb = _mm256_set1_ps(scale[g + 1]);
+    for (int m = 0; m < M; ++m) {
+      acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
+      acc1[m] = _mm256_fmadd_ps(sb, b[m], acc1[m]);
+    }
+  }
+  if (g < groups) {
+    __m256 a[M];
+    group_sums_avx2<M, Codes>(v, x, cols, g * group, chunks, a);
+    const __m256 sa = _mm256_set1_ps(scale[g]);
+    for (int m = 0; m < M; ++m) acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
+  }
+}
+
+// Int8 groups for one row, as gemv_int4_channels_few_avx2 (below) does int4: a group's integers
+// meet x unscaled, its scale multiplies each row's sum of the group once, groups in pairs.
 template <int M>
 SERVELAB_AVX2 void gemv_int8_group_channels_few_avx2(const Rows& s, const float* x, int64_t c0, int64_t c1,
                                                      float* y, int64_t out) {
-  const int64_t cols = s.cols, groups = s.groups, group = s.group, chunks = group / 32;
   for (int64_t c = c0; c < c1; ++c) {
-    const uint8_t* v = s.row(c);
-    const float* scale = s.scale + c * groups;
-    _mm_prefetch(reinterpret_cast<const char*>(scale + groups), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(s.scale + (c + 1) * s.groups), _MM_HINT_T0);
     __m256 acc0[M], acc1[M];
-    for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
-    int64_t g = 0;
-    for (; g + 1 < groups; g += 2) {
-      __m256 a[M], b[M];
-      int8_group_sums_avx2<M>(v, x, cols, g * group, chunks, a);
-      int8_group_sums_avx2<M>(v, x, cols, (g + 1) * group, chunks, b);
-      const __m256 sa = _mm256_set1_ps(scale[g]), sb = _mm256_set1_ps(scale[g + 1]);
-      for (int m = 0; m < M; ++m) {
-        acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
-        acc1[m] = _mm256_fmadd_ps(sb, b[m], acc1[m]);
-      }
-    }
-    if (g < groups) {
-      __m256 a[M];
-      int8_group_sums_avx2<M>(v, x, cols, g * group, chunks, a);
-      const __m256 sa = _mm256_set1_ps(scale[g]);
-      for (int m = 0; m < M; ++m) acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
-    }
+    scaled_groups_avx2<M, Int8Codes>(s, c, x, acc0, acc1);
     for (int m = 0; m < M; ++m) y[m * out + c] = hsum_avx2(_mm256_add_ps(acc0[m], acc1[m]));
   }
 }
@@ -653,19 +684,7 @@ SERVELAB_AVX2 void gemv_dispatch_avx2(int64_t rows, const Rows& s, const float* 
 }
 
 // gemv_int4_channels in 8-float vectors: the low nibbles of 16 bytes are x's even columns (two
-// vectors), the high ones its odd columns (two more). Each 8 bytes widen to 32-bit lanes straight
-// from memory; a lane's low nibble is then one AND away and its high nibble one shift, so a chunk's
-// 32 weights take six integer instructions and four conversions before their four FMAs.
-SERVELAB_AVX2 inline void int4_chunk_avx2(const uint8_t* v, __m256 (&w)[4]) {
-  const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v)));
-  const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + 8)));
-  const __m256i mask = _mm256_set1_epi32(15);
-  w[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, mask));
-  w[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, mask));
-  w[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
-  w[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
-}
-
+// vectors), the high ones its odd columns (two more), as Int4Codes converts them.
 // The minimums' term sum_g mn_g (sum of x over group g) into each row's accumulator, over whole
 // vectors of 8 groups; returns the first group left for minimum_tail (masked loads, the obvious
 // way to take the rest, are slow on AMD cores).
@@ -685,30 +704,6 @@ inline float minimum_tail(const float* minimum, const float* sums, int64_t h, in
   return t;
 }
 
-// One group's sum_j q_j x_j for each of M rows (the group's chunks of 32 from column j), unscaled.
-template <int M>
-SERVELAB_AVX2 inline void int4_group_sums_avx2(const uint8_t* v, const float* x, int64_t cols, int64_t j,
-                                               int64_t chunks, __m256 (&sum)[M]) {
-  __m256 part[M][2];
-  for (int64_t k = 0; k < chunks; ++k, j += 32) {
-    __m256 w[4];
-    int4_chunk_avx2(v + j / 2, w);
-    for (int m = 0; m < M; ++m) {
-      const float* xm = x + m * cols + j;
-      if (k == 0) {
-        part[m][0] = _mm256_mul_ps(w[0], _mm256_loadu_ps(xm));
-        part[m][1] = _mm256_mul_ps(w[2], _mm256_loadu_ps(xm + 16));
-      } else {
-        part[m][0] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xm), part[m][0]);
-        part[m][1] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xm + 16), part[m][1]);
-      }
-      part[m][0] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xm + 8), part[m][0]);
-      part[m][1] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xm + 24), part[m][1]);
-    }
-  }
-  for (int m = 0; m < M; ++m) sum[m] = _mm256_add_ps(part[m][0], part[m][1]);
-}
-
 // One or two rows, where converting the weights is most of the work: a group's integers meet x
 // unscaled and its scale multiplies the group's sum once (s sum_j q_j x_j), one FMA per row and
 // group instead of a multiply per weight. Groups go in pairs into two accumulators per row, so the
@@ -716,34 +711,14 @@ SERVELAB_AVX2 inline void int4_group_sums_avx2(const uint8_t* v, const float* x,
 template <int M>
 SERVELAB_AVX2 void gemv_int4_channels_few_avx2(const Rows& s, const Int4Operand& op, int64_t c0, int64_t c1,
                                                float* y, int64_t out) {
-  const int64_t cols = s.cols, groups = s.groups, group = s.group, chunks = group / 32;
-  const float* x = op.x;
+  const int64_t groups = s.groups;
   for (int64_t c = c0; c < c1; ++c) {
-    const uint8_t* v = s.row(c);
-    const float* scale = s.scale + c * groups;
     const float* minimum = s.minimum + c * groups;
     // The next channel's scales and minimums, which its first and last instructions need.
-    _mm_prefetch(reinterpret_cast<const char*>(scale + groups), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(s.scale + (c + 1) * groups), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(minimum + groups), _MM_HINT_T0);
     __m256 acc0[M], acc1[M];
-    for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
-    int64_t g = 0;
-    for (; g + 1 < groups; g += 2) {
-      __m256 a[M], b[M];
-      int4_group_sums_avx2<M>(v, x, cols, g * group, chunks, a);
-      int4_group_sums_avx2<M>(v, x, cols, (g + 1) * group, chunks, b);
-      const __m256 sa = _mm256_set1_ps(scale[g]), sb = _mm256_set1_ps(scale[g + 1]);
-      for (int m = 0; m < M; ++m) {
-        acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
-        acc1[m] = _mm256_fmadd_ps(sb, b[m], acc1[m]);
-      }
-    }
-    if (g < groups) {
-      __m256 a[M];
-      int4_group_sums_avx2<M>(v, x, cols, g * group, chunks, a);
-      const __m256 sa = _mm256_set1_ps(scale[g]);
-      for (int m = 0; m < M; ++m) acc0[m] = _mm256_fmadd_ps(sa, a[m], acc0[m]);
-    }
+    scaled_groups_avx2<M, Int4Codes>(s, c, op.x, acc0, acc1);
     const int64_t h = minimum_vectors_avx2<M>(minimum, op.sum, groups, acc1);
     for (int m = 0; m < M; ++m)
       y[m * out + c] =
@@ -775,7 +750,7 @@ SERVELAB_AVX2 void gemv_int4_channels_avx2(const Rows& s, const Int4Operand& op,
         const __m256 sc = _mm256_set1_ps(scale[g]);
         for (int64_t k = 0; k < chunks; ++k, j += 32) {
           __m256 w[4];
-          int4_chunk_avx2(v + j / 2, w);
+          Int4Codes()(v, j, w);
           for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(w[i], sc);
           for (int m = 0; m < M; ++m)
             for (int i = 0; i < 4; ++i)
