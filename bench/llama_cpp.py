@@ -52,8 +52,8 @@ DEF_LLAMA = "/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp"
 
 def note_for(run_as):
     """What ServeLab runs the file's tensors as (servelab-cli info: file_tensors_run_as)."""
-    return ("ServeLab runs the GGUF's tensors as: " + run_as + ". llama.cpp reads the same Q4_1/Q8_0 "
-            "blocks with its own kernels.")
+    return ("ServeLab runs the GGUF's tensors as: " + run_as + ". llama.cpp reads the same blocks with "
+            "its own kernels.")
 
 
 def run(cmd, timeout=1800):
@@ -100,7 +100,7 @@ def gguf_bytes(path, llama_dir):
                 "file_bytes": os.path.getsize(path)}
 
 
-def make_prompt(cli, n_tokens):
+def make_prompt(cli, n_tokens, model=()):
     """A plain-text prompt that our tokenizer turns into exactly n_tokens ids."""
     words = ("The quick brown fox jumps over the lazy dog while the cat sleeps on a warm "
              "windowsill and the bird sings in the old oak tree near the river bank .").split()
@@ -109,7 +109,7 @@ def make_prompt(cli, n_tokens):
     while True:
         text_words.append(words[i % len(words)])
         i += 1
-        out, _ = run([cli, "tokenize", "--json", " ".join(text_words)]) if i % 8 == 0 else ("", 0)
+        out, _ = run([cli, "tokenize", *model, "--json", " ".join(text_words)]) if i % 8 == 0 else ("", 0)
         if out:
             n = len(json.loads(out.strip().splitlines()[0])["ids"])
             if n >= n_tokens:
@@ -143,10 +143,17 @@ def copy_bw(py, threads):
     return json.loads(out)
 
 
+def model_args(a):
+    """The file both sides run: ours loads it with --model unless it is the built-in one."""
+    return [] if os.path.abspath(a.gguf) == os.path.abspath(DEF_GGUF) else ["--model", a.gguf]
+
+
 def exec_args(a):
-    """Our --quant-exec, when one is asked for (jit-int8: int8 activations, as llama.cpp computes),
-    and our --isa when one is forced (pair it with a llama.cpp built for the same ISA: --llama-bin)."""
-    return (["--quant-exec", a.quant_exec] if a.quant_exec else []) + (["--isa", a.isa] if a.isa else [])
+    """The model (model_args), our --quant-exec, when one is asked for (jit-int8: int8 activations, as
+    llama.cpp computes), and our --isa when one is forced (pair it with a llama.cpp built for the
+    same ISA: --llama-bin)."""
+    return (model_args(a) + (["--quant-exec", a.quant_exec] if a.quant_exec else []) +
+            (["--isa", a.isa] if a.isa else []))
 
 
 def llama_build_flags(bin_dir):
@@ -281,7 +288,7 @@ def main():
         git, dirty = None, None
     import hashlib
     cli_sha = hashlib.sha256(open(a.cli, "rb").read()).hexdigest()
-    prompt, n_prompt = make_prompt(a.cli, a.prompt_tokens)
+    prompt, n_prompt = make_prompt(a.cli, a.prompt_tokens, model_args(a))
     log(f"prompt: {n_prompt} tokens")
 
     rounds = []
@@ -362,7 +369,7 @@ def main():
         "gguf": a.gguf, "gguf_bytes": gb,
         "ours": {"engine": "ServeLab servelab-cli (build/release)", "git_commit": git,
                  "tracked_tree_dirty_at_run": dirty, "cli": a.cli, "cli_sha256": cli_sha,
-                 "cli_mtime_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(a.cli))), "model": "built-in (no --model)",
+                 "cli_mtime_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(a.cli))), "model": a.gguf if model_args(a) else "built-in (no --model)",
                  "b1_source": a.ours_b1, "resident_weight_bytes": resident,
                  "quant_exec": a.quant_exec or "default (jit)",
                  "isa": json.loads(info_out)["cpu"]["isa"], "kernels": json.loads(info_out)["cpu"]["kernels"]},
@@ -409,7 +416,7 @@ def write_schema(a, meta, res, info):
     step = s["memory_floor"]["ours_decode_step_ms"]
     floor_ms = res["gguf_bytes"]["tensor_bytes"] / (read_gb_s * 1e9) * 1000 if read_gb_s else None
     rows = [
-        {"label": f"SmolLM2 Q4_1 batch-1 decode, ours / llama.cpp, {isa}, {exec_name}, {path}",
+        {"label": f"{os.path.basename(a.gguf)} batch-1 decode, ours / llama.cpp, {isa}, {exec_name}, {path}",
          "value": round(s["batch1_decode_tok_s"]["ratio_ours_over_theirs_median_of_rounds"], 3), "unit": "x",
          "target": ">= 1.3x", "verdict": "met" if s["batch1_decode_tok_s"]["ratio_ours_over_theirs_median_of_rounds"] >= 1.3 else "missed"},
     ]
