@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Speculative decoding through the server: our `servelab-cli serve` plainly and with prompt lookup
-(`--speculative ngram`) at each k, driven by our load generator over OpenAI chat completions, 1 and
-8 clients in a closed loop, servers taking turns within each round; medians over rounds.
+(`--speculative ngram`) at each k, driven by our load generator over OpenAI completions, 1 and 8
+clients in a closed loop, servers taking turns within each round; medians over rounds.
 
 The prompts are the speculative bench's (`servelab-cli bench speculative --workload W`, which lists
-them in its JSON), written as a JSONL dataset with a fixed output length; requests are greedy
+them in its JSON, already in the model's chat template), written as a JSONL dataset with a fixed
+output length and sent as they are to /v1/completions; requests are greedy
 (temperature 0), so every configuration must return the same texts. The server's /metrics give the
 acceptance (vllm:spec_decode_*). Prints JSON; --out writes the results schema.
 
@@ -45,7 +46,7 @@ def spec_metrics(url):
 
 
 def loadgen(cli, url, dataset, clients, requests, saved):
-    p = subprocess.run([cli, "loadgen", "--url", url, "--api", "openai-chat", "--scenario", "sweep", "--dataset",
+    p = subprocess.run([cli, "loadgen", "--url", url, "--api", "openai", "--scenario", "sweep", "--dataset",
                         "file", "--dataset-path", dataset, "--clients", str(clients), "--requests", str(requests),
                         "--save-requests", saved, "--json"],
                        capture_output=True, text=True, timeout=1800)
@@ -124,7 +125,7 @@ def main():
             table[name]["acceptance"] = last["num_accepted_tokens"] / last["num_draft_tokens"]
     doc = {"benchmark": "speculative-serve",
            "results": {"workload": a.workload, "requests_per_level": a.requests, "new_tokens": a.new_tokens,
-                       "api": "openai-chat, greedy, up to new_tokens (EOS may end a request sooner)", "rounds": a.rounds, "table": table,
+                       "api": "openai (/v1/completions), greedy, up to new_tokens (EOS may end a request sooner)", "rounds": a.rounds, "table": table,
                        "raw": runs},
            "summary": summary}
     if a.out:
