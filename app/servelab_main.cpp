@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
                                     QStringLiteral("ini"));
   const QCommandLineOption theme(QStringLiteral("theme"), QStringLiteral("light or dark."),
                                  QStringLiteral("name"));
+  const QCommandLineOption presenter(
+      QStringLiteral("presenter"),
+      QStringLiteral("Presenter mode (View → Presenter mode): larger text, charts in full contrast, the log "
+                     "hidden; on or off (saved like --theme)."),
+      QStringLiteral("on|off"));
   const QCommandLineOption preset(
       QStringLiteral("preset"),
       QStringLiteral(
@@ -80,8 +85,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption step(QStringLiteral("step"),
                                 QStringLiteral("With --lesson: the step, from 1 (default 1)."),
                                 QStringLiteral("n"));
-  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, preset, dialog,
-                  lesson, step});
+  cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, presenter, preset,
+                  dialog, lesson, step});
   // The file a desktop opens with us (servelab.desktop's Exec=servelab %f), as --model.
   cli.addPositionalArgument(QStringLiteral("file"),
                             QStringLiteral("A .gguf file or model folder to load (as --model)."),
@@ -138,6 +143,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     store->setValue(QStringLiteral("ui/theme"), t);
+  }
+  if (cli.isSet(presenter)) {
+    const QString p = cli.value(presenter);
+    if (p != QLatin1String("on") && p != QLatin1String("off")) {
+      std::fprintf(stderr, "servelab: --presenter must be on or off, got \"%s\"\n", qPrintable(p));
+      return 2;
+    }
+    store->setValue(QStringLiteral("ui/presenter"), p == QLatin1String("on"));
   }
 
   servelab::ui::MainWindow window(std::move(store));

@@ -243,6 +243,18 @@ void ChartView::setTheme(ChartTheme theme) {
 
 ChartTheme ChartView::theme() const { return theme_; }
 
+QString ChartView::footnoteAsDrawn() const { return footnoteElement_ ? footnoteElement_->text() : QString(); }
+
+QFont ChartView::tickLabelFont() const { return plot_->xAxis->tickLabelFont(); }
+
+QColor ChartView::tickLabelColor() const { return plot_->xAxis->tickLabelColor(); }
+
+void ChartView::setPresenter(bool on) {
+  presenter_ = on;
+  applyTheme();
+  replotSoon();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Series
 

@@ -53,6 +53,8 @@ class ChartView : public QWidget {
   QString title() const;
   void setFootnote(const QString& footnote);
   QString footnote() const;
+  // The footnote as the chart draws it now: wrapped to the chart's width.
+  QString footnoteAsDrawn() const;
   // Axis labels with units, e.g. "token index", "latency (ms)". A non-empty y2 shows the right axis.
   void setAxisLabels(const QString& x, const QString& y, const QString& y2 = QString());
   // x axis in log2 with ticks at powers of two (batch sizes).
@@ -72,6 +74,13 @@ class ChartView : public QWidget {
   void setLegendColumns(int columns);
   void setTheme(ChartTheme theme);
   ChartTheme theme() const;
+  // Presenter mode, for projectors: fonts half again as large, lines and markers wider, text and
+  // axes in full black (white on the dark theme). Exports draw what the chart shows.
+  void setPresenter(bool on);
+  bool presenter() const { return presenter_; }
+  // The font and colour the axes' numbers are drawn in.
+  QFont tickLabelFont() const;
+  QColor tickLabelColor() const;
 
   // Line series with point markers; colour from a colour-blind-safe palette by index.
   int addSeries(const QString& name, Axis axis = Axis::Left);
@@ -276,6 +285,7 @@ class ChartView : public QWidget {
   bool dragging_ = false;
   QString xLabel_, yLabel_, y2Label_;
   ChartTheme theme_ = ChartTheme::Light;
+  bool presenter_ = false;
   bool userZoomed_ = false;
   bool logX_ = false;
   int logXBase_ = 2;

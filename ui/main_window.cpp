@@ -193,6 +193,7 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
                        .value_or(QStringLiteral("light")) == QLatin1String("dark")
                ? ChartTheme::Dark
                : ChartTheme::Light);
+  setPresenter(settingBool(s, QStringLiteral("ui/presenter")).value_or(false));
   // For loadInitialModel(); read here so that every problem of the file is reported at once.
   savedDemo_ = settingBool(s, QStringLiteral("model/demo")).value_or(false);
   savedFolder_ = settingString(s, QStringLiteral("model/folder")).value_or(QString());
@@ -362,6 +363,15 @@ void MainWindow::buildMenus() {
   darkAction_->setCheckable(true);
   connect(darkAction_, &QAction::toggled, this,
           [this](bool on) { setTheme(on ? ChartTheme::Dark : ChartTheme::Light); });
+  presenterAction_ = view->addAction(tr("Presenter mode"));
+  presenterAction_->setObjectName(QStringLiteral("presenterAction"));
+  presenterAction_->setCheckable(true);
+  presenterAction_->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
+  presenterAction_->setShortcutContext(Qt::ApplicationShortcut);
+  presenterAction_->setToolTip(
+      tr("Larger text and charts in full contrast, the log hidden: for a projector (Ctrl+Shift+P)"));
+  connect(presenterAction_, &QAction::toggled, this, &MainWindow::setPresenter);
+  view->addSeparator();
   if (auto* dock = findChild<QDockWidget*>(QStringLiteral("logDock")))
     view->addAction(dock->toggleViewAction());
   view->addAction(lessonsDock_->toggleViewAction());
@@ -648,6 +658,26 @@ void MainWindow::setTheme(ChartTheme theme) {
     for (ChartView* c : t->charts()) c->setTheme(theme);
 }
 
+void MainWindow::setPresenter(bool on) {
+  if (presenterAction_->isChecked() != on) presenterAction_->setChecked(on);  // toggles back into here
+  if (presenter_ == on) return;
+  presenter_ = on;
+  QFont font = qApp->font();
+  if (normalPointSize_ <= 0) normalPointSize_ = font.pointSizeF();
+  font.setPointSizeF(on ? normalPointSize_ * 1.35 : normalPointSize_);
+  qApp->setFont(font);
+  if (auto* dock = findChild<QDockWidget*>(QStringLiteral("logDock"))) {
+    if (on) {
+      logShownBeforePresenter_ = dock->isVisible() || !isVisible();  // a window not shown yet: assume shown
+      dock->hide();
+    } else if (logShownBeforePresenter_) {
+      dock->show();
+    }
+  }
+  for (ExperimentTab* t : tabs_)
+    for (ChartView* c : t->charts()) c->setPresenter(on);
+}
+
 void MainWindow::runCurrent() {
   if (ExperimentTab* t = currentTab()) t->run();
 }
@@ -709,6 +739,7 @@ void MainWindow::saveSettings() {
   if (ExperimentTab* t = currentTab()) s.setValue(QStringLiteral("window/tab"), t->tabId());
   s.setValue(QStringLiteral("ui/theme"),
              theme_ == ChartTheme::Dark ? QStringLiteral("dark") : QStringLiteral("light"));
+  s.setValue(QStringLiteral("ui/presenter"), presenter_);
   s.setValue(QStringLiteral("model/folder"), currentFolder_);
   s.setValue(QStringLiteral("model/demo"), currentDemo_);
   s.setValue(QStringLiteral("model/device"), device_->currentText());

@@ -88,6 +88,11 @@ class MainWindow : public QMainWindow {
 
   ChartTheme theme() const { return theme_; }
   void setTheme(ChartTheme theme);
+  // View → Presenter mode, for projectors: the application's text and every chart's fonts larger,
+  // the charts in full contrast with wider lines, the log panel hidden (shown again after, if it
+  // was). Saved with the settings.
+  bool presenter() const { return presenter_; }
+  void setPresenter(bool on);
   // Help → About ServeLab: the version, the licences and the machine (as the engine reports it);
   // the dialog deletes itself when closed.
   AboutDialog* showAbout();
@@ -165,6 +170,7 @@ class MainWindow : public QMainWindow {
   QAction* runAction_;
   QAction* stopAction_;
   QAction* darkAction_;
+  QAction* presenterAction_ = nullptr;
   QAction* reportAction_;
   SessionLog* sessionLog_;
   LessonsPanel* lessons_ = nullptr;
@@ -176,6 +182,9 @@ class MainWindow : public QMainWindow {
   bool currentDemo_ = false;
   QString pendingFolder_;
   ChartTheme theme_ = ChartTheme::Light;
+  bool presenter_ = false;
+  double normalPointSize_ = 0;  // the application font's size outside presenter mode
+  bool logShownBeforePresenter_ = true;
   ScriptOptions script_;
   bool scriptStarted_ = false;
   QStringList settingsIssues_;           // settings values the tabs could not take (form_widgets.h)

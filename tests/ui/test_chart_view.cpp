@@ -681,6 +681,30 @@ class ChartViewTest : public QObject {
     QCOMPARE(cleared.pixelFor(0, 0), plain.pixelFor(0, 0));
   }
 
+  // Presenter mode: larger fonts and full-contrast text; a footnote part too wide for the chart at
+  // those sizes breaks at its spaces instead of running off the chart's left edge.
+  void presenterModeScalesAndWraps() {
+    ChartView chart;
+    fillTypical(chart);
+    chart.setFootnote(
+        QStringLiteral("a seven token prompt, ten new tokens, median of three runs each way · gpt2"));
+    showChart(chart);
+    const double points = chart.tickLabelFont().pointSizeF();
+    chart.setPresenter(true);
+    QVERIFY(chart.presenter());
+    QVERIFY(chart.tickLabelFont().pointSizeF() >= points * 1.45);
+    QCOMPARE(chart.tickLabelColor(), QColor(Qt::black));
+    chart.resize(380, 420);
+    settle();
+    chart.grab();  // lays the chart out at its new size
+    const QStringList lines = chart.footnoteAsDrawn().split(QLatin1Char('\n'));
+    QVERIFY2(lines.size() >= 3, qPrintable(chart.footnoteAsDrawn()));  // the long part broke at spaces
+    QCOMPARE(lines.join(QLatin1Char(' ')).remove(QStringLiteral(" ·")),
+             chart.footnote().remove(QStringLiteral(" ·")));
+    chart.setPresenter(false);
+    QCOMPARE(chart.tickLabelFont().pointSizeF(), points);
+  }
+
   void markersSurviveRescaleAndTheme() {
     ChartView chart;
     const int s = chart.addSeries(QStringLiteral("s"));

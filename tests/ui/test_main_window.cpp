@@ -417,6 +417,39 @@ class TestMainWindow : public QObject {
     QVERIFY(error.contains(QStringLiteral("no/such/dir")));
   }
 
+  // View → Presenter mode: the application's text and the charts' fonts larger, the log hidden,
+  // and everything back as it was when it is switched off; saved with the settings.
+  void presenterMode() {
+    {
+      auto w = makeWindow(QStringLiteral("presenter"));
+      w->show();
+      auto* log = w->findChild<QDockWidget*>(QStringLiteral("logDock"));
+      QVERIFY(log && log->isVisible());
+      ChartView* chart = w->tab(QStringLiteral("kv-cache"))->primaryChart();
+      const double appPoints = qApp->font().pointSizeF();
+      const double tickPoints = chart->tickLabelFont().pointSizeF();
+      QVERIFY(!chart->presenter());
+      w->findChild<QAction*>(QStringLiteral("presenterAction"))->trigger();
+      QVERIFY(w->presenter());
+      QVERIFY(chart->presenter());
+      QVERIFY(qApp->font().pointSizeF() > appPoints * 1.3);
+      QVERIFY(chart->tickLabelFont().pointSizeF() > tickPoints * 1.4);
+      QCOMPARE(chart->tickLabelColor(), QColor(Qt::black));
+      QVERIFY(!log->isVisible());
+      w->close();  // saved on: the next window opens in presenter mode
+    }
+    auto w = makeWindow(QStringLiteral("presenter"));
+    w->show();
+    QVERIFY(w->presenter());
+    QVERIFY(w->tab(QStringLiteral("generate"))->primaryChart()->presenter());
+    const double presenterPoints = qApp->font().pointSizeF();
+    w->setPresenter(false);
+    QVERIFY(!w->findChild<QAction*>(QStringLiteral("presenterAction"))->isChecked());
+    QVERIFY(qApp->font().pointSizeF() < presenterPoints);
+    QVERIFY(w->findChild<QDockWidget*>(QStringLiteral("logDock"))->isVisible());
+    QVERIFY(!w->tab(QStringLiteral("generate"))->primaryChart()->presenter());
+  }
+
   void settingsPersist() {
     {
       auto w = makeWindow(QStringLiteral("persist"));
@@ -583,18 +616,24 @@ class TestMainWindow : public QObject {
   void scriptedRunFailsWithOneLine_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("message");
+    QTest::addColumn<int>("code");  // 1: the run failed; 2: the command line is wrong
     QTest::newRow("unknown tab") << QStringList{QStringLiteral("--demo"), QStringLiteral("--tab"),
                                                 QStringLiteral("nope"), QStringLiteral("--run")}
-                                 << QStringLiteral("unknown tab");
+                                 << QStringLiteral("unknown tab") << 1;
     QTest::newRow("missing model") << QStringList{QStringLiteral("--model"),
                                                   QStringLiteral("/nonexistent/model"),
                                                   QStringLiteral("--tab"), QStringLiteral("kv-cache"),
                                                   QStringLiteral("--run")}
-                                   << QStringLiteral("not found");
+                                   << QStringLiteral("not found") << 1;
+    QTest::newRow("bad theme") << QStringList{QStringLiteral("--theme"), QStringLiteral("purple")}
+                               << QStringLiteral("--theme must be light or dark") << 2;
+    QTest::newRow("bad presenter") << QStringList{QStringLiteral("--presenter"), QStringLiteral("maybe")}
+                                   << QStringLiteral("--presenter must be on or off") << 2;
   }
   void scriptedRunFailsWithOneLine() {
     QFETCH(QStringList, args);
     QFETCH(QString, message);
+    QFETCH(int, code);
     QProcess app;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
@@ -603,7 +642,7 @@ class TestMainWindow : public QObject {
               QStringList{QStringLiteral("--settings"), settingsPath(QStringLiteral("fail"))} + args);
     QVERIFY(app.waitForFinished(kRunTimeoutMs));
     QCOMPARE(app.exitStatus(), QProcess::NormalExit);
-    QCOMPARE(app.exitCode(), 1);
+    QCOMPARE(app.exitCode(), code);
     const QString err = QString::fromUtf8(app.readAllStandardError());
     QStringList ours;
     for (const QString& l : err.split(QLatin1Char('\n'), Qt::SkipEmptyParts))

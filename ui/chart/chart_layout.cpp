@@ -366,8 +366,10 @@ void ChartView::styleGraph(int series) {
   const SeriesStyle style = seriesStyles_[series];
   const bool textColored =
       style == SeriesStyle::Ticks || style == SeriesStyle::Bound || style == SeriesStyle::DashedBound;
-  const QColor color = textColored ? colorsFor(theme_).text : seriesColor(series, theme_);
-  QPen pen(color, style == SeriesStyle::Ticks ? 3.0 : 2.0);
+  const double w = presenter_ ? 1.75 : 1.0;  // presenter mode: wider lines and markers
+  const ThemeColors c = presenter_ ? presenterColors(colorsFor(theme_), theme_) : colorsFor(theme_);
+  const QColor color = textColored ? c.text : seriesColor(series, theme_);
+  QPen pen(color, (style == SeriesStyle::Ticks ? 3.0 : 2.0) * w);
   pen.setJoinStyle(Qt::RoundJoin);
   pen.setCapStyle(style == SeriesStyle::Ticks ? Qt::FlatCap : Qt::RoundCap);
   auto* graph = static_cast<SeriesGraph*>(graphs_[series]);
@@ -375,56 +377,60 @@ void ChartView::styleGraph(int series) {
   graph->ticks = style == SeriesStyle::Ticks;
   graph->setBrush(Qt::NoBrush);
   graph->setLineStyle(QCPGraph::lsLine);
-  graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, QPen(color, 1.5), QBrush(color), 6));
+  graph->setScatterStyle(
+      QCPScatterStyle(QCPScatterStyle::ssCircle, QPen(color, 1.5 * w), QBrush(color), 6 * w));
   switch (style) {
     case SeriesStyle::Line:
     case SeriesStyle::Ticks:  // drawn by SeriesGraph
       break;
     case SeriesStyle::Points:
       graph->setLineStyle(QCPGraph::lsNone);
-      graph->setScatterStyle(
-          QCPScatterStyle(QCPScatterStyle::ssDiamond, QPen(color.darker(120), 1.5), QBrush(color), 11));
+      graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, QPen(color.darker(120), 1.5 * w),
+                                             QBrush(color), 11 * w));
       break;
     case SeriesStyle::Bound:
     case SeriesStyle::DashedBound:
       graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssNone));
       graph->setPen(
-          QPen(withAlpha(color, 170), 2.5, style == SeriesStyle::Bound ? Qt::SolidLine : Qt::DashLine));
+          QPen(withAlpha(color, 170), 2.5 * w, style == SeriesStyle::Bound ? Qt::SolidLine : Qt::DashLine));
       break;
     case SeriesStyle::Steps:
       graph->setLineStyle(QCPGraph::lsStepCenter);
       graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssNone));
-      graph->setPen(QPen(color, 1.5));
+      graph->setPen(QPen(color, 1.5 * w));
       graph->setBrush(QBrush(withAlpha(color, theme_ == ChartTheme::Dark ? 110 : 80)));
       break;
   }
 }
 
 void ChartView::applyTheme() {
-  const ThemeColors c = colorsFor(theme_);
+  const ThemeColors c = presenter_ ? presenterColors(colorsFor(theme_), theme_) : colorsFor(theme_);
+  // Presenter mode: every font half again as large, axes and grid lines wider.
+  const double k = presenter_ ? 1.5 : 1.0, w = presenter_ ? 1.5 : 1.0;
+  auto font = [k](double points, bool bold = false) { return chartFont(points * k, bold); };
   plot_->setBackground(QBrush(c.background));
   plot_->axisRect()->setBackground(Qt::NoBrush);
 
-  const QFont tickFont = chartFont(10.5);
-  const QFont labelFont = chartFont(11.5);
+  const QFont tickFont = font(10.5);
+  const QFont labelFont = font(11.5);
   for (QCPAxis* axis : plot_->axisRect()->axes()) {
-    axis->setBasePen(QPen(c.axis, 1));
-    axis->setTickPen(QPen(c.axis, 1));
-    axis->setSubTickPen(QPen(c.axis, 1));
+    axis->setBasePen(QPen(c.axis, w));
+    axis->setTickPen(QPen(c.axis, w));
+    axis->setSubTickPen(QPen(c.axis, w));
     axis->setTickLabelColor(c.text);
     axis->setLabelColor(c.text);
     axis->setTickLabelFont(tickFont);
     axis->setLabelFont(labelFont);
-    axis->grid()->setPen(QPen(c.grid, 1, Qt::SolidLine));
-    axis->grid()->setSubGridPen(QPen(c.grid, 1, Qt::DotLine));
-    axis->grid()->setZeroLinePen(QPen(c.zeroLine, 1, Qt::SolidLine));
+    axis->grid()->setPen(QPen(c.grid, w, Qt::SolidLine));
+    axis->grid()->setSubGridPen(QPen(c.grid, w, Qt::DotLine));
+    axis->grid()->setZeroLinePen(QPen(c.zeroLine, w, Qt::SolidLine));
   }
 
   QCPLegend* legend = plot_->legend;
   legend->setBrush(QBrush(withAlpha(c.background, 215)));
   legend->setBorderPen(QPen(withAlpha(c.muted, 140), 1));
   legend->setTextColor(c.text);
-  legend->setFont(chartFont(10.5));
+  legend->setFont(font(10.5));
   legend->setIconBorderPen(Qt::NoPen);
   legend->setIconTextPadding(12);  // the line icon overshoots its box by 5 px where nothing clips it (SVG)
   legend->setMargins(QMargins(8, 5, 10, 5));
@@ -437,29 +443,29 @@ void ChartView::applyTheme() {
 
   if (titleElement_) {
     titleElement_->setTextColor(c.text);
-    titleElement_->setFont(chartFont(14.5, true));
+    titleElement_->setFont(font(14.5, true));
   }
   if (footnoteElement_) {
     footnoteElement_->setTextColor(c.muted);
-    footnoteElement_->setFont(chartFont(10));
+    footnoteElement_->setFont(font(10));
   }
 
   readout_->setColor(c.text);
-  readout_->setFont(chartFont(10));
+  readout_->setFont(font(10));
   readout_->setBrush(QBrush(withAlpha(c.background, 240)));
   readout_->setPen(QPen(c.muted, 1));
 
-  for (QCPItemStraightLine* line : markerLines_) line->setPen(QPen(c.muted, 1.5, Qt::DashLine));
+  for (QCPItemStraightLine* line : markerLines_) line->setPen(QPen(c.muted, 1.5 * w, Qt::DashLine));
   for (QCPItemText* text : markerTexts_) {
     text->setColor(c.text);
-    text->setFont(chartFont(10));
+    text->setFont(font(10));
     text->setBrush(QBrush(withAlpha(c.background, 200)));
     text->setPen(Qt::NoPen);
   }
 
   for (QCPItemText* text : barTexts_) {
     text->setColor(c.text);
-    text->setFont(chartFont(9.5));
+    text->setFont(font(9.5));
   }
   for (int i = 0; i < graphs_.size(); ++i) styleGraph(i);
   QVector<CellPlottable*> cellLayers = cellKeys_;

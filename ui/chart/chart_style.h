@@ -48,6 +48,15 @@ inline ThemeColors colorsFor(ChartTheme theme) {
           QColor(0xe2, 0xe2, 0xe2), QColor(0xb4, 0xb4, 0xb4), QColor(0x5a, 0x5a, 0x5a)};
 }
 
+// Presenter mode's contrast: text, axes and the muted labels at full strength for a projector.
+inline ThemeColors presenterColors(ThemeColors c, ChartTheme theme) {
+  const QColor ink = theme == ChartTheme::Dark ? QColor(Qt::white) : QColor(Qt::black);
+  c.text = ink;
+  c.axis = ink;
+  c.muted = theme == ChartTheme::Dark ? QColor(0xd0, 0xd0, 0xd0) : QColor(0x30, 0x30, 0x30);
+  return c;
+}
+
 inline QColor withAlpha(QColor c, int alpha) {
   c.setAlpha(alpha);
   return c;
@@ -119,7 +128,8 @@ struct Range {
   bool valid() const { return lo <= hi; }
 };
 
-// Breaks text into lines no wider than width, at the separator (" · " in footnotes, " " in titles).
+// Breaks text into lines no wider than width, at the separator (" · " in footnotes, " " in titles),
+// and a part still too wide at its spaces.
 inline QString wrapToWidth(const QString& text, const QFont& font, double width, const QString& separator) {
   const QFontMetricsF metrics(font);
   if (width <= 0 || metrics.horizontalAdvance(text) <= width) return text;
@@ -136,6 +146,11 @@ inline QString wrapToWidth(const QString& text, const QFont& font, double width,
     }
   }
   if (!line.isEmpty()) lines << line;
+  // A part wider than the chart on its own (presenter mode's larger fonts) breaks at its spaces.
+  if (separator != QLatin1String(" ")) {
+    for (QString& l : lines)
+      if (metrics.horizontalAdvance(l) > width) l = wrapToWidth(l, font, width, QStringLiteral(" "));
+  }
   return lines.join(QLatin1Char('\n'));
 }
 
