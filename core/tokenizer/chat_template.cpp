@@ -131,8 +131,15 @@ std::optional<ChatFamily> detect_chat_family(const std::string& t) {
     }
     return ChatFamily::Llama2;
   }
-  if (has(t, "<|assistant|>") && has(t, "<|end|>")) return std::nullopt;  // Phi-3
-  if (has(t, "[gMASK]<sop>")) return std::nullopt;                        // ChatGLM 4
+  if (has(t, "<|assistant|>") && has(t, "<|end|>")) {
+    // Phi-3's published templates (user, assistant and system turns spelled out); llama.cpp's
+    // generic spelling ('<|' + role + '|>', any role) and others are not rendered here.
+    if (has(t, "'<|user|>\\n' + message['content'] + '<|end|>\\n'") &&
+        has(t, "'<|assistant|>\\n' + message['content'] + '<|end|>\\n'"))
+      return ChatFamily::Phi3;
+    return std::nullopt;
+  }
+  if (has(t, "[gMASK]<sop>")) return std::nullopt;  // ChatGLM 4
   if (has(t, "<|user|>") &&
       (has(t, "<|endoftext|>") || has(t, "'<|user|>\\n' + message['content'] + eos_token") ||
        has(t, "'<|user|>\n' + message['content'] + eos_token"))) {
@@ -165,6 +172,8 @@ const char* chat_family_name(ChatFamily family) {
       return "gemma";
     case ChatFamily::Mistral:
       return "mistral";
+    case ChatFamily::Phi3:
+      return "phi3";
   }
   return "?";
 }
@@ -217,6 +226,11 @@ ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, std::string bos_
       if (has(t, " [INST]")) return make(Variant::MistralV1);
       if (has(t, "\"[INST]\"")) return make(Variant::MistralV3Tekken);
       return make(Variant::MistralV3);
+    case ChatFamily::Phi3: {
+      ChatTemplate phi = make(Variant::Phi3);
+      phi.skips_empty_system_ = has(t, "message['role'] == 'system' and message['content']");
+      return phi;
+    }
   }
   return refuse("");
 }
@@ -245,6 +259,8 @@ const char* ChatTemplate::variant() const {
       return "mistral-v3-tekken";
     case Variant::MistralV7:
       return "mistral-v7";
+    case Variant::Phi3:
+      return "phi3";
   }
   return "?";
 }
@@ -310,6 +326,18 @@ std::string ChatTemplate::format(const std::vector<ChatMessage>& messages, bool 
                python_strip(messages[i].content) + "<|eot_id|>";
       }
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+
+    case Variant::Phi3:
+      // microsoft/Phi-3(.5)-mini-instruct: other roles are skipped; eos ends a conversation that asks
+      // for no generation prompt.
+      for (const ChatMessage& m : messages) {
+        if (m.role == "system" && skips_empty_system_ && m.content.empty()) continue;
+        if (m.role == "user" || m.role == "system" || m.role == "assistant") {
+          out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+        }
+      }
+      out += add_generation_prompt ? "<|assistant|>\n" : eos_;
       break;
 
     case Variant::Zephyr:

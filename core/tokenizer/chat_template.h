@@ -11,7 +11,7 @@
 
 namespace servelab {
 
-enum class ChatFamily { ChatML, Llama2, Llama3, Zephyr, Gemma, Mistral };
+enum class ChatFamily { ChatML, Llama2, Llama3, Zephyr, Gemma, Mistral, Phi3 };
 
 struct ChatMessage {
   std::string role, content;
@@ -24,7 +24,7 @@ struct ChatMessage {
 // only knows the variant spelling <|endoftext|>. nullopt when not recognised.
 std::optional<ChatFamily> detect_chat_family(const std::string& jinja);
 
-// "chatml", "llama2", "llama3", "zephyr", "gemma", "mistral".
+// "chatml", "llama2", "llama3", "zephyr", "gemma", "mistral", "phi3".
 const char* chat_family_name(ChatFamily family);
 
 class ChatTemplate {
@@ -36,7 +36,7 @@ class ChatTemplate {
 
   ChatFamily family() const { return family_; }
   // The reference template format() renders: "chatml", "llama2-chat", "llama2-inst", "llama3",
-  // "zephyr", "gemma", "gemma3", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7".
+  // "zephyr", "gemma", "gemma3", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "phi3".
   const char* variant() const;
 
   // The prompt text for these messages, ending with the assistant turn's opening when
@@ -64,7 +64,8 @@ class ChatTemplate {
     MistralV1,
     MistralV3,
     MistralV3Tekken,
-    MistralV7
+    MistralV7,
+    Phi3
   };
   ChatTemplate(ChatFamily family, Variant variant, std::string bos, std::string eos,
                std::string default_system);
@@ -72,6 +73,7 @@ class ChatTemplate {
   ChatFamily family_;
   Variant variant_;
   std::string bos_, eos_, default_system_;
+  bool skips_empty_system_ = false;  // Phi-3.5's template writes a system turn only when it has content
 };
 
 }  // namespace servelab

@@ -149,8 +149,9 @@ class TestChatTemplate : public QObject {
   }
 
   void other_families_are_not_taken_for_ours() {
-    // Phi-3, Phi-4, Falcon 3 / GLM-Edge, Vicuna, Command-R, DeepSeek Coder: llama.cpp knows them,
-    // we render none of them.
+    // llama.cpp's generic Phi-3 spelling ('<|' + role + '|>', any role), Phi-4, Falcon 3 / GLM-Edge,
+    // Vicuna, Command-R, DeepSeek Coder: llama.cpp knows them, we render none of them (Phi-3's
+    // published templates are rendered: the fixtures).
     for (const std::string& t : {
              std::string("{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + "
                          "message['content'] + "
@@ -179,6 +180,9 @@ class TestChatTemplate : public QObject {
              std::optional<ChatFamily>(ChatFamily::Llama3));
     QCOMPARE(detect_chat_family("<start_of_turn>"), std::optional<ChatFamily>(ChatFamily::Gemma));
     QCOMPARE(detect_chat_family("<|user|> <|endoftext|>"), std::optional<ChatFamily>(ChatFamily::Zephyr));
+    QCOMPARE(detect_chat_family("{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
+                                "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}"),
+             std::optional<ChatFamily>(ChatFamily::Phi3));
     QCOMPARE(std::string(chat_family_name(ChatFamily::Zephyr)), std::string("zephyr"));
   }
 

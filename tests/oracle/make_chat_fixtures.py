@@ -97,6 +97,21 @@ TEMPLATES = {
     "mistral_v3": ("mistral", "mistral-v3", "<s>", "</s>", None),
     # mistralai/Mistral-Nemo-Instruct-2407 ('v3-tekken'), likewise
     "mistral_v3_tekken": ("mistral", "mistral-v3-tekken", "<s>", "</s>", None),
+    # microsoft/Phi-3.5-mini-instruct: a system turn only when it has content; eos after the last turn
+    # when no generation prompt is asked for.
+    "phi3_5_mini": ("phi3", "phi3", "<s>", "<|endoftext|>",
+        "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
+        "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}"
+        "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+        "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"),
+    # microsoft/Phi-3-mini-4k-instruct (its template of mid-2024): the same with every system turn.
+    "phi3_mini_4k": ("phi3", "phi3", "<s>", "<|endoftext|>",
+        "{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}"
+        "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+        "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"),
     # mistralai/Mistral-Large-Instruct-2411 ('v7')
     "mistral_v7": ("mistral", "mistral-v7", "<s>", "</s>",
         "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
