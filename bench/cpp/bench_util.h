@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,27 @@ inline std::vector<int64_t> parse_rows(const std::string& s) {
     out.push_back(std::stoll(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
     if (j == std::string::npos) break;
     i = j + 1;
+  }
+  return out;
+}
+
+// A command line of "--name value" pairs, every name among `known`: name -> value. On a name not
+// known or a name without a value, *error says which and the map is empty.
+inline std::map<std::string, std::string> parse_options(int argc, char** argv,
+                                                        const std::set<std::string>& known,
+                                                        std::string* error) {
+  std::map<std::string, std::string> out;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string name = argv[i];
+    if (!known.count(name)) {
+      *error = "unknown option " + name;
+      return {};
+    }
+    if (i + 1 >= argc) {
+      *error = name + " needs a value";
+      return {};
+    }
+    out[name] = argv[i + 1];
   }
   return out;
 }

@@ -76,27 +76,18 @@ int main(int argc, char** argv) {
   int threads = 1, repeats = 15;
   std::string model, match;
   std::vector<int64_t> rows_list = {1, 2, 4, 8, 32};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "bench_decode_gemv: %s needs a value\n", a.c_str());
-      return 2;
-    }
-    if (a == "--threads")
-      threads = std::atoi(argv[++i]);
-    else if (a == "--repeats")
-      repeats = std::atoi(argv[++i]);
-    else if (a == "--rows")
-      rows_list = parse_rows(argv[++i]);
-    else if (a == "--model")
-      model = argv[++i];
-    else if (a == "--match")
-      match = argv[++i];
-    else {
-      std::fprintf(stderr, "bench_decode_gemv: unknown option %s\n", a.c_str());
-      return 2;
-    }
+  std::string error;
+  const auto o =
+      parse_options(argc, argv, {"--threads", "--repeats", "--rows", "--model", "--match"}, &error);
+  if (!error.empty()) {
+    std::fprintf(stderr, "bench_decode_gemv: %s\n", error.c_str());
+    return 2;
   }
+  if (o.count("--threads")) threads = std::atoi(o.at("--threads").c_str());
+  if (o.count("--repeats")) repeats = std::atoi(o.at("--repeats").c_str());
+  if (o.count("--rows")) rows_list = parse_rows(o.at("--rows"));
+  if (o.count("--model")) model = o.at("--model");
+  if (o.count("--match")) match = o.at("--match");
   try {
     if (threads > 0) at::set_num_threads(threads);
     c10::InferenceMode guard;

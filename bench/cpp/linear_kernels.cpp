@@ -59,23 +59,15 @@ double copy_bandwidth_gbs() {
 int main(int argc, char** argv) {
   int threads = 2, repeats = 7;
   std::vector<int64_t> rows_list = {1, 2, 4, 8, 32};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "bench_linear_kernels: %s needs a value\n", a.c_str());
-      return 2;
-    }
-    if (a == "--threads")
-      threads = std::atoi(argv[++i]);
-    else if (a == "--repeats")
-      repeats = std::atoi(argv[++i]);
-    else if (a == "--rows")
-      rows_list = parse_rows(argv[++i]);
-    else {
-      std::fprintf(stderr, "bench_linear_kernels: unknown option %s\n", a.c_str());
-      return 2;
-    }
+  std::string error;
+  const auto o = parse_options(argc, argv, {"--threads", "--repeats", "--rows"}, &error);
+  if (!error.empty()) {
+    std::fprintf(stderr, "bench_linear_kernels: %s\n", error.c_str());
+    return 2;
   }
+  if (o.count("--threads")) threads = std::atoi(o.at("--threads").c_str());
+  if (o.count("--repeats")) repeats = std::atoi(o.at("--repeats").c_str());
+  if (o.count("--rows")) rows_list = parse_rows(o.at("--rows"));
   if (threads > 0) at::set_num_threads(threads);
   c10::InferenceMode guard;
   const Gpt2Config cfg = Gpt2Config::gpt2_small();
