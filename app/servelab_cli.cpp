@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "cli_chat.h"
+#include "cli_loadgen.h"
 #include "cli_models.h"
 #include "cli_roofline.h"
 #include "cli_serve.h"
@@ -168,12 +169,6 @@ void check_speculative_flags(CLI::App* cmd, const SpeculativeArgs& a) {
   }
 }
 
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  return s;
-}
-
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what) {
   std::vector<int64_t> out;
   std::stringstream ss(text);
@@ -204,18 +199,6 @@ void print_json(const json& j) { std::cout << j.dump() << "\n"; }
 
 // The upper bound of a count, named by its option, before the engine loads or builds anything;
 // lower bounds are the engine's (its messages name them the same way for every face).
-// A seed as typed: a whole number in [0, 2^64 - 1]. CLI11 alone would wrap "-1" and saturate
-// numbers past the top to the same seed, so different seeds would silently mean one.
-const CLI::Validator kSeedValidator(
-    [](std::string& text) -> std::string {
-      const std::string why = "a seed is a whole number in [0, 18446744073709551615], got '" + text + "'";
-      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return why;
-      errno = 0;
-      std::strtoull(text.c_str(), nullptr, 10);
-      return errno == ERANGE ? why : std::string();
-    },
-    "SEED");
-
 void at_most(const std::string& option, int64_t value, int64_t hi) {
   if (value > hi) limits::check_range(option, value, std::numeric_limits<int64_t>::min(), hi);
 }
@@ -952,195 +935,6 @@ void check_no_empty_values(const CLI::App& app) {
   }
 }
 
-// loadgen: the course's serving scenarios, and a vLLM-style benchmark (sweep), against any
-// LoRAX/TGI- or OpenAI-compatible URL.
-struct LoadgenArgs {
-  LoadTarget target;
-  LoadOptions options;
-  std::string api = "lorax", clients = "1,2,4", schema_file, tokenizer, percentiles = "50,90,95,99";
-  std::vector<std::string> headers;  // "Key: value"
-  std::vector<std::string> goodput;  // "ttft:500"
-  std::string save_requests, csv, save_result;
-  bool json_out = false;
-};
-
-void write_text_file(const std::string& path, const std::string& text, const char* flag) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f || !(f << text) || !f.flush()) throw InputError(std::string(flag) + ": cannot write '" + path + "'");
-}
-
-// A writable path, checked before the run (a long run must not end in "cannot write").
-void check_writable(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  const fs::path parent = fs::path(path).parent_path();
-  if (!parent.empty() && !fs::is_directory(parent))
-    throw InputError(std::string(flag) + ": no folder '" + parent.string() + "'");
-  if (fs::is_directory(path)) throw InputError(std::string(flag) + ": '" + path + "' is a folder");
-}
-
-void print_level(const LoadLevel& l) {
-  const LoadMetrics& m = l.metrics;
-  auto row = [](const char* name, double v) { std::printf("    %-34s %10.2f\n", name, v); };
-  std::printf("  %s %g (%s): %lld/%lld ok in %.2f s%s\n", l.arrival == "closed" ? "concurrency" : "rate",
-              l.level, l.arrival == "closed" ? "closed loop" : (l.arrival + " arrivals, requests/s").c_str(),
-              static_cast<long long>(l.ok), static_cast<long long>(l.requests), l.seconds,
-              l.time_bound ? " (--duration reached)" : "");
-  std::printf("    %-34s %10lld\n", "Total input tokens:", static_cast<long long>(m.total_input_tokens));
-  std::printf("    %-34s %10lld\n", "Total generated tokens:", static_cast<long long>(m.total_output_tokens));
-  row("Request throughput (req/s):", m.request_throughput);
-  if (m.request_goodput >= 0) row("Request goodput (req/s):", m.request_goodput);
-  row("Output token throughput (tok/s):", m.output_throughput);
-  row("Total token throughput (tok/s):", m.total_token_throughput);
-  auto dist = [](const char* name, const Distribution& d) {
-    if (d.count == 0) {
-      std::printf("    %-6s n/a (no request had one)\n", name);
-      return;
-    }
-    std::printf("    %-6s mean %9.2f  median %9.2f  std %9.2f ", name, d.mean, d.median, d.std);
-    for (const auto& [p, v] : d.percentiles) std::printf(" %s %9.2f", percentile_key(p).c_str(), v);
-    std::printf("  (ms)\n");
-  };
-  dist("TTFT", m.ttft);
-  dist("TPOT", m.tpot);
-  dist("ITL", m.itl);
-  dist("E2EL", m.e2el);
-  if (l.warmup_requests)
-    std::printf("    %lld warm-up requests left out\n", static_cast<long long>(l.warmup_requests));
-  for (const auto& [kind, n] : m.errors_by_kind)
-    std::printf("    errors: %lld %s\n", static_cast<long long>(n), kind.c_str());
-  if (!l.errors.empty()) std::cout << "    first error: " << one_line(l.errors.front()) << "\n";
-}
-
-// Flags that only one scenario, arrival or dataset reads: given elsewhere they are refused by name.
-void check_loadgen_flags(const CLI::App& cmd, const LoadgenArgs& a) {
-  auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
-  const bool sweep = a.options.scenario == "sweep";
-  for (const char* flag : {"--clients", "--arrival", "--burstiness", "--requests", "--duration", "--warmup",
-                           "--seed", "--dataset", "--dataset-path", "--input-len", "--range-ratio",
-                           "--prefix-len", "--num-prefixes", "--suffix-len", "--percentiles", "--goodput"})
-    if (given(flag) && !sweep)
-      throw UsageError(std::string(flag) + " applies to --scenario sweep, not " + a.options.scenario);
-  if (given("--burstiness") && a.options.arrival != "gamma")
-    throw UsageError("--burstiness applies to --arrival gamma");
-  if (given("--adapter") && a.options.scenario != "adapters" && !sweep)
-    throw UsageError("--adapter applies to --scenario adapters or sweep");
-  const std::string& d = a.options.dataset.name;
-  if (!sweep || !given("--dataset")) return;
-  if (given("--prompt") && d != "fixed") throw UsageError("--prompt goes with --dataset fixed, not " + d);
-  for (const char* flag : {"--input-len", "--range-ratio"})
-    if (given(flag) && d != "random") throw UsageError(std::string(flag) + " applies to --dataset random");
-  for (const char* flag : {"--num-prefixes", "--suffix-len"})
-    if (given(flag) && d != "prefix-repetition")
-      throw UsageError(std::string(flag) + " applies to --dataset prefix-repetition");
-  if (given("--prefix-len") && d != "random" && d != "prefix-repetition")
-    throw UsageError("--prefix-len applies to --dataset random or prefix-repetition");
-}
-
-int cmd_loadgen(LoadgenArgs a, const CLI::App& cmd) {
-  std::signal(SIGPIPE, SIG_IGN);
-  const bool prompt_given = cmd.count("--prompt") > 0, dataset_given = cmd.count("--dataset") > 0;
-  check_loadgen_flags(cmd, a);
-  a.target.api = parse_load_api(a.api);
-  for (const std::string& h : a.headers) {
-    const size_t colon = h.find(':');
-    if (colon == std::string::npos || colon == 0)
-      throw UsageError("--header takes 'Key: value', got '" + h + "'");
-    std::string value = h.substr(colon + 1);
-    value.erase(0, value.find_first_not_of(' '));
-    a.target.headers.emplace_back(h.substr(0, colon), value);
-  }
-  a.options.levels.clear();
-  std::stringstream levels(a.clients);
-  for (std::string item; std::getline(levels, item, ',');) {
-    try {
-      size_t used = 0;
-      a.options.levels.push_back(std::stod(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::logic_error&) {
-      throw UsageError("--clients takes numbers separated by commas, got '" + a.clients + "'");
-    }
-  }
-  a.options.percentiles = parse_percentiles(a.percentiles);
-  a.options.goodput = parse_goodput(a.goodput);
-  // The sweep's prompts: --dataset; without it, --prompt for every request when given, else random.
-  DatasetOptions& d = a.options.dataset;
-  if (!dataset_given) d.name = !d.path.empty() ? "file" : prompt_given ? "fixed" : "random";
-  if (!d.path.empty() && d.name != "file") throw InputError("--dataset-path goes with --dataset file");
-  d.prompt = a.options.request.prompt;
-  if (!a.schema_file.empty()) {
-    std::ifstream f(a.schema_file);
-    if (!f) throw InputError("--schema: cannot read the schema file '" + a.schema_file + "'");
-    a.options.request.json_schema.assign(std::istreambuf_iterator<char>(f), {});
-  }
-  for (const auto& [path, flag] : {std::pair{a.save_requests, "--save-requests"}, std::pair{a.csv, "--csv"},
-                                   std::pair{a.save_result, "--save-result"}})
-    check_writable(path, flag);
-  check_load_options(a.target, a.options);  // before the tokenizer's load: bad options first
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (!a.tokenizer.empty()) {
-    if (!fs::exists(a.tokenizer)) throw InputError("--tokenizer: no file or folder '" + a.tokenizer + "'");
-    if (fs::is_regular_file(a.tokenizer) && fs::path(a.tokenizer).extension() == ".gguf")
-      tokenizer = load_gguf_tokenizer(GgufFile::open(a.tokenizer));
-    else
-      tokenizer = load_tokenizer(a.tokenizer);
-    a.options.tokenizer = tokenizer.get();
-    a.options.tokenizer_name = a.tokenizer;
-  }
-  const LoadReport r = run_load(a.target, a.options);
-  const std::string report_json = load_report_json(r);
-  const json j = json::parse(report_json);
-  if (!a.save_requests.empty()) write_text_file(a.save_requests, load_requests_jsonl(r), "--save-requests");
-  if (!a.csv.empty()) write_text_file(a.csv, load_requests_csv(r), "--csv");
-  if (!a.save_result.empty()) write_text_file(a.save_result, j.dump(2) + "\n", "--save-result");
-  if (a.json_out) {
-    std::cout << report_json << "\n";
-  } else {
-    std::cout << "loadgen " << r.scenario << " against " << r.url << " (" << r.api
-              << (r.model.empty() ? "" : ", model " + r.model) << ")\n";
-    if (r.scenario == "sweep")
-      std::cout << "  dataset " << j["dataset"]["name"].get<std::string>()
-                << (a.options.tokenizer ? ", tokens counted with " + a.tokenizer : "") << "\n";
-    for (const StreamTiming& s : r.streams) {
-      std::cout << "  stream " << s.index << (s.adapter.empty() ? "" : " [" + s.adapter + "]") << ": ";
-      if (!s.ok) {
-        std::cout << "failed (" << load_error_kind_name(s.error_kind) << "): " << s.error << "\n";
-        continue;
-      }
-      std::printf("%s tokens (%s) in %zu chunks, TTFT %.1f ms, TPOT %.2f ms, %.1f tokens/s, %s\n",
-                  s.output_tokens >= 0 ? std::to_string(s.output_tokens).c_str() : "?",
-                  token_count_source_name(s.output_tokens_source), s.chunk_ms.size(), s.ttft_ms, s.tpot_ms,
-                  s.tokens_per_s(), s.finish_reason.c_str());
-      std::cout << "    " << one_line(s.text) << "\n";
-    }
-    for (const LoadLevel& l : r.levels) print_level(l);
-    std::cout << std::flush;
-  }
-  if (r.timed_out)
-    std::cerr << "servelab-cli loadgen: stopped at --max-seconds " << a.options.max_seconds << "\n";
-  int64_t unknown = 0;
-  for (const StreamTiming& s : r.streams) unknown += s.ok && s.output_tokens < 0;
-  for (const LoadLevel& l : r.levels) unknown += l.metrics.without_output_count;
-  if (unknown > 0)
-    std::cerr << "servelab-cli loadgen: " << unknown
-              << " requests: the server reported no token counts; their tokens are left out of the figures "
-                 "(give --tokenizer MODEL_PATH to count them)\n";
-  // Every request failed: the target is not serving (the JSON still says why, per stream).
-  const int64_t failed = j["failed"].get<int64_t>();
-  int64_t total = static_cast<int64_t>(r.streams.size());
-  for (const LoadLevel& l : r.levels) total += l.requests;
-  if (total > 0 && failed == total) {
-    const StreamTiming* first = !r.streams.empty() ? &r.streams.front()
-                                : !r.levels.empty() && !r.levels.front().streams.empty()
-                                    ? &r.levels.front().streams.front()
-                                    : nullptr;
-    const std::string why =
-        first ? first->error + " (" + load_error_kind_name(first->error_kind) + ")" : "no request was sent";
-    std::cerr << "servelab-cli loadgen: every request failed: " << one_line(why) << "\n";
-    return 1;
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1383,78 +1177,8 @@ int main(int argc, char** argv) {
   margs.add_to(serve);
   sv.add_to(serve);
 
-  LoadgenArgs lg;
-  auto* loadgen = app.add_subcommand(
-      "loadgen",
-      "Replay the course's serving scenarios, or benchmark (sweep), a LoRAX/TGI- or OpenAI-compatible URL");
-  loadgen->add_option("--url", lg.target.url, "the server, http(s)://host:port[/prefix]")->required();
-  loadgen->add_option("--api", lg.api, "lorax (default), tgi, openai (/v1/completions) or openai-chat");
-  loadgen->add_option("--header", lg.headers,
-                      "'Key: value' sent with every request, e.g. an API key (repeatable)");
-  loadgen->add_option(
-      "--ca-file", lg.target.ca_file,
-      "https: trust the certificate authorities in this PEM file (a self-signed server's certificate)");
-  loadgen->add_flag("--insecure", lg.target.insecure, "https: do not verify the server's certificate");
-  loadgen->add_option("--model", lg.target.model,
-                      "openai: the base model's name (default: the first listed)");
-  loadgen->add_option("--scenario", lg.options.scenario,
-                      "single, three_streams, adapters, structured or sweep (the benchmark)");
-  loadgen->add_option("--prompt", lg.options.request.prompt,
-                      "the prompt of the scenarios' requests (sweep: of every request, unless --dataset)");
-  loadgen->add_option("--max-new-tokens", lg.options.request.max_new_tokens,
-                      "tokens per request (sweep: the random datasets' output length)");
-  loadgen->add_flag("--ignore-eos", lg.options.request.ignore_eos, "ask for every token of the budget");
-  loadgen->add_option(
-      "--adapter", lg.options.adapters,
-      "adapters scenario: an adapter name (repeatable; default: those /v1/models lists); sweep: "
-      "requests name them in turn");
-  loadgen->add_option(
-      "--schema", lg.schema_file,
-      "a JSON Schema file: structured output for every request (structured scenario: default Person)");
-  loadgen->add_option(
-      "--clients", lg.clients,
-      "sweep levels, comma-separated: clients (closed) or requests per second (poisson, gamma)");
-  loadgen->add_option("--arrival", lg.options.arrival,
-                      "sweep: closed (default: clients in a loop), poisson or gamma (arrivals at a rate)");
-  loadgen->add_option("--burstiness", lg.options.burstiness,
-                      "gamma: the gaps' shape (< 1 burstier, 1 Poisson, > 1 more regular)");
-  loadgen->add_option("--requests", lg.options.requests, "sweep: requests per level (at most)");
-  loadgen->add_option("--duration", lg.options.level_seconds,
-                      "sweep: seconds per level after which no request is sent (0: --requests bounds it)");
-  loadgen->add_option("--warmup", lg.options.warmup,
-                      "sweep: requests per level sent first with the same load and left out of the figures");
-  loadgen->add_option("--seed", lg.options.seed, "sweep: seed of the arrivals and the dataset")
-      ->check(kSeedValidator);
-  loadgen->add_option(
-      "--dataset", lg.options.dataset.name,
-      "sweep: random (default), prefix-repetition, shipped (our prompt set), file or fixed (--prompt)");
-  loadgen->add_option(
-      "--dataset-path", lg.options.dataset.path,
-      "--dataset file: JSONL ({\"prompt\": ..., \"output_tokens\": N} a line) or ShareGPT JSON");
-  loadgen->add_option("--input-len", lg.options.dataset.input_len,
-                      "random: prompt length (tokens with --tokenizer, else words)");
-  loadgen->add_option("--range-ratio", lg.options.dataset.range_ratio,
-                      "random: lengths uniform in [len*(1-r), len*(1+r)]");
-  loadgen->add_option("--prefix-len", lg.options.dataset.prefix_len,
-                      "random: a prefix every prompt shares; prefix-repetition: each prefix's length");
-  loadgen->add_option("--num-prefixes", lg.options.dataset.num_prefixes,
-                      "prefix-repetition: shared prefixes");
-  loadgen->add_option("--suffix-len", lg.options.dataset.suffix_len,
-                      "prefix-repetition: each request's own part");
-  loadgen->add_option("--tokenizer", lg.tokenizer,
-                      "the served model's folder or .gguf: counts tokens a server does not report, and "
-                      "makes random prompts of its tokens");
-  loadgen->add_option("--percentiles", lg.percentiles, "sweep: percentiles reported (default 50,90,95,99)");
-  loadgen->add_option("--goodput", lg.goodput,
-                      "sweep: SLOs in ms, e.g. --goodput ttft:500 tpot:50 e2el:2000 (goodput: requests/s "
-                      "meeting every one)");
-  loadgen->add_option("--max-seconds", lg.options.max_seconds,
-                      "the whole run at most; open streams are cut off");
-  loadgen->add_option("--timeout", lg.target.read_timeout_s, "seconds of silence a stream may take");
-  loadgen->add_option("--save-requests", lg.save_requests, "write every request, one JSON line each");
-  loadgen->add_option("--csv", lg.csv, "write every request, one CSV row each");
-  loadgen->add_option("--save-result", lg.save_result, "write the report (the --json text, indented)");
-  loadgen->add_flag("--json", lg.json_out, "compact JSON");
+  LoadgenCommand lg;
+  lg.add_to(&app);
 
   try {
     check_subcommands(app, argc, argv);
@@ -1547,7 +1271,7 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export_demo(export_dir, export_tiny);
     if (*demo) return cmd_demo(margs);
     if (*serve) return sv.run([&margs] { return margs.load(); }, margs.options());
-    if (*loadgen) return cmd_loadgen(lg, *loadgen);
+    if (*lg.cmd) return lg.run();
   } catch (const UsageError& e) {  // a value only a subcommand can check
     std::cerr << "servelab-cli: " << one_line(e.what()) << " (see --help)\n";
     return 2;
