@@ -367,7 +367,7 @@ void ChartView::styleGraph(int series) {
   const bool textColored =
       style == SeriesStyle::Ticks || style == SeriesStyle::Bound || style == SeriesStyle::DashedBound;
   const double w = presenter_ ? 1.75 : 1.0;  // presenter mode: wider lines and markers
-  const ThemeColors c = presenter_ ? presenterColors(colorsFor(theme_), theme_) : colorsFor(theme_);
+  const ThemeColors c = colorsFor(theme_, presenter_);
   const QColor color = textColored ? c.text : seriesColor(series, theme_);
   QPen pen(color, (style == SeriesStyle::Ticks ? 3.0 : 2.0) * w);
   pen.setJoinStyle(Qt::RoundJoin);
@@ -404,7 +404,7 @@ void ChartView::styleGraph(int series) {
 }
 
 void ChartView::applyTheme() {
-  const ThemeColors c = presenter_ ? presenterColors(colorsFor(theme_), theme_) : colorsFor(theme_);
+  const ThemeColors c = colorsFor(theme_, presenter_);
   // Presenter mode: every font half again as large, axes and grid lines wider.
   const double k = presenter_ ? 1.5 : 1.0, w = presenter_ ? 1.5 : 1.0;
   auto font = [k](double points, bool bold = false) { return chartFont(points * k, bold); };

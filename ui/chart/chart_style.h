@@ -48,8 +48,11 @@ inline ThemeColors colorsFor(ChartTheme theme) {
           QColor(0xe2, 0xe2, 0xe2), QColor(0xb4, 0xb4, 0xb4), QColor(0x5a, 0x5a, 0x5a)};
 }
 
-// Presenter mode's contrast: text, axes and the muted labels at full strength for a projector.
-inline ThemeColors presenterColors(ThemeColors c, ChartTheme theme) {
+// The theme's colours, in presenter mode with text, axes and the muted labels at full strength for a
+// projector.
+inline ThemeColors colorsFor(ChartTheme theme, bool presenter) {
+  ThemeColors c = colorsFor(theme);
+  if (!presenter) return c;
   const QColor ink = theme == ChartTheme::Dark ? QColor(Qt::white) : QColor(Qt::black);
   c.text = ink;
   c.axis = ink;
