@@ -64,6 +64,11 @@ void ServeCommand::add_to(CLI::App* serve) {
       "one line per request on stderr: its id (X-Request-Id), client, route, status, milliseconds");
   serve->add_option("--request-timeout", a.request_timeout_s,
                     "seconds a request may take, queued and running, before it is cancelled (0: no limit)");
+  serve->add_option("--read-timeout", a.read_timeout_s,
+                    "seconds a connection may take to send a whole request (line, headers, body) before it "
+                    "is dropped, and the longest wait for any one read (default 30)");
+  serve->add_option("--write-timeout", a.write_timeout_s,
+                    "seconds one write of an answer may wait for the client to read (default 5)");
 }
 
 int ServeCommand::run(const std::function<std::unique_ptr<Engine>()>& load, const EngineOptions& options) {
@@ -100,6 +105,8 @@ int ServeCommand::run(const std::function<std::unique_ptr<Engine>()>& load, cons
     so.adapters.push_back(source);
   }
   limits::check_range("--request-timeout", a.request_timeout_s, 0.0, 1e7);
+  limits::check_range("--read-timeout", a.read_timeout_s, 0.1, 1e6);
+  limits::check_range("--write-timeout", a.write_timeout_s, 0.1, 1e6);
   if (a.ssl_certfile.empty() != a.ssl_keyfile.empty())
     throw UsageError("HTTPS needs both --ssl-certfile and --ssl-keyfile");
   if (a.metrics_need_key && a.api_key.empty()) throw UsageError("--metrics-need-key needs --api-key");
@@ -118,6 +125,8 @@ int ServeCommand::run(const std::function<std::unique_ptr<Engine>()>& load, cons
   ho.ssl_certfile = a.ssl_certfile;
   ho.ssl_keyfile = a.ssl_keyfile;
   ho.request_timeout_s = a.request_timeout_s;
+  ho.read_timeout_s = a.read_timeout_s;
+  ho.write_timeout_s = a.write_timeout_s;
   if (a.access_log)
     ho.access_log = [](const std::string& line) {
       std::cerr << "servelab-cli serve: access: " << line << std::endl;

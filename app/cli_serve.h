@@ -34,6 +34,7 @@ struct ServeArgs {
   std::string ssl_certfile, ssl_keyfile;
   bool access_log = false;
   double request_timeout_s = 0;
+  double read_timeout_s = 30, write_timeout_s = 5;
 };
 
 struct ServeCommand {

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "serve/request_parser.h"
+#include "serve/slow_request_guard.h"
 #include "util/errors.h"
 
 namespace servelab {
@@ -96,8 +97,14 @@ struct HttpServer::Impl {
   std::mutex log_mutex;
   // The listening socket, as httplib's socket-options hook last saw it (the one that bound).
   std::atomic<int> listen_fd{-1};
+  // Times each connection's request from its accept (or previous answer) to its handler.
+  std::unique_ptr<SlowRequestGuard> slow_guard;
 
-  explicit Impl(HttpServerOptions o) : options(std::move(o)) {}
+  explicit Impl(HttpServerOptions o)
+      : options(std::move(o)), slow_guard(std::make_unique<SlowRequestGuard>(options.read_timeout_s)) {}
+
+  // A route's handler starts: its request arrived whole, however long the answer now streams.
+  void answering(const httplib::Request& req) { slow_guard->answering(req.remote_addr, req.remote_port); }
 
   Deadline deadline() const {
     Deadline d;
@@ -707,6 +714,14 @@ struct HttpServer::Impl {
   // The access log's line for an answered request.
   void log_access(const httplib::Request& req, const httplib::Response& res) {
     if (!options.access_log) return;
+    if (req.remote_addr.empty()) {
+      // httplib answered a request it could not read whole (malformed headers, or a connection
+      // dropped for sending too slowly): no route, id or start of ours ran.
+      std::lock_guard<std::mutex> lock(log_mutex);
+      options.access_log("- - \"" + (req.method.empty() ? std::string("?") : req.method + ' ' + req.path) +
+                         "\" " + std::to_string(res.status) + " (the request was not read whole)");
+      return;
+    }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - request_started).count();
     std::ostringstream line;
@@ -744,12 +759,24 @@ void HttpServer::Impl::add_routes() {
   // whose first segment was lost once arrived just too late and was dropped. Five seconds is
   // httplib's own default (and uvicorn's); an idle connection holds a pool thread that long.
   s.set_keep_alive_timeout(5);
-  s.set_read_timeout(30);
+  const auto whole_seconds = [](double s) { return static_cast<time_t>(s); };
+  const auto microseconds = [](double s) {
+    return static_cast<time_t>((s - static_cast<double>(static_cast<time_t>(s))) * 1e6);
+  };
+  s.set_read_timeout(whole_seconds(m.options.read_timeout_s), microseconds(m.options.read_timeout_s));
+  s.set_write_timeout(whole_seconds(m.options.write_timeout_s), microseconds(m.options.write_timeout_s));
   s.set_pre_routing_handler(
       [&m](const httplib::Request& req, httplib::Response& res) { return m.pre_route(req, res); });
-  s.set_logger([&m](const httplib::Request& req, const httplib::Response& res) { m.log_access(req, res); });
+  // After every answer, httplib's own refusals included: the connection's next request starts.
+  s.set_logger([&m](const httplib::Request& req, const httplib::Response& res) {
+    if (!req.remote_addr.empty()) m.slow_guard->answered(req.remote_addr, req.remote_port);
+    m.log_access(req, res);
+  });
+  // The POST routes' bodies are read before their handlers run: a handler's start is the end of
+  // its request. GET routes answer at once, and their answer restarts the clock (logger above).
   auto lorax = [&m](ApiEndpoint endpoint) {
     return [&m, endpoint](const httplib::Request& req, httplib::Response& res) {
+      m.answering(req);
       m.guarded(res, false, [&] { m.lorax(req, res, endpoint); });
     };
   };
@@ -757,14 +784,17 @@ void HttpServer::Impl::add_routes() {
   s.Post("/generate", lorax(ApiEndpoint::Generate));
   s.Post("/generate_stream", lorax(ApiEndpoint::GenerateStream));
   s.Post("/v1/completions", [&m](const httplib::Request& req, httplib::Response& res) {
+    m.answering(req);
     m.guarded(res, true, [&] { m.openai(req, res, false); });
   });
   s.Post("/v1/chat/completions", [&m](const httplib::Request& req, httplib::Response& res) {
+    m.answering(req);
     m.guarded(res, true, [&] { m.openai(req, res, true); });
   });
   for (const bool detokenize : {false, true})
     s.Post(detokenize ? "/detokenize" : "/tokenize",
            [&m, detokenize](const httplib::Request& req, httplib::Response& res) {
+             m.answering(req);
              m.guarded(res, true, [&] {
                res.set_content(tokenize_api(req.body, m.parser_context(), detokenize), "application/json");
              });
@@ -874,7 +904,13 @@ int HttpServer::bind() {
   return port_;
 }
 
-void HttpServer::serve() { impl_->server->listen_after_bind(); }
+void HttpServer::serve() {
+  impl_->slow_guard->start(port_);
+  impl_->server->listen_after_bind();
+  impl_->slow_guard->stop();
+}
+
+int64_t HttpServer::slow_connections_dropped() const { return impl_->slow_guard->dropped(); }
 
 bool HttpServer::running() const { return impl_->server->is_running(); }
 

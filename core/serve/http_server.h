@@ -35,6 +35,12 @@ struct HttpServerOptions {
   std::string ssl_certfile, ssl_keyfile;
   // A request (queued and running) cancelled after this long, with 504 or an error event; 0: none.
   double request_timeout_s = 0;
+  // A connection must deliver each request whole (line, headers, body) within read_timeout_s of
+  // its accept or its previous answer, else it is dropped (a client sending a byte a second);
+  // each read waits at most that long too. An answer's every write waits at most write_timeout_s
+  // for the client to take it.
+  double read_timeout_s = 30;
+  double write_timeout_s = 5;
   // One line per answered request (its id, the client, method, path, status, milliseconds); the
   // access log is off when empty. Called from connection threads, one call at a time.
   std::function<void(const std::string& line)> access_log;
@@ -71,6 +77,8 @@ class HttpServer {
   bool running() const;
   int port() const { return port_; }
   bool tls() const;
+  // Connections dropped so far for not delivering a request within read_timeout_s.
+  int64_t slow_connections_dropped() const;
 
  private:
   struct Impl;

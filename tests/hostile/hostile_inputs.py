@@ -666,6 +666,8 @@ def cases(fx, builtin):
     add("serve", "--metrics-need-key without a key", [*S, "--metrics-need-key"], 2, "--api-key")
     add("serve", "--allowed-origins without a scheme", [*S, "--allowed-origins", "lab.example"], 2, "lab.example")
     add("serve", "--request-timeout -1", [*S, "--request-timeout", "-1"], 1, "--request-timeout")
+    add("serve", "--read-timeout 0", [*S, "--read-timeout", "0"], 1, "--read-timeout")
+    add("serve", "--write-timeout nan", [*S, "--write-timeout", "nan"], 1, "--write-timeout")
     R = ["lora", "serve", *T, "--requests", "2", "--new-tokens", "2"]
     add("lora serve", "--adapters 1e8", [*R, "--adapters", "100000000"], 1, ["--adapters", "4096"])
     add("lora serve", "--requests 1e9", [*R[:-4], "--requests", "1000000000"], 1, ["--requests", "100000"])

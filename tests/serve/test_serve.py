@@ -100,7 +100,7 @@ def server(name):
                                                "--allowed-origins", "http://lab.example", "--access-log"])
         elif name == "timeout":  # no request of 1000 tokens ends within half a second, however fast the CPU
             SERVERS[name] = Server("timeout", ["--demo", "--max-batch", "1", "--threads", "2",
-                                               "--request-timeout", "0.5"])
+                                               "--request-timeout", "0.5", "--read-timeout", "5", "--access-log"])
         elif name == "smol":
             SERVERS[name] = Server("smol", ["--threads", "2", "--max-batch", "4", "--max-total-tokens", "1024"])
     return SERVERS[name]
@@ -836,6 +836,33 @@ class Exposure(unittest.TestCase):
         self.assertTrue(wait_for(lambda: info(srv)["running"] == 0, 60), info(srv))
         self.assertEqual(info(srv)["requests"]["cancelled"], 2)
         self.assertEqual(info(srv)["requests"]["failed"], 0)
+
+    def test_a_client_sending_a_byte_at_a_time_is_dropped(self):
+        # Each byte comes well within the per-read wait; the whole request never comes within
+        # --read-timeout (5 s): the server drops the connection and stays usable.
+        srv = server("timeout")
+        s = socket.create_connection((srv.host, srv.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        s.settimeout(0.1)
+        dropped, sent = False, 0
+        while not dropped and sent < 3000:  # at 0.1 s a byte, 300 s: far past the deadline
+            try:
+                s.sendall(b"a")
+                sent += 1
+                s.recv(4096)  # returns only once the server has closed (or answered) the connection
+                dropped = True
+            except socket.timeout:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                dropped = True
+        s.close()
+        self.assertTrue(dropped, f"still connected after {sent} bytes")
+        self.assertLess(sent, 3000)
+        log = lambda: open(srv.err_path).read()
+        self.assertTrue(wait_for(lambda: '"POST /v1/completions" 400 (the request was not read whole)' in log(), 30), log())
+        self.assertEqual(request(srv, "GET", "/health").status_code, 200)
+        r = post(srv, "/v1/completions", {"prompt": "Hello", "max_tokens": 2})
+        self.assertEqual(r.status_code, 200, r.text)
 
     def test_tls(self):
         cert, key = os.path.join(TMP, "cert.pem"), os.path.join(TMP, "key.pem")
