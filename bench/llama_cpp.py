@@ -1,21 +1,9 @@
 #!/usr/bin/env python3
 """ServeLab vs llama.cpp on the same GGUF, same thread count, rounds interleaved.
 
-Peer build (outside the repo, see docs/models.md "Peers we measure against"):
-  mkdir -p /work/peers && cd /work/peers
-  /work/main/.venv/bin/pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d .
-  tar xzf llama_cpp_python-0.3.36.tar.gz && cd llama_cpp_python-0.3.36/vendor/llama.cpp
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF
-  nice cmake --build build --config Release -j2 --target llama-bench llama-batched-bench
-
-An AVX2-only peer, for `--isa avx2` (same sources, a second build directory):
-  cmake -S . -B build-avx2 -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
-    -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF
-  nice cmake --build build-avx2 --config Release -j2 --target llama-bench llama-batched-bench
-  .venv/bin/python bench/llama_cpp.py --isa avx2 --llama-bin LLAMA_DIR/build-avx2/bin ...
+Peer build (outside the repo): `bench/build_peers` builds llama.cpp from the llama-cpp-python
+sdist into ../peers, natively (build/bin, the default here) and AVX2-only (build-avx2/bin, for
+`--isa avx2 --llama-bin LLAMA_DIR/build-avx2/bin`); docs/models.md "Peers we measure against".
 
 Run:  .venv/bin/python bench/llama_cpp.py --rounds 3 > bench/results/<name>.json
 
