@@ -15,6 +15,9 @@ output token counts, which must agree exactly. Within 10% is the target for the 
   .venv/bin/python bench/loadgen_vs_guidellm.py [--levels 1,2,4] [--requests 16] [--rounds 1]
       > bench/results/loadgen-vs-guidellm-<machine>-<date>.json
 
+--server llama-server runs it against llama.cpp's llama-server (built by bench/build_peers) on the same
+GGUF: a peer whose streaming and usage reporting are not ours.
+
 --server stream-interval runs the same comparison against tests/serve/loadgen_test_server.py
 instead: a server that streams as vLLM does with a stream interval of 3 (the first token alone, then
 3 tokens a chunk every 20 ms, usage at the end), timed by sleeps rather than by computation, so the
@@ -78,6 +81,35 @@ def start_server(cli, gguf, threads, max_batch):
     raise RuntimeError("servelab-cli serve did not start within 300 s")
 
 
+def start_llama_server(binary, gguf, threads, parallel, positions):
+    """llama.cpp's llama-server (bench/build_peers) on a free loopback port, its own continuous
+    batching over `parallel` slots of `positions` each; waits for /health to answer 200."""
+    import socket
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(parallel),
+           "--ctx-size", str(parallel * positions), "--cont-batching"]
+    if threads:
+        cmd += ["--threads", str(threads), "--threads-batch", str(threads)]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError("llama-server ended: " + p.stderr.read()[-2000:])
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return p, url, cmd
+        except OSError:
+            pass
+        time.sleep(0.5)
+    p.kill()
+    raise RuntimeError("llama-server did not start within 300 s")
+
+
 def run_ours(cli, url, gguf, level, requests, prompt_tokens, output_tokens, seed):
     cmd = [cli, "loadgen", "--url", url, "--api", "openai-chat", "--scenario", "sweep", "--clients", str(level),
            "--requests", str(requests), "--input-len", str(prompt_tokens), "--max-new-tokens", str(output_tokens),
@@ -127,8 +159,11 @@ def main():
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="the server's libtorch threads (0: its default)")
-    ap.add_argument("--server", choices=("ours", "stream-interval"), default="ours",
-                    help="ours: servelab-cli serve; stream-interval: tests/serve/loadgen_test_server.py")
+    ap.add_argument("--server", choices=("ours", "llama-server", "stream-interval"), default="ours",
+                    help="ours: servelab-cli serve; llama-server: llama.cpp's (bench/build_peers); "
+                         "stream-interval: tests/serve/loadgen_test_server.py")
+    ap.add_argument("--llama-server", default="/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/"
+                                              "llama-server", help="with --server llama-server")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     if any(l < 1 or l > 4 for l in levels) or not 1 <= a.requests <= 256 or not 1 <= a.rounds <= 5:
@@ -145,6 +180,9 @@ def main():
     version = subprocess.run([a.guidellm, "--version"], capture_output=True, text=True).stdout.strip()
     if a.server == "ours":
         server, url, server_cmd = start_server(a.cli, a.gguf, a.threads, max(levels))
+    elif a.server == "llama-server":
+        server, url, server_cmd = start_llama_server(a.llama_server, a.gguf, a.threads, max(levels),
+                                                     a.prompt_tokens + a.output_tokens + 64)
     else:
         server_cmd = [sys.executable, os.path.join(ROOT, "tests/serve/loadgen_test_server.py")]
         server = subprocess.Popen(server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -197,9 +235,10 @@ def main():
         all_ok = all_ok and all(within.values()) and tokens_equal
         table.append({"level": level, "ours": ours, "guidellm": theirs, "ratio_ours_over_guidellm": ratio,
                       "within_10_percent": within, "output_tokens_exact": tokens_equal})
-    what = ("servelab-cli serve (127.0.0.1, prefix caching off)" if a.server == "ours" else
-            "tests/serve/loadgen_test_server.py (127.0.0.1; 3 tokens a chunk every 20 ms after the first, usage "
-            "at the end)")
+    what = {"ours": "servelab-cli serve (127.0.0.1, prefix caching off)",
+            "llama-server": "llama.cpp's llama-server (127.0.0.1, its defaults, one slot per concurrent request)",
+            "stream-interval": "tests/serve/loadgen_test_server.py (127.0.0.1; 3 tokens a chunk every 20 ms after "
+                               "the first, usage at the end)"}[a.server]
     out = {"what": "servelab-cli loadgen against GuideLLM on the same server, " + what + ", each client alone in "
                    "turn, closed loop, chat completions, fixed-length workload",
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": platform.processor() or

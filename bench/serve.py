@@ -5,15 +5,18 @@ Both servers run on 127.0.0.1 with the same thread count for the whole run: `ser
 (continuous batching, --max-batch slots) and llama.cpp's `llama-server` (its continuous batching
 over --parallel slots). The load is `servelab-cli loadgen --api openai` (POST /v1/completions with
 stream, temperature 0 and vLLM's ignore_eos, which both servers take, so every request gets its
-whole token budget) at each concurrency level, closed loop, plus the course's three streams of
-100/10/10 tokens. Rounds interleave the two servers (the order alternates per round) and every
-figure is the median over rounds; the ours/theirs throughput ratio is taken per round (adjacent
-runs share the machine's load at that moment) and its median reported.
+whole token budget) at each concurrency level, closed loop, on a `random` dataset: prompts of
+--input-len tokens of the model's own vocabulary (lengths uniform within +-25%), no two sharing a
+prefix, the same prompts for both servers in a round (one seed per round), a warm-up left out of
+the figures, and goodput against a stated SLO (--goodput, vLLM's/DistServe's definition: requests
+a second that meet every bound). Plus the course's three streams of 100/10/10 tokens. Rounds
+interleave the two servers (the order alternates per round) and every figure is the median over
+rounds; the ours/theirs throughput ratio is taken per round (adjacent runs share the machine's
+load at that moment) and its median reported.
 
-Peer build: docs/models.md "Peers we measure against" (llama.cpp from llama-cpp-python's
-sdist, target llama-server), e.g. under /work/peers.
+Peer build: bench/build_peers (llama.cpp from llama-cpp-python's sdist, target llama-server).
 
-Run:  .venv/bin/python bench/serve.py --rounds 2 > bench/results/serve-vs-llama-server-<machine>.json
+Run:  .venv/bin/python bench/serve.py --rounds 2 --out bench/results/serve-vs-llama-server-<machine>-<date>.json
 """
 import argparse
 import json
@@ -28,6 +31,9 @@ import sys
 import threading
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results_meta import run_metadata, write_result  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEF_CLI = os.path.join(ROOT, "build/release/app/servelab-cli")
@@ -84,6 +90,18 @@ def loadgen(cli, url, args):
     return json.loads(p.stdout)
 
 
+LEVEL_KEYS = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms",
+              "p99_itl_ms", "request_goodput", "total_input_tokens", "total_output_tokens", "requests", "failed")
+
+
+def load_args(a, clients, requests, seed):
+    """One sweep level's loadgen flags (both servers get the same, the seed included)."""
+    return ["--scenario", "sweep", "--clients", str(clients), "--requests", str(requests),
+            "--dataset", "random", "--input-len", str(a.input_len), "--range-ratio", "0.25",
+            "--tokenizer", a.gguf, "--seed", str(seed), "--warmup", str(a.warmup),
+            "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--goodput", *a.goodput.split()]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", default=DEF_CLI)
@@ -100,7 +118,13 @@ def main():
                     help="OMP_WAIT_POLICY for our server (libgomp's; llama-server has its own thread pool)")
     ap.add_argument("--quant-exec", default=None,
                     help="our server's --quant-exec (jit-int8: int8 activations, as llama-server computes)")
+    ap.add_argument("--input-len", type=int, default=64, help="random dataset: prompt tokens (+-25%%)")
+    ap.add_argument("--warmup", type=int, default=4, help="requests per level sent first and left out")
+    ap.add_argument("--goodput", default="ttft:2000 tpot:200",
+                    help="the SLO goodput counts against, loadgen's --goodput (ms)")
+    ap.add_argument("--out", help="also write the results schema (docs/benchmarks-schema.md) here")
     a = ap.parse_args()
+    meta = run_metadata(sys.argv, threads=a.threads)
     levels = [int(x) for x in a.clients.split(",")]
 
     logs = {n: open(f"/tmp/bench-serve-{n}.log", "w") for n in ("ours", "theirs")}
@@ -124,14 +148,14 @@ def main():
             for level in levels:
                 n = max(8, a.requests_per_client * level)
                 for who in order:
-                    rep = loadgen(a.cli, urls[who], ["--scenario", "sweep", "--clients", str(level), "--requests",
-                                                     str(n), "--max-new-tokens", str(a.new_tokens), "--ignore-eos"])
+                    rep = loadgen(a.cli, urls[who], load_args(a, level, n, seed=r + 1))
                     (lv,) = rep["levels"]
                     raw[who].append({"round": r, "clients": level, **{k: v for k, v in lv.items() if k != "errors"},
                                      "errors": lv["errors"]})
-                    print(f"round {r} {who} c={level}: {lv['tokens_per_s']:.1f} tokens/s, TTFT p50 "
-                          f"{lv['ttft_p50_ms']:.0f} p99 {lv['ttft_p99_ms']:.0f} ms, ITL p50 {lv['itl_p50_ms']:.1f} "
-                          f"p99 {lv['itl_p99_ms']:.1f} ms, {lv['failed']} failed", file=sys.stderr, flush=True)
+                    print(f"round {r} {who} c={level}: {lv['output_throughput']:.1f} tokens/s, TTFT p50 "
+                          f"{lv['p50_ttft_ms']:.0f} p99 {lv['p99_ttft_ms']:.0f} ms, TPOT p50 {lv['p50_tpot_ms']:.1f} "
+                          f"p99 {lv['p99_tpot_ms']:.1f} ms, goodput {lv['request_goodput']:.2f} req/s, "
+                          f"{lv['failed']} failed", file=sys.stderr, flush=True)
             for who in order:
                 rep = loadgen(a.cli, urls[who], ["--scenario", "three_streams", "--ignore-eos"])
                 raw[who].append({"round": r, "scenario": "three_streams", "streams": [
@@ -154,12 +178,11 @@ def main():
     for level in levels:
         row = {"clients": level}
         for who in ("ours", "theirs"):
-            row[who] = {k: med(who, level, k) for k in ("tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms",
-                                                       "itl_p99_ms", "requests", "failed")}
-        ratios = [o["tokens_per_s"] / t["tokens_per_s"]
+            row[who] = {k: med(who, level, k) for k in LEVEL_KEYS}
+        ratios = [o["output_throughput"] / t["output_throughput"]
                   for o in raw["ours"] if o.get("clients") == level
                   for t in raw["theirs"] if t.get("clients") == level and t["round"] == o["round"]
-                  and t["tokens_per_s"] > 0]
+                  and t["output_throughput"] > 0]
         row["throughput_ratio_ours_over_theirs"] = statistics.median(ratios) if ratios else None
         table.append(row)
     three = {}
@@ -175,10 +198,27 @@ def main():
            "new_tokens": a.new_tokens, "omp_wait_policy_ours": a.omp_wait_policy,
            "slots": a.slots, "positions": a.positions, "rounds": a.rounds,
            "commands": {"ours": " ".join(ours_cmd), "theirs": " ".join(theirs_cmd),
-                        "load": "servelab-cli loadgen --url URL --api openai --scenario sweep --clients C "
-                                "--requests max(8, %d*C) --max-new-tokens %d --ignore-eos --json"
-                                % (a.requests_per_client, a.new_tokens)},
+                        "load": "servelab-cli loadgen --url URL --api openai --json "
+                                + " ".join(load_args(a, "C", "max(8, %d*C)" % a.requests_per_client, "ROUND"))},
            "levels": table, "three_streams": three, "raw": raw}
+    if a.out:
+        summary = []
+        for row in table:
+            c, o, t = row["clients"], row["ours"], row["theirs"]
+            ratio = row["throughput_ratio_ours_over_theirs"]
+            big = c >= 16
+            summary.append({"label": f"{c} clients: output tokens/s, ours / llama-server", "value": ratio,
+                            "unit": "x", "target": ">= 1.5x at 16+ clients" if big else None,
+                            "verdict": ("met" if ratio and ratio >= 1.5 else "missed") if big else "info"})
+            summary.append({"label": f"{c} clients: TTFT p99 ms, ours (llama-server {t['p99_ttft_ms']:.0f})",
+                            "value": round(o["p99_ttft_ms"], 1), "unit": "ms",
+                            "target": "no worse at 16+ clients" if big else None,
+                            "verdict": ("met" if o["p99_ttft_ms"] <= t["p99_ttft_ms"] else "missed") if big
+                            else "info"})
+            summary.append({"label": f"{c} clients: goodput req/s under {a.goodput}, ours (llama-server "
+                                     f"{t['request_goodput']:.2f})", "value": round(o["request_goodput"], 3),
+                            "unit": "req/s", "target": None, "verdict": "info"})
+        write_result(a.out, meta, {"benchmark": "serve-vs-llama-server", "results": out, "summary": summary})
     print(json.dumps(out, indent=1))
 
 
