@@ -187,8 +187,6 @@ Verification verify_proposal(const at::Tensor& logits, const std::vector<int32_t
   if (logits.dim() != 2 || logits.size(0) != k + 1)
     throw InputError("verify_proposal: " + std::to_string(k) + " proposals need " + std::to_string(k + 1) +
                      " rows of logits");
-  if (row.constraint)
-    throw InputError("speculative decoding with a grammar (a JSON schema or regex) is not supported");
   const SamplingParams& p = *row.params;
   // Each row's output so far includes the proposals before it (for the penalties).
   std::vector<std::vector<int32_t>> outputs(static_cast<size_t>(k + 1),
@@ -198,6 +196,19 @@ Verification verify_proposal(const at::Tensor& logits, const std::vector<int32_t
     outputs[static_cast<size_t>(i)].push_back(draft[static_cast<size_t>(i - 1)]);
   }
   Verification v;
+  if (p.greedy && row.constraint) {
+    // Under a grammar, row i is masked by the grammar's state after the proposals before it, and
+    // the picker advances the grammar past each choice: over the accepted proposals and the one
+    // token that ends the run, never over a rejected proposal, so there is nothing to roll back.
+    for (int64_t i = 0; i <= k; ++i) {
+      PickRow r = row;
+      r.output = &outputs[static_cast<size_t>(i)];
+      v.tokens.push_back(pick_tokens(logits.narrow(0, i, 1), {r}, where).front());
+      if (i == k || v.tokens.back().id != draft[static_cast<size_t>(i)]) break;
+      ++v.accepted;
+    }
+    return v;
+  }
   if (p.greedy) {
     // Every row's greedy choice at once; accepted while it equals the proposal.
     std::vector<PickRow> rows(static_cast<size_t>(k + 1), row);
@@ -215,7 +226,12 @@ Verification verify_proposal(const at::Tensor& logits, const std::vector<int32_t
   const at::Tensor l = logits.to(at::kCPU, at::kFloat).contiguous();
   const int64_t vocab = l.size(1);
   for (int64_t i = 0; i <= k; ++i) {
-    at::Tensor shaped = l.select(0, i).clone();
+    // The grammar's mask first (in the state the proposals before this row left it), as the
+    // picker masks: the target distribution is the masked one, and a forbidden proposal has
+    // probability 0 under it, so it is always rejected and the residual never draws it.
+    at::Tensor masked = l.select(0, i).clone();
+    if (row.constraint) row.constraint->mask(masked.data_ptr<float>(), vocab);
+    at::Tensor shaped = row.constraint ? masked.clone() : masked;
     if (p.penalized())
       apply_penalties(shaped.data_ptr<float>(), vocab, p, row.prompt, &outputs[static_cast<size_t>(i)]);
     const at::Tensor target = row.sampler->probs(shaped.unsqueeze(0)).squeeze(0);
@@ -242,7 +258,10 @@ Verification verify_proposal(const at::Tensor& logits, const std::vector<int32_t
         t.id = static_cast<int32_t>(row.sampler->draw(mass > 0 ? residual / mass : target));
       }
     }
-    if (row.logprobs || p.top_logprobs > 0) fill_logprobs(t, l.select(0, i), p);
+    // Log-probabilities of what the model and the grammar said (`shaped` is `masked` itself, with
+    // penalties applied, when there is no grammar).
+    if (row.logprobs || p.top_logprobs > 0) fill_logprobs(t, row.constraint ? masked : l.select(0, i), p);
+    if (row.constraint) row.constraint->accept(t.id);
     const bool rejected = i < k && t.id != draft[static_cast<size_t>(i)];
     v.tokens.push_back(std::move(t));
     if (i == k || rejected) break;

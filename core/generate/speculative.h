@@ -65,7 +65,9 @@ struct Verification {
 
 // logits [1 + k, vocab]: row i is the target's next-token distribution after the request's tokens
 // and the first i proposals. `row` is the request's picking context (its output so far: each row's
-// penalties count the proposals before it). A grammar constraint is refused (InputError).
+// penalties count the proposals before it). Under a grammar (row.constraint) each row is masked in
+// the state the accepted proposals before it left, and the grammar is advanced over the tokens
+// returned only.
 Verification verify_proposal(const at::Tensor& logits, const std::vector<int32_t>& draft,
                              const at::Tensor& draft_probs, const PickRow& row, const std::string& where);
 

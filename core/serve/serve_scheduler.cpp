@@ -622,13 +622,12 @@ void ServeScheduler::loop() {
     core.ran(plan);
     for (const Settle& st : std::exchange(settling, {})) s.spec->settle(core, st.id, st.start, st.accepted);
   };
-  // Proposals for the decoding requests (speculative decoding), except those under a grammar.
+  // Proposals for the decoding requests (speculative decoding). A request under a grammar gets
+  // them too: the drafter does not know the grammar, verification masks each row with it.
   auto propose = [&] {
     if (!s.spec) return;
-    s.spec->propose(core, [&](int64_t id) -> const SamplingParams* {
-      const Entry& e = *s.entries.at(id);
-      return e.constraint ? nullptr : &e.request.sampling;
-    });
+    s.spec->propose(core,
+                    [&](int64_t id) -> const SamplingParams* { return &s.entries.at(id)->request.sampling; });
   };
 
   // The counters connection threads read (the queue limit among them); under the lock.

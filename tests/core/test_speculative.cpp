@@ -9,6 +9,7 @@
 #include <QJsonObject>
 #include <QtTest>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "cli_runner.h"
@@ -19,6 +20,7 @@
 #include "generate/paged_kv_memory.h"
 #include "generate/slot_kv_memory.h"
 #include "generate/speculative.h"
+#include "generate/token_constraint.h"
 #include "serve/serve_scheduler.h"
 #include "serve_clients.h"
 #include "test_support.h"
@@ -38,6 +40,57 @@ std::vector<int32_t> repeating(int64_t len, int32_t salt) {
   std::vector<int32_t> p;
   while (static_cast<int64_t>(p.size()) < len) p.push_back(unit[p.size() % unit.size()]);
   return p;
+}
+
+// A grammar with state: no token may share the previous token's residue mod 3 (the end-of-text id
+// always may). It records every token it is advanced over, so a test can see that verification
+// never advanced it over a rejected proposal.
+class AlternatingResidues : public TokenConstraint {
+ public:
+  explicit AlternatingResidues(std::shared_ptr<std::vector<int32_t>> log) : log_(std::move(log)) {}
+  void mask(float* logits, int64_t vocab) override {
+    if (log_->empty()) return;
+    for (int64_t t = 0; t < vocab; ++t)
+      if (t != kEot && t % 3 == log_->back() % 3) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  bool accept(int32_t token) override {
+    const bool ok = token == kEot || log_->empty() || token % 3 != log_->back() % 3;
+    log_->push_back(token);
+    return ok;
+  }
+  static constexpr int32_t kEot = 299;
+
+ private:
+  std::shared_ptr<std::vector<int32_t>> log_;
+};
+
+// Each request's tokens through a server (engine on this thread) where every request is under its
+// own AlternatingResidues grammar; logs[i] gets what request i's grammar was advanced over.
+std::vector<std::vector<int32_t>> serve_under_grammar(
+    const Model& m, ServeOptions so, const std::vector<BatchRequest>& rs,
+    std::vector<std::shared_ptr<std::vector<int32_t>>>& logs) {
+  so.engine_on_caller = true;
+  ServeScheduler scheduler(m, tok, so);
+  std::vector<std::vector<int32_t>> out(rs.size());
+  logs.clear();
+  for (size_t i = 0; i < rs.size(); ++i) logs.push_back(std::make_shared<std::vector<int32_t>>());
+  std::thread clients([&] {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < rs.size(); ++i)
+      streams.push_back(scheduler.submit(rs[i], std::make_unique<AlternatingResidues>(logs[i])));
+    for (size_t i = 0; i < streams.size(); ++i)
+      for (;;) {
+        RequestStream::Update u = streams[i]->take(std::chrono::milliseconds(60000));
+        if (u.done) {
+          out[i] = u.result.generated_ids;
+          break;
+        }
+      }
+    scheduler.stop_engine();
+  });
+  scheduler.run();
+  clients.join();
+  return out;
 }
 
 }  // namespace
@@ -420,6 +473,54 @@ class TestSpeculative : public QObject {
                               .arg(metrics.spec_decode.num_draft_tokens)));
     QVERIFY(text.contains(
         "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"0\"}"));
+  }
+
+  void speculation_under_a_grammar_data() {
+    QTest::addColumn<int>("method");  // 0 ngram, 1 draft = target, 2 draft = another model
+    QTest::addColumn<bool>("greedy");
+    QTest::newRow("ngram k 4, greedy") << 0 << true;
+    QTest::newRow("the target drafts k 4, greedy") << 1 << true;
+    QTest::newRow("another model drafts k 4, greedy") << 2 << true;
+    QTest::newRow("another model drafts k 4, sampled") << 2 << false;
+  }
+  void speculation_under_a_grammar() {
+    // Requests under a stateful grammar speculate too. The drafter does not know the grammar, so
+    // some proposals are forbidden and must be rejected; verification masks each row in the state
+    // the accepted proposals left. Greedy: the same tokens as plain decoding under the grammar.
+    // Both: every token obeys the grammar, and the grammar was advanced over exactly the tokens
+    // the request got (never over a rejected proposal).
+    QFETCH(int, method);
+    QFETCH(bool, greedy);
+    const Model& m = *gpt2_;
+    std::vector<BatchRequest> rs;
+    for (int64_t i = 0; i < 4; ++i) {
+      BatchRequest r;
+      r.prompt_ids = repeating(10 + 4 * i, static_cast<int32_t>(i + 40));
+      r.max_new_tokens = 9 + 3 * i;
+      r.sampling.greedy = greedy;
+      r.sampling.temperature = 0.8;
+      r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+      rs.push_back(r);
+    }
+    ServeOptions so;
+    so.max_batch = 3;
+    so.max_total_tokens = 64;
+    std::vector<std::shared_ptr<std::vector<int32_t>>> plain_logs, spec_logs;
+    const auto plain = serve_under_grammar(m, so, rs, plain_logs);
+    so.speculative.method = method == 0 ? SpeculativeMethod::Ngram : SpeculativeMethod::DraftModel;
+    so.speculative.num_speculative_tokens = 4;
+    so.speculative.draft_model = method == 1 ? &m : method == 2 ? gpt2_other_.get() : nullptr;
+    const auto spec = serve_under_grammar(m, so, rs, spec_logs);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const QString where = QString("request %1").arg(i);
+      QVERIFY2(!spec[i].empty(), qPrintable(where));
+      if (greedy) QVERIFY2(spec[i] == plain[i], qPrintable(where));
+      QVERIFY2(*spec_logs[i] == spec[i],
+               qPrintable(where + ": the grammar saw other tokens than the output"));
+      for (size_t t = 1; t < spec[i].size(); ++t)
+        QVERIFY2(spec[i][t] == AlternatingResidues::kEot || spec[i][t] % 3 != spec[i][t - 1] % 3,
+                 qPrintable(where + QString(": token %1 breaks the grammar").arg(t)));
+    }
   }
 
   void the_cli_speculates_with_plain_greedy_tokens() {
