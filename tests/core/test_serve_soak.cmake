@@ -1,5 +1,5 @@
-# The server under sustained load (tests/serve/soak.py): 200 requests from 32 connections, then
-# 1,000 from 64, against --demo with peft-made adapters; every answer equal to its request alone,
+# The server under sustained load (tests/serve/soak.py): 160 requests from 32 connections, then
+# 480 from 64, against --demo with peft-made adapters; every answer equal to its request alone,
 # none lost, /metrics counting each, resident memory back near its level after the warm-up.
 if(SERVELAB_BASE_ONLY)
   return()
