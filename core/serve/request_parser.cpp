@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "serve/openai_fields.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/prompt.h"
 
@@ -364,6 +365,18 @@ class Parser {
         throw validation("response_format.type must be text, json_object or json_schema");
       }
     }
+    // vLLM's guided_json: a JSON Schema, as an object or as its text.
+    if (const json* g = field(body, "guided_json")) {
+      if (c.constraint) throw validation("give response_format or guided_json, not both");
+      json schema = *g;
+      if (g->is_string()) {
+        schema = json::parse(g->get<std::string>(), nullptr, false);
+        if (schema.is_discarded()) throw validation("guided_json is a string that is not JSON");
+      }
+      if (!schema.is_object())
+        throw validation(std::string("guided_json must be a JSON Schema object, got ") + json_type(schema));
+      c.constraint = json_constraint(&schema, "guided_json");
+    }
     c.stream = get_bool(body, "stream", "").value_or(false);
     if (const json* so = field(body, "stream_options")) {
       if (!so->is_object())
@@ -373,6 +386,7 @@ class Parser {
   }
 
   ParsedRequest parse_completion(const json& body) {
+    refuse_unimplemented_openai_fields(body, /*chat=*/false);
     ParsedRequest c;
     c.request.adapter = openai_model(c, body);
     const json* prompt = field(body, "prompt");
@@ -388,6 +402,7 @@ class Parser {
   }
 
   ParsedRequest parse_chat(const json& body) {
+    refuse_unimplemented_openai_fields(body, /*chat=*/true);
     ParsedRequest c;
     c.request.adapter = openai_model(c, body);
     c.prompt_text = chat_text(chat_messages(body), true);

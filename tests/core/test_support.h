@@ -47,6 +47,32 @@ class IdTokenizer : public Tokenizer {
   int32_t vocab_, eos_;
 };
 
+// One token per byte, with the chat template given (none by default): the server's request
+// parsing and chat formatting without a model.
+class ByteTokenizer : public Tokenizer {
+ public:
+  explicit ByteTokenizer(std::string chat_template = "") : template_(std::move(chat_template)) {}
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string s;
+    for (int32_t id : ids) s += static_cast<char>(id);
+    return s;
+  }
+  std::string token_bytes(int32_t id) const override { return std::string(1, static_cast<char>(id)); }
+  std::string token_display(int32_t id) const override { return token_bytes(id); }
+  int32_t vocab_size() const override { return 256; }
+  std::optional<int32_t> eos_id() const override { return std::nullopt; }
+  const std::string& chat_template() const override { return template_; }
+  std::string kind() const override { return "bytes"; }
+
+ private:
+  std::string template_;
+};
+
 inline std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::string(v) : std::string();

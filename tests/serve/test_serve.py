@@ -687,6 +687,10 @@ class BadInput(unittest.TestCase):
         self.check(srv, "/v1/completions", {"prompt": "x", "model": "no-such-model"}, 404, "unknown adapter")
         self.check(srv, "/v1/completions", {"prompt": "x", "max_tokens": 5000}, 400, "5000 new tokens")
         self.check(srv, "/v1/chat/completions", {"messages": "hi"}, 400, "messages")
+        # Fields OpenAI or vLLM define that the server does not implement: 400 naming them.
+        self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [
+            {"type": "function", "function": {"name": "f"}}]}, 400, "tools is not supported")
+        self.check(srv, "/v1/completions", {"prompt": "x", "min_tokens": 4}, 400, "min_tokens is not supported")
         self.check(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, 400,
                    "no chat template")
         self.check(srv, "/v1/completions", None, 400, "not valid JSON", raw=b"{")
