@@ -60,7 +60,6 @@ const std::vector<UnimplementedField>& unimplemented_openai_fields() {
        true},
       {"documents", {}, "retrieval documents are not passed to the template", true, false},
       {"chat_template", {}, "the model's own chat template is used", true, false},
-      {"chat_template_kwargs", {}, "the model's own chat template is used as it is", true, false},
       {"mm_processor_kwargs", {}, "the models here are text-only", true, true},
       {"media_io_kwargs", {}, "the models here are text-only", true, false},
       {"prompt_embeds", {}, "prompts are text", false, true},

@@ -405,7 +405,7 @@ class Parser {
     refuse_unimplemented_openai_fields(body, /*chat=*/true);
     ParsedRequest c;
     c.request.adapter = openai_model(c, body);
-    c.prompt_text = chat_text(chat_messages(body), true);
+    c.prompt_text = chat_text(chat_messages(body), true, template_options(body));
     set_prompt(c, tokenizer_.encode(c.prompt_text));
     parse_openai_common(c, body, static_cast<int64_t>(c.request.prompt_ids.size()), 1 << 30, /*chat=*/true);
     return c;
@@ -413,8 +413,7 @@ class Parser {
 
   // vLLM's /tokenize, completion form ({"prompt"}) or chat form ({"messages"}).
   json tokenize(const json& body) {
-    for (const char* name :
-         {"chat_template", "chat_template_kwargs", "continue_final_message", "tools", "mm_processor_kwargs"})
+    for (const char* name : {"chat_template", "continue_final_message", "tools", "mm_processor_kwargs"})
       if (field(body, name))
         throw validation(std::string(name) + " is not supported here: the model's own chat template is used");
     ParsedRequest unused;
@@ -425,7 +424,7 @@ class Parser {
     std::vector<int32_t> ids;
     if (messages) {
       const bool generation_prompt = get_bool(body, "add_generation_prompt", "").value_or(true);
-      const std::string text = chat_text(chat_messages(body), generation_prompt);
+      const std::string text = chat_text(chat_messages(body), generation_prompt, template_options(body));
       // The template writes its special tokens as text; add_special_tokens adds bos besides.
       ids = get_bool(body, "add_special_tokens", "").value_or(false) ? encode_prompt(tokenizer_, text)
                                                                      : tokenizer_.encode(text);
@@ -510,10 +509,37 @@ class Parser {
   }
 
   // The messages in the model's own chat template.
-  std::string chat_text(const std::vector<ChatMessage>& chat, bool add_generation_prompt) {
+  std::string chat_text(const std::vector<ChatMessage>& chat, bool add_generation_prompt,
+                        const ChatTemplateOptions& options = {}) {
     if (tokenizer_.chat_template().empty())
       throw validation("the model has no chat template: use /v1/completions with plain text");
-    return chat_prompt(tokenizer_, chat, add_generation_prompt);
+    try {
+      return chat_prompt(tokenizer_, chat, add_generation_prompt, options);
+    } catch (const InputError& e) {
+      if (options.enable_thinking) throw validation(std::string("chat_template_kwargs.") + e.what());
+      throw;
+    }
+  }
+
+  // vLLM's chat_template_kwargs: the template variables a request may set. Only Qwen3's
+  // enable_thinking is one here; any other is refused by name rather than ignored.
+  ChatTemplateOptions template_options(const json& body) {
+    ChatTemplateOptions o;
+    const json* kw = field(body, "chat_template_kwargs");
+    if (!kw) return o;
+    if (!kw->is_object())
+      throw validation(std::string("chat_template_kwargs must be an object, got ") + json_type(*kw));
+    for (const auto& [key, value] : kw->items()) {
+      if (key != "enable_thinking")
+        throw validation("chat_template_kwargs." + key +
+                         " is not supported: the only template variable here is enable_thinking (Qwen3's)");
+      if (value.is_null()) continue;
+      if (!value.is_boolean())
+        throw validation(std::string("chat_template_kwargs.enable_thinking must be a boolean, got ") +
+                         json_type(value));
+      o.enable_thinking = value.get<bool>();
+    }
+    return o;
   }
 
   // A JSON constraint: schema (a JSON Schema object) or, when null, any JSON.

@@ -90,8 +90,8 @@ ParsedRequest parse_api_request(ApiEndpoint endpoint, std::string_view body,
 // {"messages", "add_generation_prompt" (true), "add_special_tokens" (false)}, both with
 // "return_token_strs" and "model"; it answers {count, max_model_len, tokens, token_strs}.
 // /detokenize takes {"tokens"} and answers {"prompt"}. Fields vLLM reads that we do not implement
-// (chat_template, chat_template_kwargs, continue_final_message, tools, mm_processor_kwargs) are refused by
-// name.
+// (chat_template, continue_final_message, tools, mm_processor_kwargs) are refused by name;
+// chat_template_kwargs may hold Qwen3's enable_thinking only.
 std::string tokenize_api(std::string_view body, const RequestParserContext& context, bool detokenize);
 
 }  // namespace servelab

@@ -200,6 +200,10 @@ ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, std::string bos_
   };
   switch (*family) {
     case ChatFamily::ChatML:
+      // Qwen3's template: reasoning blocks in the assistant's turns and the enable_thinking switch.
+      if (has(t, "enable_thinking") && has(t, "last_query_index") && has(t, "reasoning_content"))
+        return make(Variant::Qwen3);
+      if (has(t, "<think>")) return refuse("a ChatML template with reasoning blocks other than Qwen3's");
       return make(Variant::ChatML, chatml_default_system(t));
     case ChatFamily::Llama2: {
       // llama.cpp's variant markers: Llama 2 chat has all three, Mistral's first template none.
@@ -261,16 +265,22 @@ const char* ChatTemplate::variant() const {
       return "mistral-v7";
     case Variant::Phi3:
       return "phi3";
+    case Variant::Qwen3:
+      return "qwen3";
   }
   return "?";
 }
 
-std::string ChatTemplate::format(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::format(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 const ChatTemplateOptions& options) const {
   if (messages.empty()) throw InputError("chat template: no messages to format");
   for (const ChatMessage& m : messages) {
     utf8::check_valid(m.role, "chat message role");
     utf8::check_valid(m.content, "chat message content");
   }
+  if (options.enable_thinking && !has_thinking_switch())
+    throw InputError(std::string("enable_thinking: this model's chat template (") + variant() +
+                     ") has no thinking switch; only Qwen3's has");
   std::string out;
   const bool leading_system = messages.front().role == "system";
   switch (variant_) {
@@ -423,6 +433,67 @@ std::string ChatTemplate::format(const std::vector<ChatMessage>& messages, bool 
         }
       }
       break;
+
+    case Variant::Qwen3:
+      return format_qwen3(messages, add_generation_prompt, options.enable_thinking.value_or(true));
+  }
+  return out;
+}
+
+// Qwen3's published template without tools: a system turn only when given; the assistant turns
+// after the last user question keep their reasoning in a <think> block, earlier ones lose it; a
+// tool's answers are wrapped in <tool_response> inside a user turn; other roles write nothing.
+std::string ChatTemplate::format_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                       bool enable_thinking) const {
+  const auto strip_newlines = [](std::string_view v, bool left, bool right) {
+    while (left && !v.empty() && v.front() == '\n') v.remove_prefix(1);
+    while (right && !v.empty() && v.back() == '\n') v.remove_suffix(1);
+    return std::string(v);
+  };
+  const auto is_tool_response = [](const std::string& c) {
+    return c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+  };
+  const int64_t n = static_cast<int64_t>(messages.size());
+  int64_t last_query = n - 1;
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const ChatMessage& m = messages[static_cast<size_t>(i)];
+    if (m.role == "user" && !is_tool_response(m.content)) {
+      last_query = i;
+      break;
+    }
+  }
+  std::string out;
+  if (messages.front().role == "system")
+    out += "<|im_start|>system\n" + messages.front().content + "<|im_end|>\n";
+  for (int64_t i = 0; i < n; ++i) {
+    const ChatMessage& m = messages[static_cast<size_t>(i)];
+    if (m.role == "user" || (m.role == "system" && i > 0)) {
+      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    } else if (m.role == "assistant") {
+      std::string content = m.content, reasoning;
+      if (const size_t close = m.content.find("</think>"); close != std::string::npos) {
+        const size_t last_close = m.content.rfind("</think>");
+        content = strip_newlines(std::string_view(m.content).substr(last_close + 8), true, false);
+        const std::string before = strip_newlines(std::string_view(m.content).substr(0, close), false, true);
+        const size_t open = before.rfind("<think>");
+        reasoning = strip_newlines(open == std::string::npos ? before : before.substr(open + 7), true, false);
+      }
+      if (i > last_query && (i == n - 1 || !reasoning.empty())) {
+        out += "<|im_start|>assistant\n<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" +
+               strip_newlines(content, true, false);
+      } else {
+        out += "<|im_start|>assistant\n" + content;
+      }
+      out += "<|im_end|>\n";
+    } else if (m.role == "tool") {
+      if (i == 0 || messages[static_cast<size_t>(i - 1)].role != "tool") out += "<|im_start|>user";
+      out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+      if (i == n - 1 || messages[static_cast<size_t>(i + 1)].role != "tool") out += "<|im_end|>\n";
+    }
+  }
+  if (add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
+    if (!enable_thinking) out += "<think>\n\n</think>\n\n";
   }
   return out;
 }

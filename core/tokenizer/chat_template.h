@@ -27,6 +27,13 @@ std::optional<ChatFamily> detect_chat_family(const std::string& jinja);
 // "chatml", "llama2", "llama3", "zephyr", "gemma", "mistral", "phi3".
 const char* chat_family_name(ChatFamily family);
 
+// What a chat template's variables beyond the messages may switch (vLLM's chat_template_kwargs).
+struct ChatTemplateOptions {
+  // Qwen3's thinking switch: false opens the assistant's turn with an empty <think></think> block,
+  // so the model answers without reasoning first. nullopt: the template's default (thinking on).
+  std::optional<bool> enable_thinking;
+};
+
 class ChatTemplate {
  public:
   // TokenizerError "chat template not recognised (starts: ...)" for a template of no known family,
@@ -36,7 +43,8 @@ class ChatTemplate {
 
   ChatFamily family() const { return family_; }
   // The reference template format() renders: "chatml", "llama2-chat", "llama2-inst", "llama3",
-  // "zephyr", "gemma", "gemma3", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "phi3".
+  // "zephyr", "gemma", "gemma3", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "phi3",
+  // "qwen3".
   const char* variant() const;
 
   // The prompt text for these messages, ending with the assistant turn's opening when
@@ -45,7 +53,11 @@ class ChatTemplate {
   // encode it with control tokens matched and do not add bos again. InputError for no messages, and
   // where the template raises (roles not alternating user/assistant, a system role it refuses, a
   // role it does not know), with the template's own message.
-  std::string format(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // options.enable_thinking on a template without Qwen3's switch is an InputError naming it.
+  std::string format(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
+                     const ChatTemplateOptions& options = {}) const;
+  // Whether the template has Qwen3's enable_thinking switch.
+  bool has_thinking_switch() const { return variant_ == Variant::Qwen3; }
 
   // The template's default system message: what it inserts when the first message is not a system
   // message (SmolLM2's "You are a helpful AI assistant named SmolLM, trained by Hugging Face", read
@@ -65,8 +77,11 @@ class ChatTemplate {
     MistralV3,
     MistralV3Tekken,
     MistralV7,
-    Phi3
+    Phi3,
+    Qwen3
   };
+  std::string format_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                           bool enable_thinking) const;
   ChatTemplate(ChatFamily family, Variant variant, std::string bos, std::string eos,
                std::string default_system);
 

@@ -20,7 +20,7 @@ std::vector<int32_t> tokens_of_length(const Tokenizer& tokenizer, const std::str
 }
 
 std::string chat_prompt(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt) {
+                        bool add_generation_prompt, const ChatTemplateOptions& options) {
   if (tokenizer.chat_template().empty())
     throw TokenizerError(
         "the model has no chat template (tokenizer_config.json chat_template or GGUF "
@@ -28,7 +28,7 @@ std::string chat_prompt(const Tokenizer& tokenizer, const std::vector<ChatMessag
   auto spelling = [&](std::optional<int32_t> id) { return id ? tokenizer.token_bytes(*id) : std::string(); };
   const ChatTemplate chat = ChatTemplate::from_jinja(tokenizer.chat_template(), spelling(tokenizer.bos_id()),
                                                      spelling(tokenizer.eos_id()));
-  return chat.format(messages, add_generation_prompt);
+  return chat.format(messages, add_generation_prompt, options);
 }
 
 std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_message,

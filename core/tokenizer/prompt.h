@@ -27,6 +27,6 @@ std::string chat_prompt(const Tokenizer& tokenizer, const std::string& user_mess
 // add_generation_prompt: the one formatting of the server's chat routes, the Generate tab's chat and
 // `servelab-cli chat`. The same errors as above, and the template's own for messages it refuses.
 std::string chat_prompt(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt = true);
+                        bool add_generation_prompt = true, const ChatTemplateOptions& options = {});
 
 }  // namespace servelab

@@ -86,12 +86,15 @@ class TestChatTemplate : public QObject {
         std::vector<ChatMessage> messages;
         for (const auto& m : c["messages"]) messages.push_back({m[0], m[1]});
         const bool agp = c["add_generation_prompt"];
+        ChatTemplateOptions options;
+        if (c.contains("enable_thinking")) options.enable_thinking = c["enable_thinking"].get<bool>();
         const std::string where =
-            name + " / " + c["conversation"].get<std::string>() + (agp ? " + prompt" : "");
+            name + " / " + c["conversation"].get<std::string>() + (agp ? " + prompt" : "") +
+            (options.enable_thinking ? (*options.enable_thinking ? " thinking" : " no thinking") : "");
         if (c.contains("text")) {
           std::string got;
           try {
-            got = chat.format(messages, agp);
+            got = chat.format(messages, agp, options);
           } catch (const std::exception& e) {
             got = std::string("<threw: ") + e.what() + ">";
           }
@@ -105,7 +108,7 @@ class TestChatTemplate : public QObject {
           // HF's template raised; so must we, with its message.
           const std::string hf = c["error"];
           const std::string message = hf.substr(hf.find(": ") + 2);
-          const std::string ours = error_of([&] { chat.format(messages, agp); });
+          const std::string ours = error_of([&] { chat.format(messages, agp, options); });
           if (!ours.starts_with("input error: ") || !contains(ours, message)) {
             ++failures;
             qWarning("%s: HF raises '%s', we give '%s'", where.c_str(), hf.c_str(), ours.c_str());
@@ -201,6 +204,22 @@ class TestChatTemplate : public QObject {
     QVERIFY2(contains(e, "not recognised") && contains(e, "Gemma variant"), e.c_str());
     e = error_of([&] { ChatTemplate::from_jinja("[SYSTEM_PROMPT]{{ c }}[/SYSTEM_PROMPT][INST]", "", ""); });
     QVERIFY2(contains(e, "v7-tekken"), e.c_str());
+    // A ChatML template with reasoning blocks that is not Qwen3's (QwQ, DeepSeek-R1 distills) would
+    // render wrong as plain ChatML.
+    e = error_of([&] { ChatTemplate::from_jinja("<|im_start|>{{ m }}<think>\n", "", ""); });
+    QVERIFY2(contains(e, "not recognised") && contains(e, "reasoning blocks"), e.c_str());
+  }
+
+  void thinking_switch_only_where_the_template_has_one() {
+    const ChatTemplate smol = ChatTemplate::from_jinja(test::kSmolLM2ChatTemplate, "", "");
+    QVERIFY(!smol.has_thinking_switch());
+    ChatTemplateOptions off;
+    off.enable_thinking = false;
+    const std::string e = error_of([&] { smol.format({{"user", "hi"}}, true, off); });
+    QVERIFY2(e.starts_with("input error: ") && contains(e, "enable_thinking") && contains(e, "chatml"),
+             e.c_str());
+    // nullopt is every template's default, with or without a switch.
+    QVERIFY(!smol.format({{"user", "hi"}}, true, ChatTemplateOptions{}).empty());
   }
 
   void bad_messages_are_input_errors() {

@@ -132,6 +132,37 @@ class TestOpenAiFields : public QObject {
                  "not both"));
   }
 
+  void chatTemplateKwargsSwitchQwen3sThinkingOnly() {
+    Fixture smol;
+    QVERIFY(contains(
+        smol.refusal(true, {{"chat_template_kwargs", {{"enable_thinking", false}}}}),
+        "chat_template_kwargs.enable_thinking: this model's chat template (chatml) has no thinking switch"));
+    QVERIFY(smol.refusal(true, {{"chat_template_kwargs", json::object()}}).empty());
+    QVERIFY(contains(smol.refusal(true, {{"chat_template_kwargs", {{"tools_in_user_message", true}}}}),
+                     "chat_template_kwargs.tools_in_user_message is not supported"));
+    QVERIFY(contains(smol.refusal(true, {{"chat_template_kwargs", 3}}),
+                     "chat_template_kwargs must be an object"));
+    // A Qwen3 template (recognised by its markers; ChatTemplate renders it): false opens the
+    // assistant's turn with an empty reasoning block, true and absent do not.
+    Fixture qwen;
+    qwen.tok =
+        test::ByteTokenizer("<|im_start|>{# enable_thinking last_query_index reasoning_content <think> #}");
+    const auto prompt = [&](const json& extra) { return qwen.parse(true, extra).prompt_text; };
+    const std::string plain = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+    QCOMPARE(prompt(json::object()), plain);
+    QCOMPARE(prompt({{"chat_template_kwargs", {{"enable_thinking", true}}}}), plain);
+    QCOMPARE(prompt({{"chat_template_kwargs", {{"enable_thinking", false}}}}),
+             plain + "<think>\n\n</think>\n\n");
+    QVERIFY(contains(qwen.refusal(true, {{"chat_template_kwargs", {{"enable_thinking", "no"}}}}),
+                     "enable_thinking must be a boolean"));
+    // /tokenize counts the same prompt.
+    const json counted = json::parse(tokenize_api(json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                                       {"chat_template_kwargs", {{"enable_thinking", false}}}}
+                                                      .dump(),
+                                                  qwen.ctx, false));
+    QCOMPARE(counted["count"].get<size_t>(), (plain + "<think>\n\n</think>\n\n").size());
+  }
+
   void theServingGuideListsEveryRefusedField() {
     std::ifstream in(std::string(SERVELAB_SOURCE_DIR) + "/docs/serving.md");
     std::stringstream doc;

@@ -180,6 +180,26 @@ def mistral_v3_template(tekken):
     )
 
 
+# Qwen/Qwen3-0.6B's published chat template (Apache-2.0, as llama.cpp's models/templates quotes it):
+# reasoning blocks in the assistant's turns, tool responses, and the enable_thinking switch.
+QWEN3_TEMPLATE = '{%- if tools %}\n    {{- \'<|im_start|>system\\n\' }}\n    {%- if messages[0].role == \'system\' %}\n        {{- messages[0].content + \'\\n\\n\' }}\n    {%- endif %}\n    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}\n    {%- for tool in tools %}\n        {{- "\\n" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}\n{%- else %}\n    {%- if messages[0].role == \'system\' %}\n        {{- \'<|im_start|>system\\n\' + messages[0].content + \'<|im_end|>\\n\' }}\n    {%- endif %}\n{%- endif %}\n{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n{%- for message in messages[::-1] %}\n    {%- set index = (messages|length - 1) - loop.index0 %}\n    {%- if ns.multi_step_tool and message.role == "user" and not(message.content.startswith(\'<tool_response>\') and message.content.endswith(\'</tool_response>\')) %}\n        {%- set ns.multi_step_tool = false %}\n        {%- set ns.last_query_index = index %}\n    {%- endif %}\n{%- endfor %}\n{%- for message in messages %}\n    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}\n        {{- \'<|im_start|>\' + message.role + \'\\n\' + message.content + \'<|im_end|>\' + \'\\n\' }}\n    {%- elif message.role == "assistant" %}\n        {%- set content = message.content %}\n        {%- set reasoning_content = \'\' %}\n        {%- if message.reasoning_content is defined and message.reasoning_content is not none %}\n            {%- set reasoning_content = message.reasoning_content %}\n        {%- else %}\n            {%- if \'</think>\' in message.content %}\n                {%- set content = message.content.split(\'</think>\')[-1].lstrip(\'\\n\') %}\n                {%- set reasoning_content = message.content.split(\'</think>\')[0].rstrip(\'\\n\').split(\'<think>\')[-1].lstrip(\'\\n\') %}\n            {%- endif %}\n        {%- endif %}\n        {%- if loop.index0 > ns.last_query_index %}\n            {%- if loop.last or (not loop.last and reasoning_content) %}\n                {{- \'<|im_start|>\' + message.role + \'\\n<think>\\n\' + reasoning_content.strip(\'\\n\') + \'\\n</think>\\n\\n\' + content.lstrip(\'\\n\') }}\n            {%- else %}\n                {{- \'<|im_start|>\' + message.role + \'\\n\' + content }}\n            {%- endif %}\n        {%- else %}\n            {{- \'<|im_start|>\' + message.role + \'\\n\' + content }}\n        {%- endif %}\n        {%- if message.tool_calls %}\n            {%- for tool_call in message.tool_calls %}\n                {%- if (loop.first and content) or (not loop.first) %}\n                    {{- \'\\n\' }}\n                {%- endif %}\n                {%- if tool_call.function %}\n                    {%- set tool_call = tool_call.function %}\n                {%- endif %}\n                {{- \'<tool_call>\\n{"name": "\' }}\n                {{- tool_call.name }}\n                {{- \'", "arguments": \' }}\n                {%- if tool_call.arguments is string %}\n                    {{- tool_call.arguments }}\n                {%- else %}\n                    {{- tool_call.arguments | tojson }}\n                {%- endif %}\n                {{- \'}\\n</tool_call>\' }}\n            {%- endfor %}\n        {%- endif %}\n        {{- \'<|im_end|>\\n\' }}\n    {%- elif message.role == "tool" %}\n        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}\n            {{- \'<|im_start|>user\' }}\n        {%- endif %}\n        {{- \'\\n<tool_response>\\n\' }}\n        {{- message.content }}\n        {{- \'\\n</tool_response>\' }}\n        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}\n            {{- \'<|im_end|>\\n\' }}\n        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- \'<|im_start|>assistant\\n\' }}\n    {%- if enable_thinking is defined and enable_thinking is false %}\n        {{- \'<think>\\n\\n</think>\\n\\n\' }}\n    {%- endif %}\n{%- endif %}'
+TEMPLATES["qwen3"] = ("chatml", "qwen3", "", "<|im_end|>", QWEN3_TEMPLATE)
+
+# Conversations only a template with reasoning blocks and tool turns is checked on.
+QWEN3_CONVERSATIONS = {
+    "reasoning_kept_after_the_last_question": [
+        ("user", "Hi"), ("assistant", "<think>\nGreet back.\n</think>\n\nHello!"), ("user", "Again?"),
+        ("assistant", "<think>\n\nsecond thought\n\n</think>\n\n\nSure.")],
+    "reasoning_dropped_before_it": [
+        ("user", "Hi"), ("assistant", "<think>old</think>Hello!"), ("user", "And now?")],
+    "two_think_blocks": [("user", "q"), ("assistant", "<think>a</think>mid<think>b</think>\nend")],
+    "tool_turns": [
+        ("user", "Weather?"), ("assistant", "Let me look."), ("tool", "sunny"), ("tool", "22 C"),
+        ("user", "<tool_response>\nx\n</tool_response>"), ("assistant", "<think>\nok\n</think>\nIt is sunny.")],
+}
+# Template variables a case sets, by template (vLLM's chat_template_kwargs).
+TEMPLATE_KWARGS = {"qwen3": [{}, {"enable_thinking": False}, {"enable_thinking": True}]}
+
 CONVERSATIONS = {
     "one_user": [("user", "Hello")],
     "system_user": [("system", "You are terse."), ("user", "Hi")],
@@ -200,11 +220,12 @@ CONVERSATIONS = {
 }
 
 
-def render(tok, template, conversation, add_generation_prompt, bos, eos):
+def render(tok, template, conversation, add_generation_prompt, bos, eos, kwargs=None):
     messages = [{"role": r, "content": c} for r, c in conversation]
     try:
         text = tok.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                       add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos)
+                                       add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos,
+                                       **(kwargs or {}))
         return {"text": text}
     except Exception as e:  # the template's raise_exception (jinja2 TemplateError) or a Jinja error
         return {"error": f"{type(e).__name__}: {e}"}
@@ -239,12 +260,14 @@ def main():
     out = []
     for name, family, variant, bos, eos, template, tok in entries:
         cases = []
-        for conv_name, conversation in CONVERSATIONS.items():
+        conversations = dict(CONVERSATIONS, **(QWEN3_CONVERSATIONS if name == "qwen3" else {}))
+        for conv_name, conversation in conversations.items():
             for agp in (True, False):
-                case = {"conversation": conv_name, "messages": [list(m) for m in conversation],
-                        "add_generation_prompt": agp}
-                case.update(render(tok, template, conversation, agp, bos, eos))
-                cases.append(case)
+                for kwargs in TEMPLATE_KWARGS.get(name, [{}]):
+                    case = {"conversation": conv_name, "messages": [list(m) for m in conversation],
+                            "add_generation_prompt": agp, **kwargs}
+                    case.update(render(tok, template, conversation, agp, bos, eos, kwargs))
+                    cases.append(case)
         out.append({"name": name, "family": family, "variant": variant, "bos_token": bos, "eos_token": eos,
                     "template": template, "cases": cases})
     result["templates"] = out
