@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "cli_usage.h"
 #include "generate/conversation.h"
@@ -56,7 +57,7 @@ void ChatCommand::add_to(CLI::App* app) {
   cmd->add_option("--save", save, "write the conversation as OpenAI chat messages (JSON) after each answer");
 }
 
-int ChatCommand::run(const Engine& engine, std::istream& in, std::ostream& out, std::ostream& err,
+int ChatCommand::run(const Engine& engine, LineReader& in, std::ostream& out, std::ostream& err,
                      bool interactive, bool colour) {
   const bool sampling = cmd->count("--temperature") > 0;
   if (greedy && sampling)
@@ -91,11 +92,10 @@ int ChatCommand::run(const Engine& engine, std::istream& in, std::ostream& out, 
     err << "Chatting with " << engine.name() << " (/help for commands, end of input to quit)\n";
   const char* on = colour ? "\x1b[36m" : "";
   const char* off = colour ? "\x1b[0m" : "";
-  std::string line;
   while (true) {
-    if (interactive) err << "> " << std::flush;
-    if (!std::getline(in, line)) break;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::optional<std::string> next = in.read("> ");
+    if (!next) break;
+    const std::string& line = *next;
     if (line.empty()) continue;
     if (line[0] == '/') {
       const std::string word = line.substr(0, line.find(' '));

@@ -1226,9 +1226,17 @@ int main(int argc, char** argv) {
     if (*info) return cmd_info(margs);
     if (*tokenize) return cmd_tokenize(tok_dir, tok_model, tok_demo, tok_json, tok_texts);
     if (*gen) return cmd_generate(margs, gargs);
-    if (*chat.cmd)
-      return chat.run(*margs.load(), std::cin, std::cout, std::cerr, isatty(STDIN_FILENO) == 1,
-                      colour_output());
+    if (*chat.cmd) {
+      // Line editing only for a person at a terminal: readline writes its prompt, echo and
+      // redrawing to stderr, so both stdin and stderr must be that terminal. From a pipe the turns
+      // are read as plain lines, without a prompt.
+      auto engine = margs.load();
+      const bool interactive = isatty(STDIN_FILENO) == 1;
+      const std::unique_ptr<LineReader> in = interactive && isatty(STDERR_FILENO) == 1
+                                                 ? readline_line_reader(chat_history_path(), std::cerr)
+                                                 : stream_line_reader(std::cin, std::cerr, interactive);
+      return chat.run(*engine, *in, std::cout, std::cerr, interactive, colour_output());
+    }
     if (*bench_kv) return cmd_bench_kv(margs, kv, kv_json);
     if (*bench_sweep)
       return cmd_bench_sweep(margs, sw, sizes, bench_sweep->count("--batch-sizes") > 0, sw_json);

@@ -88,6 +88,9 @@ class ExperimentTab : public QWidget {
   void runFinished(bool ok, const QString& message);
   // A run has started, whatever started it (the session log reads the tab's settings then).
   void runBegan();
+  // What the tab keeps (saveSettings) has changed in a way that should be saved now rather than
+  // when the window closes, so that a crash does not lose it: a chat turn, for one.
+  void saveRequested();
 
  protected:
   // The Run and Stop buttons every tab has, in a row; objectNames are <prefix>Run / <prefix>Stop.

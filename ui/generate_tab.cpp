@@ -93,6 +93,9 @@ GenerateTab::GenerateTab(EngineController* engine, QWidget* parent) : Experiment
   connect(chatView_, &ChatView::sendRequested, this, [this] { run(); });
   connect(chatView_, &ChatView::regenerateRequested, this, [this] { regenerate(); });
   connect(chatView_, &ChatView::tokenClicked, this, &GenerateTab::inspectStep);
+  // Every finished turn (and New chat, a stopped or failed one, an edited system prompt) is saved
+  // at once, not only when the window closes.
+  connect(chatView_, &ChatView::conversationChanged, this, &ExperimentTab::saveRequested);
 
   auto* form = new QFormLayout;
   form->addRow(tr("Max new tokens"), maxTokens_);

@@ -137,6 +137,11 @@ MainWindow::MainWindow(std::unique_ptr<QSettings> settings, QWidget* parent)
     t->setObjectName(t->tabId() + QStringLiteral("Tab"));
     tabWidget_->addTab(t, t->title());
     sessionLog_->watch(t);
+    // The tab's part of the settings file, written through at once (the rest waits for closing).
+    connect(t, &ExperimentTab::saveRequested, this, [this, t] {
+      t->saveSettings(*settings_);
+      settings_->sync();
+    });
   }
   auto* central = new QWidget(this);
   auto* cv = new QVBoxLayout(central);

@@ -1,8 +1,8 @@
 // The Generate tab's chat mode end to end on the offscreen platform, on the tiny test model given a
 // ChatML template: turns and their streamed, inspectable answers, the earlier exchange in the next
 // prompt, regenerate, edit and resend, the context policy when it fires, the conversation kept
-// across windows, JSON and Markdown export, a model without a template, and the scripted preset.
-// Greedy answers of a few tokens; no assertion depends on how long anything takes.
+// across windows and saved after every turn, JSON and Markdown export, a model without a template, and the
+// scripted preset. Greedy answers of a few tokens; no assertion depends on how long anything takes.
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -182,6 +182,57 @@ class TestGenerateChat : public QObject {
     QVERIFY(tab2->chatMode());
     QCOMPARE(tab2->chatView()->transcriptRows(), rows);
     QCOMPARE(tab2->chatView()->systemPrompt(), QStringLiteral("Be brief."));
+  }
+
+  // Each finished turn is in the settings file at once, with the window still open (a crash loses
+  // nothing): after a turn, a regenerated answer, an edited and resent turn, and New chat.
+  void everyTurnIsSavedAtOnce() {
+    const QString settings = tmp_.filePath(QStringLiteral("saved.ini"));
+    auto w = chatWindow(settings);
+    QVERIFY(w);
+    GenerateTab* tab = generateTab(*w);
+    ChatView* chat = tab->chatView();
+    QVERIFY(tab->setChatMode(true));
+    chat->setConversation(servelab::Conversation());
+    // The conversation as a fresh QSettings reads it from a copy of the file on disk.
+    const auto saved = [&] {
+      const QString copy = tmp_.filePath(QStringLiteral("saved-copy.ini"));
+      QFile::remove(copy);
+      if (!QFile::copy(settings, copy)) return QStringList{QStringLiteral("(no settings file)")};
+      const QSettings s(copy, QSettings::IniFormat);
+      QStringList rows;
+      const QJsonArray messages =
+          QJsonDocument::fromJson(s.value(QStringLiteral("generate/chatConversation")).toString().toUtf8())
+              .array();
+      for (const QJsonValue& m : messages)
+        rows << QStringLiteral("%1: %2").arg(m.toObject().value(QStringLiteral("role")).toString(),
+                                             m.toObject().value(QStringLiteral("content")).toString());
+      return rows;
+    };
+    QString why;
+    QVERIFY2(turn(tab, QStringLiteral("Hello there"), &why), qPrintable(why));
+    QCOMPARE(chat->transcriptRows().size(), 2);
+    QCOMPARE(saved(), chat->transcriptRows());
+    QVERIFY2(turn(tab, QStringLiteral("And again"), &why), qPrintable(why));
+    QCOMPARE(saved(), chat->transcriptRows());
+    QCOMPARE(saved().size(), 4);
+    // Regenerate (greedy: the same answer again) and still saved.
+    QVERIFY2(turn(tab, QString(), &why), qPrintable(why));
+    QCOMPARE(saved(), chat->transcriptRows());
+    QCOMPARE(saved().size(), 4);
+    // Edit the first turn and resend: saved without the turns that were dropped.
+    chat->editTurn(0);
+    QVERIFY2(turn(tab, QStringLiteral("Hi instead"), &why), qPrintable(why));
+    QCOMPARE(saved().size(), 2);
+    QCOMPARE(saved().front(), QStringLiteral("user: Hi instead"));
+    QCOMPARE(saved(), chat->transcriptRows());
+    // New chat: saved empty, the system prompt kept.
+    chat->setSystemPrompt(QStringLiteral("Be brief."));
+    auto* newChat = chat->findChild<QPushButton*>(QStringLiteral("chatNew"));
+    QVERIFY(newChat);
+    newChat->click();
+    QCOMPARE(saved(), QStringList{QStringLiteral("system: Be brief.")});
+    QVERIFY(w->isVisible());
   }
 
   void contextPolicyLeavesOutTheOldestExchange() {

@@ -41,6 +41,7 @@ ChatView::ChatView(QWidget* parent) : QWidget(parent) {
   system_->setToolTip(tr("The system message: how the assistant should behave, sent before every turn"));
   connect(system_, &QLineEdit::textChanged, this,
           [this](const QString& text) { conversation_.system = text.toStdString(); });
+  connect(system_, &QLineEdit::editingFinished, this, &ChatView::conversationChanged);
 
   transcript_ = new QTextBrowser(this);
   transcript_->setObjectName(QStringLiteral("chatTranscript"));
@@ -99,6 +100,7 @@ ChatView::ChatView(QWidget* parent) : QWidget(parent) {
     servelab::Conversation c;
     c.system = conversation_.system;
     setConversation(c);
+    Q_EMIT conversationChanged();
   });
   showTemplate_ = new QToolButton(this);
   showTemplate_->setObjectName(QStringLiteral("chatShowTemplate"));
@@ -190,6 +192,7 @@ void ChatView::endAnswer(const QString& text, const QString& templateText, qint6
                          qint64 answerTokens, qint64 context, const QString& droppedNote) {
   conversation_.add_assistant(text.toStdString());
   setBusy(false);
+  Q_EMIT conversationChanged();
   if (templateText.isEmpty()) return;  // stopped: the counts of the last complete turn stay
   templateText_ = templateText + text;
   templateView_->setPlainText(templateText_);
@@ -209,6 +212,7 @@ void ChatView::answerFailed() {
   }
   redraw();
   setBusy(false);
+  Q_EMIT conversationChanged();
 }
 
 bool ChatView::takeLastAnswer() {

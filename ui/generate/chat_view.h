@@ -66,6 +66,10 @@ class ChatView : public QWidget {
   bool exportMarkdown(const QString& path, QString* why) const;
 
  Q_SIGNALS:
+  // The conversation has changed for good, to be kept now: an answer ended (or was stopped), a
+  // failed turn went back into the message box, New chat, or the system prompt was edited. Not
+  // while an answer streams in, nor for takeLastAnswer() and editTurn(), which only prepare one.
+  void conversationChanged();
   void sendRequested();
   void regenerateRequested();
   // A token of the answer was clicked: its step in the run.
