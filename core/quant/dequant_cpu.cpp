@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -32,6 +33,11 @@ struct Rows {
   const float* minimum = nullptr;
   float tensor_scale = 0, tensor_zero = 0;  // the course's per-tensor uint8
   int64_t group = 0, groups = 0;            // int4 and int8 groups
+  int group_shift = -1;                     // log2(group) when it is a power of two
+
+  // The group column j falls in: a shift for the usual sizes (16, 32, ...), since an integer
+  // division in a kernel's inner loop costs more than the rest of the step.
+  int64_t group_of(int64_t j) const { return group_shift >= 0 ? j >> group_shift : j / group; }
 
   explicit Rows(const QuantizedTensor& q) : scheme(q.scheme), cols(q.cols()) {
     values = static_cast<const uint8_t*>(q.values.data_ptr());
@@ -40,6 +46,8 @@ struct Rows {
     if (scheme == QuantScheme::Int4Group || scheme == QuantScheme::Int8Group) {
       group = q.group_size;
       groups = cols / group;
+      if (group > 0 && (group & (group - 1)) == 0)
+        group_shift = std::countr_zero(static_cast<uint64_t>(group));
     }
     if (scheme == QuantScheme::ZeroPointUint8) {
       tensor_scale = q.scale.item<float>();
