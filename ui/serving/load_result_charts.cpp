@@ -173,7 +173,6 @@ void setupGoodput(ChartView* chart, const QVector<NamedRun>& runs) {
     sweeps = true;
     const int thr = chart->addSeries(prefixed(run, tr("requests/s")));
     QVector<double> x, y, gx, gy;
-    QStringList labels;
     for (const servelab::LoadLevel& l : run.report->levels) {
       x << l.level;
       y << l.requests_per_s;
@@ -189,14 +188,11 @@ void setupGoodput(ChartView* chart, const QVector<NamedRun>& runs) {
       chart->setSeriesData(good, gx, gy);
     }
   }
+  // What is missing goes in the title: the footnote is the model's.
   if (!sweeps)
-    chart->setFootnote(
-        tr("For sweeps: requests/s per level, and goodput when the sweep had SLOs (the SLOs "
-           "field, or servelab-cli loadgen --goodput)"));
+    chart->setTitle(tr("Goodput against load (sweeps only)"));
   else if (!any)
-    chart->setFootnote(
-        tr("No SLOs in these sweeps: requests/s alone (give SLOs in the SLOs field, or "
-           "servelab-cli loadgen --goodput)"));
+    chart->setTitle(tr("Requests/s against load (no SLOs given: no goodput)"));
 }
 
 void setupTokenTimes(ChartView* chart, const QString& scenario) {
