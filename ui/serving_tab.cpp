@@ -583,9 +583,9 @@ bool ServingTab::startLoad() {
           tab, [t = tab, l] { t->onLoadLevel(l); }, Qt::QueuedConnection);
     }
   };
+  views_->setCurrentIndex(1);  // what the client measures; the server's side is a click away
   // Our own server's figures come from its snapshots; any other server's from its /metrics.
   if (!serverRunning() || target.url != url_.toStdString()) {
-    views_->setCurrentIndex(1);  // another server's: the client's figures are the story
     startRemoteScrape(target);
   } else if (scrapingRemote_) {
     stopRemoteScrape();
