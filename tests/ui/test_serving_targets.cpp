@@ -6,7 +6,10 @@
 // model, headers, key and TLS choice (the server sees the key); the client-side TTFT and inter-token
 // distributions fill for a remote run; a run saved, reopened and compared with another, and corrupt
 // or foreign files refused with nothing lost. No assertion depends on how long anything takes.
-// SERVELAB_SCREENSHOT_DIR=dir writes dir/serving-targets.png of the tab comparing two sweeps.
+// SERVELAB_SCREENSHOT_DIR=dir writes dir/serving-targets.png of the tab comparing two sweeps and
+// dir/serving-remote-run.png of a remote three-stream run. SERVELAB_TEST_REAL_KEYCHAIN=1, under a
+// session bus with a Secret Service (dbus-run-session, gnome-keyring-daemon --unlock), checks the
+// keychain path instead: the key is stored there, and a second store reads it back.
 #include <QCheckBox>
 #include <QComboBox>
 #include <QJsonDocument>
@@ -73,11 +76,12 @@ class TestServingTargets : public QObject {
   }
   ChartView* chart(const char* name) const { return tab_->findChild<ChartView*>(QString::fromLatin1(name)); }
   TargetEditor* editor() const { return tab_->targetEditor(); }
+  static bool realKeychain() { return qEnvironmentVariableIsSet("SERVELAB_TEST_REAL_KEYCHAIN"); }
 
  private Q_SLOTS:
   void initTestCase() {
     // No Secret Service, as under Xvfb: a session bus that is not there.
-    qputenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/servelab-test-bus");
+    if (!realKeychain()) qputenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/servelab-test-bus");
     server_.setProgram(QStringLiteral(SERVELAB_TEST_PYTHON));
     server_.setArguments({QStringLiteral(SERVELAB_SOURCE_DIR "/tests/serve/loadgen_test_server.py")});
     server_.setProcessChannelMode(QProcess::ForwardedErrorChannel);
@@ -116,8 +120,16 @@ class TestServingTargets : public QObject {
     // No keychain answers here: the key stays for the session only, and the form says so.
     QTRY_VERIFY_WITH_TIMEOUT(e->keyStore()->where() != KeyStore::Where::NotYetAsked,
                              KeyStore::kAnswerMs + 20000);
-    QCOMPARE(e->keyStore()->where(), KeyStore::Where::SessionOnly);
-    QVERIFY2(e->keyNote().contains(QStringLiteral("kept for this session only")), qPrintable(e->keyNote()));
+    if (realKeychain()) {
+      QCOMPARE(e->keyStore()->where(), KeyStore::Where::Keychain);
+      QVERIFY2(e->keyNote().contains(QStringLiteral("system keychain")), qPrintable(e->keyNote()));
+      KeyStore again(QStringLiteral("ServeLab"));
+      again.fetch(QStringLiteral("staging"));
+      QTRY_COMPARE_WITH_TIMEOUT(again.key(QStringLiteral("staging")), kKey, KeyStore::kAnswerMs + 20000);
+    } else {
+      QCOMPARE(e->keyStore()->where(), KeyStore::Where::SessionOnly);
+      QVERIFY2(e->keyNote().contains(QStringLiteral("kept for this session only")), qPrintable(e->keyNote()));
+    }
     QCOMPARE(e->keyStore()->key(QStringLiteral("staging")), kKey);
 
     const QString ini = dir_.filePath(QStringLiteral("settings.ini"));
