@@ -239,7 +239,8 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   top->setStretchFactor(1, 2);
   auto* server = new QSplitter(Qt::Vertical, this);
   server->addWidget(top);
-  server->addWidget(makeGrid(this, {ttftChart_, itlChart_, occupancyChart_}, 3));
+  QWidget* live = makeGrid(this, {ttftChart_, itlChart_, occupancyChart_}, 3);
+  server->addWidget(live);
   server->setStretchFactor(0, 2);
   server->setStretchFactor(1, 3);
   server->setSizes({190, 460});  // the charts need the height; the table scrolls
@@ -251,7 +252,10 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   views_->setDocumentMode(true);
   views_->addTab(server, tr("Server"));
   QWidget* runs = makeGrid(this, {loadChart_, goodputChart_, ttftDistChart_, itlDistChart_});
-  for (int column : {0, 1}) static_cast<QGridLayout*>(runs->layout())->setColumnStretch(column, 1);
+  for (QWidget* grid : {live, runs}) {  // columns of equal width, whatever their charts' legends
+    auto* cells = static_cast<QGridLayout*>(grid->layout());
+    for (int column = 0; column < cells->columnCount(); ++column) cells->setColumnStretch(column, 1);
+  }
   views_->addTab(runs, tr("Load runs"));
 
   auto* layout = new QHBoxLayout(this);
@@ -317,8 +321,9 @@ void ServingTab::resetLiveCharts() {
   itlChart_->addSeries(tr("inter-token latency"));
   occupancyChart_->setTitle(tr("Batch occupancy"));
   occupancyChart_->setFootnote(QString());
-  // Three series would cover a small plot: their legend goes in one row under it.
-  occupancyChart_->setLegendColumns(3);
+  // Three series would cover a small plot: their legend goes in two rows under it (the chart is a
+  // third of the Server page's width).
+  occupancyChart_->setLegendColumns(2);
   occupancyChart_->setLegendBelow(true);
   occupancyChart_->setAxisLabels(tr("time (s)"), tr("requests"), tr("KV cache used (%)"));
   occupancyChart_->addSeries(tr("running"));
