@@ -7,7 +7,8 @@
 // distributions fill for a remote run; a run saved, reopened and compared with another, and corrupt
 // or foreign files refused with nothing lost. No assertion depends on how long anything takes.
 // SERVELAB_SCREENSHOT_DIR=dir writes dir/serving-targets.png of the tab comparing two sweeps and
-// dir/serving-remote-run.png of a remote three-stream run. SERVELAB_TEST_REAL_KEYCHAIN=1, under a
+// dir/serving-remote-run.png of a remote three-stream run, dir/serving-saturated-chart.png of a
+// sweep past its peak compared with another. SERVELAB_TEST_REAL_KEYCHAIN=1, under a
 // session bus with a Secret Service (dbus-run-session, gnome-keyring-daemon --unlock), checks the
 // keychain path instead: the key is stored there, and a second store reads it back.
 #include <QCheckBox>
@@ -322,8 +323,38 @@ class TestServingTargets : public QObject {
     QCOMPARE(tab_->lastReport().levels.size(), size_t(3));
     QVERIFY2(tab_->openRun(report), qPrintable(tab_->runNote()));
     QCOMPARE(tab_->lastReport().levels.size(), levels);
+    // A server past its peak: throughput fell at 4 clients. The points stand alone, each named by
+    // its level, instead of a line joining them in the order of throughput.
+    const QString saturated = dir_.filePath(QStringLiteral("saturated.json"));
+    QFile sat(saturated);
+    QVERIFY(sat.open(QIODevice::WriteOnly));
+    // (Plain literals: moc does not read raw ones.)
+    const char* level =
+        "{\"arrival\": \"closed\", \"clients\": %1, \"tokens_per_s\": %2, \"ttft_p50_ms\": %3, "
+        "\"ttft_p99_ms\": %4, \"itl_p50_ms\": %5, \"itl_p99_ms\": %6}";
+    const QString levelsJson =
+        QStringList{QString::fromLatin1(level).arg(1).arg(100).arg(50).arg(60).arg(10).arg(12),
+                    QString::fromLatin1(level).arg(2).arg(200).arg(70).arg(90).arg(11).arg(14),
+                    QString::fromLatin1(level).arg(4).arg(150).arg(400).arg(900).arg(30).arg(80)}
+            .join(QStringLiteral(", "));
+    sat.write(
+        QStringLiteral("{\"scenario\": \"sweep\", \"url\": \"http://gpu-box:8000\", \"api\": \"openai\", "
+                       "\"levels\": [%1]}")
+            .arg(levelsJson)
+            .toUtf8());
+    sat.close();
+    QVERIFY2(tab_->openRun(saturated), qPrintable(tab_->runNote()));
+    QCOMPARE(load->seriesName(0), QStringLiteral("saturated: TTFT p50"));
+    QCOMPARE(load->seriesStyle(0), ChartView::SeriesStyle::Points);
+    QVERIFY2(load->title().contains(QStringLiteral("saturated: throughput fell as load rose")),
+             qPrintable(load->title()));
+    QTRY_VERIFY_WITH_TIMEOUT(load->readoutAt(load->pixelFor(0, 1)).startsWith(QStringLiteral("c=4")), 10000);
+    if (qEnvironmentVariableIsSet("SERVELAB_SCREENSHOT_DIR"))
+      QVERIFY(load->grab().save(qEnvironmentVariable("SERVELAB_SCREENSHOT_DIR") +
+                                QStringLiteral("/serving-saturated-chart.png")));
     tab_->clearComparison();
     QCOMPARE(load->seriesCount(), 4);
+    QCOMPARE(load->seriesName(0), QStringLiteral("TTFT p50"));
   }
 };
 

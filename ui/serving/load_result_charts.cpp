@@ -117,18 +117,25 @@ void setupItlDistribution(ChartView* chart, const QVector<NamedRun>& runs) {
 
 void setupLatencyThroughput(ChartView* chart, const QVector<NamedRun>& runs) {
   chart->clearAll();
-  chart->setTitle(tr("Throughput against latency"));
   chart->setAxisLabels(tr("throughput (tokens/s)"), tr("latency (ms)"));
   chart->setLogY(true);
   // The sweep's points reach every corner: its series go in rows under the plot.
   chart->setLegendColumns(runs.size() > 1 ? 2 : 4);
   chart->setLegendBelow(true);
+  QStringList unordered;
   for (const NamedRun& run : runs) {
     // The levels in the order of their throughput, the order the chart keeps points in.
     std::vector<const servelab::LoadLevel*> levels;
     for (const servelab::LoadLevel& l : run.report->levels) levels.push_back(&l);
     std::stable_sort(levels.begin(), levels.end(),
                      [](const auto* a, const auto* b) { return a->tokens_per_s < b->tokens_per_s; });
+    // A line joins the points in that order: it is the order of the load only while throughput
+    // rose with the load. Where it fell (a server past its peak), the points stand alone, each
+    // named by its level, rather than a line that would join them out of load order.
+    const bool inLoadOrder = std::is_sorted(levels.begin(), levels.end(), [](const auto* a, const auto* b) {
+      return a->arrival == b->arrival && a->level < b->level;
+    });
+    if (!inLoadOrder) unordered << (run.name.isEmpty() ? tr("this run") : run.name);
     QStringList labels;
     for (const servelab::LoadLevel* l : levels) labels << levelLabel(*l);
     const std::pair<QString, double servelab::LoadLevel::*> figures[] = {
@@ -145,11 +152,15 @@ void setupLatencyThroughput(ChartView* chart, const QVector<NamedRun>& runs) {
       }
       chart->setSeriesData(series, x, y);
       chart->setPointLabels(series, labels);
+      if (!inLoadOrder) chart->setSeriesStyle(series, ChartView::SeriesStyle::Points);
     }
     // One run: each level's throughput marked with its name as well.
     if (runs.size() == 1)
       for (const servelab::LoadLevel* l : levels) chart->addVerticalMarker(l->tokens_per_s, levelLabel(*l));
   }
+  chart->setTitle(unordered.isEmpty() ? tr("Throughput against latency")
+                                      : tr("Throughput against latency (%1: throughput fell as load rose)")
+                                            .arg(unordered.join(QStringLiteral(", "))));
 }
 
 void appendLevel(ChartView* chart, const servelab::LoadLevel& l) {
