@@ -76,6 +76,16 @@ class Fields {
   std::string where_;
 };
 
+// An enum's value by the name its writer gives it (InputError for a name none has).
+template <typename E, size_t N>
+E named(const Fields& f, const char* key, const E (&values)[N], const char* (*name)(E), E fallback) {
+  if (!f.get(key)) return fallback;
+  const std::string text = f.text(key);
+  for (E v : values)
+    if (text == name(v)) return v;
+  throw InputError(f.name(key) + " '" + text + "' is none of the writer's names");
+}
+
 Distribution read_distribution(const Fields& f, const std::string& n,
                                const std::vector<double>& percentiles) {
   Distribution d;
@@ -97,6 +107,11 @@ StreamTiming read_stream(const json& j, const std::string& where) {
   s.warmup = f.flag("warmup", false);
   s.http_status = static_cast<int>(f.integer("http_status", 0));
   s.error = f.text("error");
+  static const LoadErrorKind kKinds[] = {
+      LoadErrorKind::None,       LoadErrorKind::Connect,     LoadErrorKind::Timeout,
+      LoadErrorKind::Http,       LoadErrorKind::ServerError, LoadErrorKind::BadResponse,
+      LoadErrorKind::Incomplete, LoadErrorKind::Cancelled,   LoadErrorKind::Client};
+  s.error_kind = named(f, "error_kind", kKinds, &load_error_kind_name, LoadErrorKind::None);
   s.adapter = f.text("adapter");
   s.max_new_tokens = f.integer("max_new_tokens", 0);
   s.start_ms = f.number("start_ms", 0);
@@ -105,6 +120,10 @@ StreamTiming read_stream(const json& j, const std::string& where) {
   s.tpot_ms = f.number("tpot_ms", -1);
   s.prompt_tokens = f.integer("prompt_tokens", -1);
   s.output_tokens = f.integer("output_tokens", -1);
+  static const TokenCountSource kSources[] = {TokenCountSource::None, TokenCountSource::Usage,
+                                              TokenCountSource::TokenEvents, TokenCountSource::Tokenizer};
+  s.output_tokens_source =
+      named(f, "output_tokens_source", kSources, &token_count_source_name, TokenCountSource::None);
   s.chunk_ms = f.list<double>("chunk_ms");
   s.chunk_tokens = f.list<int64_t>("chunk_tokens");
   s.itl_ms = f.list<double>("itl_ms");
@@ -150,6 +169,13 @@ LoadLevel read_level(const json& j, const std::string& where, const std::vector<
   m.good = f.integer("good_requests", 0);
   m.max_output_tokens_per_s = f.number("max_output_tokens_per_s", 0);
   m.max_concurrent_requests = f.integer("max_concurrent_requests", 0);
+  m.without_output_count = f.integer("requests_without_output_count", 0);
+  m.without_prompt_count = f.integer("requests_without_prompt_count", 0);
+  if (const json* kinds = f.get("errors_by_kind")) {
+    const Fields k(*kinds, f.name("errors_by_kind"));
+    for (const auto& [kind, n] : kinds->items())
+      m.errors_by_kind.emplace_back(kind, k.integer(kind.c_str(), 0));
+  }
   m.ttft = read_distribution(f, "ttft", percentiles);
   m.tpot = read_distribution(f, "tpot", percentiles);
   m.itl = read_distribution(f, "itl", percentiles);
@@ -189,12 +215,34 @@ LoadReport parse_load_report_json(std::string_view text) {
     o.goodput.tpot_ms = s.number("tpot", -1);
     o.goodput.e2el_ms = s.number("e2el", -1);
   }
+  o.tokenizer_name = f.text("tokenizer_id");
+  // The run's options as its metadata gives them, so that a reopened run saved again says the same.
   if (const json* load = f.get("load")) {
     const Fields l(*load, "load");
     if (l.get("arrival")) o.arrival = l.text("arrival");
     o.levels = l.list<double>("levels");
     o.requests = l.integer("requests_per_level", o.requests);
+    o.warmup = l.integer("warmup_per_level", o.warmup);
+    o.level_seconds = l.number("duration_per_level_s", o.level_seconds);
+    o.max_seconds = l.number("max_seconds", o.max_seconds);
     o.request.max_new_tokens = l.integer("max_new_tokens", o.request.max_new_tokens);
+    o.request.ignore_eos = l.flag("ignore_eos", o.request.ignore_eos);
+    o.seed = static_cast<uint64_t>(l.integer("seed", static_cast<int64_t>(o.seed)));
+    o.burstiness = l.number("burstiness", o.burstiness);
+  }
+  if (const json* dataset = f.get("dataset")) {
+    const Fields d(*dataset, "dataset");
+    DatasetOptions& ds = o.dataset;
+    if (d.get("name")) ds.name = d.text("name");
+    ds.path = d.text("path");
+    if (d.get("prompt")) ds.prompt = d.text("prompt");
+    ds.input_len = d.integer("input_len", ds.input_len);
+    ds.output_len = d.integer("output_len", ds.output_len);
+    ds.range_ratio = d.number("range_ratio", ds.range_ratio);
+    ds.prefix_len = d.integer("prefix_len", ds.prefix_len);
+    ds.num_prefixes = d.integer("num_prefixes", ds.num_prefixes);
+    ds.suffix_len = d.integer("suffix_len", ds.suffix_len);
+    ds.seed = static_cast<uint64_t>(d.integer("seed", static_cast<int64_t>(ds.seed)));
   }
   if (const json* levels = f.array("levels"))
     for (size_t i = 0; i < levels->size(); ++i)

@@ -100,6 +100,8 @@ class TestLoadTargets : public QObject {
     const LoadReport run = run_load(t, o);
     QCOMPARE(run.streams.size(), size_t(3));
     const LoadReport back = parse_load_report_json(load_report_json(run));
+    // Saved again, it says exactly the same.
+    QCOMPARE(load_report_json(back), load_report_json(run));
     QCOMPARE(back.scenario, std::string("three_streams"));
     QCOMPARE(back.url, run.url);
     QCOMPARE(back.api, std::string("openai"));
@@ -124,12 +126,18 @@ class TestLoadTargets : public QObject {
     o.requests = 4;
     o.request.max_new_tokens = 8;
     o.goodput.ttft_ms = 60'000;  // every request meets it
+    o.warmup = 1;
+    o.seed = 7;
+    o.dataset.name = "random";
+    o.dataset.input_len = 12;
+    o.dataset.seed = 7;
     const LoadReport run = run_load(t, o);
     QCOMPARE(run.levels.size(), size_t(2));
     QTemporaryDir dir;
     const std::string path = dir.filePath(QStringLiteral("run.json")).toStdString();
     std::ofstream(path) << json::parse(load_report_json(run)).dump(2) << "\n";  // as --save-result
     const LoadReport back = read_load_report_file(path);
+    QCOMPARE(load_report_json(back), load_report_json(run));
     QCOMPARE(back.scenario, std::string("sweep"));
     QCOMPARE(back.levels.size(), size_t(2));
     QCOMPARE(back.options.goodput.ttft_ms, 60'000.0);
@@ -160,6 +168,8 @@ class TestLoadTargets : public QObject {
         {"{\"scenario\": \"single\", \"streams\": [{\"itl_ms\": [1, \"x\"]}]}",
          "streams[0].itl_ms holds an item of the wrong type"},
         {"{\"scenario\": \"sweep\", \"levels\": {}}", "levels is not a list"},
+        {"{\"scenario\": \"single\", \"streams\": [{\"error_kind\": \"meltdown\"}]}",
+         "streams[0].error_kind 'meltdown' is none of the writer's names"},
     };
     for (const auto& [text, expected] : cases) {
       const std::string why = refusal([&] { parse_load_report_json(text); });
