@@ -1,6 +1,6 @@
 # The Debian package (scripts/package runs `cpack -G DEB` in the `package` preset's build): the
 # install tree of cmake/ServeLabInstall.cmake under /usr, with Depends from dpkg-shlibdeps (Debian's
-# Qt 6, QCustomPlot, sentencepiece, PCRE2, cpp-httplib and libc's), and the Debian documentation
+# Qt 6, QCustomPlot, QtKeychain, sentencepiece, PCRE2, cpp-httplib and libc's), and the Debian documentation
 # lintian asks for (copyright, changelog). lintian reports no error and needs no override; its one
 # warning, maintscript-calls-ldconfig, is CPack's postinst for any library under /usr/lib.
 set(_gen "${CMAKE_BINARY_DIR}/packaging")

@@ -6,6 +6,7 @@
 #include <QComboBox>
 #include <QFontDatabase>
 #include <QFormLayout>
+#include <QGridLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -18,6 +19,7 @@
 #include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -32,6 +34,8 @@
 #include "form_widgets.h"
 #include "model/engine.h"
 #include "serve/serve_session.h"
+#include "serving/load_result_charts.h"
+#include "serving/target_list.h"
 #include "util/errors.h"
 
 namespace servelab::ui {
@@ -152,13 +156,7 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   sf->addRow(serverStatus_);
 
   // --- Load generator ---
-  target_ = makeLine(this, QStringLiteral("servingLoadUrl"), QString(), tr("this server"));
-  target_->setToolTip(
-      tr("Any LoRAX/TGI- or OpenAI-compatible server: empty targets the server started here"));
-  api_ = makeCombo(this, QStringLiteral("servingLoadApi"),
-                   {QStringLiteral("lorax"), QStringLiteral("tgi"), QStringLiteral("openai")});
-  header_ = makeLine(this, QStringLiteral("servingLoadHeader"), QString(), tr("Authorization: Bearer …"));
-  header_->setToolTip(tr("One extra header sent with every request, e.g. an API key"));
+  targets_ = new TargetEditor(QStringLiteral("ServeLab"), this);
   scenario_ = makeCombo(this, QStringLiteral("servingScenario"),
                         {QStringLiteral("single"), QStringLiteral("three_streams"),
                          QStringLiteral("adapters"), QStringLiteral("structured"), QStringLiteral("sweep")});
@@ -174,6 +172,10 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   loadRequests_ = makeSpin(this, QStringLiteral("servingLoadRequests"), 1, 1000, 8);
   loadRequests_->setToolTip(tr("Sweep: requests per level"));
   loadTokens_ = makeSpin(this, QStringLiteral("servingLoadTokens"), 1, 4096, 32);
+  slo_ = makeLine(this, QStringLiteral("servingSlo"), QString(), QStringLiteral("ttft:500 tpot:50"));
+  slo_->setToolTip(
+      tr("Goodput SLOs in ms (vLLM's --goodput): ttft, tpot, e2el; a sweep then draws the "
+         "requests per second that met them all against load"));
   loadRun_ = new QPushButton(tr("Run load"), this);
   loadRun_->setObjectName(QStringLiteral("servingLoadRun"));
   loadStop_ = new QPushButton(tr("Stop load"), this);
@@ -186,19 +188,20 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
   loadSummary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   auto* loadBox = new QGroupBox(tr("Load generator"), this);
   auto* lf = new QFormLayout(loadBox);
-  lf->addRow(tr("URL"), target_);
-  lf->addRow(tr("API"), api_);
-  lf->addRow(tr("Header"), header_);
+  lf->addRow(targets_);
   lf->addRow(tr("Scenario"), scenario_);
   lf->addRow(tr("New tokens"), loadTokens_);
   lf->addRow(tr("Levels"), clients_);
   lf->addRow(tr("Arrival"), arrival_);
   lf->addRow(tr("Requests"), loadRequests_);
+  lf->addRow(tr("SLOs"), slo_);
   auto* loadButtons = new QHBoxLayout;
   loadButtons->addWidget(loadRun_);
   loadButtons->addWidget(loadStop_);
   lf->addRow(loadButtons);
   lf->addRow(loadSummary_);
+  lf->addRow(makeRunButtons());
+  lf->addRow(runNote_);
 
   QScrollArea* leftScroll = makeSidePanel(this, {serverBox, loadBox}, 300, 340);
 
@@ -223,25 +226,41 @@ ServingTab::ServingTab(EngineController* engine, QWidget* parent) : ExperimentTa
                               tr("time (s)"), tr("requests"));
   loadChart_ = makeChart(this, QStringLiteral("servingLoadChart"), tr("Load generator"), tr("token index"),
                          tr("ms since the request was sent"));
+  ttftDistChart_ = makeChart(this, QStringLiteral("servingTtftDistChart"), QString(), QString(), QString());
+  itlDistChart_ = makeChart(this, QStringLiteral("servingItlDistChart"), QString(), QString(), QString());
+  goodputChart_ = makeChart(this, QStringLiteral("servingGoodputChart"), QString(), QString(), QString());
   resetLiveCharts();
+  drawRuns();
 
   auto* top = new QSplitter(Qt::Horizontal, this);
   top->addWidget(table_);
   top->addWidget(metrics_);
   top->setStretchFactor(0, 3);
   top->setStretchFactor(1, 2);
-  QWidget* grid = makeGrid(this, {ttftChart_, itlChart_, occupancyChart_, loadChart_});
-  auto* right = new QSplitter(Qt::Vertical, this);
-  right->addWidget(top);
-  right->addWidget(grid);
-  right->setStretchFactor(0, 2);
-  right->setStretchFactor(1, 3);
-  right->setSizes({190, 460});  // the charts need the height; the table scrolls
+  auto* server = new QSplitter(Qt::Vertical, this);
+  server->addWidget(top);
+  QWidget* live = makeGrid(this, {ttftChart_, itlChart_, occupancyChart_}, 3);
+  server->addWidget(live);
+  server->setStretchFactor(0, 2);
+  server->setStretchFactor(1, 3);
+  server->setSizes({190, 460});  // the charts need the height; the table scrolls
   table_->setMinimumHeight(120);
+  // Two pages: the server's side over time (ours, or the target's /metrics), and what the client
+  // measured of load runs (any target's, or saved ones), each chart large enough to read.
+  views_ = new QTabWidget(this);
+  views_->setObjectName(QStringLiteral("servingViews"));
+  views_->setDocumentMode(true);
+  views_->addTab(server, tr("Server"));
+  QWidget* runs = makeGrid(this, {loadChart_, goodputChart_, ttftDistChart_, itlDistChart_});
+  for (QWidget* grid : {live, runs}) {  // columns of equal width, whatever their charts' legends
+    auto* cells = static_cast<QGridLayout*>(grid->layout());
+    for (int column = 0; column < cells->columnCount(); ++column) cells->setColumnStretch(column, 1);
+  }
+  views_->addTab(runs, tr("Load runs"));
 
   auto* layout = new QHBoxLayout(this);
   layout->addWidget(leftScroll);
-  layout->addWidget(right, 1);
+  layout->addWidget(views_, 1);
   updateButtons();
 }
 
@@ -254,7 +273,9 @@ ServingTab::~ServingTab() {
 
 ChartView* ServingTab::primaryChart() const { return loadChart_; }
 
-QList<ChartView*> ServingTab::charts() const { return {ttftChart_, itlChart_, occupancyChart_, loadChart_}; }
+QList<ChartView*> ServingTab::charts() const {
+  return {ttftChart_, itlChart_, occupancyChart_, loadChart_, ttftDistChart_, itlDistChart_, goodputChart_};
+}
 
 void ServingTab::setAdapterProvider(std::function<QVector<servelab::AdapterSource>()> provider) {
   adapters_ = std::move(provider);
@@ -268,9 +289,7 @@ void ServingTab::setMaxQueue(int n) { maxQueue_->setValue(n); }
 void ServingTab::setUseAdapters(bool on) { useAdapters_->setChecked(on); }
 
 void ServingTab::setLoadTarget(const QString& url, const QString& api, const QString& header) {
-  target_->setText(url);
-  api_->setCurrentText(api);
-  header_->setText(header);
+  targets_->setTarget(url, api, header);
 }
 void ServingTab::setScenario(const QString& scenario) { scenario_->setCurrentText(scenario); }
 void ServingTab::setClients(const QString& levels) { clients_->setText(levels); }
@@ -302,8 +321,9 @@ void ServingTab::resetLiveCharts() {
   itlChart_->addSeries(tr("inter-token latency"));
   occupancyChart_->setTitle(tr("Batch occupancy"));
   occupancyChart_->setFootnote(QString());
-  // Three series would cover a small plot: their legend goes in one row under it.
-  occupancyChart_->setLegendColumns(3);
+  // Three series would cover a small plot: their legend goes in two rows under it (the chart is a
+  // third of the Server page's width).
+  occupancyChart_->setLegendColumns(2);
   occupancyChart_->setLegendBelow(true);
   occupancyChart_->setAxisLabels(tr("time (s)"), tr("requests"), tr("KV cache used (%)"));
   occupancyChart_->addSeries(tr("running"));
@@ -410,6 +430,7 @@ bool ServingTab::startServer() {
     serverJob_ = nullptr;
     url_.clear();
     url_edit_->clear();
+    targets_->setLocalUrl(QString());
     serverError_ = message;
     serverStatus_->setText(QStringLiteral("<span style='color:#c0392b'><b>%1</b></span>")
                                .arg(tr("Could not serve (%1): %2").arg(kind, message).toHtmlEscaped()));
@@ -425,6 +446,7 @@ bool ServingTab::startServer() {
     serverJob_ = nullptr;
     url_.clear();
     url_edit_->clear();
+    targets_->setLocalUrl(QString());
     serverStatus_->setText(tr("Stopped (port %1): %2 requests finished, %3 cancelled at Stop, %4 failed.")
                                .arg(r.port)
                                .arg(r.stats.finished)
@@ -444,6 +466,7 @@ void ServingTab::stopServer() {
 void ServingTab::onListening(int port) {
   url_ = QStringLiteral("http://127.0.0.1:%1").arg(port);
   url_edit_->setText(url_);
+  targets_->setLocalUrl(url_);
   serverStatus_->setText(tr("Serving %1 at %2: POST / (LoRAX), /generate, /generate_stream, /v1/completions, "
                             "/v1/chat/completions; GET /metrics.")
                              .arg(model_.name, url_));
@@ -505,8 +528,13 @@ void ServingTab::onSnapshot(const ServeSnapshot& snap) {
 
 bool ServingTab::startLoad() {
   if (loadRunning_) return refuseRun(tr("a load run is in progress"));
-  servelab::LoadTarget target;
-  target.url = target_->text().trimmed().toStdString();
+  QString why;
+  const std::optional<servelab::LoadTarget> formTarget = targets_->target(&why);
+  if (!formTarget) {
+    loadSummary_->setText(why);
+    return refuseRun(why);
+  }
+  servelab::LoadTarget target = *formTarget;
   if (target.url.empty()) target.url = url_.toStdString();
   if (target.url.empty()) {
     loadSummary_->setText(tr("Start the server, or give the URL of another one."));
@@ -514,14 +542,6 @@ bool ServingTab::startLoad() {
   }
   servelab::LoadOptions o;
   try {
-    target.api = servelab::parse_load_api(api_->currentText().toStdString());
-    const QString header = header_->text().trimmed();
-    if (!header.isEmpty()) {
-      const int colon = static_cast<int>(header.indexOf(QLatin1Char(':')));
-      if (colon <= 0) throw servelab::InputError("the header must be 'Key: value'");
-      target.headers.emplace_back(header.left(colon).trimmed().toStdString(),
-                                  header.mid(colon + 1).trimmed().toStdString());
-    }
     o.scenario = scenario_->currentText().toStdString();
     o.arrival = arrival_->currentText().toStdString();
     o.requests = loadRequests_->value();
@@ -533,6 +553,11 @@ bool ServingTab::startLoad() {
       if (!ok) throw servelab::InputError("levels must be numbers separated by commas");
       o.levels.push_back(v);
     }
+    std::vector<std::string> slos;
+    for (const QString& item :
+         slo_->text().split(QRegularExpression(QStringLiteral("[\\s,]+")), Qt::SkipEmptyParts))
+      slos.push_back(item.toStdString());
+    o.goodput = servelab::parse_goodput(slos);
   } catch (const servelab::InputError& e) {
     loadSummary_->setText(QString::fromUtf8(e.what()));
     return refuseRun(loadSummary_->text());
@@ -542,19 +567,11 @@ bool ServingTab::startLoad() {
   loadCancel_ = false;
   loadRunning_ = true;
   report_ = servelab::LoadReport();
-  loadChart_->clearAll();
-  const bool sweep = o.scenario == "sweep";
-  loadChart_->setTitle(sweep ? tr("Throughput against latency")
-                             : tr("Per-token times (%1)").arg(scenario_->currentText()));
-  loadChart_->setAxisLabels(sweep ? tr("throughput (tokens/s)") : tr("token index"),
-                            sweep ? tr("latency (ms)") : tr("ms since the request was sent"));
-  loadChart_->setLogY(sweep);
-  // The sweep's points reach every corner: its four series go in one row under the plot.
-  loadChart_->setLegendColumns(sweep ? 4 : 0);
-  loadChart_->setLegendBelow(sweep);
-  if (sweep)
-    for (const QString& s : {tr("TTFT p50"), tr("TTFT p99"), tr("ITL p50"), tr("ITL p99")})
-      loadChart_->addSeries(s);
+  lastTarget_ = target;
+  if (o.scenario == "sweep")
+    setupLatencyThroughput(loadChart_, {{QString(), &report_}});  // the live series, filled per level
+  else
+    setupTokenTimes(loadChart_, scenario_->currentText());
   loadSummary_->setText(
       tr("Running %1 against %2…").arg(scenario_->currentText(), QString::fromStdString(target.url)));
   updateButtons();
@@ -571,6 +588,7 @@ bool ServingTab::startLoad() {
           tab, [t = tab, l] { t->onLoadLevel(l); }, Qt::QueuedConnection);
     }
   };
+  views_->setCurrentIndex(1);  // what the client measures; the server's side is a click away
   // Our own server's figures come from its snapshots; any other server's from its /metrics.
   if (!serverRunning() || target.url != url_.toStdString()) {
     startRemoteScrape(target);
@@ -598,30 +616,10 @@ bool ServingTab::startLoad() {
 void ServingTab::stopLoad() { loadCancel_ = true; }
 
 void ServingTab::onLoadStream(const servelab::StreamTiming& s) {
-  if (scenario_->currentText() == QLatin1String("sweep")) return;
-  QString name = tr("stream %1").arg(s.index);
-  if (!s.adapter.empty()) name += QStringLiteral(" (%1)").arg(QString::fromStdString(s.adapter));
-  if (!s.ok) name += tr(" failed");
-  const int series = loadChart_->addSeries(name);
-  QVector<double> x, y;
-  for (size_t i = 0; i < s.token_ms.size(); ++i) {
-    x << static_cast<double>(i);
-    y << s.token_ms[i];
-  }
-  loadChart_->setSeriesData(series, x, y);
+  if (scenario_->currentText() != QLatin1String("sweep")) addStreamTimes(loadChart_, s);
 }
 
-void ServingTab::onLoadLevel(const servelab::LoadLevel& l) {
-  loadChart_->append(0, l.tokens_per_s, l.ttft_p50_ms);
-  loadChart_->append(1, l.tokens_per_s, l.ttft_p99_ms);
-  loadChart_->append(2, l.tokens_per_s, l.itl_p50_ms);
-  loadChart_->append(3, l.tokens_per_s, l.itl_p99_ms);
-  // Which level each point is (c: clients, lambda: Poisson rate): the sweep's x is what the server
-  // did, not what was asked.
-  loadChart_->addVerticalMarker(l.tokens_per_s, l.arrival == "closed"
-                                                    ? QStringLiteral("c=%1").arg(l.level)
-                                                    : QStringLiteral("\u03bb=%1/s").arg(l.level));
-}
+void ServingTab::onLoadLevel(const servelab::LoadLevel& l) { appendLevel(loadChart_, l); }
 
 void ServingTab::startRemoteScrape(const servelab::LoadTarget& target) {
   stopRemoteScrape();
@@ -691,39 +689,9 @@ void ServingTab::onLoadDone(const servelab::LoadReport& report, const QString& e
   scrapeStop_ = true;  // its last scrape shows the server after the run; joined at the next run
   loadRunning_ = false;
   report_ = report;
+  runName_ = tr("this run");
   int64_t failed = 0, total = 0;
-  QStringList lines;
-  for (const servelab::StreamTiming& s : report.streams) {
-    ++total;
-    if (!s.ok) {
-      ++failed;
-      lines << tr("stream %1: %2").arg(s.index).arg(QString::fromStdString(s.error));
-      continue;
-    }
-    lines << tr("stream %1%2: %3 tokens, TTFT %4 ms, %5 tokens/s%6")
-                 .arg(s.index)
-                 .arg(s.adapter.empty() ? QString()
-                                        : QStringLiteral(" [%1]").arg(QString::fromStdString(s.adapter)))
-                 .arg(s.tokens())
-                 .arg(ms(s.ttft_ms))
-                 .arg(s.tokens_per_s(), 0, 'f', 1)
-                 .arg(report.scenario == "structured"
-                          ? (s.json_valid ? tr(", valid JSON") : tr(", NOT valid JSON"))
-                          : QString());
-  }
-  for (const servelab::LoadLevel& l : report.levels) {
-    total += l.requests;
-    failed += l.failed;
-    lines << tr("%1 %2: %3 tokens/s, TTFT p50 %4 / p99 %5 ms, inter-token p50 %6 / p99 %7 ms%8")
-                 .arg(QString::fromStdString(l.arrival))
-                 .arg(l.level)
-                 .arg(l.tokens_per_s, 0, 'f', 1)
-                 .arg(ms(l.ttft_p50_ms))
-                 .arg(ms(l.ttft_p99_ms))
-                 .arg(ms(l.itl_p50_ms, 1))
-                 .arg(ms(l.itl_p99_ms, 1))
-                 .arg(l.failed ? tr(", %1 failed").arg(l.failed) : QString());
-  }
+  const QStringList lines = runSummaryLines(report, &failed, &total);
   const bool ok = error.isEmpty() && failed == 0 && !report.cancelled;
   QString message = !error.isEmpty()   ? error
                     : report.cancelled ? tr("stopped")
@@ -731,6 +699,7 @@ void ServingTab::onLoadDone(const servelab::LoadReport& report, const QString& e
                                        : QString();
   loadSummary_->setText((message.isEmpty() ? QString() : message + QLatin1Char('\n')) +
                         lines.join(QLatin1Char('\n')));
+  drawRuns();
   updateButtons();
   Q_EMIT loadFinished(ok, message);
   // Every load run is a run of the tab (the session log records each); a script's is one of them.
@@ -745,7 +714,7 @@ bool ServingTab::run() {
   scripted_ = true;
   running_ = true;
   // A target other than our server: its load runs alone, without starting ours.
-  const QString target = target_->text().trimmed();
+  const QString target = targets_->url();
   if ((serverRunning() && !url_.isEmpty()) || (!target.isEmpty() && target != url_)) {
     if (startLoad()) return true;
   } else if (!serverRunning() && startServer()) {
@@ -776,8 +745,9 @@ void ServingTab::loadSettings(QSettings& s) {
   loadSpin(s, QStringLiteral("positions"), positions_);
   loadSpin(s, QStringLiteral("requests"), loadRequests_);
   loadSpin(s, QStringLiteral("newTokens"), loadTokens_);
+  if (const auto slo = settingString(s, QStringLiteral("slo"))) slo_->setText(*slo);
   loadCheck(s, QStringLiteral("useAdapters"), useAdapters_);
-  if (const auto target = settingString(s, QStringLiteral("target"))) target_->setText(*target);
+  targets_->loadSettings(s);
   // QSettings' INI format reads "1,2,4" as a list of three strings.
   if (const auto levels = settingString(s, QStringLiteral("levels"))) {
     QStringList items = levels->split(QLatin1Char(','), Qt::SkipEmptyParts);
@@ -795,8 +765,7 @@ void ServingTab::loadSettings(QSettings& s) {
                     QStringLiteral("is not a list of positive numbers"));
   }
   for (auto [key, box] :
-       {std::pair{QStringLiteral("api"), api_}, std::pair{QStringLiteral("scenario"), scenario_},
-        std::pair{QStringLiteral("arrival"), arrival_}}) {
+       {std::pair{QStringLiteral("scenario"), scenario_}, std::pair{QStringLiteral("arrival"), arrival_}}) {
     if (!s.contains(key)) continue;
     const QString v = s.value(key).toString();
     if (box->findText(v) < 0)
@@ -817,9 +786,9 @@ void ServingTab::saveSettings(QSettings& s) const {
   s.setValue(QStringLiteral("requests"), loadRequests_->value());
   s.setValue(QStringLiteral("newTokens"), loadTokens_->value());
   s.setValue(QStringLiteral("useAdapters"), useAdapters_->isChecked());
-  s.setValue(QStringLiteral("target"), target_->text());
+  targets_->saveSettings(s);
   s.setValue(QStringLiteral("levels"), clients_->text());
-  s.setValue(QStringLiteral("api"), api_->currentText());
+  s.setValue(QStringLiteral("slo"), slo_->text());
   s.setValue(QStringLiteral("scenario"), scenario_->currentText());
   s.setValue(QStringLiteral("arrival"), arrival_->currentText());
   s.endGroup();

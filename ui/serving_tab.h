@@ -2,7 +2,10 @@
 // Serving (the course's last lesson): the LoRAX/TGI- and OpenAI-compatible server of core/serve
 // started in-process on the loaded model, what it is doing live (a table of requests, time to
 // first token, inter-token latency and batch occupancy over time, its Prometheus counters), and
-// the load generator that replays the lesson's scenarios against it or against any other server.
+// the load generator that replays the lesson's scenarios against it or against any other server: a
+// saved target (serving/target_list.h) with its model, headers, API key and TLS settings. Every load
+// run's TTFT and inter-token latency distributions come from what the client measured, whatever
+// the server; a run can be saved, reopened and compared with another (serving/load_result_charts.h).
 //
 // The server runs as one long job on the engine controller's thread: that thread holds the Engine
 // and only waits while the server's own scheduler thread runs the model, so nothing else touches
@@ -26,15 +29,18 @@
 class QCheckBox;
 class QComboBox;
 class QLabel;
+class QLayout;
 class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
 class QSpinBox;
 class QTableWidget;
+class QTabWidget;
 
 namespace servelab::ui {
 
 class EngineJob;
+class TargetEditor;
 
 // What the server job hands the GUI every 250 ms.
 struct ServeSnapshot {
@@ -86,6 +92,9 @@ class ServingTab : public ExperimentTab {
   void stopLoad();
   bool loadRunning() const { return loadRunning_; }
   void setLoadTarget(const QString& url, const QString& api, const QString& header = QString());
+  TargetEditor* targetEditor() const { return targets_; }
+  // The target the last load run went to, as startLoad built it (URL, API, model, headers, TLS).
+  const servelab::LoadTarget& lastLoadTarget() const { return lastTarget_; }
   void setScenario(const QString& scenario);
   void setClients(const QString& levels);
   void setLoadRequests(int n);
@@ -95,6 +104,17 @@ class ServingTab : public ExperimentTab {
   QTableWidget* requestTable() const { return table_; }
   QString metricsText() const;
   const servelab::LoadReport& lastReport() const { return report_; }
+
+  // Saved runs (serving/saved_runs.cpp): the last run written as load_report_json's text; a saved run
+  // (this tab's or servelab-cli loadgen --save-result's) reopened as the current one; or drawn beside
+  // the current one. False, the reason on the runs' line and nothing changed, when the file cannot be
+  // written or is not a saved run.
+  bool saveRun(const QString& path);
+  bool openRun(const QString& path);
+  bool compareWith(const QString& path);
+  void clearComparison();
+  const servelab::LoadReport& comparedReport() const { return compared_; }
+  QString runNote() const;
 
  Q_SIGNALS:
   void serverStarted(const QString& url);
@@ -116,6 +136,9 @@ class ServingTab : public ExperimentTab {
   void appendOccupancy(double seconds, const servelab::ServerLoad& load);
   void updateButtons();
   void resetLiveCharts();
+  // The charts of the current run and the one compared with it (load_result_charts.h).
+  void drawRuns();
+  QLayout* makeRunButtons();  // Open run…, Compare…, Save run…
 
   // Server form.
   QSpinBox* port_;
@@ -130,17 +153,17 @@ class ServingTab : public ExperimentTab {
   QPushButton* copy_;
   QLabel* serverStatus_;
   // Load generator form.
-  QLineEdit* target_;
-  QComboBox* api_;
-  QLineEdit* header_;
+  TargetEditor* targets_;
   QComboBox* scenario_;
   QLineEdit* clients_;
   QComboBox* arrival_;
   QSpinBox* loadRequests_;
   QSpinBox* loadTokens_;
+  QLineEdit* slo_;
   QPushButton* loadRun_;
   QPushButton* loadStop_;
   QLabel* loadSummary_;
+  QLabel* runNote_;
   // Views.
   QTableWidget* table_;
   QPlainTextEdit* metrics_;
@@ -148,6 +171,10 @@ class ServingTab : public ExperimentTab {
   ChartView* itlChart_;
   ChartView* occupancyChart_;
   ChartView* loadChart_;
+  ChartView* ttftDistChart_;
+  ChartView* itlDistChart_;
+  ChartView* goodputChart_;
+  QTabWidget* views_;  // Server | Load runs
 
   std::function<QVector<servelab::AdapterSource>()> adapters_;
   ModelSummary model_;
@@ -169,6 +196,10 @@ class ServingTab : public ExperimentTab {
   bool loadRunning_ = false;
   bool scripted_ = false;  // run() started the load: its end is the run's end
   servelab::LoadReport report_;
+  servelab::LoadTarget lastTarget_;
+  QString runName_;  // the current run's name beside a compared one (its file's, or "this run")
+  servelab::LoadReport compared_;
+  QString comparedName_;  // empty: nothing compared
 };
 
 }  // namespace servelab::ui

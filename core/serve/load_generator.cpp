@@ -410,10 +410,7 @@ StreamTiming run_stream(const LoadTarget& target, const LoadRequest& request, co
   return st;
 }
 
-namespace {
-
-// The models a server lists on GET /v1/models (the base model first).
-std::vector<std::string> listed_models(const LoadTarget& target) {
+std::vector<std::string> list_models(const LoadTarget& target) {
   const auto [origin, prefix] = split_url(target.url);
   auto client = make_client(target, origin);
   auto res = client->Get(prefix + "/v1/models", headers_of(target));
@@ -429,6 +426,8 @@ std::vector<std::string> listed_models(const LoadTarget& target) {
   if (ids.empty()) throw InputError("GET /v1/models on " + target.url + " lists no models");
   return ids;
 }
+
+namespace {
 
 // run_stream for a worker thread, where an exception would end the process.
 StreamTiming guarded_stream(const LoadTarget& target, const LoadRequest& request,
@@ -627,7 +626,7 @@ LoadReport run_load(const LoadTarget& target_in, const LoadOptions& o, const std
     d.seed = o.seed;
     dataset = std::make_unique<LoadDataset>(d, o.tokenizer);
   }
-  if (is_openai(target.api) && target.model.empty()) target.model = listed_models(target).front();
+  if (is_openai(target.api) && target.model.empty()) target.model = list_models(target).front();
   report.model = target.model;
 
   // The run's own stop: the caller's, or the time limit (checked by a watcher thread).
@@ -677,7 +676,7 @@ LoadReport run_load(const LoadTarget& target_in, const LoadOptions& o, const std
   } else if (o.scenario == "adapters") {
     std::vector<std::string> names = o.adapters;
     if (names.empty()) {
-      names = listed_models(target);
+      names = list_models(target);
       names.erase(names.begin());
       if (names.empty())
         throw InputError("the server lists no adapters on /v1/models: name them with --adapter");

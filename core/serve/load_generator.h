@@ -147,6 +147,11 @@ std::string load_requests_csv(const LoadReport& report);
 // The q-quantile (0..1) of values by nearest rank; 0 when empty.
 double nearest_rank(std::vector<double> values, double q);
 
+// GET <target.url>/v1/models with the target's headers, CA file or insecure and timeouts: the model
+// ids it lists (the base model first). InputError saying why when it cannot be had (no answer, an
+// untrusted certificate, a status other than 200, no models).
+std::vector<std::string> list_models(const LoadTarget& target);
+
 // GET <target.url>/metrics with the target's headers and connect timeout, read as the engine's load
 // (server_scrape.h): InputError saying why when it cannot be had (no answer, a status other than
 // 200, not Prometheus text).

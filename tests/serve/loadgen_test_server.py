@@ -20,8 +20,8 @@ POST /s3-emoji/v1/completions. Options:
 GET /<engine>metrics/metrics answers Prometheus text with that engine's metric names (vllm, sglang,
 tgi, llamacpp; written from their documented names), running = POSTs in flight, waiting 3, KV usage
 0.25; GET /brokenmetrics/metrics answers a line that is no sample.
-GET <prefix>/health answers 200 (GuideLLM checks it); GET /stats answers {"requests": N, "prompts": [...], "models": [...]} (POSTs so far; a model is
-OpenAI's "model" or LoRAX's adapter_id); GET <prefix>/v1/models lists
+GET <prefix>/health answers 200 (GuideLLM checks it); GET /stats answers {"requests": N, "prompts": [...], "models": [...], "authorizations": [...]} (POSTs so far; a model is
+OpenAI's "model" or LoRAX's adapter_id; the Authorization header of every request but /stats, "" when none); GET <prefix>/v1/models lists
 "test-model".
 """
 import json
@@ -67,7 +67,7 @@ llamacpp:kv_cache_usage_ratio 0.25
 """,
     "brokenmetrics": "vllm:num_requests_running{{engine=\"0\" 1\n",
 }
-STATS = {"requests": 0, "prompts": [], "models": []}
+STATS = {"requests": 0, "prompts": [], "models": [], "authorizations": []}
 EMOJI = "\U0001F600".encode()
 
 
@@ -94,6 +94,9 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        if self.path != "/stats":
+            with LOCK:
+                STATS["authorizations"].append(self.headers.get("Authorization", ""))
         if self.path == "/stats":
             with LOCK:
                 body = json.dumps(STATS).encode()
@@ -134,6 +137,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         with LOCK:
             IN_FLIGHT[0] += 1
+            STATS["authorizations"].append(self.headers.get("Authorization", ""))
         try:
             self.answer_post()
         finally:

@@ -189,6 +189,16 @@ class TestServingTab : public QObject {
     }
     QCOMPARE(loadChart->seriesCount(), 4);
     QCOMPARE(points(loadChart), 8);
+    // The client's TTFT distribution, one curve per level, as for any other server.
+    auto* ttftDist = tab_->findChild<ChartView*>(QStringLiteral("servingTtftDistChart"));
+    QCOMPARE(ttftDist->seriesCount(), 2);
+    QCOMPARE(ttftDist->seriesPoints(1).size(), 2);
+    if (qEnvironmentVariableIsSet("SERVELAB_SCREENSHOT_DIR")) {
+      tab_->findChild<QTabWidget*>(QStringLiteral("servingViews"))->setCurrentIndex(0);
+      QTest::qWait(300);
+      QVERIFY(tab_->grab().save(qEnvironmentVariable("SERVELAB_SCREENSHOT_DIR") +
+                                QStringLiteral("/serving-server-page.png")));
+    }
     QTRY_VERIFY_WITH_TIMEOUT(finishedRows() == 3 + 2 + 2, 30000);
     const QJsonObject result = tab_->lastResult();
     QCOMPARE(result.value(QStringLiteral("scenario")).toString(), QStringLiteral("sweep"));
