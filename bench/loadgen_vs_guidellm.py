@@ -89,8 +89,10 @@ def start_llama_server(binary, gguf, threads, parallel, positions):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # Prompt caching off (as our server's prefix caching is here): GuideLLM's synthetic prompts
+    # share long prefixes, ours share none, and a cache would favour one client's TTFT.
     cmd = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(parallel),
-           "--ctx-size", str(parallel * positions), "--cont-batching"]
+           "--ctx-size", str(parallel * positions), "--cont-batching", "--no-cache-prompt", "--cache-ram", "0"]
     if threads:
         cmd += ["--threads", str(threads), "--threads-batch", str(threads)]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -236,7 +238,7 @@ def main():
         table.append({"level": level, "ours": ours, "guidellm": theirs, "ratio_ours_over_guidellm": ratio,
                       "within_10_percent": within, "output_tokens_exact": tokens_equal})
     what = {"ours": "servelab-cli serve (127.0.0.1, prefix caching off)",
-            "llama-server": "llama.cpp's llama-server (127.0.0.1, its defaults, one slot per concurrent request)",
+            "llama-server": "llama.cpp's llama-server (127.0.0.1, prompt caching off, one slot per concurrent request)",
             "stream-interval": "tests/serve/loadgen_test_server.py (127.0.0.1; 3 tokens a chunk every 20 ms after "
                                "the first, usage at the end)"}[a.server]
     out = {"what": "servelab-cli loadgen against GuideLLM on the same server, " + what + ", each client alone in "
