@@ -100,7 +100,7 @@ namespace {
 // The record's side of a target: where Hugging Face (and PEFT's keys and target_modules regexes)
 // put its blocks, and its name in messages.
 LoraTarget target_of(const Architecture& a, int64_t n_layer, std::vector<Projection> projections) {
-  return {a.name, a.display, n_layer, std::move(projections), a.hf_root, a.hf_blocks};
+  return {a.name, a.display, n_layer, std::move(projections), a.hf_root, a.hf_blocks, a.fused_modules};
 }
 
 }  // namespace
@@ -269,11 +269,6 @@ int64_t lora_adapter_bytes(const Model& model, int64_t rank) {
 
 namespace {
 
-// "transformer.h.3.attn.c_attn", "model.layers.3.self_attn.q_proj": the names PEFT matches.
-std::string hf_module_name(const LoraTarget& t, int64_t layer, LinearSlot slot) {
-  return t.hf_root + t.module_path(layer, slot);
-}
-
 nlohmann::json read_adapter_config(const std::filesystem::path& path) {
   const std::string why = file_problem(path.string());
   if (why == "not found")
@@ -379,12 +374,24 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
   // match the whole name.
   if (!cfg.contains("target_modules") || cfg["target_modules"].is_null())
     throw ModelFormatError(cfg_file + ": no \"target_modules\"");
+  // The modules a PEFT file may name: each projection, and each fused matrix the model splits.
+  struct PeftModule {
+    std::string hf_name;
+    std::vector<LinearSlot> parts;
+  };
+  std::vector<PeftModule> modules;
+  for (const Projection& p : c.projections) modules.push_back({p.hf_name, {p.slot}});
+  for (const FusedModule& f : c.fused) modules.push_back({f.hf_name, f.parts});
+  // "model.layers.3.self_attn.q_proj", "model.layers.3.self_attn.qkv_proj": the names PEFT matches.
+  const auto full_name = [&](int64_t layer, const PeftModule& m) {
+    return c.hf_root + c.blocks + std::to_string(layer) + "." + m.hf_name;
+  };
+  // (layer, index into modules)
   std::set<std::pair<int64_t, int>> targeted;
   const auto& tm = cfg["target_modules"];
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    for (const Projection& p : c.projections) {
-      const LinearSlot s = p.slot;
-      const std::string full = hf_module_name(c, l, s);
+    for (size_t mi = 0; mi < modules.size(); ++mi) {
+      const std::string full = full_name(l, modules[mi]);
       bool hit = false;
       if (tm.is_string()) {
         try {
@@ -402,7 +409,7 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
       } else {
         throw ModelFormatError(cfg_file + ": \"target_modules\" must be a list or a regex string");
       }
-      if (hit && layers.count(l)) targeted.insert({l, static_cast<int>(s)});
+      if (hit && layers.count(l)) targeted.insert({l, static_cast<int>(mi)});
     }
   }
   if (tm.is_array()) {
@@ -410,13 +417,13 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
       const std::string key = t.get<std::string>();
       bool any = false;
       for (int64_t l = 0; l < c.n_layer && !any; ++l)
-        for (const Projection& p : c.projections)
-          if (name_matches(hf_module_name(c, l, p.slot), key)) any = true;
+        for (const PeftModule& m : modules)
+          if (name_matches(full_name(l, m), key)) any = true;
       if (!any) {
         // The last parts of the table's names, as target_modules usually lists them.
         std::string names;
-        for (const Projection& p : c.projections) {
-          const std::string last = p.hf_name.substr(p.hf_name.rfind('.') + 1);
+        for (const PeftModule& m : modules) {
+          const std::string last = m.hf_name.substr(m.hf_name.rfind('.') + 1);
           if (names.find(last) != std::string::npos) continue;
           if (!names.empty()) names += ", ";
           names += last;
@@ -443,9 +450,9 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
   // Keys as peft writes them: base_model.model.<hf_root><blocks><i>.<module>.lora_<A|B>.weight
   // (an adapter name may sit before ".weight" in files saved by hand); modules from the table.
   std::string modules_re;
-  for (const Projection& p : c.projections) {
+  for (const PeftModule& m : modules) {
     if (!modules_re.empty()) modules_re += '|';
-    modules_re += regex_escape(p.hf_name);
+    modules_re += regex_escape(m.hf_name);
   }
   const std::string key_re = "(?:^|\\.)" + regex_escape(c.blocks) + "(\\d+)\\.(" + modules_re +
                              ")\\.lora_([AB])(?:\\.[A-Za-z0-9_]+)?\\.weight$";
@@ -462,11 +469,14 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
     if (layer >= c.n_layer)
       throw ModelFormatError(st_file + ": tensor \"" + t.name + "\" is for layer " + std::to_string(layer) +
                              " but the model has " + std::to_string(c.n_layer));
-    const LinearSlot slot = lora_slots(c, module).front();  // the regex took a whole table name
-    if (!targeted.count({layer, static_cast<int>(slot)}))
+    // The regex took a whole module name.
+    const int mi = static_cast<int>(std::find_if(modules.begin(), modules.end(),
+                                                 [&](const PeftModule& x) { return x.hf_name == module; }) -
+                                    modules.begin());
+    if (!targeted.count({layer, mi}))
       throw ModelFormatError(st_file + ": tensor \"" + t.name +
                              "\" is for a module adapter_config.json does not target");
-    auto& p = found[{layer, static_cast<int>(slot)}];
+    auto& p = found[{layer, mi}];
     ((*m)[3] == "A" ? p.first : p.second) = &t;
   }
   if (found.empty()) throw ModelFormatError(st_file + ": no lora_A / lora_B tensors");
@@ -477,9 +487,9 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
   adapter->alpha = alpha;
   adapter->rslora = rslora;
   for (const auto& [key, ab] : found) {
-    const auto [layer, slot_i] = key;
-    const LinearSlot slot = static_cast<LinearSlot>(slot_i);
-    const std::string where = c.module_path(layer, slot);
+    const auto [layer, mi] = key;
+    const PeftModule& module = modules[static_cast<size_t>(mi)];
+    const std::string where = c.blocks + std::to_string(layer) + "." + module.hf_name;
     const StTensor* ta = ab.first;
     const StTensor* tb = ab.second;
     if (!ta) throw ModelFormatError(st_file + ": " + where + " has lora_B but no lora_A weight");
@@ -488,7 +498,9 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
       b_name.replace(b_name.rfind("lora_A"), 6, "lora_B");
       throw ModelFormatError(st_file + ": tensor \"" + ta->name + "\" has no matching \"" + b_name + "\"");
     }
-    const int64_t in = c.projection(slot).in, out = c.projection(slot).out;
+    const int64_t in = c.projection(module.parts.front()).in;
+    int64_t out = 0;
+    for (const LinearSlot part : module.parts) out += c.projection(part).out;
     if (ta->shape.size() != 2 || ta->shape[1] != in)
       throw ModelFormatError(st_file + ": tensor \"" + ta->name + "\" has shape " + shape_str(ta->shape) +
                              ", expected [r, " + std::to_string(in) + "] (" + where + " takes " +
@@ -505,7 +517,15 @@ std::shared_ptr<const LoraAdapter> load_peft_lora(const std::string& dir, const 
     at::Tensor a = st_to_tensor(*ta, st_file).t().contiguous();
     at::Tensor b = st_to_tensor(*tb, st_file).t().contiguous();
     check_finite_tensors({{ta->name, a}, {tb->name, b}}, st_file);
-    adapter->set(layer, slot, a.to(device, dtype), b.to(device, dtype), scale);
+    // A fused module's B ([in-rank, every part's outputs] here) splits by columns into its parts,
+    // each with the same A: B A x's rows for a part are that part's update.
+    int64_t offset = 0;
+    for (const LinearSlot part : module.parts) {
+      const int64_t n = c.projection(part).out;
+      adapter->set(layer, part, a.to(device, dtype), b.narrow(1, offset, n).contiguous().to(device, dtype),
+                   scale);
+      offset += n;
+    }
   }
   return adapter;
 }

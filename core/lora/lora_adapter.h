@@ -38,6 +38,8 @@ struct LoraTarget {
   std::vector<Projection> projections;
   std::string hf_root;  // "transformer." / "model.": the blocks' parent
   std::string blocks;   // "h." / "layers.": block N is hf_root + blocks + "N."
+  // Modules Hugging Face keeps fused, split into these projections at load (Phi-3's).
+  std::vector<FusedModule> fused;
 
   // InputError naming the architecture for a slot its blocks do not have.
   const Projection& projection(LinearSlot slot) const;

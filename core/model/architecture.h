@@ -47,6 +47,8 @@ struct Architecture {
   std::string hf_root, hf_blocks;
   // The projection table's slots and names (sizes 0: they depend on the config).
   std::vector<Projection> projection_names;
+  // The fused matrices of its Hugging Face checkpoints (PEFT adapters name them), if any.
+  std::vector<FusedModule> fused_modules;
   // Whether a folder may hold its weights as shards (model.safetensors.index.json).
   bool sharded_folders = false;
 

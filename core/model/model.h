@@ -106,6 +106,14 @@ struct Projection {
   int64_t in = 0, out = 0;
 };
 
+// A matrix Hugging Face keeps fused and the record splits at load (Phi-3's self_attn.qkv_proj into
+// q, k and v; mlp.gate_up_proj into gate and up): a PEFT adapter names the fused module, and its
+// lora_B's rows split the same way, each part keeping lora_A (B A x's rows are each part's).
+struct FusedModule {
+  std::string hf_name;            // inside a block: "self_attn.qkv_proj"
+  std::vector<LinearSlot> parts;  // in row order; each part's rows are its projection's outputs
+};
+
 // ModelFormatError naming `source` and the first tensor that holds a NaN or an infinity: a model
 // or adapter with such weights would generate garbage from non-finite logits. One pass over the
 // weights: one fp32 sum per tensor (its cost: docs/benchmarks.md, "The cost of checking for NaN and

@@ -3,7 +3,8 @@
 // (mlp.gate_up_proj, rows gate then up), a sliding window on every layer where the config sets one,
 // and a partial rotary embedding where rope_parameters has a partial_rotary_factor (Phi-4-mini). It
 // runs on LlamaModel: the fused matrices are split into the shared layout at load (the hook below),
-// so LoRA, the quantizers and the GEMMs see Llama's seven projections. longrope (su) scaling is
+// so LoRA, the quantizers and the GEMMs see Llama's seven projections (a PEFT adapter on the fused
+// modules is split the same way: fused_modules). longrope (su) scaling is
 // refused by name by the shared reader. A GGUF file (llama.cpp's phi3: attn_qkv and ffn_up fused the
 // same way) goes through the same split.
 #include <map>
@@ -77,6 +78,8 @@ Architecture phi3_architecture() {
   a.display = "Phi-3";
   a.model_types = {"phi3"};
   a.gguf_architectures = {"phi3"};
+  a.fused_modules = {{"self_attn.qkv_proj", {LinearSlot::Q, LinearSlot::K, LinearSlot::V}},
+                     {"mlp.gate_up_proj", {LinearSlot::Gate, LinearSlot::Up}}};
   return a;
 }
 

@@ -11,15 +11,19 @@
 #include <c10/core/InferenceMode.h>
 
 #include <QtTest>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "batching_oracle.h"
 #include "generate/continuous_batching.h"
+#include "lora/lora_adapter.h"
+#include "lora/multi_lora.h"
 #include "model/blocked_linear.h"
 #include "model/engine.h"
 #include "model/gguf_file.h"
 #include "model/llama_model.h"
+#include "model/safetensors_file.h"
 #include "oracle_case.h"
 
 using namespace servelab;
@@ -230,6 +234,57 @@ class TestFamilyOracle : public QObject {
     QCOMPARE(r.sequences[0].generated_ids.back(), first);
     QCOMPARE(r.sequences[0].generated_ids.size(), size_t{1});
     QCOMPARE(QString::fromStdString(r.sequences[0].finish_reason), QString("eos"));
+  }
+
+  void phi3_peft_adapter_on_fused_modules() {
+    // PEFT writes Phi-3 adapters on the checkpoint's fused modules (self_attn.qkv_proj,
+    // mlp.gate_up_proj) that the model splits at load: each lora_B splits the same way, so the
+    // logits equal peft's with the adapter, under every multi-LoRA strategy.
+    test::OracleCase c = load("phi3");
+    const fs::path d = fs::path(dir_) / "phi3";
+    if (!fs::exists(d / "adapter" / "adapter_config.json"))
+      QSKIP("no Phi-3 adapter in the fixtures (peft missing)");
+    c10::InferenceMode guard;
+    AdapterSource source;
+    source.name = "fused";
+    source.peft_dir = (d / "adapter").string();
+    const std::shared_ptr<const LoraAdapter> lora = load_adapter(source, *c.model);
+    std::vector<std::string> modules = lora->modules();
+    std::sort(modules.begin(), modules.end());
+    QCOMPARE(modules.size(), size_t{3 * 6});  // q, k, v, o, gate, up in each of the 3 layers
+    SafetensorsFile ref = SafetensorsFile::open((d / "reference_lora.safetensors").string());
+    const auto prompts = c.prompts();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const StTensor* want = nullptr;
+      for (const auto& t : ref.tensors())
+        if (t.name == "logits_" + std::to_string(i)) want = &t;
+      QVERIFY(want);
+      const at::Tensor theirs =
+          at::from_blob(const_cast<std::byte*>(want->data), want->shape, at::kFloat).clone();
+      // The adapter matters: peft's logits are not the base's.
+      QVERIFY(test::max_abs_diff(theirs, c.tensors.at("logits_" + std::to_string(i))) > 1e-2);
+      const std::vector<int64_t> ids(prompts[i].begin(), prompts[i].end());
+      const int64_t T = static_cast<int64_t>(ids.size());
+      for (const auto& strategy : multi_lora_strategy_names()) {
+        LoraBatch batch({lora.get()}, parse_multi_lora_strategy(strategy));
+        ForwardInput in;
+        in.input_ids = at::tensor(ids, at::kLong).view({1, T});
+        in.position_ids = at::arange(T, at::kLong).view({1, T});
+        in.all_logits = true;
+        in.lora = &batch;
+        const double diff = test::max_abs_diff(c.model->forward(in)[0], theirs);
+        QVERIFY2(diff < 1e-4,
+                 (strategy + " prompt " + std::to_string(i) + ": " + std::to_string(diff)).c_str());
+      }
+    }
+    // On a model that has no fused modules (Mistral), the adapter is refused, naming the module.
+    const std::string msg = test::error_of(ErrorKind::ModelFormat, [&] {
+      AdapterSource on_llama;
+      on_llama.name = "x";
+      on_llama.peft_dir = (d / "adapter").string();
+      load_adapter(on_llama, *load("mistral_window").model);
+    });
+    QVERIFY2(msg.find("qkv_proj") != std::string::npos, msg.c_str());
   }
 
   void gguf_files_match_hf_data() {

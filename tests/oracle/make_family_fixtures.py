@@ -13,7 +13,9 @@ cuts in prefill and decode:
                        embedding scale, query_pre_attn_scalar, attention and final logit
                        soft-capping, sliding and global layers alternating
   OUT/gemma3/          Gemma 3 text: QK-norm, layer_types sliding, sliding, global, two rope bases
-  OUT/phi3/            Phi-3: fused qkv_proj and gate_up_proj, partial rotary (factor 0.5), window 8
+  OUT/phi3/            Phi-3: fused qkv_proj and gate_up_proj, partial rotary (factor 0.5), window 8;
+                       and OUT/phi3/adapter/, a PEFT LoRA on the fused modules (qkv_proj,
+                       gate_up_proj) and o_proj, with peft's logits in reference_lora.safetensors
   each with config.json, model.safetensors, reference.safetensors, reference.json
 
 and the same architectures as GGUF files written the way llama.cpp's convert_hf_to_gguf.py writes
@@ -170,13 +172,42 @@ def write_family_gguf(path, model, arch):
     finish_gguf(w, tensors)
 
 
+def write_phi3_adapter(d, model, prompts):
+    """A PEFT LoRA on Phi-3's fused modules as peft saves it, and the logits of the adapted model as
+    peft loads it back (init_lora_weights=False: B is not zero, so the adapter moves the logits)."""
+    import copy
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors.torch import save_file
+    torch.manual_seed(77)
+    cfg = LoraConfig(target_modules=["qkv_proj", "gate_up_proj", "o_proj"], r=4, lora_alpha=8,
+                     init_lora_weights=False)
+    peft_model = get_peft_model(copy.deepcopy(model), cfg)
+    with torch.no_grad():  # peft's random B is small: make the update matter
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(5.0)
+    peft_model.save_pretrained(os.path.join(d, "adapter"), safe_serialization=True)
+    loaded = PeftModel.from_pretrained(copy.deepcopy(model), os.path.join(d, "adapter")).eval()
+    out = {}
+    with torch.no_grad():
+        for i, p in enumerate(prompts):
+            ids = torch.tensor([p])
+            out[f"logits_{i}"] = loaded(input_ids=ids).logits[0].contiguous()
+            base = model(input_ids=ids).logits[0]
+            assert (out[f"logits_{i}"] - base).abs().max() > 1e-2, "the adapter must move the logits"
+    save_file(out, os.path.join(d, "reference_lora.safetensors"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.set_num_threads(1)
     for seed, (name, cls, cfg) in enumerate(CASES, start=21):
-        write_case(a.out, name, make_model(seed, cfg(), cls), prompts=PROMPTS)
+        model = make_model(seed, cfg(), cls)
+        write_case(a.out, name, model, prompts=PROMPTS)
+        if name == "phi3":
+            write_phi3_adapter(os.path.join(a.out, name), model, PROMPTS)
     for seed, (name, arch, cls, cfg) in enumerate(GGUF_CASES, start=41):
         model = make_model(seed, cfg(), cls)
         write_case(a.out, name, model, prompts=GGUF_PROMPTS)
