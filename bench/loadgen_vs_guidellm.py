@@ -112,6 +112,14 @@ def start_llama_server(binary, gguf, threads, parallel, positions):
     raise RuntimeError("llama-server did not start within 300 s")
 
 
+def stop(server):
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
 def run_ours(cli, url, gguf, level, requests, prompt_tokens, output_tokens, seed):
     cmd = [cli, "loadgen", "--url", url, "--api", "openai-chat", "--scenario", "sweep", "--clients", str(level),
            "--requests", str(requests), "--input-len", str(prompt_tokens), "--max-new-tokens", str(output_tokens),
@@ -201,6 +209,14 @@ def main():
             for level in levels:
                 order = ("ours", "guidellm") if (r + level) % 2 == 0 else ("guidellm", "ours")
                 for who in order:
+                    if a.server == "llama-server":
+                        # A fresh llama-server for every run: after GuideLLM's connections close,
+                        # this build kept them in CLOSE-WAIT and stopped answering new requests
+                        # (seen once, a 12-minute stall), which would be measured as the next
+                        # client's latency.
+                        stop(server)
+                        server, url, server_cmd = start_llama_server(a.llama_server, a.gguf, a.threads, max(levels),
+                                                                     a.prompt_tokens + a.output_tokens + 64)
                     if who == "ours":
                         res, cmd = run_ours(a.cli, url, a.gguf, level, a.requests, a.prompt_tokens, a.output_tokens,
                                             r + 1)
@@ -213,11 +229,7 @@ def main():
                         f"{res['median_ttft_ms']:.1f} ms, ITL median {res['median_itl_ms']:.2f} ms, "
                         f"{res['output_tokens']} tokens, {res['failed']} failed")
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
 
     def med(level, who, key):
         return statistics.median(x[key] for x in raw if x["level"] == level and x["client"] == who)

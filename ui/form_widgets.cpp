@@ -2,13 +2,16 @@
 
 #include <QAbstractButton>
 #include <QComboBox>
+#include <QEvent>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 
 #include "engine_job.h"
@@ -194,6 +197,32 @@ QTableWidgetItem* tableCell(const QString& text, bool right) {
   return item;
 }
 
+namespace {
+
+// Keeps a side panel at least as wide as its controls need, whenever its content's layout changes
+// (the content's minimum width is only known once it is polished and shown).
+class SidePanelFit : public QObject {
+ public:
+  SidePanelFit(QScrollArea* scroll, int minWidth, int maxWidth)
+      : QObject(scroll), scroll_(scroll), min_(minWidth), max_(maxWidth) {}
+  bool eventFilter(QObject*, QEvent* e) override {
+    if (e->type() == QEvent::LayoutRequest || e->type() == QEvent::Show) fit();
+    return false;
+  }
+  void fit() {
+    const int needed =
+        scroll_->widget()->minimumSizeHint().width() + scroll_->verticalScrollBar()->sizeHint().width();
+    scroll_->setMinimumWidth(std::max(min_, needed));
+    scroll_->setMaximumWidth(std::max(max_, needed));
+  }
+
+ private:
+  QScrollArea* scroll_;
+  int min_, max_;
+};
+
+}  // namespace
+
 QScrollArea* makeSidePanel(QWidget* parent, std::initializer_list<QWidget*> widgets, int minWidth,
                            int maxWidth) {
   auto* content = new QWidget(parent);
@@ -206,8 +235,11 @@ QScrollArea* makeSidePanel(QWidget* parent, std::initializer_list<QWidget*> widg
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
   scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  scroll->setMinimumWidth(minWidth);
-  scroll->setMaximumWidth(maxWidth);
+  // Never narrower than the controls need: with no horizontal scroll bar, a panel narrower than its
+  // content clips the right-hand column of its forms (the Serving tab's target editor did).
+  auto* fit = new SidePanelFit(scroll, minWidth, maxWidth);
+  content->installEventFilter(fit);
+  fit->fit();
   return scroll;
 }
 

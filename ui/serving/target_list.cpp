@@ -44,6 +44,8 @@ QLineEdit* makeEdit(QWidget* parent, const QString& name, const QString& placeho
 TargetEditor::TargetEditor(const QString& keychainService, QWidget* parent)
     : QWidget(parent), keys_(new KeyStore(keychainService, this)) {
   targets_ = new QComboBox(this);
+  targets_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  targets_->setMinimumContentsLength(12);
   targets_->setObjectName(QStringLiteral("servingTargets"));
   targets_->setToolTip(
       tr("Saved targets; \"new target\" is the form as typed (an empty URL is this server)"));
@@ -64,6 +66,9 @@ TargetEditor::TargetEditor(const QString& keychainService, QWidget* parent)
   model_ = new QComboBox(this);
   model_->setObjectName(QStringLiteral("servingTargetModel"));
   model_->setEditable(true);
+  // A model id can be a long path: it must not widen the form (the side panel fits its controls).
+  model_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  model_->setMinimumContentsLength(12);
   model_->lineEdit()->setPlaceholderText(tr("the first it lists"));
   model_->setToolTip(tr("OpenAI: the model to ask for; empty: the first of its GET /v1/models"));
   fetch_ = makeButton(this, QStringLiteral("servingTargetFetch"), tr("Fetch"),
