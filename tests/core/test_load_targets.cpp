@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "loadgen_test_server.h"
 #include "serve/load_generator.h"
 #include "serve/load_report_io.h"
 #include "util/errors.h"
@@ -46,19 +47,9 @@ class TestLoadTargets : public QObject {
 
  private Q_SLOTS:
   void initTestCase() {
-    server_.setProgram(QStringLiteral(SERVELAB_TEST_PYTHON));
-    server_.setArguments({QStringLiteral(SERVELAB_SOURCE_DIR "/tests/serve/loadgen_test_server.py")});
-    server_.setProcessChannelMode(QProcess::ForwardedErrorChannel);
-    server_.start();
-    QVERIFY2(server_.waitForStarted(30000), "cannot start the test server");
-    QString line;
-    for (int i = 0; i < 600 && !line.contains(QLatin1Char('\n')); ++i) {
-      server_.waitForReadyRead(100);
-      line += QString::fromUtf8(server_.readAllStandardOutput());
-    }
-    const int port = line.trimmed().toInt();
-    QVERIFY2(port > 0, qPrintable("the test server printed no port: " + line));
-    base_ = QStringLiteral("http://127.0.0.1:%1").arg(port);
+    QString why;
+    base_ = test::start_loadgen_test_server(server_, &why);
+    QVERIFY2(!base_.isEmpty(), qPrintable(why));
   }
   void cleanupTestCase() {
     server_.closeWriteChannel();

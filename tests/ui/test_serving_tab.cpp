@@ -19,6 +19,7 @@
 #include <QTest>
 #include <QtWidgets>
 
+#include "../core/loadgen_test_server.h"
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "serving_tab.h"
@@ -265,19 +266,10 @@ class TestServingTab : public QObject {
     // from its /metrics under its engine's names (the test server speaks vLLM's): one scrape when
     // the run starts and one after it ends, whatever happens between.
     QProcess server;
-    server.setProgram(QStringLiteral(SERVELAB_TEST_PYTHON));
-    server.setArguments({QStringLiteral(SERVELAB_SOURCE_DIR "/tests/serve/loadgen_test_server.py")});
-    server.start();
-    QVERIFY(server.waitForStarted(30000));
-    QString line;
-    for (int i = 0; i < 600 && !line.contains(QLatin1Char('\n')); ++i) {
-      server.waitForReadyRead(100);
-      line += QString::fromUtf8(server.readAllStandardOutput());
-    }
-    const int port = line.trimmed().toInt();
-    QVERIFY2(port > 0, qPrintable(line));
-    tab_->setLoadTarget(QStringLiteral("http://127.0.0.1:%1/vllmmetrics").arg(port),
-                        QStringLiteral("openai"));
+    QString why;
+    const QString base = servelab::test::start_loadgen_test_server(server, &why);
+    QVERIFY2(!base.isEmpty(), qPrintable(why));
+    tab_->setLoadTarget(base + QStringLiteral("/vllmmetrics"), QStringLiteral("openai"));
     tab_->setScenario(QStringLiteral("single"));
     QString message;
     QVERIFY2(runLoad(&message), qPrintable(message));
@@ -287,9 +279,7 @@ class TestServingTab : public QObject {
     };
     QTRY_VERIFY_WITH_TIMEOUT(kvPoints() >= 2, 30000);
     QCOMPARE(chart->title(), QStringLiteral("Server side (its /metrics)"));
-    const QString note =
-        QStringLiteral("http://127.0.0.1:%1/vllmmetrics · vllm's metric names; preemptions so far: 7")
-            .arg(port);
+    const QString note = base + QStringLiteral("/vllmmetrics · vllm's metric names; preemptions so far: 7");
     QVERIFY2(chart->footnote().contains(note), qPrintable(chart->footnote()));
     QVERIFY(chart->toCsv().contains(QStringLiteral("\nwaiting,")));
     QVERIFY(chart->toCsv().contains(QStringLiteral(",25\n")));  // its KV usage, 0.25, as a percentage

@@ -24,6 +24,7 @@
 #include <QtWidgets>
 #include <nlohmann/json.hpp>
 
+#include "../core/loadgen_test_server.h"
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "serving/key_store.h"
@@ -83,19 +84,9 @@ class TestServingTargets : public QObject {
   void initTestCase() {
     // No Secret Service, as under Xvfb: a session bus that is not there.
     if (!realKeychain()) qputenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/servelab-test-bus");
-    server_.setProgram(QStringLiteral(SERVELAB_TEST_PYTHON));
-    server_.setArguments({QStringLiteral(SERVELAB_SOURCE_DIR "/tests/serve/loadgen_test_server.py")});
-    server_.setProcessChannelMode(QProcess::ForwardedErrorChannel);
-    server_.start();
-    QVERIFY(server_.waitForStarted(30000));
-    QString line;
-    for (int i = 0; i < 600 && !line.contains(QLatin1Char('\n')); ++i) {
-      server_.waitForReadyRead(100);
-      line += QString::fromUtf8(server_.readAllStandardOutput());
-    }
-    const int port = line.trimmed().toInt();
-    QVERIFY2(port > 0, qPrintable(line));
-    base_ = QStringLiteral("http://127.0.0.1:%1").arg(port);
+    QString why;
+    base_ = servelab::test::start_loadgen_test_server(server_, &why);
+    QVERIFY2(!base_.isEmpty(), qPrintable(why));
     engine_ = std::make_unique<EngineController>();
     tab_ = std::make_unique<ServingTab>(engine_.get());
     tab_->resize(1600, 1000);
