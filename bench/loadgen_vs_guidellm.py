@@ -18,6 +18,9 @@ output token counts, which must agree exactly. Within 10% is the target for the 
 --server llama-server runs it against llama.cpp's llama-server (built by bench/build_peers) on the same
 GGUF: a peer whose streaming and usage reporting are not ours.
 
+--pin 1:0 (with --threads 1) runs the server on CPU 1 and each client on CPU 0, so that a Python
+client's work does not come out of the server's CPU time.
+
 --server stream-interval runs the same comparison against tests/serve/loadgen_test_server.py
 instead: a server that streams as vLLM does with a stream interval of 3 (the first token alone, then
 3 tokens a chunk every 20 ms, usage at the end), timed by sleeps rather than by computation, so the
@@ -44,6 +47,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_GGUF = os.path.join(ROOT, ".venv/share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+# --pin: the server on one CPU, each client on another ("taskset -c N" prefixes), so that a
+# Python client's parsing does not take the server's CPU (a 2-core machine has no third core).
+PIN_SERVER, PIN_CLIENT = [], []
+
+
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
@@ -68,6 +76,7 @@ def start_server(cli, gguf, threads, max_batch):
            "--no-prefix-cache"]
     if threads:
         cmd += ["--threads", str(threads)]
+    cmd = PIN_SERVER + cmd
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -95,6 +104,7 @@ def start_llama_server(binary, gguf, threads, parallel, positions):
            "--ctx-size", str(parallel * positions), "--cont-batching", "--no-cache-prompt", "--cache-ram", "0"]
     if threads:
         cmd += ["--threads", str(threads), "--threads-batch", str(threads)]
+    cmd = PIN_SERVER + cmd
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 300
@@ -125,6 +135,7 @@ def run_ours(cli, url, gguf, level, requests, prompt_tokens, output_tokens, seed
            "--requests", str(requests), "--input-len", str(prompt_tokens), "--max-new-tokens", str(output_tokens),
            "--ignore-eos", "--tokenizer", gguf, "--seed", str(seed), "--timeout", "300", "--max-seconds", "1800",
            "--json"]
+    cmd = PIN_CLIENT + cmd
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=2000)
     if p.returncode != 0:
         raise RuntimeError(f"loadgen failed: {p.stderr.strip()}")
@@ -143,6 +154,7 @@ def run_guidellm(guidellm, url, model, tokdir, level, requests, prompt_tokens, o
            "--constraint", f"kind=max_requests,count={requests}",
            "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
            "--output", f"kind=json,path={out}", "--disable-console"]
+    cmd = PIN_CLIENT + cmd
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=2000, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     if p.returncode != 0:
         raise RuntimeError(f"guidellm failed: {p.stderr.strip()[-2000:]}")
@@ -174,7 +186,16 @@ def main():
                          "stream-interval: tests/serve/loadgen_test_server.py")
     ap.add_argument("--llama-server", default="/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/"
                                               "llama-server", help="with --server llama-server")
+    ap.add_argument("--pin", metavar="SERVER_CPU:CLIENT_CPU",
+                    help="run the server on one CPU and each client on another (taskset), e.g. 1:0; give "
+                         "--threads 1 with it")
     a = ap.parse_args()
+    if a.pin:
+        server_cpu, _, client_cpu = a.pin.partition(":")
+        if not (server_cpu.isdigit() and client_cpu.isdigit()) or server_cpu == client_cpu:
+            ap.error("--pin takes two different CPU numbers, SERVER:CLIENT")
+        PIN_SERVER[:] = ["taskset", "-c", server_cpu]
+        PIN_CLIENT[:] = ["taskset", "-c", client_cpu]
     levels = [int(x) for x in a.levels.split(",")]
     if any(l < 1 or l > 4 for l in levels) or not 1 <= a.requests <= 256 or not 1 <= a.rounds <= 5:
         ap.error("levels in [1, 4], --requests in [1, 256], --rounds in [1, 5]")
@@ -259,7 +280,7 @@ def main():
            platform.machine(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(),
            "guidellm_version": version, "gguf": os.path.basename(a.gguf), "requests_per_level": a.requests,
            "prompt_tokens": a.prompt_tokens, "output_tokens": a.output_tokens, "rounds": a.rounds,
-           "server": a.server, "commands": {"server": " ".join(server_cmd), **commands},
+           "server": a.server, "pin": a.pin, "commands": {"server": " ".join(server_cmd), **commands},
            "levels": table, "all_within_target": all_ok, "raw": raw}
     print(json.dumps(out, indent=1))
     return 0
