@@ -22,6 +22,7 @@
 #include "../core/loadgen_test_server.h"
 #include "chart_view.h"
 #include "engine_controller.h"
+#include "serving_load_run.h"
 #include "serving_tab.h"
 
 using namespace servelab::ui;
@@ -86,19 +87,7 @@ class TestServingTab : public QObject {
     tab_->stopServer();
     return stopped.wait(kRunTimeoutMs) && stopped.first().first().toBool();
   }
-  bool runLoad(QString* message) {
-    QSignalSpy done(tab_.get(), &ServingTab::loadFinished);
-    if (!tab_->startLoad()) {
-      *message = QStringLiteral("the load run did not start");
-      return false;
-    }
-    if (!done.wait(kRunTimeoutMs)) {
-      *message = QStringLiteral("the load run did not end");
-      return false;
-    }
-    *message = done.first().at(1).toString();
-    return done.first().first().toBool();
-  }
+  bool runLoad(QString* message) { return servelab::ui::test::run_load(*tab_, kRunTimeoutMs, message); }
 
  private Q_SLOTS:
   void initTestCase() {

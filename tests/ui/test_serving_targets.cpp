@@ -29,6 +29,7 @@
 #include "engine_controller.h"
 #include "serving/key_store.h"
 #include "serving/target_list.h"
+#include "serving_load_run.h"
 #include "serving_tab.h"
 
 using namespace servelab::ui;
@@ -63,19 +64,7 @@ class TestServingTargets : public QObject {
     if (!p.waitForFinished(60000)) return nlohmann::json::object();
     return nlohmann::json::parse(p.readAllStandardOutput().toStdString(), nullptr, false);
   }
-  bool runLoad(QString* message) {
-    QSignalSpy done(tab_.get(), &ServingTab::loadFinished);
-    if (!tab_->startLoad()) {
-      *message = QStringLiteral("the load run did not start");
-      return false;
-    }
-    if (!done.wait(kRunTimeoutMs)) {
-      *message = QStringLiteral("the load run did not end");
-      return false;
-    }
-    *message = done.first().at(1).toString();
-    return done.first().first().toBool();
-  }
+  bool runLoad(QString* message) { return servelab::ui::test::run_load(*tab_, kRunTimeoutMs, message); }
   ChartView* chart(const char* name) const { return tab_->findChild<ChartView*>(QString::fromLatin1(name)); }
   TargetEditor* editor() const { return tab_->targetEditor(); }
   static bool realKeychain() { return qEnvironmentVariableIsSet("SERVELAB_TEST_REAL_KEYCHAIN"); }
