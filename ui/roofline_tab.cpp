@@ -1,7 +1,6 @@
 #include "roofline_tab.h"
 
 #include <QCheckBox>
-#include <QDir>
 #include <QFile>
 #include <QFormLayout>
 #include <QGroupBox>
@@ -10,14 +9,13 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSpinBox>
-#include <QStandardPaths>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
 
-#include "chart_view.h"
 #include "engine_controller.h"
 #include "form_widgets.h"
+#include "roofline_chart.h"
 #include "util/limits.h"
 
 namespace servelab::ui {
@@ -51,8 +49,7 @@ QString kindSeries(const QString& label) {
 }  // namespace
 
 RooflineTab::RooflineTab(EngineController* engine, QWidget* parent) : ExperimentTab(engine, parent) {
-  cachePath_ = QDir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation))
-                   .filePath(QStringLiteral("machine_limits.json"));
+  cachePath_ = machineLimitsCachePath();
   prefillLengths_ = new QLineEdit(QStringLiteral("32, 128, 512"), this);
   prefillLengths_->setObjectName(QStringLiteral("rooflinePrefillLengths"));
   prefillLengths_->setToolTip(tr("Prompt lengths, one prefill step each"));
@@ -101,12 +98,8 @@ RooflineTab::RooflineTab(EngineController* engine, QWidget* parent) : Experiment
   controls->setMinimumWidth(300);
   controls->setMaximumWidth(380);
 
-  chart_ = new ChartView(this);
+  chart_ = new RooflineChart(this);
   chart_->setObjectName(QStringLiteral("rooflineChart"));
-  chart_->setTitle(tr("Roofline: arithmetic intensity against achieved FLOP/s"));
-  chart_->setAxisLabels(tr("arithmetic intensity (FLOP per byte moved)"), tr("achieved GFLOP/s"));
-  chart_->setLogXBase10(true);
-  chart_->setLogY(true);
 
   auto* explanation = new QLabel(
       tr("A step that moves many bytes per FLOP is limited by memory: its point sits under the "
@@ -126,15 +119,15 @@ RooflineTab::RooflineTab(EngineController* engine, QWidget* parent) : Experiment
   layout->addLayout(right, 1);
 }
 
-QString RooflineTab::roofSeriesName() { return tr("this machine's roof (fp32)"); }
-QString RooflineTab::int8RoofSeriesName() { return tr("int8 roof (--quant-exec jit-int8)"); }
+QString RooflineTab::roofSeriesName() { return RooflineChart::roofSeriesName(); }
+QString RooflineTab::int8RoofSeriesName() { return RooflineChart::int8RoofSeriesName(); }
 
 QString RooflineTab::seriesFor(const servelab::RooflinePoint& point) {
   const QString kind =
       point.kind == "prefill" ? QStringLiteral("prefill") : QString::fromStdString(point.label);
-  return point.quant.empty() || point.quant == "none"
-             ? kind
-             : QStringLiteral("%1 · %2").arg(kind, QString::fromStdString(point.quant));
+  return RooflineChart::quantShown(point)
+             ? QStringLiteral("%1 · %2").arg(kind, QString::fromStdString(point.quant))
+             : kind;
 }
 
 void RooflineTab::setWorkload(const QString& prefillLengths, const QString& decodeBatches, int decodeContext,
@@ -153,15 +146,6 @@ void RooflineTab::setModel(const ModelSummary& model) {
   model_ = model;
   chart_->setFootnote(chartFootnote(model));
   if (model.positions > 2) decodeContext_->setMaximum(model.positions - 2);
-}
-
-int RooflineTab::seriesNamed(const QString& name) {
-  int i = chart_->seriesIndex(name);
-  if (i < 0) {
-    i = chart_->addSeries(name);
-    chart_->setSeriesStyle(i, ChartView::SeriesStyle::Points);
-  }
-  return i;
 }
 
 bool RooflineTab::run() {
@@ -190,9 +174,7 @@ bool RooflineTab::run() {
   runStarted();
   hasResult_ = false;
   lastError_.clear();
-  chart_->clearAll();
-  // The roof first, so that each kind of step keeps its colour from the live points to the result.
-  chart_->setSeriesStyle(chart_->addSeries(roofSeriesName()), ChartView::SeriesStyle::Bound);
+  chart_->startRun();
   progress_->start();
   summary_->setText(tr("Running %1 prefill and %2 decode steps…")
                         .arg(p.prefill_lengths.size())
@@ -201,84 +183,22 @@ bool RooflineTab::run() {
 }
 
 void RooflineTab::onPoint(const QString& label, double intensity, double flopPerSecond) {
-  chart_->append(seriesNamed(kindSeries(label)), intensity, flopPerSecond / kGiga);
-}
-
-void RooflineTab::drawRoof(const servelab::MachineLimits& m, double x0, double x1) {
-  if (m.read_gb_s <= 0 || m.fp32_gflop_s <= 0) return;
-  int roof = chart_->seriesIndex(roofSeriesName());
-  if (roof < 0) roof = chart_->addSeries(roofSeriesName());
-  chart_->setSeriesStyle(roof, ChartView::SeriesStyle::Bound);
-  const double ridge = m.ridge();
-  chart_->setSeriesData(roof, {x0, ridge, x1}, {m.read_gb_s * x0, m.fp32_gflop_s, m.fp32_gflop_s});
-  chart_->setPointLabels(roof, {tr("bandwidth slope: %1 GB/s × intensity").arg(m.read_gb_s, 0, 'f', 1),
-                                tr("ridge point: %1 FLOP/byte").arg(ridge, 0, 'f', 1),
-                                tr("compute roof: %1 GFLOP/s fp32").arg(m.fp32_gflop_s, 0, 'f', 1)});
-  chart_->addVerticalMarker(ridge, tr("ridge %1 FLOP/B").arg(ridge, 0, 'g', 3));
-}
-
-void RooflineTab::drawInt8Roof(const servelab::MachineLimits& m, double x0, double x1) {
-  if (m.int8_gop_s <= 0 || m.read_gb_s <= 0) return;
-  const int int8 = chart_->addSeries(int8RoofSeriesName());
-  chart_->setSeriesStyle(int8, ChartView::SeriesStyle::DashedBound);
-  const double ridge = m.int8_gop_s / m.read_gb_s;
-  chart_->setSeriesData(int8, {x0, ridge, std::max(x1, ridge * 4)},
-                        {m.read_gb_s * x0, m.int8_gop_s, m.int8_gop_s});
-  chart_->setPointLabels(int8, {QString(), tr("int8 ridge point: %1 OP/byte").arg(ridge, 0, 'f', 1),
-                                tr("int8 roof: %1 GOP/s (%2)")
-                                    .arg(m.int8_gop_s, 0, 'f', 1)
-                                    .arg(QString::fromStdString(m.int8_kernel))});
+  chart_->appendLive(kindSeries(label), intensity, flopPerSecond);
 }
 
 void RooflineTab::onFinished(const servelab::RooflineResult& r) {
   result_ = r;
   hasResult_ = true;
   const servelab::MachineLimits& m = r.machine;
-  chart_->clearAll();
-  chart_->setSeriesStyle(chart_->addSeries(roofSeriesName()), ChartView::SeriesStyle::Bound);
-  double lo = m.ridge() > 0 ? m.ridge() : 1, hi = lo;
-  for (const servelab::RooflinePoint& pt : r.points) {
-    lo = std::min(lo, pt.intensity());
-    hi = std::max(hi, pt.intensity());
-  }
-  const double x0 = lo / 4, x1 = hi * 4;  // the ridge and every step, with room around
-  drawRoof(m, x0, x1);
-  // Series in the order the workload ran (prefill, then decode by batch); each one's points in the
-  // order of their intensity (the chart's), named by their step for the hover readout.
-  QStringList order;
+  chart_->showSteps(m, r.points, &RooflineTab::seriesFor);
   QString rows;
-  for (const servelab::RooflinePoint& pt : r.points) {
-    if (!order.contains(seriesFor(pt))) order << seriesFor(pt);
+  for (const servelab::RooflinePoint& pt : r.points)
     rows +=
         QStringLiteral("<tr><td>%1</td><td align='right'>%2</td><td align='right'>%3</td><td>%4</td></tr>")
             .arg(QString::fromStdString(pt.label).toHtmlEscaped())
             .arg(pt.intensity(), 0, 'f', 1)
             .arg(pt.flop_s() / kGiga, 0, 'f', 1)
             .arg(pt.intensity() < m.ridge() ? tr("memory-bound") : tr("compute-bound"));
-  }
-  std::vector<servelab::RooflinePoint> points = r.points;
-  std::stable_sort(points.begin(), points.end(),
-                   [](const auto& a, const auto& b) { return a.intensity() < b.intensity(); });
-  for (const QString& series : order) {
-    QVector<double> xs, ys;
-    QStringList labels;
-    for (const servelab::RooflinePoint& pt : points) {
-      if (seriesFor(pt) != series) continue;
-      xs << pt.intensity();
-      ys << pt.flop_s() / kGiga;
-      const double attainable = std::min(m.fp32_gflop_s, m.read_gb_s * pt.intensity());
-      labels << (attainable > 0 ? tr("%1, %2% of the roof here")
-                                      .arg(QString::fromStdString(pt.label))
-                                      .arg(100 * pt.flop_s() / kGiga / attainable, 0, 'f', 0)
-                                : QString::fromStdString(pt.label));
-    }
-    const int i = seriesNamed(series);
-    chart_->setSeriesData(i, xs, ys);
-    chart_->setPointLabels(i, labels);
-  }
-  // After the steps, so that each kind keeps its colour from the live points.
-  drawInt8Roof(m, x0, x1);
-  chart_->rescale();
   const QString int8 = m.int8_gop_s > 0 ? tr(" · int8 %1 GOP/s").arg(m.int8_gop_s, 0, 'f', 1) : QString();
   machine_->setText(
       tr("<b>%1</b> · %2 · %3 threads on %4<br>read %5 GB/s<br>fp32 %6 GFLOP/s%7<br>ridge %8 "

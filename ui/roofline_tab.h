@@ -6,6 +6,7 @@
 // decode sits on the slope (memory-bound), prefill climbs towards the roof (compute-bound).
 #include "experiment_tab.h"
 #include "experiments/roofline.h"
+#include "roofline_chart.h"
 
 class QCheckBox;
 class QLabel;
@@ -57,10 +58,6 @@ class RooflineTab : public ExperimentTab {
   void onPoint(const QString& label, double intensity, double flopPerSecond);
   void onFinished(const servelab::RooflineResult& result);
   void onFailed(const QString& kind, const QString& message);
-  int seriesNamed(const QString& name);
-  // The fp32 roof and our int8 kernel's (where it runs) over intensities x0 to x1.
-  void drawRoof(const servelab::MachineLimits& machine, double x0, double x1);
-  void drawInt8Roof(const servelab::MachineLimits& machine, double x0, double x1);
 
   QLineEdit* prefillLengths_;
   QLineEdit* decodeBatches_;
@@ -70,7 +67,7 @@ class RooflineTab : public ExperimentTab {
   RunProgressBar* progress_;
   QLabel* machine_;
   QLabel* summary_;
-  ChartView* chart_;
+  RooflineChart* chart_;
 
   ModelSummary model_;
   QString cachePath_;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "experiments/experiment_sink.h"
+#include "experiments/roofline_point.h"
 #include "model/engine.h"
 
 namespace servelab {
@@ -25,6 +26,9 @@ struct BatchSweepPoint {
   double decode_step_ms = 0;  // median decode step (prefill excluded)
   double tokens_per_ms = 0;   // batch * new_tokens / total_ms: the course's throughput
   double tokens_per_s = 0;
+  // The batch's prefill and its decode steps on the roofline (costs from the model's shapes at the
+  // left-padded prompt length and each step's position, over the measured times of every repeat).
+  RooflinePoint prefill, decode;
 };
 
 struct BatchSweepResult {

@@ -52,6 +52,7 @@ nlohmann::json KvCacheTimingResult::to_json() const {
           {"no_cache_bytes", field(no_cache_cost, bytes)},
           {"cache_flops", field(cache_cost, flops)},
           {"cache_bytes", field(cache_cost, bytes)},
+          {"roofline", roofline_json(roofline)},
           {"statistic", "median per token over repeats"}};
 }
 
@@ -174,6 +175,22 @@ KvCacheTimingResult run_kv_cache_timing(const Engine& engine, const KvCacheTimin
   for (int64_t i = 0; i < p.new_tokens; ++i) {
     r.no_cache_cost.push_back(cost.forward({{0, prompt + i, 1}}));
     r.cache_cost.push_back(cost.forward({i == 0 ? CostRow{0, prompt, 1} : CostRow{prompt + i - 1, 1, 1}}));
+  }
+  const std::string quant = roofline_quant(engine);
+  r.roofline.push_back(roofline_point("prefill", "prefill " + std::to_string(prompt) + " tokens", quant, 1,
+                                      prompt, r.cache_cost.front(), r.cache_ms.front(), 1));
+  if (p.new_tokens > 1) {
+    StepCost cached, recomputed;
+    for (int64_t i = 1; i < p.new_tokens; ++i) {
+      cached += r.cache_cost[static_cast<size_t>(i)];
+      recomputed += r.no_cache_cost[static_cast<size_t>(i)];
+    }
+    const int64_t steps = p.new_tokens - 1;
+    r.roofline.push_back(roofline_point("decode", "decode with the KV cache", quant, 1, 1, cached,
+                                        r.cache_total_ms - r.cache_ms.front(), steps));
+    r.roofline.push_back(
+        roofline_point("recompute", "each token without the cache (the whole sequence again)", quant, 1,
+                       prompt + steps / 2, recomputed, r.no_cache_total_ms - r.no_cache_ms.front(), steps));
   }
   return r;
 }

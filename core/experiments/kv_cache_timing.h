@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "experiments/experiment_sink.h"
+#include "experiments/roofline_point.h"
 #include "model/decode_graph_stats.h"
 #include "model/engine.h"
 #include "model/step_cost.h"
@@ -46,6 +47,9 @@ struct KvCacheTimingResult {
   // FLOPs and bytes of each token's step (model/step_cost.h): with the cache, the prompt's prefill
   // and then one position a step; without it, the whole sequence so far every step.
   std::vector<StepCost> no_cache_cost, cache_cost;
+  // Those steps on the roofline: the prefill, the cached decode steps and the recomputing ones
+  // (each kind's costs summed over its median times).
+  std::vector<RooflinePoint> roofline;
   nlohmann::json to_json() const;
 };
 

@@ -92,6 +92,10 @@ double perplexity(const Model& m, const std::vector<int32_t>& ids) {
 struct Timing {
   double decode_ms = 0;    // median batch-1 decode step
   double batch_tok_s = 0;  // rows x tokens / wall time of the batched generation
+  // The batch-1 decode steps' costs (model/step_cost.h) and times, summed, for the roofline.
+  StepCost decode_cost;
+  double decode_ms_sum = 0;
+  int64_t decode_steps = 0;
 };
 
 Timing time_model(const Model& m, const Tokenizer& tok, const std::vector<int32_t>& prompt,
@@ -106,6 +110,13 @@ Timing time_model(const Model& m, const Tokenizer& tok, const std::vector<int32_
   std::vector<double> steps(one.step_ms.begin() + 1, one.step_ms.end());
   Timing t;
   t.decode_ms = steps.empty() ? one.step_ms.front() : median(steps);
+  const StepCostModel cost = m.cost_model();
+  const auto prompt_length = static_cast<int64_t>(prompt.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    t.decode_cost += cost.forward({{prompt_length + static_cast<int64_t>(i), 1, 1}});
+    t.decode_ms_sum += steps[i];
+    ++t.decode_steps;
+  }
   o.max_new_tokens = p.batch_tokens;
   GenerateResult many = generate(m, tok, batch, o);
   t.batch_tok_s =
@@ -289,6 +300,10 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
         QuantExec used = resolve_quant_exec(spec, device);
         owned = q.build(used);
         owned->inherit_run_settings(ref);
+        // What its steps read, for the roofline: the quantized bytes, or dense ones when dequantized.
+        QuantSpec as_run = spec;
+        as_run.exec = used;
+        owned->set_weight_quantization(as_run);
         model = owned.get();
         r.exec = quant_exec_name(used);
         r.kernel = owned->kernels() ? owned->kernels()->description()
@@ -348,6 +363,7 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
         time_model(*model, tok, prompts[0], batch, w, control);
       }
       std::vector<double> d32, dq, b32, bq;
+      Timing sum32, sumq;
       for (int64_t k = 0; k < p.repeats; ++k) {  // alternate, so both see the same machine
         Timing a = time_model(ref, tok, prompts[0], batch, p, control);
         Timing b = time_model(*model, tok, prompts[0], batch, p, control);
@@ -355,6 +371,11 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
         b32.push_back(a.batch_tok_s);
         dq.push_back(b.decode_ms);
         bq.push_back(b.batch_tok_s);
+        for (auto [from, to] : {std::pair{&a, &sum32}, std::pair{&b, &sumq}}) {
+          to->decode_cost += from->decode_cost;
+          to->decode_ms_sum += from->decode_ms_sum;
+          to->decode_steps += from->decode_steps;
+        }
       }
       QuantSpeed sp;
       sp.fp32_decode_ms = median(d32);
@@ -366,6 +387,10 @@ QuantizationResult run_quantization(const Engine& engine, const QuantizationPara
       const double gb_per_ms = result.copy_bandwidth_gbs * 1e6;
       sp.floor_ms = static_cast<double>(r.memory.resident_bytes) / gb_per_ms;
       sp.fp32_floor_ms = static_cast<double>(ref.resident_bytes()) / gb_per_ms;
+      sp.fp32_decode = roofline_point("decode", "decode batch 1, fp32", "none", 1, 1, sum32.decode_cost,
+                                      sum32.decode_ms_sum, sum32.decode_steps);
+      sp.decode = roofline_point("decode", "decode batch 1, " + mode + " (" + r.exec + ")", mode, 1, 1,
+                                 sumq.decode_cost, sumq.decode_ms_sum, sumq.decode_steps);
       r.speed = sp;
       if (control.sink) {
         control.sink->on_point("decode ms", static_cast<double>(mi), sp.decode_ms);
@@ -435,7 +460,8 @@ nlohmann::json QuantizationResult::to_json() const {
                     {"fp32_batch_tokens_per_s", s.fp32_batch_tokens_per_s},
                     {"batch_ratio", s.batch_ratio},
                     {"floor_ms", s.floor_ms},
-                    {"fp32_floor_ms", s.fp32_floor_ms}};
+                    {"fp32_floor_ms", s.fp32_floor_ms},
+                    {"roofline", roofline_json({s.fp32_decode, s.decode})}};
     }
     if (m.perplexity) j["perplexity"] = *m.perplexity;
     modes_j.push_back(j);

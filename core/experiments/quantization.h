@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "experiments/experiment_sink.h"
+#include "experiments/roofline_point.h"
 #include "model/engine.h"
 
 namespace servelab {
@@ -85,6 +86,9 @@ struct QuantSpeed {
   // The batch-1 floor: bytes of weights one decode step reads at the machine's measured copy
   // bandwidth (a timed large memcpy in the same run).
   double floor_ms = 0, fp32_floor_ms = 0;
+  // The batch-1 decode steps of this mode and of fp32 on the roofline (every timed step's cost
+  // from the model's shapes and its position, summed over their times).
+  RooflinePoint decode, fp32_decode;
 };
 
 struct QuantModeResult {

@@ -183,25 +183,10 @@ MachineLimits machine_limits(const Engine& engine, const std::string& cache_path
   return m;
 }
 
-nlohmann::json RooflinePoint::to_json() const {
-  return {{"kind", kind},
-          {"label", label},
-          {"quant", quant},
-          {"rows", rows},
-          {"positions", positions},
-          {"flops", flops},
-          {"bytes", bytes},
-          {"ms", ms},
-          {"intensity", intensity()},
-          {"flop_s", flop_s()}};
-}
-
 nlohmann::json RooflineResult::to_json() const {
-  nlohmann::json pts = nlohmann::json::array();
-  for (const RooflinePoint& p : points) pts.push_back(p.to_json());
   return {{"experiment", "roofline"},
           {"machine", machine.to_json()},
-          {"points", pts},
+          {"points", roofline_json(points)},
           {"cost_model",
            "model/step_cost.h: weights read once per forward, KV read per cached position "
            "and written per new one, projection activations in and out"}};
@@ -226,10 +211,7 @@ RooflineResult run_roofline(const Engine& engine, const RooflineParams& p, const
   RooflineResult r;
   r.machine = machine;
   const StepCostModel cost = m.cost_model();
-  // A GGUF file's quantized blocks run as stored are "stored" (quantization() says none).
-  const std::string quant = engine.quantization().is_quantized() || cost.stored_bytes_per_weight() <= 0
-                                ? engine.quantization().mode_name()
-                                : "stored";
+  const std::string quant = roofline_quant(engine);
   const int32_t pad = padding_id(m, engine.tokenizer());
   const std::string text = "The quick brown fox jumped over the lazy dog.";
   const double total = static_cast<double>(p.prefill_lengths.size() + p.decode_batches.size());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "experiments/experiment_sink.h"
+#include "experiments/roofline_point.h"
 #include "model/engine.h"
 
 namespace servelab {
@@ -52,19 +53,6 @@ struct RooflineParams {
   int64_t decode_context = 64;  // positions cached per row before the timed decode steps
   int64_t decode_steps = 4;     // timed decode steps per batch size (the median is the point)
   int64_t repeats = 3;          // timed prefills per length (the median is the point)
-};
-
-struct RooflinePoint {
-  std::string kind;   // "prefill" or "decode"
-  std::string label;  // "prefill 128 tokens", "decode batch 8"
-  // The weights' quantization mode: "none" for the loaded dtype, "stored" for a GGUF file's
-  // quantized blocks run as stored.
-  std::string quant;
-  int64_t rows = 0, positions = 0;  // sequences in the pass; new positions over them
-  double flops = 0, bytes = 0, ms = 0;
-  double intensity() const { return bytes > 0 ? flops / bytes : 0; }
-  double flop_s() const { return ms > 0 ? flops / (ms * 1e-3) : 0; }
-  nlohmann::json to_json() const;
 };
 
 struct RooflineResult {

@@ -247,6 +247,7 @@ nlohmann::json SpeculativeDemoResult::to_json() const {
                       {"plain_total_ms", plain.total_ms},
                       {"identical_greedy_tokens", identical}};
   j.update(spec_decode_stats_json(speculative.speculative));
+  j["roofline"] = roofline_json(roofline);
   return j;
 }
 
@@ -327,6 +328,10 @@ SpeculativeDemoResult run_speculative_demo(const Engine& engine, const Speculati
   result.plain = median_run(plain_runs);
   result.speculative_tokens_per_s = decode_tokens_per_s(result.speculative.requests[0]);
   result.plain_tokens_per_s = decode_tokens_per_s(result.plain.requests[0]);
+  const std::string quant = pair.target == &engine.model() ? roofline_quant(engine) : "none";
+  result.roofline = roofline_points(result.plain.steps, quant);
+  for (RooflinePoint& point : roofline_points(result.speculative.steps, quant))
+    if (point.kind != "prefill") result.roofline.push_back(std::move(point));
   progress(1, "done");
   return result;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "experiments/experiment_sink.h"
+#include "experiments/roofline_point.h"
 #include "generate/continuous_batching.h"
 
 namespace servelab {
@@ -93,6 +94,9 @@ struct SpeculativeDemoResult {
   bool identical = true;              // every speculative round's greedy tokens equal plain decoding's
   // Decode tokens/s after the first token (prefill excluded) of the kept runs.
   double speculative_tokens_per_s = 0, plain_tokens_per_s = 0;
+  // The kept runs' steps on the roofline: the plain run's prefill and decode, the speculative run's
+  // verify steps (experiments/roofline_point.h).
+  std::vector<RooflinePoint> roofline;
   nlohmann::json to_json() const;
 };
 

@@ -1,6 +1,7 @@
 // servelab-cli bench roofline on the demo model (GPT-2 small's shape) with a short workload: the
 // JSON's shape, every point's intensity equal to its FLOPs over its bytes, the machine limits cached
-// and read back, and quantized weights moving fewer bytes for the same FLOPs. No timing is asserted.
+// and read back, and quantized weights moving fewer bytes for the same FLOPs; the KV-cache timing's
+// and the batch sweep's steps on the roofline against hand-computed FLOPs. No timing is asserted.
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -112,6 +113,53 @@ class TestCliRoofline : public QObject {
     QCOMPARE(cache[0].toDouble(), noCache[0].toDouble());  // the prefill is the same either way
     QCOMPARE(noCache[1].toDouble(), 1948190208.0);
     QCOMPARE(j["cache_bytes"].toArray().size(), 3);
+    // Its roofline: the prefill step, the cached decode steps and the recomputing ones, each kind's
+    // costs over its times (per step: the means of the steps after the first).
+    const QJsonArray steps = j["roofline"].toArray();
+    QCOMPARE(steps.size(), 3);
+    const QJsonArray cacheMs = j["cache_ms"].toArray(), noCacheMs = j["no_cache_ms"].toArray();
+    const QJsonObject prefill = steps[0].toObject(), decode = steps[1].toObject(),
+                      recompute = steps[2].toObject();
+    QCOMPARE(prefill["kind"].toString(), QStringLiteral("prefill"));
+    QCOMPARE(prefill["flops"].toDouble(), cache[0].toDouble());
+    QCOMPARE(prefill["ms"].toDouble(), cacheMs[0].toDouble());
+    QCOMPARE(decode["kind"].toString(), QStringLiteral("decode"));
+    QCOMPARE(decode["flops"].toDouble(), (cache[1].toDouble() + cache[2].toDouble()) / 2);
+    QVERIFY(qFuzzyCompare(decode["ms"].toDouble(), (cacheMs[1].toDouble() + cacheMs[2].toDouble()) / 2));
+    QCOMPARE(recompute["kind"].toString(), QStringLiteral("recompute"));
+    QCOMPARE(recompute["flops"].toDouble(), (noCache[1].toDouble() + noCache[2].toDouble()) / 2);
+    QVERIFY(
+        qFuzzyCompare(recompute["ms"].toDouble(), (noCacheMs[1].toDouble() + noCacheMs[2].toDouble()) / 2));
+    // One position a step reads every weight for it: the cached step does far less per byte.
+    QVERIFY(decode["intensity"].toDouble() * 5 < recompute["intensity"].toDouble());
+  }
+
+  // The batch sweep's roofline: each batch size's prefill and decode steps. The course's prompts
+  // are left-padded to 7 GPT-2 tokens, so a row's decode steps start at 7 and 8 cached positions:
+  // per row and step 169,869,312 (blocks) + 77,194,752 (head) + 36,864 per key (12 layers * 4 *
+  // 768) over 8 and 9 keys, 247,377,408 on average; b rows b times that. The weights are read once
+  // a step whatever b is, so the intensity grows almost b-fold.
+  void batchSweepRecordsSteps() {
+    const servelab::test::CliRun r =
+        servelab::test::run_cli(SERVELAB_CLI, {"bench", "batch-sweep", "--demo", "--batch-sizes", "1,4",
+                                               "--new-tokens", "3", "--repeats", "1", "--json"});
+    QCOMPARE(r.code, 0);
+    const QJsonArray points = QJsonDocument::fromJson(r.out.toUtf8()).object()["points"].toArray();
+    QCOMPARE(points.size(), 2);
+    QList<QJsonObject> decode;
+    for (const QJsonValue& v : points) {
+      const QJsonArray steps = v.toObject()["roofline"].toArray();
+      QCOMPARE(steps.size(), 2);
+      QCOMPARE(steps[0].toObject()["kind"].toString(), QStringLiteral("prefill"));
+      QCOMPARE(steps[1].toObject()["kind"].toString(), QStringLiteral("decode"));
+      decode << steps[1].toObject();
+    }
+    QCOMPARE(decode[0]["label"].toString(), QStringLiteral("decode batch 1"));
+    QCOMPARE(decode[0]["flops"].toDouble(), 247377408.0);
+    QCOMPARE(decode[1]["flops"].toDouble(), 4 * 247377408.0);
+    QCOMPARE(decode[1]["rows"].toInt(), 4);
+    QVERIFY(decode[1]["intensity"].toDouble() > 3.5 * decode[0]["intensity"].toDouble());
+    QVERIFY(decode[1]["bytes"].toDouble() < 1.1 * decode[0]["bytes"].toDouble());
   }
 
   // Every scheduler step that ran a forward pass records its FLOPs and bytes; a step of d decode

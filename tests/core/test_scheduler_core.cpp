@@ -10,7 +10,9 @@
 #include <random>
 #include <set>
 
+#include "experiments/roofline_point.h"
 #include "generate/block_manager.h"
+#include "generate/continuous_batching.h"
 #include "generate/scheduler_core.h"
 #include "util/errors.h"
 
@@ -326,6 +328,55 @@ class TestSchedulerCore : public QObject {
     } catch (const InputError& e) {
       QVERIFY(QString(e.what()).contains("max num batched tokens"));
     }
+  }
+
+  // A run's steps on the roofline, one point per kind of step: prefill only, decode at n rows,
+  // verification at n rows (positions a step on average), prompt chunks beside decode rows; each
+  // kind's FLOPs, bytes and time summed over its steps, per step. Steps that ran nothing are left out.
+  void steps_grouped_by_kind_on_the_roofline() {
+    auto step = [](int64_t prefill, int64_t decode, double ms, double flops, double bytes) {
+      BatchStep s;
+      s.prefill_tokens = prefill;
+      s.decode_tokens = decode;
+      s.ms = ms;
+      s.cost.flops = flops;
+      s.cost.weight_bytes = bytes;
+      return s;
+    };
+    std::vector<BatchStep> steps;
+    steps.push_back(step(12, 0, 4, 120, 10));  // a whole prompt
+    steps.push_back(step(0, 2, 2, 20, 10));    // two rows decode
+    steps.push_back(step(0, 2, 4, 22, 12));
+    steps.push_back(step(0, 1, 1, 10, 10));  // one row left
+    BatchStep verify = step(0, 1, 3, 40, 11);
+    verify.speculation.push_back({0, {5, 6, 7}, 2});  // the row's token and three proposals
+    steps.push_back(verify);
+    BatchStep verify2 = step(0, 1, 5, 20, 11);
+    verify2.speculation.push_back({0, {5}, 0});
+    steps.push_back(verify2);
+    steps.push_back(step(8, 1, 6, 90, 10));  // a chunk beside a decode row
+    steps.push_back(step(0, 1, 0, 0, 0));    // nothing ran: left out
+    const std::vector<RooflinePoint> points = roofline_points(steps, "int4-g32");
+    QCOMPARE(points.size(), size_t{5});
+    QCOMPARE(QString::fromStdString(points[0].label), QStringLiteral("prefill 12 tokens"));
+    QCOMPARE(points[0].flops, 120.0);
+    QCOMPARE(QString::fromStdString(points[1].label), QStringLiteral("decode batch 2"));
+    QCOMPARE(points[1].rows, int64_t{2});
+    QCOMPARE(points[1].flops, 21.0);  // (20 + 22) / 2
+    QCOMPARE(points[1].bytes, 11.0);
+    QCOMPARE(points[1].ms, 3.0);
+    QCOMPARE(points[1].intensity(), 21.0 / 11.0);
+    QCOMPARE(points[1].flop_s(), 21.0 / 3e-3);
+    QCOMPARE(QString::fromStdString(points[2].label), QStringLiteral("decode batch 1"));
+    QCOMPARE(points[3].kind, std::string("verify"));
+    QCOMPARE(points[3].positions, int64_t{3});  // (4 + 2) / 2 steps
+    QCOMPARE(QString::fromStdString(points[3].label), QStringLiteral("verify batch 1, 3 positions a step"));
+    QCOMPARE(points[3].flops, 30.0);
+    QCOMPARE(points[3].ms, 4.0);
+    QCOMPARE(points[4].kind, std::string("mixed"));
+    QCOMPARE(points[4].positions, int64_t{9});
+    for (const RooflinePoint& p : points) QCOMPARE(p.quant, std::string("int4-g32"));
+    QVERIFY(roofline_points({}, "none").empty());
   }
 };
 
