@@ -18,6 +18,7 @@
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QTimer>
 #include <QVBoxLayout>
@@ -203,8 +204,14 @@ BatchingTab::BatchingTab(EngineController* engine, QWidget* parent) : Experiment
   points_->setMinimumWidth(450);
   points_->setMaximumWidth(520);
 
+  rooflineChart_ = new RooflineChart(this);
+  rooflineChart_->setObjectName(QStringLiteral("batchingRooflineChart"));
+  auto* chartPages = new QTabWidget(this);
+  chartPages->setObjectName(QStringLiteral("batchingChartPages"));
+  chartPages->addTab(chart_, tr("Throughput and latency"));
+  chartPages->addTab(rooflineChart_, tr("Roofline"));
   auto* chartColumn = new QVBoxLayout;
-  chartColumn->addWidget(chart_, 1);
+  chartColumn->addWidget(chartPages, 1);
   chartColumn->addWidget(explanation);
   auto* bottom = new QWidget(this);
   auto* bottomLayout = new QHBoxLayout(bottom);
@@ -346,7 +353,7 @@ void BatchingTab::changeEvent(QEvent* event) {
 
 void BatchingTab::setModel(const ModelSummary& model) {
   model_ = model;
-  chart_->setFootnote(chartFootnote(model));
+  for (ChartView* c : charts()) c->setFootnote(chartFootnote(model));
   if (model.positions > 1) newTokens_->setMaximum(model.positions - 1);
   refreshPadding();
 }
@@ -400,19 +407,24 @@ bool BatchingTab::run() {
   p.batch_sizes.assign(sizes.begin(), sizes.end());
   p.new_tokens = newTokens_->value();
   p.repeats = repeats_->value();
-  EngineJob* job = engine_->submit(tr("the batch sweep"), [p](JobContext& c) {
-    return servelab::run_batch_sweep(c.engine(), p, c.control());
+  auto limits = std::make_shared<RooflineLimits>();
+  EngineJob* job = engine_->submit(tr("the batch sweep"), [p, limits](JobContext& c) {
+    servelab::BatchSweepResult r = servelab::run_batch_sweep(c.engine(), p, c.control());
+    limits->measure(c.engine());
+    return r;
   });
   if (!job) return false;
   connect(job, &EngineJob::point, this, &BatchingTab::onPoint);
   progress_->follow(job);
-  job->onResult<servelab::BatchSweepResult>(this, [this](const auto& r) { onFinished(r); });
+  job->onResult<servelab::BatchSweepResult>(
+      this, [this, limits](const auto& r) { onFinished(r, limits->limits()); });
   connect(job, &EngineJob::failed, this, &BatchingTab::onFailed);
   runStarted();
   hasResult_ = false;
   lastError_.clear();
   for (int i = 0; i < chart_->seriesCount(); ++i) chart_->clearSeries(i);
   chart_->rescale();
+  rooflineChart_->startRun();
   points_->setRowCount(0);
   progress_->start();
   summary_->setText(tr("Running: %1 batch sizes, %2 new tokens, %3 repeats each…")
@@ -429,7 +441,7 @@ void BatchingTab::onPoint(const QString& series, double x, double y) {
     chart_->append(chart_->seriesIndex(kLatency), x, y);
 }
 
-void BatchingTab::onFinished(const servelab::BatchSweepResult& r) {
+void BatchingTab::onFinished(const servelab::BatchSweepResult& r, const servelab::MachineLimits& limits) {
   result_ = r;
   hasResult_ = true;
   // Drawn again from the result, so the chart, the table and the report agree exactly.
@@ -445,6 +457,12 @@ void BatchingTab::onFinished(const servelab::BatchSweepResult& r) {
   chart_->setFootnote(
       tr("%1 new tokens, median of %2 runs per batch size").arg(r.new_tokens).arg(repeats_->value()) +
       QStringLiteral(" · ") + chartFootnote(model_));
+  std::vector<servelab::RooflinePoint> steps;
+  for (const servelab::BatchSweepPoint& p : r.points) {
+    steps.push_back(p.prefill);
+    steps.push_back(p.decode);
+  }
+  rooflineChart_->showSteps(limits, steps);
 
   points_->setRowCount(static_cast<int>(r.points.size()));
   for (int i = 0; i < static_cast<int>(r.points.size()); ++i) {

@@ -5,6 +5,7 @@
 #include <QVector>
 
 #include "experiment_tab.h"
+#include "roofline_chart.h"
 
 class QLineEdit;
 class QPlainTextEdit;
@@ -26,7 +27,7 @@ class BatchingTab : public ExperimentTab {
   QString tabId() const override { return QStringLiteral("batching"); }
   QString title() const override { return tr("Batching"); }
   ChartView* primaryChart() const override { return chart_; }
-  QList<ChartView*> charts() const override { return {chart_}; }
+  QList<ChartView*> charts() const override { return {chart_, rooflineChart_}; }
   bool run() override;
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
@@ -65,7 +66,7 @@ class BatchingTab : public ExperimentTab {
   void fillTables();
   void fillTable(QTableWidget* table, const std::vector<std::vector<int64_t>>& values);
   void onPoint(const QString& series, double x, double y);
-  void onFinished(const servelab::BatchSweepResult& result);
+  void onFinished(const servelab::BatchSweepResult& result, const servelab::MachineLimits& limits);
   void onFailed(const QString& kind, const QString& message);
   void validateSizes();
 
@@ -82,6 +83,8 @@ class BatchingTab : public ExperimentTab {
   RunProgressBar* progress_;
   QLabel* summary_;
   ChartView* chart_;
+  // Behind the sweep's chart: each batch size's prefill and decode steps under this machine's roof.
+  RooflineChart* rooflineChart_;
   QTableWidget* points_;
 
   ModelSummary model_;

@@ -13,6 +13,7 @@
 #include <QSlider>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QVBoxLayout>
 
 #include "chart_view.h"
@@ -82,8 +83,9 @@ KvCacheTab::KvCacheTab(EngineController* engine, QWidget* parent) : ExperimentTa
          "model "
          "recomputes keys and values for every earlier token at every step, so steps slow down as the text "
          "grows; with the KV cache it keeps them and computes only the newest token, so steps stay short and "
-         "flat. The price is memory: a key and a value vector per layer for every position (right-hand "
-         "chart)."),
+         "flat. The price is memory: a key and a value vector per layer for every position (<i>KV "
+         "memory</i>). <i>Roofline</i> shows why a cached step is still not free: it reads every weight "
+         "for one token, so it sits far left, on the memory-bandwidth slope."),
       this);
   explanation->setWordWrap(true);
   explanation->setObjectName(QStringLiteral("kvExplanation"));
@@ -112,9 +114,15 @@ KvCacheTab::KvCacheTab(EngineController* engine, QWidget* parent) : ExperimentTa
   memoryChart_->addSeries(tr("KV cache in use"));
   memoryChart_->addSeries(tr("KV cache preallocated"));
 
+  rooflineChart_ = new RooflineChart(this);
+  rooflineChart_->setObjectName(QStringLiteral("kvRooflineChart"));
+  auto* side = new QTabWidget(this);
+  side->setObjectName(QStringLiteral("kvSideCharts"));
+  side->addTab(memoryChart_, tr("KV memory"));
+  side->addTab(rooflineChart_, tr("Roofline"));
   auto* charts = new QSplitter(Qt::Horizontal, this);
   charts->addWidget(latencyChart_);
-  charts->addWidget(memoryChart_);
+  charts->addWidget(side);
   charts->setStretchFactor(0, 3);
   charts->setStretchFactor(1, 2);
   charts->setSizes({600, 400});
@@ -158,22 +166,27 @@ bool KvCacheTab::run() {
   p.prompt_tokens = repeatPrompt_->isChecked() ? promptTokensSpin_->value() : 0;
   p.new_tokens = newTokens_->value();
   p.repeats = repeats_->value();
-  EngineJob* job = engine_->submit(tr("KV-cache timing"), [p](JobContext& c) {
-    return servelab::run_kv_cache_timing(c.engine(), p, c.control());
+  auto limits = std::make_shared<RooflineLimits>();
+  EngineJob* job = engine_->submit(tr("KV-cache timing"), [p, limits](JobContext& c) {
+    servelab::KvCacheTimingResult r = servelab::run_kv_cache_timing(c.engine(), p, c.control());
+    limits->measure(c.engine());
+    return r;
   });
   if (!job) return false;
   connect(job, &EngineJob::point, this, &KvCacheTab::onPoint);
   connect(job, &EngineJob::seriesReset, this, &KvCacheTab::onReset);
   progress_->follow(job);
-  job->onResult<servelab::KvCacheTimingResult>(this, [this](const auto& r) { onFinished(r); });
+  job->onResult<servelab::KvCacheTimingResult>(
+      this, [this, limits](const auto& r) { onFinished(r, limits->limits()); });
   connect(job, &EngineJob::failed, this, &KvCacheTab::onFailed);
   runStarted();
   hasResult_ = false;
   lastError_.clear();
   promptLength_ = 0;
-  for (ChartView* c : charts())
+  for (ChartView* c : {latencyChart_, memoryChart_})
     for (int i = 0; i < c->seriesCount(); ++i) c->clearSeries(i);
-  for (ChartView* c : charts()) c->rescale();
+  for (ChartView* c : {latencyChart_, memoryChart_}) c->rescale();
+  rooflineChart_->startRun();
   progress_->start();
   summary_->setText(tr("Running: %1 new tokens, %2 repeats each way…").arg(p.new_tokens).arg(p.repeats));
   return true;
@@ -189,7 +202,7 @@ void KvCacheTab::onPoint(const QString& series, double x, double y) {
   if (i >= 0) latencyChart_->append(i, x, y);
 }
 
-void KvCacheTab::onFinished(const servelab::KvCacheTimingResult& r) {
+void KvCacheTab::onFinished(const servelab::KvCacheTimingResult& r, const servelab::MachineLimits& limits) {
   result_ = r;
   hasResult_ = true;
   // The chart already holds the medians (the experiment streamed them last); draw them again from
@@ -212,6 +225,7 @@ void KvCacheTab::onFinished(const servelab::KvCacheTimingResult& r) {
   memoryChart_->setSeriesData(0, xs, used);
   memoryChart_->setSeriesData(1, xs, allocated);
   memoryChart_->rescale();
+  rooflineChart_->showSteps(limits, r.roofline);
   const QString setup = tr("%1-token prompt, %2 new tokens, median of %3 runs each way")
                             .arg(r.prompt_ids.size())
                             .arg(r.tokens.size())

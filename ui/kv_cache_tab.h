@@ -1,8 +1,9 @@
 #pragma once
 // KV cache (lesson 1): the same tokens generated without and with the KV cache, per-token latency
 // of both drawn live on one chart with the prefill step marked, the KV memory the cache holds,
-// and a summary of totals, speed-up and time to first token.
+// the steps of both ways on the roofline, and a summary of totals, speed-up and time to first token.
 #include "experiment_tab.h"
+#include "roofline_chart.h"
 
 class QLineEdit;
 class QSpinBox;
@@ -22,7 +23,7 @@ class KvCacheTab : public ExperimentTab {
   QString tabId() const override { return QStringLiteral("kv-cache"); }
   QString title() const override { return tr("KV cache"); }
   ChartView* primaryChart() const override { return latencyChart_; }
-  QList<ChartView*> charts() const override { return {latencyChart_, memoryChart_}; }
+  QList<ChartView*> charts() const override { return {latencyChart_, memoryChart_, rooflineChart_}; }
   bool run() override;
   void loadSettings(QSettings& settings) override;
   void saveSettings(QSettings& settings) const override;
@@ -44,7 +45,7 @@ class KvCacheTab : public ExperimentTab {
  private:
   void onPoint(const QString& series, double x, double y);
   void onReset(const QString& series);
-  void onFinished(const servelab::KvCacheTimingResult& result);
+  void onFinished(const servelab::KvCacheTimingResult& result, const servelab::MachineLimits& limits);
   void onFailed(const QString& kind, const QString& message);
   void updatePromptLengthEnabled();
 
@@ -58,6 +59,8 @@ class KvCacheTab : public ExperimentTab {
   QLabel* summary_;
   ChartView* latencyChart_;
   ChartView* memoryChart_;
+  // Beside the memory chart: the prefill, the cached and the recomputing steps under this machine's roof.
+  RooflineChart* rooflineChart_;
 
   ModelSummary model_;
   servelab::KvCacheTimingResult result_;

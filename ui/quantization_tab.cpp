@@ -337,6 +337,9 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
   detailTabs_->addTab(textPage, tr("Greedy text vs fp32"));
   detailTabs_->addTab(histogramChart_, tr("Error histogram"));
   detailTabs_->addTab(blockChart_, tr("Error per block"));
+  rooflineChart_ = new RooflineChart(this);
+  rooflineChart_->setObjectName(QStringLiteral("quantRooflineChart"));
+  detailTabs_->addTab(rooflineChart_, tr("Roofline, every mode"));
   auto* detailPanel = new QWidget(this);
   auto* dv = new QVBoxLayout(detailPanel);
   dv->setContentsMargins(0, 0, 0, 0);
@@ -376,7 +379,7 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
 }
 
 QList<ChartView*> QuantizationTab::charts() const {
-  return {memoryChart_, speedChart_, histogramChart_, blockChart_};
+  return {memoryChart_, speedChart_, histogramChart_, blockChart_, rooflineChart_};
 }
 
 // --- Parameters -------------------------------------------------------------------------------
@@ -457,16 +460,19 @@ bool QuantizationTab::run() {
     summary_->setText(tr("<b>Cannot run:</b> choose at least one mode to compare with fp32."));
     return refuseRun(tr("choose at least one mode to compare with fp32"));
   }
-  EngineJob* job = engine_->submit(tr("quantization"), [p](JobContext& c) {
+  auto limits = std::make_shared<RooflineLimits>();
+  EngineJob* job = engine_->submit(tr("quantization"), [p, limits](JobContext& c) {
     servelab::QuantizationResult r = servelab::run_quantization(c.engine(), p, c.control());
     for (servelab::QuantModeResult& m : r.modes) makeReadable(c.engine(), m);
+    if (p.measure_speed) limits->measure(c.engine());
     return r;
   });
   if (!job) return false;
   connect(job, &EngineJob::point, this, &QuantizationTab::onPoint);
   progress_->follow(job);
   connect(job, &EngineJob::quantizationMode, this, &QuantizationTab::onMode);
-  job->onResult<servelab::QuantizationResult>(this, [this](const auto& r) { onFinished(r); });
+  job->onResult<servelab::QuantizationResult>(
+      this, [this, limits](const auto& r) { onFinished(r, limits->limits()); });
   connect(job, &EngineJob::failed, this, &QuantizationTab::onFailed);
   runStarted();
   hasResult_ = false;
@@ -474,6 +480,7 @@ bool QuantizationTab::run() {
   labels_ = QStringList{QStringLiteral("fp32")};
   for (const std::string& m : p.modes) labels_ << QString::fromStdString(m);
   resetView();
+  rooflineChart_->startRun();
   progress_->start();
   summary_->setText(
       tr("Running: fp32 and %n mode(s), execution %1%2…", nullptr, static_cast<int>(p.modes.size()))
@@ -517,7 +524,8 @@ void QuantizationTab::onMode(const servelab::QuantModeResult& m) {
   if (index > 0) detail_->addItem(modeLabel(m.mode), index);
 }
 
-void QuantizationTab::onFinished(const servelab::QuantizationResult& r) {
+void QuantizationTab::onFinished(const servelab::QuantizationResult& r,
+                                 const servelab::MachineLimits& limits) {
   result_ = r;
   hasResult_ = true;
   // Drawn again from the result, so the charts, the table and the report agree exactly.
@@ -539,6 +547,7 @@ void QuantizationTab::onFinished(const servelab::QuantizationResult& r) {
   drawSpeed();
   fillTable();
   drawDetails();
+  drawRoofline(limits);
 
   // The headline: smallest, closest to fp32, fastest.
   QStringList lines;
@@ -703,6 +712,19 @@ int QuantizationTab::detailMode() const {
 void QuantizationTab::showDetailMode(int index) {
   const int i = detail_->findData(index);
   if (i >= 0) detail_->setCurrentIndex(i);
+}
+
+void QuantizationTab::drawRoofline(const servelab::MachineLimits& limits) {
+  std::vector<servelab::RooflinePoint> steps;
+  for (const servelab::QuantModeResult& m : modes_) {
+    if (!m.speed) continue;
+    if (steps.empty()) steps.push_back(m.speed->fp32_decode);
+    if (m.speed->decode.quant != "none" && m.speed->decode.quant != m.speed->fp32_decode.quant)
+      steps.push_back(m.speed->decode);
+  }
+  rooflineChart_->showSteps(limits, steps, [](const servelab::RooflinePoint& p) {
+    return p.quant == "none" ? QStringLiteral("fp32") : QString::fromStdString(p.quant);
+  });
 }
 
 void QuantizationTab::drawDetails() {

@@ -8,6 +8,7 @@
 #include <QVector>
 
 #include "experiment_tab.h"
+#include "roofline_chart.h"
 
 class QCheckBox;
 class QComboBox;
@@ -80,13 +81,15 @@ class QuantizationTab : public ExperimentTab {
  private:
   void onPoint(const QString& series, double x, double y);
   void onMode(const servelab::QuantModeResult& mode);
-  void onFinished(const servelab::QuantizationResult& result);
+  void onFinished(const servelab::QuantizationResult& result, const servelab::MachineLimits& limits);
   void onFailed(const QString& kind, const QString& message);
   // Redraws the memory and speed charts and the table from modes_ (categories from labels_).
   void drawMemory();
   void drawSpeed();
   void fillTable();
   void drawDetails();
+  // The speed runs' decode steps (fp32's once, then each mode's) under the machine's roof.
+  void drawRoofline(const servelab::MachineLimits& limits);
   void resetView();
   QStringList requestedModes() const;  // the checked modes in a fixed order, without "none"
 
@@ -107,6 +110,8 @@ class QuantizationTab : public ExperimentTab {
   ChartView* speedChart_;
   ChartView* histogramChart_;
   ChartView* blockChart_;
+  // Every mode's batch-1 decode step and fp32's under this machine's roof.
+  RooflineChart* rooflineChart_;
   QTableWidget* table_;
   QComboBox* detail_;
   QTabWidget* detailTabs_;

@@ -11,6 +11,7 @@
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QVBoxLayout>
 #include <utility>
 
@@ -157,7 +158,13 @@ SpeculativeTab::SpeculativeTab(EngineController* engine, QWidget* parent) : Expe
   throughputChart_ = makeThroughputChart(this);
   speedupChart_ = makeSpeedupChart(this);
   timeChart_ = makeTimeSplitChart(this);
-  QWidget* chartGrid = makeGrid(this, {acceptedChart_, throughputChart_, speedupChart_, timeChart_});
+  rooflineChart_ = new RooflineChart(this);
+  rooflineChart_->setObjectName(QStringLiteral("specRooflineChart"));
+  auto* timePages = new QTabWidget(this);
+  timePages->setObjectName(QStringLiteral("specTimePages"));
+  timePages->addTab(timeChart_, tr("Where the time went"));
+  timePages->addTab(rooflineChart_, tr("Roofline"));
+  QWidget* chartGrid = makeGrid(this, {acceptedChart_, throughputChart_, speedupChart_, timePages});
   auto* right = new QSplitter(Qt::Vertical, this);
   right->addWidget(textPanel);
   right->addWidget(chartGrid);
@@ -229,16 +236,20 @@ bool SpeculativeTab::runPresetId(const QString& id) {
 bool SpeculativeTab::startDemo(bool sweepAfter) {
   if (prompt_->toPlainText().trimmed().isEmpty()) return refuseRun(tr("the prompt is empty"));
   const servelab::SpeculativeDemoParams p = params();
-  EngineJob* job = engine_->submit(tr("speculative decoding"), [p](JobContext& c) {
+  auto limits = std::make_shared<RooflineLimits>();
+  EngineJob* job = engine_->submit(tr("speculative decoding"), [p, limits](JobContext& c) {
     servelab::ExperimentControl control = c.control();
     StepRelay relay(c, control.batch);
     control.batch = &relay;
-    return servelab::run_speculative_demo(c.engine(), p, control);
+    servelab::SpeculativeDemoResult r = servelab::run_speculative_demo(c.engine(), p, control);
+    limits->measure(c.engine());
+    return r;
   });
   if (!job) return false;
   follow(job);
   connect(job, &EngineJob::speculativeStep, this, &SpeculativeTab::onStep);
-  job->onResult<servelab::SpeculativeDemoResult>(this, [this](const auto& r) { onDemoFinished(r); });
+  job->onResult<servelab::SpeculativeDemoResult>(
+      this, [this, limits](const auto& r) { onDemoFinished(r, limits->limits()); });
   runStarted();
   job_ = Job::Demo;
   sweepAfter_ = sweepAfter;
@@ -251,6 +262,7 @@ bool SpeculativeTab::startDemo(bool sweepAfter) {
     c->rescale();
   }
   timeChart_->clearAll();
+  rooflineChart_->startRun();
   text_->reset(prompt_->toPlainText());
   progress_->start();
   summary_->setText(tr("Decoding %1 tokens with %2 speculation, k = %3, and plainly, %4 rounds each way…")
@@ -339,12 +351,14 @@ QString SpeculativeTab::demoSummary(const servelab::SpeculativeDemoResult& r) co
       .arg(r.params.rounds);
 }
 
-void SpeculativeTab::onDemoFinished(const servelab::SpeculativeDemoResult& r) {
+void SpeculativeTab::onDemoFinished(const servelab::SpeculativeDemoResult& r,
+                                    const servelab::MachineLimits& limits) {
   result_ = r;
   hasResult_ = true;
   drawAcceptedLength(acceptedChart_, r.speculative);
   drawThroughput(throughputChart_, r);
   drawTimeSplit(timeChart_, r);
+  rooflineChart_->showSteps(limits, r.roofline);
   summary_->setText(demoSummary(r));
   if (sweepAfter_ && startSweep(true)) return;
   progress_->finish();

@@ -7,6 +7,7 @@
 #include <QStringList>
 
 #include "experiment_tab.h"
+#include "roofline_chart.h"
 
 class QComboBox;
 class QLabel;
@@ -29,7 +30,7 @@ class SpeculativeTab : public ExperimentTab {
   QString title() const override { return tr("Speculative decoding"); }
   ChartView* primaryChart() const override { return acceptedChart_; }
   QList<ChartView*> charts() const override {
-    return {acceptedChart_, throughputChart_, speedupChart_, timeChart_};
+    return {acceptedChart_, throughputChart_, speedupChart_, timeChart_, rooflineChart_};
   }
   // The prompt decoded with speculation (live), then plainly for comparison.
   bool run() override;
@@ -73,7 +74,7 @@ class SpeculativeTab : public ExperimentTab {
   bool startSweep(bool chained);
   void follow(EngineJob* job);
   void onStep(const SpecStepInfo& step);
-  void onDemoFinished(const servelab::SpeculativeDemoResult& result);
+  void onDemoFinished(const servelab::SpeculativeDemoResult& result, const servelab::MachineLimits& limits);
   void onSweepFinished(const servelab::SpeculativeBenchResult& result);
   void onFailed(const QString& kind, const QString& message);
   void finish(bool ok, const QString& message);
@@ -94,6 +95,8 @@ class SpeculativeTab : public ExperimentTab {
   ChartView* throughputChart_;
   ChartView* speedupChart_;
   ChartView* timeChart_;
+  // Behind the time split: plain decode steps and verify steps under this machine's roof.
+  RooflineChart* rooflineChart_;
 
   ModelSummary model_;
   Job job_ = Job::None;

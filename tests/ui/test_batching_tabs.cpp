@@ -24,6 +24,7 @@
 #include "engine_controller.h"
 #include "job_spy.h"
 #include "main_window.h"
+#include "roofline_check.h"
 #include "text_format.h"
 #include "tiny_model.h"
 
@@ -288,6 +289,17 @@ class TestBatchingTabs : public QObject {
       QVERIFY(readAll(path).size() > 1000);
     }
     QVERIFY(readAll(tmp_.filePath(QStringLiteral("sweep.svg"))).contains("throughput"));
+
+    // Behind it, the roofline: each batch size's prefill and decode step under the machine's roof;
+    // a bigger batch's decode moves right (the same weights read for more rows).
+    auto* roofline = tab->findChild<RooflineChart*>(QStringLiteral("batchingRooflineChart"));
+    QVERIFY(roofline);
+    QVERIFY(tab->charts().contains(roofline));
+    std::vector<servelab::RooflinePoint> steps;
+    for (const servelab::BatchSweepPoint& p : r.points) steps.insert(steps.end(), {p.prefill, p.decode});
+    const QString mismatch = servelab::ui::test::roofline_mismatch(*roofline, steps);
+    QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
+    QVERIFY(r.points[2].decode.intensity() > 2 * r.points[0].decode.intensity());
   }
 
   void continuousRunDrawsTheGantt() {

@@ -25,6 +25,7 @@
 #include "kv_cache_tab.h"
 #include "main_window.h"
 #include "model/engine.h"
+#include "roofline_check.h"
 #include "tiny_model.h"
 #include "util/cpu_features.h"
 
@@ -191,6 +192,15 @@ class TestMainWindow : public QObject {
     }
     QVERIFY(r.speedup > 0);
     QVERIFY(tab->summaryText().contains(QStringLiteral("Speed-up %1").arg(r.speedup, 0, 'f', 2)));
+    // Beside the memory: the prefill, the cached steps and the recomputing ones under the roof; a
+    // cached step reads every weight for one position, far left of the others.
+    auto* roofline = tab->findChild<RooflineChart*>(QStringLiteral("kvRooflineChart"));
+    QVERIFY(roofline && tab->charts().contains(roofline));
+    QCOMPARE(r.roofline.size(), size_t(3));
+    const QString mismatch = servelab::ui::test::roofline_mismatch(*roofline, r.roofline);
+    QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
+    QVERIFY(r.roofline[1].intensity() < r.roofline[0].intensity());
+    QVERIFY(r.roofline[1].intensity() < r.roofline[2].intensity());
     QVERIFY(!w->engine()->isBusy());
   }
 

@@ -21,6 +21,7 @@
 #include "job_spy.h"
 #include "main_window.h"
 #include "quantization_tab.h"
+#include "roofline_check.h"
 #include "tiny_model.h"
 #include "util/cpu_features.h"
 
@@ -195,6 +196,21 @@ class TestQuantizationTab : public QObject {
       QCOMPARE(decode[i], s.decode_ms);
       QCOMPARE(tokens[i], QPointF(i + 1, s.batch_tokens_per_s));
       QCOMPARE(floors[i], QPointF(i + 1, s.floor_ms));
+    }
+    // The roofline page: fp32's decode step and each quantized mode's, the same FLOPs over fewer
+    // bytes for int8 and int4 (the point moves right).
+    auto* roofline = tab->findChild<RooflineChart*>(QStringLiteral("quantRooflineChart"));
+    QVERIFY(roofline && tab->charts().contains(roofline));
+    std::vector<servelab::RooflinePoint> steps{r.modes[0].speed->fp32_decode};
+    for (size_t i = 1; i < 4; ++i) steps.push_back(r.modes[i].speed->decode);
+    const QString mismatch =
+        servelab::ui::test::roofline_mismatch(*roofline, steps, [](const servelab::RooflinePoint& p) {
+          return p.quant == "none" ? QStringLiteral("fp32") : QString::fromStdString(p.quant);
+        });
+    QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
+    for (size_t i : {size_t(1), size_t(2)}) {
+      QCOMPARE(steps[i].flops, steps[0].flops);
+      QVERIFY(steps[i].bytes < steps[0].bytes / 2);
     }
 
     // The table: a column per mode, fp32 first.

@@ -17,6 +17,7 @@
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "main_window.h"
+#include "roofline_check.h"
 #include "speculative/spec_charts.h"
 #include "speculative/spec_text_view.h"
 #include "speculative_tab.h"
@@ -109,6 +110,20 @@ class TestSpeculativeTab : public QObject {
     ChartView* time = tab->charts()[3];
     QCOMPARE(time->barSetCount(), 3);
     QCOMPARE(time->barSetValues(1)[1], st.draft_ms);
+    // Beside it, the roofline: plain decoding's steps and the verify steps, which feed several
+    // positions a step for the same weights read.
+    auto* roofline = tab->findChild<RooflineChart*>(QStringLiteral("specRooflineChart"));
+    QVERIFY(roofline && tab->charts().contains(roofline));
+    const QString mismatch = servelab::ui::test::roofline_mismatch(*roofline, r.roofline);
+    QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
+    const servelab::RooflinePoint *decode = nullptr, *verify = nullptr;
+    for (const servelab::RooflinePoint& p : r.roofline) {
+      if (p.kind == "decode") decode = &p;
+      if (p.kind == "verify") verify = &p;
+    }
+    QVERIFY(decode && verify);
+    QVERIFY(verify->positions > 1);
+    QVERIFY(verify->intensity() > decode->intensity());
 
     const QJsonObject o = tab->lastResult();
     QCOMPARE(o.value(QStringLiteral("num_drafts")).toInteger(), st.num_drafts);
