@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
       QStringLiteral("Presenter mode (View → Presenter mode): larger text, charts in full contrast, the log "
                      "hidden; on or off (saved like --theme)."),
       QStringLiteral("on|off"));
+  const QCommandLineOption page(
+      QStringLiteral("page"),
+      QStringLiteral("Bring this page of the tab to the front (a chart behind another, e.g. Roofline); "
+                     "--export-chart then saves its chart."),
+      QStringLiteral("name"));
   const QCommandLineOption preset(
       QStringLiteral("preset"),
       QStringLiteral(
@@ -86,7 +91,7 @@ int main(int argc, char** argv) {
                                 QStringLiteral("With --lesson: the step, from 1 (default 1)."),
                                 QStringLiteral("n"));
   cli.addOptions({tab, run, screenshot, exportChart, report, model, demo, settings, theme, presenter, preset,
-                  dialog, lesson, step});
+                  page, dialog, lesson, step});
   // The file a desktop opens with us (servelab.desktop's Exec=servelab %f), as --model.
   cli.addPositionalArgument(QStringLiteral("file"),
                             QStringLiteral("A .gguf file or model folder to load (as --model)."),
@@ -162,6 +167,7 @@ int main(int argc, char** argv) {
   script.exportChart = cli.value(exportChart);
   script.report = cli.value(report);
   script.preset = cli.value(preset);
+  script.page = cli.value(page);
   script.dialog = cli.value(dialog);
   script.lesson = cli.value(lesson);
   if (cli.isSet(step)) {

@@ -37,6 +37,7 @@ struct ScriptOptions {
   QString report;  // .html or .pdf: the session report; any other name: the run's result as JSON
   QString preset;  // with run: the tab's named preset instead of its Run button
   QString dialog;  // "models": open File → Models on this computer; the screenshot is of it
+  QString page;    // a page of the tab to bring to the front ("Roofline"); --export-chart takes its chart
   bool active() const { return run || !screenshot.isEmpty() || !exportChart.isEmpty(); }
 };
 
@@ -189,6 +190,7 @@ class MainWindow : public QMainWindow {
   bool scriptStarted_ = false;
   QStringList settingsIssues_;           // settings values the tabs could not take (form_widgets.h)
   QString lastRejection_;                // the engine's last reason for refusing a job
+  QPointer<ChartView> scriptChart_;      // the chart on the page a script brought to the front
   QPointer<ModelsDialog> scriptDialog_;  // the dialog a script opened (its screenshot is of it)
 };
 
