@@ -623,6 +623,36 @@ class TestMainWindow : public QObject {
              r[QStringLiteral("cache_ms")].toArray()[3].toDouble());
   }
 
+  // --page brings the Roofline page to the front; --export-chart then saves its chart: the run's
+  // cached decode steps as one point at the intensity the report gives.
+  void scriptedRunExportsThePageInFront() {
+    const QString csv = tmp_.filePath(QStringLiteral("roofline.csv")),
+                  report = tmp_.filePath(QStringLiteral("roofline.json"));
+    QProcess app;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+    app.setProcessEnvironment(env);
+    app.start(QStringLiteral(SERVELAB_GUI),
+              {QStringLiteral("--settings"), settingsPath(QStringLiteral("page")), QStringLiteral("--model"),
+               tiny_, QStringLiteral("--tab"), QStringLiteral("kv-cache"), QStringLiteral("--page"),
+               QStringLiteral("roofline"), QStringLiteral("--run"), QStringLiteral("--export-chart"), csv,
+               QStringLiteral("--report"), report});
+    QVERIFY(app.waitForFinished(kRunTimeoutMs));
+    QVERIFY2(app.exitCode() == 0, app.readAllStandardError().constData());
+    QFile rf(report);
+    QVERIFY(rf.open(QIODevice::ReadOnly));
+    const QJsonArray steps =
+        QJsonDocument::fromJson(rf.readAll()).object()[QStringLiteral("roofline")].toArray();
+    QCOMPARE(steps.size(), 3);
+    QFile cf(csv);
+    QVERIFY(cf.open(QIODevice::ReadOnly));
+    const auto series = parseSeriesCsv(QString::fromUtf8(cf.readAll()));
+    QCOMPARE(series[QStringLiteral("decode")].size(), 1);
+    QVERIFY(qFuzzyCompare(series[QStringLiteral("decode")][0].x(),
+                          steps[1].toObject()[QStringLiteral("intensity")].toDouble()));
+    QCOMPARE(series[QStringLiteral("this machine's roof (fp32)")].size(), 3);
+  }
+
   void scriptedRunFailsWithOneLine_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("message");
@@ -630,6 +660,12 @@ class TestMainWindow : public QObject {
     QTest::newRow("unknown tab") << QStringList{QStringLiteral("--demo"), QStringLiteral("--tab"),
                                                 QStringLiteral("nope"), QStringLiteral("--run")}
                                  << QStringLiteral("unknown tab") << 1;
+    QTest::newRow("unknown page") << QStringList{QStringLiteral("--demo"),   QStringLiteral("--tab"),
+                                                 QStringLiteral("kv-cache"), QStringLiteral("--page"),
+                                                 QStringLiteral("nope"),     QStringLiteral("--run")}
+                                  << QStringLiteral(
+                                         "no page \"nope\" in this tab (pages: KV memory, Roofline)")
+                                  << 1;
     QTest::newRow("missing model") << QStringList{QStringLiteral("--model"),
                                                   QStringLiteral("/nonexistent/model"),
                                                   QStringLiteral("--tab"), QStringLiteral("kv-cache"),
