@@ -134,7 +134,8 @@ std::string serialize_model(const SentencePieceVocabulary& v, std::optional<int3
     ProtoWriter piece;
     piece.bytes(kPiecePiece, v.pieces[static_cast<size_t>(i)]);
     piece.float32(kPieceScore, v.scores[static_cast<size_t>(i)]);
-    piece.integer(kPieceType, v.types[static_cast<size_t>(i)]);
+    // The unknown piece as libsentencepiece needs it, whatever type the file gave it (see below).
+    piece.integer(kPieceType, unk && i == *unk ? kTypeUnknown : v.types[static_cast<size_t>(i)]);
     model.bytes(kModelPieces, piece.out);
     bytes = bytes || v.types[static_cast<size_t>(i)] == kTypeByte;
   }
@@ -188,7 +189,11 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_vocabulary(
       throw TokenizerError(src + ": the " + std::string(name) + " token id " + std::to_string(*id) +
                            " is outside the vocabulary of " + std::to_string(n));
   }
-  if (!unk || v.types[static_cast<size_t>(*unk)] != kTypeUnknown)
+  // llama.cpp's Gemma converter marks <unk> as a control token and names it with
+  // tokenizer.ggml.unknown_token_id: a piece the file names is the unknown piece if it is of the
+  // unknown or the control type (llama.cpp reads the id alone).
+  if (!unk || (v.types[static_cast<size_t>(*unk)] != kTypeUnknown &&
+               v.types[static_cast<size_t>(*unk)] != kTypeControl))
     throw TokenizerError(src + ": the SentencePiece vocabulary has no piece of the unknown type");
   for (const auto& [name, id] : {std::pair{"bos", v.bos_id}, {"eos", v.eos_id}}) {
     if (id && v.types[static_cast<size_t>(*id)] != kTypeControl)

@@ -1,10 +1,9 @@
-# GGUF reader and ggml block dequantization (servelab_base only, no libtorch; SentencePiece's trainer
-# for the SentencePiece vocabulary case): crafted corrupt
+# GGUF reader and ggml block dequantization (servelab_base only, no libtorch): crafted corrupt
 # files, files written by the PyPI `gguf` package with its numpy dequantization as the reference
 # (tests/oracle/make_gguf_fixtures.py, a CTest fixture) and the shipped SmolLM2 file when present.
 servelab_add_qtest(test_gguf
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gguf.cpp
-  LIBS servelab_base PkgConfig::SENTENCEPIECE)
+  LIBS servelab_base)
 # The test class is a QObject declared in the .cpp (it includes test_gguf.moc).
 set_target_properties(test_gguf PROPERTIES AUTOMOC ON)
 # The fixtures need only numpy, gguf and safetensors, so they run in base-only builds too; without
