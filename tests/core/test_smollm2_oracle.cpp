@@ -4,7 +4,8 @@
 // "What is deep learning?", the KV cache fed token by token, and greedy tokens alone and batched.
 // Then what the Engine says and does with the built-in model: its info(), a KV cache of 3 KV heads,
 // generation ending on <|im_end|> (2) and <|endoftext|> (0), and prompts beyond the 8192-position
-// context refused with an InputError naming it.
+// context refused with an InputError naming it. Where the opt-in Gemma 3 270M is installed, it
+// against HF the same way (gemma3_270m_matches_hf).
 #include <c10/core/InferenceMode.h>
 
 #include <QElapsedTimer>
@@ -19,6 +20,7 @@
 #include "model/llama_model.h"
 #include "model/safetensors_file.h"
 #include "test_support.h"
+#include "tokenizer/prompt.h"
 
 using namespace servelab;
 using servelab::test::max_abs_diff;
@@ -238,6 +240,56 @@ class TestSmolLM2Oracle : public QObject {
     GenerateResult nc =
         generate(engine_->model(), engine_->tokenizer(), {prompts_[2].ids}, greedy(16, false));
     check_greedy(prompts_[2], nc.sequences[0].generated_ids, "without the cache");
+  }
+
+  // ---- an opt-in real checkpoint of another family ----
+
+  // Gemma 3 270M as llama.cpp's Q4_K_M file (scripts/install_gemma3_270m; not installed by default)
+  // against HF loading the same file (tests/oracle/make_gemma3_270m_fixtures.py): the tokenizer's
+  // ids, greedy tokens through the KV cache with the file's blocks run as stored, and along HF's
+  // greedy path the log-probabilities of HF's five most likely tokens, on a short prompt and on one
+  // of 1,434 tokens, longer than the local layers' 512-position window.
+  void gemma3_270m_matches_hf() {
+    const std::string dir = test::env_or_empty("SERVELAB_GEMMA3_ORACLE_DIR");
+    if (dir.empty()) QSKIP("SERVELAB_GEMMA3_ORACLE_DIR is unset (CTest sets it)");
+    if (std::ifstream skipped(fs::path(dir) / "skipped.txt"); skipped) {
+      std::string why;
+      std::getline(skipped, why);
+      QSKIP(qPrintable(QString::fromStdString(why)));
+    }
+    nlohmann::json ref;
+    std::ifstream(fs::path(dir) / "reference.json") >> ref;
+    EngineOptions o;
+    o.threads = 1;
+    const std::unique_ptr<Engine> gemma = Engine::load_gguf(ref["stamp"]["model"].get<std::string>(), o);
+    QCOMPARE(QString::fromStdString(gemma->model().shape().architecture), QStringLiteral("gemma3"));
+    c10::InferenceMode guard;
+    for (const auto& j : ref["prompts"]) {
+      const auto ids = j["ids"].get<std::vector<int32_t>>(), hf = j["greedy"].get<std::vector<int32_t>>();
+      QCOMPARE(encode_prompt(gemma->tokenizer(), j["text"].get<std::string>()), ids);  // with its <bos>
+      const GenerateResult r =
+          generate(gemma->model(), gemma->tokenizer(), {ids}, greedy(static_cast<int64_t>(hf.size())));
+      QCOMPARE(r.sequences[0].generated_ids, hf);
+      std::vector<int32_t> path = ids;
+      path.insert(path.end(), hf.begin(), hf.end());
+      const at::Tensor all = at::tensor(as_int64(path)).unsqueeze(0);
+      const at::Tensor logp =
+          at::log_softmax(
+              gemma->model().forward({all, at::arange(all.size(1)).unsqueeze(0), at::Tensor(), true}), -1)
+              .squeeze(0);
+      double worst = 0;
+      for (size_t k = 0; k < hf.size(); ++k) {
+        const auto& step = j["steps"][k];
+        for (size_t t = 0; t < 5; ++t)
+          worst = std::max(
+              worst, std::abs(logp[static_cast<int64_t>(ids.size() + k - 1)][step["ids"][t].get<int64_t>()]
+                                  .item<double>() -
+                              step["logprobs"][t].get<double>()));
+      }
+      qInfo("Gemma 3 270M, %zu prompt tokens: greedy equal to HF's, log-probabilities within %.2g",
+            ids.size(), worst);
+      QVERIFY2(worst < kLogitTolerance, qPrintable(QString("log-probabilities %1 from HF's").arg(worst)));
+    }
   }
 
   // ---- the Engine with the built-in model ----
