@@ -95,7 +95,7 @@ class SpeculativeTab : public ExperimentTab {
   ChartView* throughputChart_;
   ChartView* speedupChart_;
   ChartView* timeChart_;
-  // Behind the time split: plain decode steps and verify steps under this machine's roof.
+  // A page beside the four charts: plain decode steps and verify steps under this machine's roof.
   RooflineChart* rooflineChart_;
 
   ModelSummary model_;

@@ -50,7 +50,11 @@ std::vector<RooflinePoint> roofline_points(const std::vector<BatchStep>& steps, 
   std::map<std::string, size_t> index;
   for (const BatchStep& s : steps) {
     if (s.ms <= 0 || s.cost.flops <= 0) continue;
-    const bool decoding = s.decode_tokens > 0, prefilling = s.prefill_tokens > 0;
+    const bool prefilling = s.prefill_tokens > 0;
+    // A step that admits requests feeds their prompts' last tokens as decode rows: it is a prefill
+    // unless requests that were running already decode beside it.
+    const bool newcomers_only = s.running <= static_cast<int64_t>(s.admitted.size());
+    const bool decoding = s.decode_tokens > 0 && !(prefilling && newcomers_only);
     std::string kind, label;
     int64_t rows = 0;
     if (decoding && prefilling) {

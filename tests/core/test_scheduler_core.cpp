@@ -344,8 +344,12 @@ class TestSchedulerCore : public QObject {
       return s;
     };
     std::vector<BatchStep> steps;
-    steps.push_back(step(12, 0, 4, 120, 10));  // a whole prompt
-    steps.push_back(step(0, 2, 2, 20, 10));    // two rows decode
+    steps.push_back(step(12, 0, 4, 120, 10));      // a whole prompt
+    BatchStep admission = step(12, 1, 2, 60, 10);  // a prompt admitted with its last token as a row
+    admission.admitted = {3};
+    admission.running = 1;
+    steps.push_back(admission);
+    steps.push_back(step(0, 2, 2, 20, 10));  // two rows decode
     steps.push_back(step(0, 2, 4, 22, 12));
     steps.push_back(step(0, 1, 1, 10, 10));  // one row left
     BatchStep verify = step(0, 1, 3, 40, 11);
@@ -354,12 +358,15 @@ class TestSchedulerCore : public QObject {
     BatchStep verify2 = step(0, 1, 5, 20, 11);
     verify2.speculation.push_back({0, {5}, 0});
     steps.push_back(verify2);
-    steps.push_back(step(8, 1, 6, 90, 10));  // a chunk beside a decode row
-    steps.push_back(step(0, 1, 0, 0, 0));    // nothing ran: left out
+    BatchStep chunk = step(8, 1, 6, 90, 10);  // a chunk beside a running request's decode row
+    chunk.running = 2;
+    steps.push_back(chunk);
+    steps.push_back(step(0, 1, 0, 0, 0));  // nothing ran: left out
     const std::vector<RooflinePoint> points = roofline_points(steps, "int4-g32");
     QCOMPARE(points.size(), size_t{5});
-    QCOMPARE(QString::fromStdString(points[0].label), QStringLiteral("prefill 12 tokens"));
-    QCOMPARE(points[0].flops, 120.0);
+    QCOMPARE(QString::fromStdString(points[0].label), QStringLiteral("prefill 13 tokens"));  // (12 + 13) / 2
+    QCOMPARE(points[0].flops, 90.0);
+    QCOMPARE(points[0].ms, 3.0);
     QCOMPARE(QString::fromStdString(points[1].label), QStringLiteral("decode batch 2"));
     QCOMPARE(points[1].rows, int64_t{2});
     QCOMPARE(points[1].flops, 21.0);  // (20 + 22) / 2
