@@ -28,6 +28,8 @@
 #include "continuous/long_prompt.h"
 #include "continuous/request_queue_form.h"
 #include "continuous/result_tables.h"
+#include "continuous/result_values.h"
+#include "continuous/run_summary.h"
 #include "engine_controller.h"
 #include "form_widgets.h"
 #include "text_format.h"
@@ -668,36 +670,7 @@ void ContinuousTab::onCompareFinished(const servelab::SyncVsContinuousResult& r)
     }
   rebuildSelector(select);
 
-  const servelab::ServeSummary* sync = nullptr;
-  const servelab::ServeSummary* cont = nullptr;
-  const servelab::ServeSummary* naive = nullptr;
-  for (const servelab::ServeSummary& m : r.methods) {
-    if (m.method == "synchronous") sync = &m;
-    if (m.method == "continuous (slot KV)") cont = &m;
-    if (m.method == "continuous (merge/filter)") naive = &m;
-  }
-  QString text;
-  if (sync && cont) {
-    text = tr("<p><b>Continuous batching: %1 ms, synchronous: %2 ms, speed-up %3×.</b> %4 instead of %5 "
-              "average rows per forward pass.</p>"
-              "<p>Median latency %6 → %7 ms · median time to first token %8 → %9 ms.</p>")
-               .arg(formatMsCoarse(cont->total_ms), formatMsCoarse(sync->total_ms))
-               .arg(r.speedup, 0, 'f', 2)
-               .arg(cont->average_batch, 0, 'f', 1)
-               .arg(sync->average_batch, 0, 'f', 1)
-               .arg(formatMsCoarse(sync->latency_p50), formatMsCoarse(cont->latency_p50),
-                    formatMsCoarse(sync->ttft_p50), formatMsCoarse(cont->ttft_p50));
-  }
-  if (naive && cont) {
-    text += tr("<p>The course's merge/filter copied %1 MiB of KV cache (slot KV: %2 MiB) and took %3 ms.</p>")
-                .arg(static_cast<double>(naive->kv_copy_bytes) / kMiB, 0, 'f', 1)
-                .arg(static_cast<double>(cont->kv_copy_bytes) / kMiB, 0, 'f', 1)
-                .arg(formatMsCoarse(naive->total_ms));
-  }
-  text += pagedSummary(r, params());
-  text += r.same_tokens ? tr("<p>Every method generated the same tokens ✓</p>")
-                        : tr("<p><b>The methods generated different tokens.</b></p>");
-  summary_->setText(text);
+  summary_->setText(compareSummary(r, params()));
   progress_->finish();
   finishJob(true, QString());
 }
@@ -711,21 +684,7 @@ void ContinuousTab::onCourseFinished(const servelab::CourseBenchmarkResult& r) {
   rebuildSelector(static_cast<int>(shown_.size()) - 1);
   fillCourseTable(courseTable_, r);
   resultTabs_->setCurrentIndex(2);
-  if (r.rows.size() == 2) {
-    const servelab::CourseBenchmarkRow& base = r.rows[0];
-    const servelab::CourseBenchmarkRow& batched = r.rows[1];
-    summary_->setText(tr("<p><b>Course benchmark: batched %1× the baseline's throughput</b> (%2 s instead of "
-                         "%3 s for %4 queries of %5 tokens; %6 inference calls instead of %7).</p><p>%8</p>")
-                          .arg(batched.throughput_vs_baseline, 0, 'f', 2)
-                          .arg(batched.time_s, 0, 'f', 2)
-                          .arg(base.time_s, 0, 'f', 2)
-                          .arg(batched.queries)
-                          .arg(courseNewTokens_->value())
-                          .arg(batched.inference_calls)
-                          .arg(base.inference_calls)
-                          .arg(r.same_tokens ? tr("Batched tokens equal the baseline's ✓")
-                                             : tr("<b>Batched tokens differ from the baseline's.</b>")));
-  }
+  if (r.rows.size() == 2) summary_->setText(courseSummary(r, courseNewTokens_->value()));
   progress_->finish();
   finishJob(true, QString());
 }
@@ -784,78 +743,12 @@ void ContinuousTab::showTimeline(int index) {
 
 // --- Reports and settings --------------------------------------------------------------------
 
-QStringList ContinuousTab::resultValueNames() const {
-  return {// Run: the queue served synchronously and continuously (and paged, when on).
-          QStringLiteral("requests"), QStringLiteral("speedup"), QStringLiteral("synchronous_s"),
-          QStringLiteral("continuous_s"), QStringLiteral("synchronous_steps"),
-          QStringLiteral("continuous_steps"), QStringLiteral("synchronous_latency_p50_s"),
-          QStringLiteral("continuous_latency_p50_s"), QStringLiteral("slot_max_running"),
-          QStringLiteral("slot_kv_mib"), QStringLiteral("paged_s"), QStringLiteral("paged_max_running"),
-          QStringLiteral("paged_kv_mib"), QStringLiteral("paged_preemptions"),
-          QStringLiteral("paged_vs_slot_running"), QStringLiteral("prefix_hit_percent"),
-          QStringLiteral("prefix_speedup"),
-          // The long-prompt preset (chunked prefill).
-          QStringLiteral("unchunked_itl_max_ms"), QStringLiteral("chunked_itl_max_ms"),
-          QStringLiteral("itl_max_cut"), QStringLiteral("itl_p99_cut"), QStringLiteral("ttft_cost"),
-          QStringLiteral("throughput_ratio"), QStringLiteral("chunks"),
-          // The course benchmark.
-          QStringLiteral("course_speedup"), QStringLiteral("course_avg_batch")};
-}
+QStringList ContinuousTab::resultValueNames() const { return continuousValueNames(); }
 
-// Run: total times, forward passes and median request latency (arrival to last token) of the
-// synchronous and the slot-KV continuous run. Each kind of run gives its own values (a run of one kind clears
-// only that kind's). Paged values: the last run when it is paged KV, against the slot-KV continuous run;
-// prefix_speedup is the uncached paged run's time over the cached one's (when both ran).
 QMap<QString, double> ContinuousTab::resultValues() const {
   if (isRunning()) return {};
-  QMap<QString, double> v;
-  constexpr double kMiB = 1024.0 * 1024.0;
-  if (hasResult_ && result_.runs.size() >= 2) {
-    const servelab::ServeSummary &sync = result_.methods[0], &cont = result_.methods[1];
-    const servelab::BatchRunResult& slot = result_.runs[1];
-    v[QStringLiteral("requests")] = static_cast<double>(result_.runs[0].requests.size());
-    v[QStringLiteral("speedup")] = result_.speedup;
-    v[QStringLiteral("synchronous_s")] = sync.total_ms / 1000;
-    v[QStringLiteral("continuous_s")] = cont.total_ms / 1000;
-    v[QStringLiteral("synchronous_steps")] = static_cast<double>(sync.inference_calls);
-    v[QStringLiteral("continuous_steps")] = static_cast<double>(cont.inference_calls);
-    v[QStringLiteral("synchronous_latency_p50_s")] = sync.latency_p50 / 1000;
-    v[QStringLiteral("continuous_latency_p50_s")] = cont.latency_p50 / 1000;
-    v[QStringLiteral("slot_max_running")] = static_cast<double>(slot.max_running);
-    v[QStringLiteral("slot_kv_mib")] = static_cast<double>(slot.kv_cache_bytes) / kMiB;
-    const servelab::BatchRunResult& last = result_.runs.back();
-    if (QString::fromStdString(last.method).contains(QLatin1String("paged"))) {
-      v[QStringLiteral("paged_s")] = last.total_ms / 1000;
-      v[QStringLiteral("paged_max_running")] = static_cast<double>(last.max_running);
-      v[QStringLiteral("paged_kv_mib")] = static_cast<double>(last.kv_cache_bytes) / kMiB;
-      v[QStringLiteral("paged_preemptions")] = static_cast<double>(last.preemptions);
-      if (slot.max_running > 0)
-        v[QStringLiteral("paged_vs_slot_running")] =
-            static_cast<double>(last.max_running) / static_cast<double>(slot.max_running);
-      if (last.prompt_tokens > 0)
-        v[QStringLiteral("prefix_hit_percent")] =
-            100.0 * static_cast<double>(last.prefix_hit_tokens) / static_cast<double>(last.prompt_tokens);
-      const servelab::BatchRunResult& before = result_.runs[result_.runs.size() - 2];
-      if (QString::fromStdString(before.method).contains(QLatin1String("no prefix cache")) &&
-          last.total_ms > 0)
-        v[QStringLiteral("prefix_speedup")] = before.total_ms / last.total_ms;
-    }
-  }
-  if (hasLongPrompt_) {
-    const servelab::ChunkedPrefillResult& r = longPrompt_;
-    v[QStringLiteral("unchunked_itl_max_ms")] = r.unchunked.itl_max_ms;
-    v[QStringLiteral("chunked_itl_max_ms")] = r.chunked.itl_max_ms;
-    v[QStringLiteral("itl_max_cut")] = r.itl_max_cut;
-    v[QStringLiteral("itl_p99_cut")] = r.itl_p99_cut;
-    v[QStringLiteral("ttft_cost")] = r.ttft_cost;
-    v[QStringLiteral("throughput_ratio")] = r.throughput_ratio;
-    v[QStringLiteral("chunks")] = static_cast<double>(r.chunked.chunks);
-  }
-  if (hasCourseResult_ && courseResult_.rows.size() == 2) {
-    v[QStringLiteral("course_speedup")] = courseResult_.rows[1].throughput_vs_baseline;
-    v[QStringLiteral("course_avg_batch")] = courseResult_.rows[1].avg_batch;
-  }
-  return v;
+  return continuousValues(hasResult_ ? &result_ : nullptr, hasLongPrompt_ ? &longPrompt_ : nullptr,
+                          hasCourseResult_ ? &courseResult_ : nullptr);
 }
 
 QJsonObject ContinuousTab::lastResult() const {

@@ -4,8 +4,9 @@
 // the way `vllm bench serve` does, measuring what a client sees. Tokens are counted from what the
 // server reports (OpenAI's usage chunk, TGI's details) or with the model's tokenizer, never by
 // counting chunks. Torch-free and Qt-free (the CLI's loadgen and the Serving tab run it);
-// cpp-httplib's client stays inside the .cpp. The parts: load_stream.h (the event-stream parser),
-// load_metrics.h (the figures), load_dataset.h (the prompts).
+// cpp-httplib's client stays inside load_http.cpp (the requests); load_generator.cpp runs the
+// scenarios, load_report_write.cpp writes the report. The parts: load_stream.h (the event-stream
+// parser), load_metrics.h (the figures), load_dataset.h (the prompts).
 #include <atomic>
 #include <cstdint>
 #include <string>

@@ -16,6 +16,10 @@
 
 namespace servelab {
 
+namespace bpe_detail {
+struct RawTokenizer;  // what a loader collects (tokenizer/bpe_detail.h)
+}  // namespace bpe_detail
+
 // How text is cut into words before BPE.
 enum class PreTokenizerKind {
   Gpt2,    // GPT-2's regex (HF ByteLevel with use_regex=true)
@@ -103,6 +107,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
  private:
   struct Impl;
   explicit Gpt2BpeTokenizer(std::unique_ptr<Impl> impl);
+  // What the loaders end in (gpt2_bpe_loaders.cpp): checks what they collected and builds the
+  // tokenizer. TokenizerError naming the source for a gap in the ids, a missing byte token, an
+  // unknown merge or an out-of-range special id.
+  static std::unique_ptr<Gpt2BpeTokenizer> from_raw(bpe_detail::RawTokenizer raw);
   std::unique_ptr<Impl> impl_;
 };
 

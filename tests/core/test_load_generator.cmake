@@ -1,6 +1,7 @@
 # The load generator (core/serve/load_*) against tests/serve/loadgen_test_server.py on 127.0.0.1 (a
 # server that streams as vLLM does with a stream interval, and as TGI does): token counts, metrics,
-# goodput, warm-up, datasets, refusals. Torch-free: links servelab_loadgen only.
+# goodput, warm-up, arrivals, reports, refusals. Its readers are test_load_readers'. Torch-free:
+# links servelab_loadgen only.
 if(SERVELAB_BASE_ONLY)
   return()  # servelab_loadgen is defined with the serving libraries
 endif()

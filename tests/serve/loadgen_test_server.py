@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A small streaming server for the load generator's tests (tests/core/test_load_generator.cpp):
+"""A small streaming server for the load generator's tests (tests/core/test_load_generator.cpp,
+test_load_readers.cpp, test_load_targets.cpp and the Serving tab's):
 it streams as vLLM does with a stream interval (several tokens per server-sent event, the first
 token alone, a usage chunk at the end, a chunk that ends inside a UTF-8 character and so carries no
 text) and as TGI does (one event per token, details at the end), and it misbehaves on request.

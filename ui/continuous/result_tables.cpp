@@ -23,49 +23,6 @@ void setRow(QTableWidget* table, int row, const QStringList& cells) {
 
 }  // namespace
 
-QString pagedSummary(const servelab::SyncVsContinuousResult& r, const servelab::SyncVsContinuousParams& p) {
-  const servelab::BatchRunResult* slot = nullptr;
-  const servelab::BatchRunResult* paged = nullptr;
-  const servelab::BatchRunResult* uncached = nullptr;
-  const servelab::ServeSummary* pagedSummary = nullptr;
-  const servelab::ServeSummary* uncachedSummary = nullptr;
-  for (size_t i = 0; i < r.runs.size() && i < r.methods.size(); ++i) {
-    const std::string& m = r.runs[i].method;
-    if (m == "continuous (slot KV)") slot = &r.runs[i];
-    if (m == "continuous (paged KV)" || m == "continuous (paged KV + prefix cache)") {
-      paged = &r.runs[i];
-      pagedSummary = &r.methods[i];
-    }
-    if (m == "continuous (paged KV, no prefix cache)") {
-      uncached = &r.runs[i];
-      uncachedSummary = &r.methods[i];
-    }
-  }
-  QString text;
-  if (slot && paged) {
-    const QString budget = p.kv_budget_mb > 0 && p.slots_in_budget
-                               ? tr("In the same %1 MB of KV memory").arg(p.kv_budget_mb, 0, 'g', 4)
-                               : tr("With max batch %1").arg(p.max_batch);
-    text += tr("<p><b>%1: slot KV held at most %2 requests at once, paged KV %3.</b> Average batch %4 vs %5; "
-               "paged KV preempted %6 times.</p>")
-                .arg(budget)
-                .arg(slot->max_running)
-                .arg(paged->max_running)
-                .arg(slot->average_batch, 0, 'f', 2)
-                .arg(paged->average_batch, 0, 'f', 2)
-                .arg(paged->preemptions);
-  }
-  if (paged && uncached && pagedSummary && uncachedSummary) {
-    text += tr("<p><b>Prefix cache: %1 of %2 prompt tokens were hits</b> (without it: %3); median time to "
-               "first token %4 → %5 ms.</p>")
-                .arg(paged->prefix_hit_tokens)
-                .arg(paged->prompt_tokens)
-                .arg(uncached->prefix_hit_tokens)
-                .arg(formatMsCoarse(uncachedSummary->ttft_p50), formatMsCoarse(pagedSummary->ttft_p50));
-  }
-  return text;
-}
-
 void fillComparison(QTableWidget* table, const servelab::SyncVsContinuousResult& r) {
   double syncMs = 0;
   for (const servelab::ServeSummary& m : r.methods)
