@@ -13,6 +13,7 @@
 #include "model/llama_config.h"  // read_llama_family_json: any config.json, read and checked
 #include "model/safetensors_file.h"
 #include "util/errors.h"
+#include "util/hf_hub_cache.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -435,12 +436,7 @@ json CatalogEntry::to_json() const {
 CatalogRoots default_catalog_roots() {
   CatalogRoots r;
   const std::string home = env("HOME");
-  if (const std::string hub = env("HF_HUB_CACHE"); !hub.empty())
-    r.hf_cache = hub;
-  else if (const std::string hf_home = env("HF_HOME"); !hf_home.empty())
-    r.hf_cache = hf_home + "/hub";
-  else if (!home.empty())
-    r.hf_cache = home + "/.cache/huggingface/hub";
+  r.hf_cache = hf_hub_cache_dir();
   if (!home.empty()) r.lm_studio = {home + "/.lmstudio/models", home + "/.cache/lm-studio/models"};
   if (const std::string ollama = env("OLLAMA_MODELS"); !ollama.empty())
     r.ollama = ollama;

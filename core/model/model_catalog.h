@@ -46,8 +46,8 @@ struct CatalogRoots {
   std::vector<std::string> folders;    // searched for model folders and .gguf files
 };
 
-// The default roots from the environment: HF_HUB_CACHE, else HF_HOME/hub, else
-// ~/.cache/huggingface/hub; ~/.lmstudio/models and the older ~/.cache/lm-studio/models;
+// The default roots from the environment: the Hugging Face Hub's cache as huggingface_hub finds it
+// (util/hf_hub_cache.h); ~/.lmstudio/models and the older ~/.cache/lm-studio/models;
 // OLLAMA_MODELS, else ~/.ollama/models. No folders of the user's.
 CatalogRoots default_catalog_roots();
 

@@ -21,6 +21,7 @@
 #include "serve/request_parser.h"
 #include "serve/slow_request_guard.h"
 #include "util/errors.h"
+#include "util/hf_hub_cache.h"
 
 namespace servelab {
 
@@ -32,45 +33,6 @@ namespace {
 // load test opens at once (a closed loop of N clients reconnects N at a time).
 constexpr int kListenBacklog = 4096;
 }  // namespace
-
-std::string hf_cache_snapshot(const std::string& repo_id, std::string* searched) {
-  fs::path hub;
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v && *v ? v : "";
-  };
-  if (!env("HF_HUB_CACHE").empty())
-    hub = env("HF_HUB_CACHE");
-  else if (!env("HF_HOME").empty())
-    hub = fs::path(env("HF_HOME")) / "hub";
-  else if (!env("XDG_CACHE_HOME").empty())
-    hub = fs::path(env("XDG_CACHE_HOME")) / "huggingface" / "hub";
-  else
-    hub = fs::path(env("HOME")) / ".cache" / "huggingface" / "hub";
-  std::string folder = "models--" + repo_id;
-  for (size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/', at + 2))
-    folder.replace(at, 1, "--");
-  const fs::path repo = hub / folder;
-  if (searched) *searched = repo.string();
-  std::error_code ec;
-  if (repo_id.empty() || repo_id.find("..") != std::string::npos || !fs::is_directory(repo / "snapshots", ec))
-    return "";
-  std::ifstream ref(repo / "refs" / "main");
-  std::string revision;
-  if (ref && std::getline(ref, revision) && fs::is_directory(repo / "snapshots" / revision, ec))
-    return (repo / "snapshots" / revision).string();
-  fs::path newest;
-  fs::file_time_type newest_time{};
-  for (const auto& d : fs::directory_iterator(repo / "snapshots", ec)) {
-    if (!d.is_directory(ec)) continue;
-    const auto t = d.last_write_time(ec);
-    if (newest.empty() || t > newest_time) {
-      newest = d.path();
-      newest_time = t;
-    }
-  }
-  return newest.string();
-}
 
 // When a request must be over (--request-timeout); never when none is set.
 struct Deadline {

@@ -86,10 +86,4 @@ class HttpServer {
   int port_ = 0;
 };
 
-// The folder of a Hugging Face Hub repository in the local cache: $HF_HUB_CACHE, else
-// $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub; then
-// models--<org>--<name>/snapshots/<revision>, the revision refs/main names (else the only
-// snapshot, else the newest). Empty when absent; *searched says where it looked.
-std::string hf_cache_snapshot(const std::string& repo_id, std::string* searched = nullptr);
-
 }  // namespace servelab

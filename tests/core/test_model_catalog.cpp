@@ -254,7 +254,14 @@ class TestModelCatalog : public QObject {
     ::setenv("HF_HOME", "/x/hf", 1);
     QCOMPARE(default_catalog_roots().hf_cache, std::string("/x/hf/hub"));
     ::unsetenv("HF_HOME");
+    // huggingface_hub's next place: $XDG_CACHE_HOME/huggingface/hub, then the home folder's.
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const std::string saved_xdg = xdg ? xdg : "";
+    ::setenv("XDG_CACHE_HOME", "/x/cache", 1);
+    QCOMPARE(default_catalog_roots().hf_cache, std::string("/x/cache/huggingface/hub"));
+    ::unsetenv("XDG_CACHE_HOME");
     QCOMPARE(default_catalog_roots().hf_cache, home + "/.cache/huggingface/hub");
+    if (xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
     QCOMPARE(default_catalog_roots().lm_studio,
              (std::vector<std::string>{home + "/.lmstudio/models", home + "/.cache/lm-studio/models"}));
     QCOMPARE(default_catalog_roots().ollama, tree_.ollama().string());
