@@ -339,7 +339,7 @@ QuantizationTab::QuantizationTab(EngineController* engine, QWidget* parent) : Ex
   detailTabs_->addTab(blockChart_, tr("Error per block"));
   rooflineChart_ = new RooflineChart(this);
   rooflineChart_->setObjectName(QStringLiteral("quantRooflineChart"));
-  detailTabs_->addTab(rooflineChart_, tr("Roofline, every mode"));
+  detailTabs_->addTab(rooflineChart_, tr("Roofline"));
   auto* detailPanel = new QWidget(this);
   auto* dv = new QVBoxLayout(detailPanel);
   dv->setContentsMargins(0, 0, 0, 0);
