@@ -31,6 +31,17 @@ DEFAULT_MODEL = os.path.join(ROOT, ".venv", "share", "servelab", "models", "Smol
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def load_model(path):
     import torch
     from tokenizers import pre_tokenizers
@@ -88,6 +99,7 @@ def save_fp16(model, out, job):
     st = os.path.join(out, "adapter_model.safetensors")
     tensors = {k: v.to(torch.float16).contiguous() for k, v in load_file(st).items()}
     save_file(tensors, st, metadata={"format": "pt"})
+    os.chmod(st, 0o644)  # installed with the app: readable by all
     cfg_path = os.path.join(out, "adapter_config.json")
     with open(cfg_path) as f:
         cfg = json.load(f)
@@ -191,7 +203,7 @@ def main():
             "batch": a.batch, "rank": a.rank, "alpha": 2 * a.rank, "lr": a.lr, "target_modules": TARGETS,
             "examples_seen": step * a.batch, "tokens_per_example_mean": round(sum(lens) / len(lens), 1),
             "minutes": round((elapsed_before + time.time() - t0) / 60, 1), "threads": a.threads,
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_name(),
             "loss_first_10": round(sum(losses[:10]) / len(losses[:10]), 4),
             "loss_last_10": round(sum(losses[-10:]) / len(losses[-10:]), 4),
             "torch": torch.__version__}
