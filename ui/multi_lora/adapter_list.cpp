@@ -305,10 +305,11 @@ void AdapterList::fill() {
     const servelab::AdapterSource& s = e.source;
     // A PEFT folder by its name (the whole path in the tooltip), a random adapter by its seed.
     const QString path = QDir::toNativeSeparators(QString::fromStdString(s.peft_dir));
+    const servelab::BuiltinAdapter* builtin = servelab::builtin_adapter_of(s);
     QString source = s.peft_dir.empty() ? tr("random (seed %1)").arg(s.seed)
+                     : builtin          ? tr("built-in · %1").arg(QString::fromStdString(builtin->job))
                                         : tr("peft …/%1").arg(QFileInfo(path).fileName());
     const QString sourceTip = s.peft_dir.empty() ? source : tr("PEFT folder %1").arg(path);
-    const servelab::BuiltinAdapter* builtin = servelab::builtin_adapter_of(s);
     const QString format =
         builtin ? tr("%1: %2").arg(QString::fromStdString(builtin->job),
                                    QString::fromStdString(builtin->prompt_template).simplified().right(48))
@@ -367,12 +368,10 @@ void AdapterList::fill() {
   const int waiting = joining();
   QString hint;
   const bool defaults =
-      rows > 0 && std::all_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.isDefault; });
+      !chosen_ && rows > 0 &&
+      std::all_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.isDefault; });
   if (defaults)
-    hint =
-        tr("The built-in model's %n adapter(s), trained for three of the course's jobs (docs/adapters.md). "
-           "Each continues its own prompt format.",
-           nullptr, rows);
+    hint = tr("Built-in adapters: one base model, three jobs.");
   else if (rows == 0 && waiting == 0)
     hint = tr("The list is empty: the experiment makes %1 random adapters of rank %2 itself, and serving "
               "uses as many.")
