@@ -12,7 +12,10 @@
 #include <thread>
 
 #include "cli_usage.h"
+#include "lora/builtin_adapters.h"
+#include "model/builtin_model.h"
 #include "serve/serve_session.h"
+#include "util/data_paths.h"
 #include "util/errors.h"
 #include "util/limits.h"
 
@@ -33,6 +36,11 @@ void ServeCommand::add_to(CLI::App* serve) {
   serve->add_option("--max-total-tokens", a.max_total_tokens,
                     "prompt + new tokens per request (0: the model's context, at most 2048)");
   serve->add_option("--adapter", a.adapters, "NAME=PEFT_DIR: a LoRA adapter requests may name (repeatable)");
+  serve->add_flag(
+      "--no-builtin-adapters", a.no_builtin_adapters,
+      "on the built-in model, leave out its three adapters (predibase/conllpp, predibase/cnn, "
+      "predibase/hellaswag_processed: docs/adapters.md), registered by default when no --adapter is "
+      "given");
   serve->add_option("--adapter-cache", a.adapter_cache, "adapters loaded at once (0: no limit)");
   serve->add_option("--http-threads", a.http_threads,
                     "connection threads; each open stream holds one (0: max batch + max queue + 8)");
@@ -151,6 +159,19 @@ int ServeCommand::run(const std::function<std::unique_ptr<Engine>()>& load, cons
     spec = resolve_speculative(a.speculative, *engine, options);
     so.speculative = spec.config;
     model_id = engine->is_demo() ? "servelab-demo-gpt2" : engine->name();
+    // The built-in model's own adapters, under the course's ids, unless the user chose adapters.
+    if (a.adapters.empty() && !a.no_builtin_adapters && is_builtin_model(*engine)) {
+      std::vector<AdapterSource> builtin = builtin_adapter_sources();
+      std::string names;
+      for (const AdapterSource& b : builtin) names += (names.empty() ? "" : ", ") + b.name;
+      if (builtin.empty())
+        std::cerr << "servelab-cli serve: the built-in adapters were not found (looked for adapters/ in "
+                  << data_dirs_text() << "); serving without them" << std::endl;
+      else
+        std::cerr << "servelab-cli serve: built-in adapters " << names
+                  << " (--no-builtin-adapters leaves them out)" << std::endl;
+      so.adapters = std::move(builtin);
+    }
     session.attach(*spec.target, engine->tokenizer(), so, model_id, engine->info().dump());
   }).get();
   ServeScheduler& scheduler = *session.scheduler();

@@ -20,6 +20,7 @@ struct ServeArgs {
   int64_t max_batch = 8, max_queue = 64, max_total_tokens = 0, adapter_cache = 8, max_body_bytes = 2 << 20;
   int64_t max_num_batched_tokens = 0;
   std::vector<std::string> adapters;  // NAME=PEFT_DIR
+  bool no_builtin_adapters = false;   // the built-in model without its three adapters
   int http_threads = 0;
   double grace_s = 10;
   std::string kv = "paged";

@@ -3,6 +3,8 @@
 #   lib/servelab/                           the libtorch libraries they load (component torch)
 #   share/servelab/{gpt2,models}/           the built-in model and GPT-2's tokenizer (component data),
 #                                           found relative to the binary (core/util/data_paths.h)
+#   share/servelab/adapters/                the built-in model's three adapters (component data;
+#                                           core/lora/builtin_adapters.h, docs/adapters.md)
 #   share/applications, icons, metainfo, mime/packages, man/man1   the desktop integration
 # Components: servelab (binaries, desktop files), data, torch. No RUNPATH in it names the build tree
 # or .venv. SERVELAB_INSTALL_TORCH_LINKS=1 in the environment makes the torch component symbolic links
@@ -21,6 +23,8 @@ get_filename_component(_model_name "${SERVELAB_BUILTIN_MODEL}" NAME)
 install(FILES "${_model}" DESTINATION share/servelab/models RENAME "${_model_name}" COMPONENT data)
 install(FILES "${SERVELAB_GPT2_TOKENIZER_DIR}/vocab.json" "${SERVELAB_GPT2_TOKENIZER_DIR}/merges.txt"
         DESTINATION share/servelab/gpt2 COMPONENT data)
+install(DIRECTORY "${CMAKE_SOURCE_DIR}/resources/adapters/" DESTINATION share/servelab/adapters COMPONENT data
+        FILES_MATCHING PATTERN "adapter_config.json" PATTERN "adapter_model.safetensors" PATTERN "training.json")
 
 # libtorch: the libraries the programs need from the torch package (its lib/ and nvidia/*/lib), found
 # by following their NEEDED entries at install time; the system's libraries are the package's

@@ -56,6 +56,7 @@ ModelSummary summarize(const servelab::Engine& engine, const QString& folder) {
   s.name = QString::fromStdString(engine.name());
   s.folder = folder;
   s.demo = engine.is_demo();
+  s.builtin = j.value("builtin_model", false);
   s.architecture = QString::fromStdString(j["architecture"].get<std::string>());
   s.format = QString::fromStdString(j["format"].get<std::string>());
   if (j.contains("chat_template") && j["chat_template"].is_string() && j["chat_template"] != "unrecognised")

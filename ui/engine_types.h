@@ -43,6 +43,7 @@ struct ModelSummary {
   QString name;
   QString folder;                // the folder or .gguf file; empty for the built-in models
   bool demo = false;             // the GPT-2 small shape with random weights
+  bool builtin = false;          // the built-in SmolLM2-135M-Instruct (its adapters fit it)
   QString architecture, format;  // "gpt2" / "llama"; "random", "safetensors" or "gguf"
   QString chatFamily;            // the chat template's family ("chatml", ...); empty: none or unrecognised
   QString caveat;                // shown beside any generated text ("random weights: ...")

@@ -19,6 +19,7 @@
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "form_widgets.h"
+#include "lora/builtin_adapters.h"
 #include "multi_lora/adapter_list.h"
 #include "multi_lora/adapter_serving_page.h"
 #include "multi_lora/batch_composer.h"
@@ -201,6 +202,8 @@ QWidget* MultiLoraTab::buildStrategiesPage() {
   tv->addWidget(charts, 1);
 
   auto* split = new QSplitter(Qt::Vertical, this);
+  split->setObjectName(QStringLiteral("loraChartsSplitter"));
+  chartsSplit_ = split;
   split->addWidget(top);
   split->addWidget(detailTabs_);
   split->setStretchFactor(0, 3);
@@ -451,6 +454,13 @@ void MultiLoraTab::onFinished(const servelab::MultiLoraResult& r) {
   drawOutputs();
   setAgreement(r);
   detailTabs_->setCurrentIndex(r.outputs.empty() ? 1 : 0);
+  // Adapters on prompts of their own (the built-in ones): their texts are the point, so the text
+  // gets at least half of the height the charts share with it.
+  if (!runParams_.adapter_prompts.empty()) {
+    const QList<int> sizes = chartsSplit_->sizes();
+    const int total = sizes.value(0) + sizes.value(1), text = total / 2;
+    if (sizes.size() == 2 && sizes[1] < text) chartsSplit_->setSizes({total - text, text});
+  }
 
   // The headline: at the largest batch, each strategy against the base model (or the loop).
   int64_t largest = 0;
@@ -552,24 +562,31 @@ void MultiLoraTab::drawOutputs() {
   const QString muted = dark ? QStringLiteral("#a0a0a0") : QStringLiteral("#666666");
   const QString shade = dark ? QStringLiteral("#2e2e2e") : QStringLiteral("#eef2f6");
   const QString border = dark ? QStringLiteral("#555555") : QStringLiteral("#c8c8c8");
-  QString html =
-      tr("<p style='margin:2px'><span style='color:%1'>prompt</span> <b>%2</b> <span style='color:%1'>· "
-         "greedy, the same prompt through each adapter</span></p>")
-          .arg(muted, resultPrompt_.toHtmlEscaped());
-  html += QStringLiteral(
-      "<table width='100%' cellspacing='0' cellpadding='4' style='border-collapse:collapse'><tr>");
-  for (const servelab::AdapterOutput& o : result_.outputs)
-    html += QStringLiteral("<th align='left' style='border-bottom:1px solid %1'>%2</th>")
-                .arg(border, o.adapter.empty() ? tr("base model")
-                                               : QString::fromStdString(o.adapter).toHtmlEscaped());
-  html += QStringLiteral("</tr><tr>");
-  for (const servelab::AdapterOutput& o : result_.outputs) {
+  const auto adapterName = [this](const servelab::AdapterOutput& o) {
+    return o.adapter.empty() ? tr("base model") : QString::fromStdString(o.adapter).toHtmlEscaped();
+  };
+  // maxChars > 0: the tokens up to about that many characters, then an ellipsis.
+  const auto textHtml = [&](const servelab::AdapterOutput& o, int maxChars) {
     // Token boundaries as a faint shade on every other token; the ids in the tooltip.
     QString text;
     if (!o.pieces.empty()) {
+      int shown = 0;
       for (size_t k = 0; k < o.pieces.size(); ++k) {
+        if (maxChars > 0 && shown >= maxChars) {
+          text += QStringLiteral("<span style='color:%1'> … (%2 tokens in all)</span>")
+                      .arg(muted)
+                      .arg(o.pieces.size());
+          break;
+        }
+        shown += static_cast<int>(tokenText(o.pieces[k]).size());
         const QString piece = tokenText(o.pieces[k]).toHtmlEscaped();
         const QString id = k < o.tokens.size() ? QString::number(o.tokens[k]) : QString();
+        // A control token (<|im_end|>, <|endoftext|>: where the text ended) faint.
+        if (o.pieces[k].size() > 4 && o.pieces[k].rfind("<|", 0) == 0 && o.pieces[k].ends_with("|>")) {
+          text += QStringLiteral("<span title='id %1' style='color:%2; white-space:nowrap'>%3</span>")
+                      .arg(id, muted, piece);
+          continue;
+        }
         text += k % 2 ? QStringLiteral("<span title='id %1' style='background-color:%2'>%3</span>")
                             .arg(id, shade, piece)
                       : QStringLiteral("<span title='id %1'>%2</span>").arg(id, piece);
@@ -581,9 +598,73 @@ void MultiLoraTab::drawOutputs() {
       for (int32_t t : o.tokens) ids << QString::number(t);
       text = tr("token ids %1").arg(ids.join(QStringLiteral(" ")));
     }
-    html += QStringLiteral("<td valign='top' style='white-space:pre-wrap'>%1</td>").arg(text);
+    return text;
+  };
+  const auto ownPrompt = [this](const servelab::AdapterOutput& o) {
+    return !o.prompt.empty() && o.prompt != runParams_.prompt;
+  };
+  // The rows that continued the composer's prompt, side by side.
+  QString html;
+  QList<const servelab::AdapterOutput*> plain;
+  for (const servelab::AdapterOutput& o : result_.outputs)
+    if (!ownPrompt(o)) plain << &o;
+  if (!plain.isEmpty()) {
+    html +=
+        tr("<p style='margin:2px'><span style='color:%1'>prompt</span> <b>%2</b> <span style='color:%1'>· "
+           "greedy, the same prompt through each adapter</span></p>")
+            .arg(muted, resultPrompt_.toHtmlEscaped());
+    html += QStringLiteral(
+        "<table width='100%' cellspacing='0' cellpadding='4' style='border-collapse:collapse'><tr>");
+    for (const servelab::AdapterOutput* o : plain)
+      html += QStringLiteral("<th align='left' style='border-bottom:1px solid %1'>%2</th>")
+                  .arg(border, adapterName(*o));
+    html += QStringLiteral("</tr><tr>");
+    for (const servelab::AdapterOutput* o : plain)
+      html += QStringLiteral("<td valign='top' style='white-space:pre-wrap'>%1</td>").arg(textHtml(*o, 0));
+    html += QStringLiteral("</tr></table>");
   }
-  html += QStringLiteral("</tr></table>");
+  // Adapters with a prompt format of their own (the built-in ones): one row each, the base model's
+  // continuation of the very same prompt beside the adapter's.
+  QString own;
+  for (size_t i = 0; i < result_.outputs.size(); ++i) {
+    const servelab::AdapterOutput& o = result_.outputs[i];
+    if (o.adapter.empty() || !ownPrompt(o)) continue;
+    const servelab::AdapterOutput* base = nullptr;
+    for (const servelab::AdapterOutput& b : result_.outputs)
+      if (b.adapter.empty() && b.prompt == o.prompt) base = &b;
+    const servelab::BuiltinAdapter* builtin = servelab::find_builtin_adapter(o.adapter);
+    QString input = QString::fromStdString(o.prompt);
+    QString job;
+    if (builtin && o.prompt == servelab::builtin_adapter_prompt(*builtin, builtin->example_input)) {
+      input = QString::fromStdString(builtin->example_input);
+      job = QString::fromStdString(builtin->job);
+    }
+    if (input.size() > 90) input = input.left(90) + QStringLiteral("…");
+    own +=
+        QStringLiteral(
+            "<tr><td valign='top'><b>%1</b><br><span style='color:%2; font-size:small'>%3</span></td>"
+            "<td valign='top' title=\"%4\"><span style='color:%2; font-size:small'>%5</span></td>"
+            "<td valign='top' style='white-space:pre-wrap'>%6</td>"
+            "<td valign='top' style='white-space:pre-wrap'><span style='color:%2; "
+            "font-size:small'>%7</span></td></tr>")
+            .arg(adapterName(o), muted, job.toHtmlEscaped(), QString::fromStdString(o.prompt).toHtmlEscaped(),
+                 input.toHtmlEscaped(), textHtml(o, 0), base ? textHtml(*base, 80) : QString());
+  }
+  if (!own.isEmpty()) {
+    html += tr("<p style='margin:2px'><span style='color:%1'>greedy · each adapter on its own prompt format, "
+               "the course's example as input (the whole prompt in the tooltip), the base model on the same "
+               "prompt beside it</span></p>")
+                .arg(muted);
+    html += QStringLiteral(
+                "<table width='100%' cellspacing='0' cellpadding='4' style='border-collapse:collapse'><tr>"
+                "<th align='left' width='22%' style='border-bottom:1px solid %1'>%2</th>"
+                "<th align='left' width='24%' style='border-bottom:1px solid %1'>%3</th>"
+                "<th align='left' width='30%' style='border-bottom:1px solid %1'>%4</th>"
+                "<th align='left' width='24%' style='border-bottom:1px solid %1'>%5</th></tr>")
+                .arg(border, tr("adapter"), tr("input"), tr("through the adapter"),
+                     tr("base model, same prompt"));
+    html += own + QStringLiteral("</table>");
+  }
   outputs_->setProperty("sourceHtml", html);
   outputs_->setHtml(html);
 }

@@ -19,6 +19,7 @@
 class QLabel;
 class QTabWidget;
 class QTableWidget;
+class QSplitter;
 class QTextBrowser;
 
 namespace servelab::ui {
@@ -144,6 +145,7 @@ class MultiLoraTab : public ExperimentTab {
   ChartView* latencyChart_;
   ChartView* ratioChart_;
   QTabWidget* detailTabs_;
+  QSplitter* chartsSplit_ = nullptr;  // the charts over the detail tabs
   QLabel* caveat_;
   QTextBrowser* outputs_;
   QTableWidget* pointsTable_;

@@ -353,20 +353,41 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
     }
   }
 
-  // The prompt through the base model and the first adapters, one batched run per strategy.
+  // The prompt through the base model and the first adapters, one batched run per strategy. An
+  // adapter with a prompt of its own continues that, the base model beside it on the same prompt;
+  // the base model continues params.prompt only when some adapter shown has none.
   progress(control, 0.9, "generating per adapter");
-  const std::vector<int32_t> prompt_ids = encode_prompt(engine.tokenizer(), p.prompt);
-  if (prompt_ids.empty()) throw InputError("the prompt is empty");
-  std::vector<std::shared_ptr<const LoraAdapter>> out_rows = {nullptr};
-  for (size_t i = 0; i < owned.size() && static_cast<int64_t>(i) < p.outputs_max; ++i)
-    out_rows.push_back(owned[i]);
-  std::vector<std::vector<int32_t>> prompts(out_rows.size(), prompt_ids);
-  std::vector<std::vector<int32_t>> first_tokens;
+  struct TextRow {
+    std::shared_ptr<const LoraAdapter> adapter;
+    std::string prompt;
+  };
+  std::vector<TextRow> text_rows;
+  std::vector<TextRow> adapter_rows;
+  bool plain = false;
+  for (size_t i = 0; i < owned.size() && static_cast<int64_t>(i) < p.outputs_max; ++i) {
+    const auto own = p.adapter_prompts.find(owned[i]->name());
+    if (own == p.adapter_prompts.end()) {
+      adapter_rows.push_back({owned[i], p.prompt});
+      plain = true;
+    } else {
+      adapter_rows.push_back({owned[i], own->second});
+      adapter_rows.push_back({nullptr, own->second});
+    }
+  }
+  if (plain || adapter_rows.empty()) text_rows.push_back({nullptr, p.prompt});
+  text_rows.insert(text_rows.end(), adapter_rows.begin(), adapter_rows.end());
+  std::vector<std::shared_ptr<const LoraAdapter>> out_rows;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const TextRow& row : text_rows) {
+    out_rows.push_back(row.adapter);
+    prompts.push_back(encode_prompt(engine.tokenizer(), row.prompt));
+    if (prompts.back().empty()) throw InputError("the prompt is empty");
+  }
   for (size_t si = 0; si < p.strategies.size(); ++si) {
     check_cancel(control);
     GenerateOptions o;
     o.max_new_tokens = p.new_tokens;
-    o.stop_at_eos = false;
+    o.stop_at_eos = !p.adapter_prompts.empty();
     o.report_top = 0;
     o.cancel = control.cancel;
     o.adapters = out_rows;
@@ -376,6 +397,7 @@ MultiLoraResult run_multi_lora(const Engine& engine, const MultiLoraParams& p,
       if (si == 0) {
         AdapterOutput out;
         out.adapter = out_rows[r] ? out_rows[r]->name() : "";
+        out.prompt = text_rows[r].prompt;
         out.tokens = g.sequences[r].generated_ids;
         for (int32_t id : out.tokens) out.pieces.push_back(engine.tokenizer().token_display(id));
         out.text = g.sequences[r].text;
@@ -429,7 +451,8 @@ nlohmann::json MultiLoraResult::to_json() const {
                            {"distinct_adapters", p.distinct_adapters}});
   j["outputs"] = nlohmann::json::array();
   for (const AdapterOutput& o : outputs)
-    j["outputs"].push_back({{"adapter", o.adapter}, {"tokens", o.tokens}, {"text", o.text}});
+    j["outputs"].push_back(
+        {{"adapter", o.adapter}, {"prompt", o.prompt}, {"tokens", o.tokens}, {"text", o.text}});
   j["strategies_agree"] = strategies_agree;
   j["max_strategy_difference"] = max_strategy_difference;
   return j;

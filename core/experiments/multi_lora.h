@@ -4,6 +4,7 @@
 // side by side against the base model; generated text per adapter for one prompt. Torch-free
 // header: the GUI includes it.
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -45,6 +46,10 @@ struct MultiLoraParams {
   std::string prompt = "The quick brown fox jumped over the";
   int64_t new_tokens = 12;
   int64_t outputs_max = 4;
+  // Prompts of their own, by adapter name (the built-in adapters' prompt formats,
+  // lora/builtin_adapters.h): such an adapter continues its own prompt, with the base model's
+  // continuation of the same prompt beside it, and every row then stops at end of text.
+  std::map<std::string, std::string> adapter_prompts;
 };
 
 // One decode step's median time for a strategy ("base" for the model without adapters).
@@ -69,6 +74,7 @@ struct LoraShapes {
 
 struct AdapterOutput {
   std::string adapter;  // "" for the base model
+  std::string prompt;   // the prompt it continued: params.prompt, or the adapter's own
   std::vector<int32_t> tokens;
   std::vector<std::string> pieces;
   std::string text;

@@ -7,9 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 
+#include "lora/builtin_adapters.h"
 #include "model/architecture.h"
 #include "model/blocked_linear.h"
+#include "model/builtin_model.h"
 #include "model/decode_attention.h"
 #include "model/decode_graphs.h"
 #include "model/gguf_file.h"
@@ -234,6 +237,26 @@ std::unique_ptr<Engine> Engine::load_folder(const std::string& dir, const Engine
   return e;
 }
 
+namespace {
+
+// Whether path is the built-in model's file (default_model_path()), however it is spelled.
+bool builtin_model_file(const std::string& path) {
+  if (path.empty()) return false;
+  std::string builtin;
+  try {
+    builtin = default_model_path();
+  } catch (const std::exception&) {
+    return false;  // no built-in model on this computer
+  }
+  std::error_code ec;
+  const bool same = fs::equivalent(path, builtin, ec);
+  return !ec && same;
+}
+
+}  // namespace
+
+bool is_builtin_model(const Engine& engine) { return engine.info().value("builtin_model", false); }
+
 std::unique_ptr<Engine> Engine::load_builtin(const EngineOptions& o) {
   return load_gguf(default_model_path(), o);
 }
@@ -452,6 +475,15 @@ nlohmann::json Engine::info() const {
   j["architecture"] = model_->shape().architecture;
   j["format"] = format_;
   if (!source_path_.empty()) j["path"] = source_path_;
+  // The built-in model (model/builtin_model.h), and its adapters (lora/builtin_adapters.h): where
+  // they are, and their ids.
+  if (!is_demo_ && format_ == "gguf" && builtin_model_file(source_path_)) {
+    j["builtin_model"] = true;
+    const std::vector<AdapterSource> adapters = builtin_adapter_sources();
+    nlohmann::json b = {{"dir", builtin_adapters_dir()}, {"ids", nlohmann::json::array()}};
+    for (const AdapterSource& a : adapters) b["ids"].push_back(a.name);
+    j["builtin_adapters"] = b;
+  }
   j["demo"] = is_demo_;
   j["random_weights"] = is_demo_;
   if (is_demo_) j["caveat"] = text_caveat();

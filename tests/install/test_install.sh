@@ -27,7 +27,9 @@ prefix="$work/a/usr"
 programs=("$prefix/bin/servelab-cli")
 [ -x "$prefix/bin/servelab" ] && programs+=("$prefix/bin/servelab")
 for f in share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf share/servelab/gpt2/vocab.json \
-  share/servelab/gpt2/merges.txt lib/servelab/libtorch_cpu.so lib/servelab/libc10.so; do
+  share/servelab/gpt2/merges.txt lib/servelab/libtorch_cpu.so lib/servelab/libc10.so \
+  share/servelab/adapters/conllpp/adapter_model.safetensors share/servelab/adapters/cnn/adapter_config.json \
+  share/servelab/adapters/hellaswag_processed/adapter_model.safetensors; do
   [ -e "$prefix/$f" ] || fail "$f is not in the install"
 done
 [ -L "$prefix/share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf" ] && fail "the model is installed as a link"
@@ -61,13 +63,18 @@ mkdir -p "$work/elsewhere" "$work/home"
 run() {
   (cd "$work/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$work/home" XDG_DATA_DIRS="${xdg_dirs:-$work/none}" "$@")
 }
-# servelab-cli info's "path" (the model file it loaded) must be $1.
+# servelab-cli info's "path" (the model file it loaded) must be $1, and its built-in adapters must
+# come from adapters/ beside it.
 model_is() {
   python3 - "$work/info.json" "$1" <<'PY'
-import json, sys
+import json, os, sys
 info = json.load(open(sys.argv[1]))
 if info.get("path") != sys.argv[2]:
     sys.exit(f"test_install: FAIL: the model came from {info.get('path')}, not {sys.argv[2]}")
+want = os.path.join(os.path.dirname(os.path.dirname(sys.argv[2])), "adapters")
+got = info.get("builtin_adapters", {})
+if got.get("dir") != want or len(got.get("ids", [])) != 3:
+    sys.exit(f"test_install: FAIL: the built-in adapters came from {got}, not {want}")
 PY
 }
 check_install() {

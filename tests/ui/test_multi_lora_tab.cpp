@@ -21,6 +21,7 @@
 #include "chart_view.h"
 #include "engine_controller.h"
 #include "job_spy.h"
+#include "lora/builtin_adapters.h"
 #include "main_window.h"
 #include "multi_lora/lora_math_panel.h"
 #include "multi_lora_tab.h"
@@ -602,6 +603,106 @@ class TestMultiLoraTab : public QObject {
     QString message;
     QVERIFY2(runToEnd(tab, true, &message), qPrintable(message));
     QCOMPARE(tab->serveResult().requests.size(), size_t(3));
+  }
+
+  void builtinAdaptersByDefault() {
+    // On the built-in model, with no adapters chosen, the list holds the three built-in adapters
+    // under the course's ids, each with its prompt format; the text per adapter shows each one
+    // doing its own job on its own prompt, the base model beside it; another model drops them.
+    if (!QFileInfo::exists(QStringLiteral(SERVELAB_SOURCE_DIR
+                                          "/.venv/share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf")))
+      QSKIP("the built-in model is absent (scripts/bootstrap installs it)");
+    QVERIFY2(!servelab::builtin_adapters_dir().empty(), "resources/adapters/ was not found");
+    auto w = makeWindow(QStringLiteral("builtin-adapters"));
+    QSignalSpy ready(w.get(), &MainWindow::modelReady);
+    w->loadBuiltin();
+    QVERIFY(ready.wait(kLoadTimeoutMs));
+    QVERIFY(w->engine()->model().builtin);
+    w->selectTab(QStringLiteral("multi-lora"));
+    MultiLoraTab* tab = loraTab(*w);
+    QVERIFY(QTest::qWaitFor([tab] { return tab->adapterCount() == 3; }, kRunTimeoutMs));
+    QVERIFY(settle(tab));
+    const QStringList ids = {QStringLiteral("predibase/hellaswag_processed"), QStringLiteral("predibase/cnn"),
+                             QStringLiteral("predibase/conllpp")};
+    auto* table = w->findChild<QTableWidget*>(QStringLiteral("loraAdapterTable"));
+    for (int r = 0; r < 3; ++r) {
+      QCOMPARE(QString::fromStdString(tab->adapterSources()[r].name), ids[r]);
+      QVERIFY(QTest::qWaitFor([tab, r] { return tab->adapterInfo(r).has_value(); }, kRunTimeoutMs));
+      QCOMPARE(tab->adapterInfo(r)->rank, int64_t(16));
+      QCOMPARE(tab->adapterInfo(r)->modules.size(), size_t(7 * 30));
+    }
+    QVERIFY(tab->adapterError().isEmpty());
+    QVERIFY(table->item(2, 8)->text().contains(QStringLiteral("named entities as JSON")));
+    QVERIFY(table->item(2, 8)->toolTip().contains(QStringLiteral("Input: {input} Output:")));
+    QVERIFY(table->item(1, 8)->toolTip().contains(QStringLiteral("### Article: {input}")));
+    QVERIFY(w->findChild<QLabel*>(QStringLiteral("loraAdapterHint"))
+                ->text()
+                .contains(QStringLiteral("Built-in adapters")));
+    const servelab::MultiLoraParams p = tab->params();
+    QCOMPARE(p.adapter_prompts.size(), size_t(3));
+    QVERIFY(p.new_tokens >= 64);
+
+    // One short sweep: the text per adapter, each adapter on its own prompt.
+    tab->setWorkload(QStringLiteral("gpt2"));
+    tab->setAssignment(QStringLiteral("distinct"));
+    tab->setBatchSizes(QStringLiteral("1"));
+    tab->setStrategies({QStringLiteral("segmented")});
+    tab->setRepeats(1);
+    tab->setDecodeSteps(1);
+    QString message;
+    QVERIFY2(runToEnd(tab, false, &message), qPrintable(message));
+    const servelab::MultiLoraResult& r = tab->result();
+    QCOMPARE(r.outputs.size(), size_t(6));  // each adapter, then the base model on its prompt
+    const servelab::AdapterOutput* ner = nullptr;
+    const servelab::AdapterOutput* nerBase = nullptr;
+    for (const servelab::AdapterOutput& o : r.outputs) {
+      if (o.adapter == "predibase/conllpp") ner = &o;
+      if (ner && o.adapter.empty() && o.prompt == ner->prompt) nerBase = &o;
+    }
+    QVERIFY(ner && nerBase);
+    QVERIFY(ner->prompt.find("Input: Only France and Britain backed Fischler 's proposal . Output:") !=
+            std::string::npos);
+    QCOMPARE(ner->text, std::string(" {\"person\": [\"Fischler\"], \"organization\": [], \"location\": "
+                                    "[\"France\", \"Britain\"], \"miscellaneous\": []}"));
+    QVERIFY(nerBase->text != ner->text);
+    const QString html = tab->outputsHtml();
+    QVERIFY(html.contains(QStringLiteral("through the adapter")));
+    QVERIFY(html.contains(QStringLiteral("base model, same prompt")));
+    QVERIFY(html.contains(QStringLiteral("Fischler")));
+
+    // Another model: the built-in adapters would not fit, the list goes back to random ones.
+    QSignalSpy demoReady(w.get(), &MainWindow::modelReady);
+    w->loadDemo();
+    QVERIFY(demoReady.wait(kLoadTimeoutMs));
+    QVERIFY(QTest::qWaitFor([tab] { return tab->adapterCount() == 0; }, kRunTimeoutMs));
+    QVERIFY(tab->adapterError().isEmpty());
+    QVERIFY(
+        w->findChild<QLabel*>(QStringLiteral("loraAdapterHint"))->text().contains(QStringLiteral("random")));
+  }
+
+  void chosenListKeepsTheBuiltinAdaptersOut() {
+    if (!QFileInfo::exists(QStringLiteral(SERVELAB_SOURCE_DIR
+                                          "/.venv/share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf")))
+      QSKIP("the built-in model is absent (scripts/bootstrap installs it)");
+    {
+      auto w = makeWindow(QStringLiteral("chosen"));
+      QSignalSpy ready(w.get(), &MainWindow::modelReady);
+      w->loadBuiltin();
+      QVERIFY(ready.wait(kLoadTimeoutMs));
+      MultiLoraTab* tab = loraTab(*w);
+      QVERIFY(QTest::qWaitFor([tab] { return tab->adapterCount() == 3; }, kRunTimeoutMs));
+      QVERIFY(settle(tab));
+      tab->clearAdapters();  // the user's choice: no adapters (the experiment makes random ones)
+      QCOMPARE(tab->adapterCount(), 0);
+      w->close();
+    }
+    auto w = makeWindow(QStringLiteral("chosen"));
+    QSignalSpy ready(w.get(), &MainWindow::modelReady);
+    w->loadBuiltin();
+    QVERIFY(ready.wait(kLoadTimeoutMs));
+    MultiLoraTab* tab = loraTab(*w);
+    QVERIFY(settle(tab));
+    QCOMPARE(tab->adapterCount(), 0);
   }
 
   void settingsPersist() {

@@ -18,6 +18,7 @@
 
 #include "engine_controller.h"
 #include "form_widgets.h"
+#include "lora/builtin_adapters.h"
 #include "multi_lora/lora_math_panel.h"
 #include "text_format.h"
 #include "util/limits.h"
@@ -28,7 +29,7 @@ AdapterList::AdapterList(EngineController* engine, QWidget* parent)
     : QGroupBox(tr("Adapters"), parent), engine_(engine) {
   table_ = makeCompactTable(this, QStringLiteral("loraAdapterTable"),
                             {tr("name"), tr("source"), tr("r"), tr("α"), tr("α/r"), tr("matrices"),
-                             tr("parameters"), tr("% of W")});
+                             tr("parameters"), tr("% of W"), tr("prompt format")});
   table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->horizontalHeaderItem(2)->setToolTip(tr("Rank r: the largest over the adapter's matrices"));
@@ -38,6 +39,9 @@ AdapterList::AdapterList(EngineController* engine, QWidget* parent)
   table_->horizontalHeaderItem(6)->setToolTip(tr("|A| + |B| over every wrapped matrix"));
   table_->horizontalHeaderItem(7)->setToolTip(
       tr("The adapter's parameters as a share of the base matrices it wraps (|A| + |B|) / |W|"));
+  table_->horizontalHeaderItem(8)->setToolTip(
+      tr("The prompt an adapter was trained on, its input where {input} stands (the built-in adapters: the "
+         "course's lesson-7 templates); adapters without one continue the composer's prompt"));
   table_->setMinimumHeight(70);
 
   loadPeft_ = new QPushButton(tr("Load PEFT folder…"), this);
@@ -143,7 +147,7 @@ void AdapterList::requestDescription(const servelab::AdapterSource& source, bool
   if (!asked) {
     // No model yet: the adapter joins now and is described once a model is loaded.
     if (!refresh) {
-      entries_.append(Entry{nextEntryId_++, source, std::nullopt, QString()});
+      entries_.append(Entry{nextEntryId_++, source, std::nullopt, QString(), false});
       fill();
       Q_EMIT changed();
     }
@@ -154,6 +158,7 @@ void AdapterList::requestDescription(const servelab::AdapterSource& source, bool
 }
 
 void AdapterList::loadPeftFolder(const QString& dir) {
+  chosen_ = true;
   servelab::AdapterSource s;
   s.peft_dir = QDir::cleanPath(QFileInfo(dir).absoluteFilePath()).toStdString();
   s.name =
@@ -166,6 +171,7 @@ void AdapterList::loadPeftFolder(const QString& dir) {
 }
 
 void AdapterList::addRandomAdapters(int rank, double alpha, int count) {
+  chosen_ = true;
   for (int k = 0; k < count; ++k) {
     servelab::AdapterSource s;
     s.rank = rank;
@@ -182,12 +188,14 @@ void AdapterList::addRandomAdapters(int rank, double alpha, int count) {
 
 void AdapterList::removeAdapter(int row) {
   if (row < 0 || row >= entries_.size()) return;
+  chosen_ = true;
   entries_.removeAt(row);
   fill();
   Q_EMIT changed();
 }
 
 void AdapterList::clear() {
+  chosen_ = true;
   entries_.clear();
   pending_.clear();
   fill();
@@ -230,9 +238,29 @@ void AdapterList::setModel(const ModelSummary& model) {
                        model.folder != model_.folder || model.dtype != model_.dtype ||
                        model.device != model_.device;
   model_ = model;
+  followDefaults();
   if (changed || std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.info; }))
     describeAll();
   fill();
+}
+
+void AdapterList::followDefaults() {
+  if (chosen_) return;
+  const bool hasDefaults =
+      std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.isDefault; });
+  if (!model_.builtin) {
+    if (!hasDefaults) return;
+    entries_.erase(
+        std::remove_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.isDefault; }),
+        entries_.end());
+    Q_EMIT changed();
+    return;
+  }
+  if (hasDefaults || !entries_.isEmpty() || joining() > 0) return;
+  // Joined at once, described with the rest by the caller (describeAll).
+  for (const servelab::AdapterSource& a : servelab::builtin_adapter_sources())
+    entries_.append(Entry{nextEntryId_++, a, std::nullopt, QString(), true});
+  if (!entries_.isEmpty()) Q_EMIT changed();
 }
 
 void AdapterList::describeAll() {
@@ -256,7 +284,7 @@ void AdapterList::onDescribed(quint64 ticket, const servelab::AdapterInfo& info,
     }
     if (!error.isEmpty()) showError(tr("Adapter %1 does not fit the loaded model: %2").arg(name, error));
   } else if (error.isEmpty()) {
-    entries_.append(Entry{nextEntryId_++, p.source, info, QString()});
+    entries_.append(Entry{nextEntryId_++, p.source, info, QString(), false});
     showError(QString());
   } else {
     showError(p.source.peft_dir.empty()
@@ -277,9 +305,15 @@ void AdapterList::fill() {
     const servelab::AdapterSource& s = e.source;
     // A PEFT folder by its name (the whole path in the tooltip), a random adapter by its seed.
     const QString path = QDir::toNativeSeparators(QString::fromStdString(s.peft_dir));
+    const servelab::BuiltinAdapter* builtin = servelab::builtin_adapter_of(s);
     QString source = s.peft_dir.empty() ? tr("random (seed %1)").arg(s.seed)
+                     : builtin          ? tr("built-in · %1").arg(QString::fromStdString(builtin->job))
                                         : tr("peft …/%1").arg(QFileInfo(path).fileName());
     const QString sourceTip = s.peft_dir.empty() ? source : tr("PEFT folder %1").arg(path);
+    const QString format =
+        builtin ? tr("%1: %2").arg(QString::fromStdString(builtin->job),
+                                   QString::fromStdString(builtin->prompt_template).simplified().right(48))
+                : tr("the composer's prompt");
     QStringList cells;
     if (e.info) {
       const servelab::AdapterInfo& i = *e.info;
@@ -293,7 +327,8 @@ void AdapterList::fill() {
                formatCount(i.parameters),
                i.base_parameters > 0
                    ? loraPercent(static_cast<double>(i.parameters) / static_cast<double>(i.base_parameters))
-                   : QStringLiteral("—")};
+                   : QStringLiteral("—"),
+               format};
     } else {
       const QString unknown = e.error.isEmpty() ? QStringLiteral("…") : QStringLiteral("—");
       cells = {QString::fromStdString(s.name),
@@ -303,11 +338,16 @@ void AdapterList::fill() {
                unknown,
                unknown,
                unknown,
-               unknown};
+               unknown,
+               format};
     }
     for (int c = 0; c < cells.size(); ++c) {
-      QTableWidgetItem* item = tableCell(cells[c], c >= 2);
+      QTableWidgetItem* item = tableCell(cells[c], c >= 2 && c < 8);
       if (c == 1) item->setToolTip(sourceTip);
+      if (c == 8 && builtin)
+        item->setToolTip(tr("%1, trained on this prompt (the course's template; {input} is the input):\n\n%2")
+                             .arg(QString::fromStdString(builtin->id),
+                                  QString::fromStdString(builtin->prompt_template).trimmed()));
       if (c == 5 && e.info) {
         QStringList modules;
         for (const std::string& m : e.info->modules) modules << QString::fromStdString(m);
@@ -327,7 +367,12 @@ void AdapterList::fill() {
   }
   const int waiting = joining();
   QString hint;
-  if (rows == 0 && waiting == 0)
+  const bool defaults =
+      !chosen_ && rows > 0 &&
+      std::all_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.isDefault; });
+  if (defaults)
+    hint = tr("Built-in adapters: one base model, three jobs.");
+  else if (rows == 0 && waiting == 0)
     hint = tr("The list is empty: the experiment makes %1 random adapters of rank %2 itself, and serving "
               "uses as many.")
                .arg(fallbackCount_)
@@ -344,6 +389,7 @@ void AdapterList::loadSettings(QSettings& s) {
   // The sources (described again once a model is loaded).
   const int n = s.beginReadArray(QStringLiteral("adapters"));
   if (n > 0) entries_.clear();
+  if (n > 0) chosen_ = true;
   for (int i = 0; i < n; ++i) {
     s.setArrayIndex(i);
     servelab::AdapterSource a;
@@ -381,17 +427,22 @@ void AdapterList::loadSettings(QSettings& s) {
       a.alpha = 0;
     }
     if (a.name.empty()) a.name = QStringLiteral("adapter-%1").arg(i + 1).toStdString();
-    entries_.append(Entry{nextEntryId_++, a, std::nullopt, QString()});
+    entries_.append(Entry{nextEntryId_++, a, std::nullopt, QString(), false});
   }
   s.endArray();
+  if (const auto chosen = settingBool(s, QStringLiteral("adaptersChosen"))) chosen_ = chosen_ || *chosen;
+  followDefaults();
   fill();
   Q_EMIT changed();
 }
 
 void AdapterList::saveSettings(QSettings& s) const {
   s.remove(QStringLiteral("adapters"));
-  s.beginWriteArray(QStringLiteral("adapters"), static_cast<int>(entries_.size()));
-  for (int i = 0; i < entries_.size(); ++i) {
+  s.setValue(QStringLiteral("adaptersChosen"), chosen_);
+  // The built-in defaults are the list's own: not saved, added again for the built-in model.
+  const int saved = chosen_ ? static_cast<int>(entries_.size()) : 0;
+  s.beginWriteArray(QStringLiteral("adapters"), saved);
+  for (int i = 0; i < saved; ++i) {
     s.setArrayIndex(i);
     const servelab::AdapterSource& a = entries_[i].source;
     s.setValue(QStringLiteral("name"), QString::fromStdString(a.name));

@@ -42,8 +42,13 @@ class AdapterList : public QGroupBox {
 
   // What the experiment makes when the list is empty, for the hint under the list.
   void setFallback(int count, int rank);
-  // The list follows the model: every adapter is described again for a new one.
+  // The list follows the model: every adapter is described again for a new one. On the built-in
+  // model, while the user has not chosen adapters, the list holds the built-in adapters
+  // (lora/builtin_adapters.h) under the course's ids; on another model it drops them again.
   void setModel(const ModelSummary& model);
+  // Whether the user has chosen the list (loaded, made, removed or cleared adapters, or settings
+  // that name some): the built-in defaults then stay out.
+  bool chosen() const { return chosen_; }
   // While a run uses the list, it cannot be edited.
   void setEditable(bool editable);
   // The "adapters" array of the tab's settings group.
@@ -59,7 +64,8 @@ class AdapterList : public QGroupBox {
     int id = 0;
     servelab::AdapterSource source;
     std::optional<servelab::AdapterInfo> info;
-    QString error;  // it no longer fits the loaded model
+    QString error;           // it no longer fits the loaded model
+    bool isDefault = false;  // a built-in adapter the list added itself
   };
   struct Pending {
     bool refresh = false;  // an entry described again for a new model (id), else a new adapter
@@ -70,6 +76,7 @@ class AdapterList : public QGroupBox {
   void requestDescription(const servelab::AdapterSource& source, bool refresh, int id);
   void onDescribed(quint64 ticket, const servelab::AdapterInfo& info, const QString& error);
   void describeAll();
+  void followDefaults();  // the built-in adapters in or out, per the model and chosen_
   void fill();
   void showError(const QString& message);
   QString uniqueName(const QString& base) const;
@@ -90,6 +97,7 @@ class AdapterList : public QGroupBox {
   int nextEntryId_ = 1;
   int fallbackCount_ = 32, fallbackRank_ = 8;
   bool editable_ = true;
+  bool chosen_ = false;
 };
 
 }  // namespace servelab::ui

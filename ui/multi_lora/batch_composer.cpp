@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "form_widgets.h"
+#include "lora/builtin_adapters.h"
 #include "multi_lora/adapter_list.h"
 #include "text_format.h"
 
@@ -306,6 +307,13 @@ servelab::MultiLoraParams BatchComposer::params() const {
   p.repeats = repeats_->value();
   p.prompt = prompt_->text().toStdString();
   p.new_tokens = newTokens_->value();
+  // The built-in adapters continue the course's example in their own prompt format, with room for
+  // their answers (they stop at end of text).
+  for (const servelab::AdapterSource& s : p.adapters)
+    if (const servelab::BuiltinAdapter* b = servelab::builtin_adapter_of(s)) {
+      p.adapter_prompts[s.name] = servelab::builtin_adapter_prompt(*b, b->example_input);
+      p.new_tokens = std::max<int64_t>(p.new_tokens, b->max_new_tokens);
+    }
   return p;
 }
 
