@@ -165,6 +165,10 @@ def info(srv):
     return requests.get(srv.url + "/info", timeout=30).json()
 
 
+# Words the random prompts of the parity and soak cases are made of.
+WORDS = "the quick brown fox jumped over lazy dog rain in Spain falls what comes up must serve tokens".split()
+
+
 def generate_ids(srv, prompt, max_new, adapter=None, stream=False):
     """Greedy token ids of one request, through /generate (details) or /generate_stream."""
     params = {"max_new_tokens": max_new, "details": True, "adapter_id": adapter,

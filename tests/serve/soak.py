@@ -19,7 +19,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import test_serve as ts  # noqa: E402  (its servers, adapters and HTTP helpers)
+import serve_harness as ts  # noqa: E402  (test_serve's servers, adapters and HTTP helpers)
 
 
 def rss_bytes(pid):

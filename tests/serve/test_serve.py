@@ -265,7 +265,6 @@ class OpenAIClient(unittest.TestCase):
 
 # ---- continuous batching: every stream equals its request served alone -----------------------------
 
-WORDS = "the quick brown fox jumped over lazy dog rain in Spain falls what comes up must serve tokens".split()
 
 
 class GreedyParity(unittest.TestCase):

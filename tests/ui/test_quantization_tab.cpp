@@ -90,7 +90,7 @@ class TestQuantizationTab : public QObject {
     QCOMPARE(w->tab(QStringLiteral("quantization"))->title(), QStringLiteral("Quantization"));
     QVERIFY(w->selectTab(QStringLiteral("quantization")));
     QCOMPARE(w->currentTab()->primaryChart()->objectName(), QStringLiteral("quantMemoryChart"));
-    QCOMPARE(w->currentTab()->charts().size(), 4);
+    QCOMPARE(w->currentTab()->charts().size(), 5);  // memory, speed, histogram, per block, roofline
     QVERIFY(w->findChild<QLabel*>(QStringLiteral("quantExplanation"))
                 ->text()
                 .contains(QStringLiteral("zero point")));

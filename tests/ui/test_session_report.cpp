@@ -156,7 +156,7 @@ class TestSessionReport : public QObject {
     QVERIFY(runs[0].finished <= runs[1].started);
     QVERIFY(runs[0].settings.contains(qMakePair(QStringLiteral("newTokens"), QStringLiteral("5"))));
     QVERIFY(runs[1].settings.contains(qMakePair(QStringLiteral("prefillLengths"), QStringLiteral("8, 16"))));
-    QCOMPARE(runs[0].charts.size(), 2);  // latency and KV memory
+    QCOMPARE(runs[0].charts.size(), 3);  // latency, KV memory and its steps on the roofline
     QCOMPARE(runs[1].charts.size(), 1);  // the roofline
     for (const RunRecord& r : runs) {
       QVERIFY(r.ok);
@@ -226,7 +226,7 @@ class TestSessionReport : public QObject {
     QString why;
     const QList<QXmlStreamAttributes> kvSvgs = parseSvgs(kv, &why);
     QVERIFY2(why.isEmpty(), qPrintable(why));
-    QCOMPARE(kvSvgs.size(), 2);
+    QCOMPARE(kvSvgs.size(), 3);
     const QList<QXmlStreamAttributes> roofSvgs = parseSvgs(roof, &why);
     QVERIFY2(why.isEmpty(), qPrintable(why));
     QCOMPARE(roofSvgs.size(), 1);
@@ -304,7 +304,7 @@ class TestSessionReport : public QObject {
       QVERIFY(!html.contains(QLatin1String("id=\"run-2\"")));
       QVERIFY(html.contains(QLatin1String("<th>new tokens</th><td class=\"value\">4</td>")));
       QString why;
-      QCOMPARE(parseSvgs(html, &why).size(), 2);
+      QCOMPARE(parseSvgs(html, &why).size(), 3);  // the KV-cache run: latency, memory, roofline
       QVERIFY2(why.isEmpty(), qPrintable(why));
     }
   }
