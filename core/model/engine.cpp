@@ -255,7 +255,7 @@ bool builtin_model_file(const std::string& path) {
 
 }  // namespace
 
-bool is_builtin_model(const Engine& engine) { return engine.info().value("builtin_model", false); }
+bool is_builtin_model(const Engine& engine) { return engine.is_builtin(); }
 
 std::unique_ptr<Engine> Engine::load_builtin(const EngineOptions& o) {
   return load_gguf(default_model_path(), o);
@@ -331,6 +331,7 @@ std::unique_ptr<Engine> Engine::load_gguf(const std::string& path, const EngineO
 void Engine::finish_gguf(const GgufFile& file, const EngineOptions& o) {
   format_ = "gguf";
   source_path_ = file.path();
+  is_builtin_ = builtin_model_file(source_path_);
   file_tensor_types_ = gguf_tensor_type_counts(file);
   // The file's own name says what it is ("SmolLM2-135M-Instruct.Q4_1"); general.name is often a
   // training-run label, but better than the digest an Ollama blob is named by.
@@ -477,7 +478,7 @@ nlohmann::json Engine::info() const {
   if (!source_path_.empty()) j["path"] = source_path_;
   // The built-in model (model/builtin_model.h), and its adapters (lora/builtin_adapters.h): where
   // they are, and their ids.
-  if (!is_demo_ && format_ == "gguf" && builtin_model_file(source_path_)) {
+  if (is_builtin_) {
     j["builtin_model"] = true;
     const std::vector<AdapterSource> adapters = builtin_adapter_sources();
     nlohmann::json b = {{"dir", builtin_adapters_dir()}, {"ids", nlohmann::json::array()}};

@@ -97,6 +97,8 @@ class Engine {
   int64_t dtype_bytes() const;  // bytes per element of the weights and KV cache
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   bool is_demo() const { return is_demo_; }
+  // Whether this is the built-in model's file (model/builtin_model.h), decided once at load.
+  bool is_builtin() const { return is_builtin_; }
   const std::string& name() const { return name_; }
   // What the faces print beside any generated text.
   std::string text_caveat() const;
@@ -118,6 +120,7 @@ class Engine {
   std::string source_path_;        // the file or folder loaded (empty for the demo model)
   std::unique_ptr<Tokenizer> tokenizer_;
   bool is_demo_ = false;
+  bool is_builtin_ = false;
   std::string format_;  // "random", "safetensors" or "gguf"
   std::string name_;
   QuantSpec quant_;
