@@ -27,6 +27,7 @@
 #include "model/safetensors_file.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "util/errors.h"
+#include "verify_contains.h"
 
 using namespace servelab;
 using namespace servelab::test;
@@ -73,13 +74,6 @@ const std::string kSmolLM2 =
     std::string(SERVELAB_SOURCE_DIR) + "/.venv/share/servelab/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 }  // namespace
-
-// Fails the test unless `message` contains `needle`, showing both.
-#define VERIFY_CONTAINS(message, needle)                                        \
-  QVERIFY2(std::string(message).find(std::string(needle)) != std::string::npos, \
-           qPrintable(QStringLiteral("expected \"%1\" in the message: %2")      \
-                          .arg(QString::fromStdString(std::string(needle)),     \
-                               QString::fromStdString(std::string(message)))))
 
 class GgufTest : public QObject {
   Q_OBJECT

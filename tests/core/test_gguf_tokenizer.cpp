@@ -16,16 +16,10 @@
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 #include "util/errors.h"
+#include "verify_contains.h"
 
 using namespace servelab;
 using namespace servelab::test;
-
-// Fails the test unless `message` contains `needle`, showing both.
-#define VERIFY_CONTAINS(message, needle)                                        \
-  QVERIFY2(std::string(message).find(std::string(needle)) != std::string::npos, \
-           qPrintable(QStringLiteral("expected \"%1\" in the message: %2")      \
-                          .arg(QString::fromStdString(std::string(needle)),     \
-                               QString::fromStdString(std::string(message)))))
 
 class GgufTokenizerTest : public QObject {
   Q_OBJECT

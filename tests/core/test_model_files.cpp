@@ -16,6 +16,7 @@
 #include "model/gpt2_config.h"
 #include "model/safetensors_file.h"
 #include "util/errors.h"
+#include "verify_contains.h"
 
 using namespace servelab;
 using nlohmann::json;
@@ -68,13 +69,6 @@ StWriteTensor write_tensor(const std::string& name, StDType dtype, std::vector<i
 }
 
 }  // namespace
-
-// Fails the test unless `message` contains `needle`, showing both.
-#define VERIFY_CONTAINS(message, needle)                                        \
-  QVERIFY2(std::string(message).find(std::string(needle)) != std::string::npos, \
-           qPrintable(QStringLiteral("expected \"%1\" in the message: %2")      \
-                          .arg(QString::fromStdString(std::string(needle)),     \
-                               QString::fromStdString(std::string(message)))))
 
 class ModelFilesTest : public QObject {
   Q_OBJECT
