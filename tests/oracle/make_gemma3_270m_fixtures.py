@@ -17,10 +17,10 @@ attend to a window and its global ones to everything. About a minute on one thre
 Run:  .venv/bin/python tests/oracle/make_gemma3_270m_fixtures.py --out build/oracle-gemma3-270m [--model PATH]
 """
 import argparse
-import hashlib
 import json
 import os
-import sys
+
+from fixture_common import available_gib, skip, stamp
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -34,49 +34,17 @@ PROMPTS = [("The capital of France is", 24), (LONG + " In summary,", 12)]
 NEED_GIB = 3.5
 
 
-def skip(out, why):
-    os.makedirs(out, exist_ok=True)
-    if os.path.exists(os.path.join(out, "reference.json")):
-        os.remove(os.path.join(out, "reference.json"))
-    with open(os.path.join(out, "skipped.txt"), "w") as f:
-        f.write(why + "\n")
-    print(f"make_gemma3_270m_fixtures: skipped: {why}")
-    sys.exit(0)
-
-
-def available_gib():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return None
-
-
-def stamp(model_path):
-    import torch
-    import transformers
-    with open(os.path.abspath(__file__), "rb") as f:
-        script = hashlib.sha256(f.read()).hexdigest()
-    st = os.stat(model_path)
-    return {"script_sha256": script, "model": os.path.realpath(model_path), "model_bytes": st.st_size,
-            "model_mtime_ns": st.st_mtime_ns, "torch": torch.__version__,
-            "transformers": transformers.__version__}
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default=DEFAULT_MODEL)
     a = ap.parse_args()
     if not os.path.isfile(a.model):
-        skip(a.out, f"Gemma 3 270M is not installed ({a.model}); it is opt-in: scripts/install_gemma3_270m")
+        skip(__file__, a.out, f"Gemma 3 270M is not installed ({a.model}); it is opt-in: scripts/install_gemma3_270m")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-    key = stamp(a.model)
+    key = stamp(__file__, a.model)
     ref_json = os.path.join(a.out, "reference.json")
     if os.path.exists(ref_json):
         with open(ref_json) as f:
@@ -85,7 +53,7 @@ def main():
                 return
     gib = available_gib()
     if gib is not None and gib < NEED_GIB:
-        skip(a.out, f"only {gib:.1f} GiB of memory available; HF's fp32 load of the model needs about {NEED_GIB}")
+        skip(__file__, a.out, f"only {gib:.1f} GiB of memory available; HF's fp32 load of the model needs about {NEED_GIB}")
     hf_logging.set_verbosity_error()
     torch.set_num_threads(1)
     folder, name = os.path.split(os.path.realpath(a.model))

@@ -22,11 +22,12 @@ faster than two); a run whose stamp matches the existing output does nothing.
 Run:  .venv/bin/python tests/oracle/make_smollm2_fixtures.py --out build/oracle-smollm2 [--model PATH]
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
 import time
+
+from fixture_common import available_gib, skip, stamp
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF loader draws progress bars
 
@@ -51,43 +52,8 @@ TOKENIZER_TEXTS = [
     "<|im_start|>assistant\nHi!<|im_end|><|endoftext|>",
     "don't you're I'll we've",
 ]
+OUTPUTS = ("reference.json", "reference.safetensors")  # removed when the fixtures are skipped
 NEED_GIB = 3.0  # HF peaks at about 1.5 GB; leave room for the rest of the test run
-
-
-def skip(out, why):
-    os.makedirs(out, exist_ok=True)
-    for f in ("reference.json", "reference.safetensors"):
-        if os.path.exists(os.path.join(out, f)):
-            os.remove(os.path.join(out, f))
-    with open(os.path.join(out, "skipped.txt"), "w") as f:
-        f.write(why + "\n")
-    print(f"make_smollm2_fixtures: skipped: {why}")
-    sys.exit(0)
-
-
-def available_gib():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return None
-
-
-def stamp(model_path):
-    import gguf
-    import tokenizers
-    import torch
-    import transformers
-    with open(os.path.abspath(__file__), "rb") as f:
-        script = hashlib.sha256(f.read()).hexdigest()
-    st = os.stat(model_path)
-    return {"script_sha256": script, "model": os.path.realpath(model_path), "model_bytes": st.st_size,
-            "model_mtime_ns": st.st_mtime_ns, "torch": torch.__version__,
-            "transformers": transformers.__version__, "gguf": gguf.__version__ if hasattr(gguf, "__version__")
-            else "?", "tokenizers": tokenizers.__version__}
 
 
 def main():
@@ -96,14 +62,14 @@ def main():
     ap.add_argument("--model", default=os.environ.get("SERVELAB_MODEL") or DEFAULT_MODEL)
     a = ap.parse_args()
     if not os.path.isfile(a.model):
-        skip(a.out, f"the built-in model is absent ({a.model}); scripts/bootstrap installs it")
+        skip(__file__, a.out, f"the built-in model is absent ({a.model}); scripts/bootstrap installs it", OUTPUTS)
     try:
         import torch
         from safetensors.torch import save_file
         from tokenizers import pre_tokenizers
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
-        key = stamp(a.model)
+        key = stamp(__file__, a.model, ("torch", "transformers", "gguf", "tokenizers"))
     except ImportError as e:
         print(f"make_smollm2_fixtures: cannot import {e.name}; run scripts/bootstrap", file=sys.stderr)
         sys.exit(1)
@@ -115,8 +81,8 @@ def main():
                 return
     gib = available_gib()
     if gib is not None and gib < NEED_GIB:
-        skip(a.out, f"only {gib:.1f} GiB of memory available; HF's fp32 load of the model needs about "
-                    f"{NEED_GIB:.0f} (1.5 GB peak and headroom)")
+        skip(__file__, a.out, f"only {gib:.1f} GiB of memory available; HF's fp32 load of the model needs about "
+                    f"{NEED_GIB:.0f} (1.5 GB peak and headroom)", OUTPUTS)
 
     start = time.time()
     hf_logging.set_verbosity_error()
