@@ -71,30 +71,38 @@ int64_t LlamaDecodeProgram::max_rows() { return kDecodeGemvMaxRows; }
 
 LlamaDecodeProgram::~LlamaDecodeProgram() = default;
 
-std::unique_ptr<LlamaDecodeProgram> LlamaDecodeProgram::make(const LlamaConfig& c, const LlamaWeights& w,
-                                                             const LinearKernels* kernels,
-                                                             const at::Tensor& cos, const at::Tensor& sin,
-                                                             std::string* why_not) {
+std::unique_ptr<LlamaDecodeProgram> LlamaDecodeProgram::make(
+    const LlamaConfig& c, const LlamaWeights& w, const LinearKernels* kernels, const at::Tensor& cos,
+    const at::Tensor& sin, const at::Tensor& local_cos, const at::Tensor& local_sin, std::string* why_not) {
   auto refuse = [&](const std::string& why) {
     *why_not = why;
     return std::unique_ptr<LlamaDecodeProgram>();
   };
   if (!w.norm.device().is_cpu()) return refuse("the model runs on " + w.norm.device().str());
   if (w.norm.scalar_type() != at::kFloat) return refuse("the activations are not fp32");
-  if (c.gemma_norms || c.attn_logit_softcap > 0 || c.final_logit_softcap > 0)
-    return refuse("Gemma's four norms and soft-capping run op by op");
-  if (c.local_rope_theta > 0) return refuse("a second rotary table for the sliding layers runs op by op");
+  // The final soft-capping is the logits', after the program; the attention's is inside it.
+  if (c.attn_logit_softcap > 0) return refuse("Gemma 2's attention soft-capping runs op by op");
   if (!fp32_pointer(cos) || !fp32_pointer(sin) || cos.size(1) != c.head_dim)
     return refuse("partial rotary embeddings run op by op");
+  const bool local_tables = c.local_rope_theta > 0;
+  if (local_tables &&
+      (!fp32_pointer(local_cos) || !fp32_pointer(local_sin) || local_cos.size(1) != c.head_dim))
+    return refuse("the sliding layers' rotary tables are not contiguous fp32");
   if (c.head_dim > kMaxHeadDim)
     return refuse("heads wider than " + std::to_string(kMaxHeadDim) + " run op by op");
   if (!kernels) return refuse("the matrices run as plain libtorch tensors (no CPU kernels of ours)");
 
   auto program = std::unique_ptr<LlamaDecodeProgram>(new LlamaDecodeProgram());
   program->config_ = c;
-  program->cos_ = fp32_pointer(cos);
-  program->sin_ = fp32_pointer(sin);
-  program->kept_ = {cos, sin};
+  program->kept_ = {cos, sin, local_cos, local_sin};
+  // A norm's weights as the op-by-op forward applies them: Gemma's 1 + w (the same fp32 sum
+  // LlamaModel::norm makes at every call), kept alive by the program.
+  auto norm_weights = [&](const at::Tensor& t) -> const float* {
+    if (!t.defined()) return nullptr;
+    const at::Tensor applied = c.gemma_norms ? t + 1.0 : t;
+    program->kept_.push_back(applied);
+    return fp32_pointer(applied);
+  };
   program->scale_ = 1.0 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
                                                                 : static_cast<double>(c.head_dim));
   static const LinearSlot kSlots[7] = {LinearSlot::Q,    LinearSlot::K,  LinearSlot::V,   LinearSlot::O,
@@ -103,24 +111,32 @@ std::unique_ptr<LlamaDecodeProgram> LlamaDecodeProgram::make(const LlamaConfig& 
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LlamaLayerWeights& lw = w.layers[static_cast<size_t>(l)];
     Layer layer;
-    layer.attn_norm = fp32_pointer(lw.attn_norm);
-    layer.mlp_norm = fp32_pointer(lw.mlp_norm);
+    layer.attn_norm = norm_weights(lw.attn_norm);
+    layer.mlp_norm = norm_weights(lw.mlp_norm);
     if (!layer.attn_norm || !layer.mlp_norm) return refuse("the norms' weights are not contiguous fp32");
-    program->kept_.push_back(lw.attn_norm);
-    program->kept_.push_back(lw.mlp_norm);
     if (c.qk_norm) {
-      layer.q_norm = fp32_pointer(lw.q_norm);
-      layer.k_norm = fp32_pointer(lw.k_norm);
+      layer.q_norm = norm_weights(lw.q_norm);
+      layer.k_norm = norm_weights(lw.k_norm);
       if (!layer.q_norm || !layer.k_norm) return refuse("the QK norms' weights are not contiguous fp32");
-      program->kept_.push_back(lw.q_norm);
-      program->kept_.push_back(lw.k_norm);
+    }
+    if (lw.post_attn_norm.defined() || lw.post_mlp_norm.defined()) {
+      layer.post_attn_norm = norm_weights(lw.post_attn_norm);
+      layer.post_mlp_norm = norm_weights(lw.post_mlp_norm);
+      if (!layer.post_attn_norm || !layer.post_mlp_norm)
+        return refuse("the post norms' weights are not contiguous fp32");
     }
     for (size_t k = 0; k < 7; ++k) {
       if (!lw.b[k].defined()) continue;
+      // A biased product under a post norm: none of the families has one, so no loop for it.
+      if (layer.post_attn_norm) return refuse("biases beside post norms run op by op");
       layer.bias[k] = fp32_pointer(lw.b[k]);
       if (!layer.bias[k]) return refuse("a bias is not contiguous fp32");
       program->kept_.push_back(lw.b[k]);
     }
+    // The sliding layers' own rotary tables where the model has them (LlamaModel::attention).
+    const bool local = local_tables && c.window_of(l) > 0;
+    layer.cos = fp32_pointer(local ? local_cos : cos);
+    layer.sin = fp32_pointer(local ? local_sin : sin);
     // Each group: the kernels' one matrix for the slots together, else one per slot.
     auto group = [&](size_t k0, size_t n, Group& g) {
       g.kind = k0 == kQ ? 0 : k0 == kO ? 1 : k0 == kGate ? 2 : 3;
@@ -220,16 +236,28 @@ void LlamaDecodeProgram::prepare(const Group& g, const float* x, Step& s, int64_
     g.parts[i]->prepare(x, s.B, s.scratch[g.kind][i].data(), row0, row1, col0, col1);
 }
 
-void LlamaDecodeProgram::residual_norm(const float* add, const float* bias, const float* norm,
-                                       const Group* next, int& cur, Step& s, int tid, int threads) const {
+void LlamaDecodeProgram::residual_norm(const float* add, const float* bias, const float* post,
+                                       const float* norm, const Group* next, int& cur, Step& s, int tid,
+                                       int threads) const {
   const int64_t E = s.E;
   const float* x = s.x[cur].const_data_ptr<float>();
   float* y = s.x[1 - cur].mutable_data_ptr<float>();
   const auto [c0, c1] = share(E, tid, threads, next ? std::max<int64_t>(16, next->align()) : 16);
+  // A post-normed block output (Gemma), whole on every thread: the residual's norm needs the
+  // row's every value. One buffer per thread, kept between calls.
+  thread_local std::vector<float> normed;
+  if (post && add) normed.resize(static_cast<size_t>(E));
   for (int64_t b = 0; b < s.B; ++b) {
     const float* xb = x + b * E;
     const float* ab = add ? add + b * E : nullptr;
     float* yb = add ? y + b * E : nullptr;
+    if (post && ab) {
+      // The op-by-op forward's norm(block output, post) as a tensor, then x + it.
+      fused_cpu::rms_norm_apply(ab, post,
+                                fused_cpu::rms_norm_scale(ab, nullptr, nullptr, E, config_.rms_norm_eps), 0,
+                                E, normed.data());
+      ab = normed.data();
+    }
     // Every thread sums the whole row (the same sums in the same order, so the same scale), then
     // writes its own columns.
     const float scale = norm ? fused_cpu::rms_norm_scale(xb, ab, bias, E, config_.rms_norm_eps) : 0.0f;
@@ -247,8 +275,8 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
   const double eps = config_.rms_norm_eps;
 
   // The previous layer's residual (none before the first), the input norm, the q/k/v operands.
-  residual_norm(previous ? s.down.data() : nullptr, previous ? previous->bias[kDown] : nullptr, L.attn_norm,
-                &L.qkv, cur, s, tid, threads);
+  residual_norm(previous ? s.down.data() : nullptr, previous ? previous->bias[kDown] : nullptr,
+                previous ? previous->post_mlp_norm : nullptr, L.attn_norm, &L.qkv, cur, s, tid, threads);
 #pragma omp barrier
   // The q/k/v product in whole heads, then, for the heads this thread computed, without waiting
   // for the others: the bias, QK-norm and rotation of q and k; k and v written into the cache.
@@ -259,8 +287,8 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
     float normed[kMaxHeadDim];
     for (int64_t b = 0; b < B; ++b) {
       if (s.write[static_cast<size_t>(b)] < 0) continue;  // padding
-      const float* position_cos = cos_ + s.position[static_cast<size_t>(b)] * D;
-      const float* position_sin = sin_ + s.position[static_cast<size_t>(b)] * D;
+      const float* position_cos = L.cos + s.position[static_cast<size_t>(b)] * D;
+      const float* position_sin = L.sin + s.position[static_cast<size_t>(b)] * D;
       const int64_t cached = index * s.s_layer + s.write[static_cast<size_t>(b)];
       for (int64_t head = begin / D; head < end / D; ++head) {
         float* src = s.qkv.data() + b * s.qkv_width + head * D;
@@ -330,7 +358,7 @@ void LlamaDecodeProgram::run_layer(const Layer& L, const Layer* previous, int64_
   run_group(L.o, s.attn.data(), s, s.o.data(), tid, threads);
 #pragma omp barrier
   // The residual, the MLP's norm and the gate/up operands.
-  residual_norm(s.o.data(), L.bias[kO], L.mlp_norm, &L.gate_up, cur, s, tid, threads);
+  residual_norm(s.o.data(), L.bias[kO], L.post_attn_norm, L.mlp_norm, &L.gate_up, cur, s, tid, threads);
 #pragma omp barrier
   // Gate and up for the same columns on one thread, then their activation through libtorch's own
   // kernel (its vectorized exp), so the bits are the op-by-op forward's: the columns start at
@@ -475,7 +503,8 @@ void LlamaDecodeProgram::run(at::Tensor& x, const ForwardInput& in, KvCache* cac
     for (size_t l = 0; l < layers_.size(); ++l)
       run_layer(layers_[l], l > 0 ? &layers_[l - 1] : nullptr, static_cast<int64_t>(l), cur, s, scores, tid,
                 team);
-    residual_norm(s.down.data(), layers_.back().bias[kDown], nullptr, nullptr, cur, s, tid, team);
+    residual_norm(s.down.data(), layers_.back().bias[kDown], layers_.back().post_mlp_norm, nullptr, nullptr,
+                  cur, s, tid, team);
     if (tid == 0) last = cur;
   }
   if (s.error) std::rethrow_exception(s.error);

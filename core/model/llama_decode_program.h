@@ -33,10 +33,12 @@ class LlamaDecodeProgram {
   // The most rows a step may have: the JIT kernels' tiled products end there (kDecodeGemvMaxRows).
   static int64_t max_rows();
   // The program over this model's weights and kernels, or null with the reason in *why_not.
-  // cos, sin: the rotary tables [context, head_dim].
+  // cos, sin: the rotary tables [context, head_dim]; local_cos, local_sin: the sliding layers'
+  // own tables (Gemma 3's local_rope_theta), undefined where they share the others.
   static std::unique_ptr<LlamaDecodeProgram> make(const LlamaConfig& config, const LlamaWeights& weights,
                                                   const LinearKernels* kernels, const at::Tensor& cos,
-                                                  const at::Tensor& sin, std::string* why_not);
+                                                  const at::Tensor& sin, const at::Tensor& local_cos,
+                                                  const at::Tensor& local_sin, std::string* why_not);
   ~LlamaDecodeProgram();
 
   // The most new tokens of one request a step through a KvStore's places may hold: a speculative
@@ -69,10 +71,16 @@ class LlamaDecodeProgram {
     int64_t align() const;  // the column step its operands are prepared in
   };
   struct Layer {
+    // Gemma's norms are stored zero-centred and run as 1 + w: these point at 1 + w, computed once.
     const float* attn_norm = nullptr;
     const float* mlp_norm = nullptr;
-    const float* q_norm = nullptr;  // Qwen3's per-head norms, else null
+    const float* q_norm = nullptr;  // Qwen3's and Gemma 3's per-head norms, else null
     const float* k_norm = nullptr;
+    // Gemma's norms of each block's output before the residual adds it, else null.
+    const float* post_attn_norm = nullptr;
+    const float* post_mlp_norm = nullptr;
+    const float* cos = nullptr;  // the rotary tables this layer's positions read
+    const float* sin = nullptr;
     std::array<const float*, 7> bias{};  // q, k, v, o, gate, up, down: null where none
     Group qkv, o, gate_up, down;
   };
@@ -84,10 +92,11 @@ class LlamaDecodeProgram {
   // scores: this thread's scratch for the attention.
   void run_layer(const Layer& layer, const Layer* previous, int64_t index, int& cur, Step& s,
                  std::vector<float>& scores, int tid, int threads) const;
-  // This thread's columns of: the residual (x + add + bias, when add is given) into the other
-  // buffer, its RMS norm with `norm` into h (when given), and next's operands from h.
-  void residual_norm(const float* add, const float* bias, const float* norm, const Group* next, int& cur,
-                     Step& s, int tid, int threads) const;
+  // This thread's columns of: the residual (x + add + bias, when add is given; x + post_norm(add)
+  // with a post norm, Gemma's) into the other buffer, its RMS norm with `norm` into h (when
+  // given), and next's operands from h.
+  void residual_norm(const float* add, const float* bias, const float* post, const float* norm,
+                     const Group* next, int& cur, Step& s, int tid, int threads) const;
   // g's operands from rows [row0, row1) and columns [col0, col1) of x.
   static void prepare(const Group& g, const float* x, Step& s, int64_t row0, int64_t row1, int64_t col0,
                       int64_t col1);
@@ -100,8 +109,6 @@ class LlamaDecodeProgram {
   LlamaConfig config_;
   std::vector<Layer> layers_;
   std::vector<at::Tensor> kept_;  // the tensors the pointers above read
-  const float* cos_ = nullptr;
-  const float* sin_ = nullptr;
   double scale_ = 1.0;
   int64_t rows_limit_ = max_rows();  // the fewest rows any of its products takes (DecodeGemv::max_rows)
   int64_t narrowest_window_ = 0;     // the smallest sliding window of any layer, 0: none

@@ -165,7 +165,7 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, std::shared_ptr
     local_rope_ = RotaryEmbedding(llama_inv_freq(config_, true), config_.context, device(), dtype());
   if (device().is_cuda()) prefer_length_independent_attention();
   program_ = LlamaDecodeProgram::make(config_, weights_, kernels_.get(), rope_.cos(), rope_.sin(),
-                                      &program_why_not_);
+                                      local_rope_.cos(), local_rope_.sin(), &program_why_not_);
 }
 
 std::string LlamaModel::fused_decode_unavailable() const {

@@ -179,6 +179,29 @@ class TestDecodeProgram : public QObject {
     compare_fused_to_op_by_op(*m, 16);
   }
 
+  // Gemma 3: zero-centred norms (1 + w), a norm of each block's output before the residual,
+  // GeGLU, per-head QK norms, a query scale of its own, and sliding layers with their own rotary
+  // table, within their window. Gemma 2's final soft-capping is the logits' (after the program).
+  void gemma_equals_op_by_op() {
+    const auto m = jit(tiny([](LlamaConfig& c) {
+                         c.n_layer = 3;
+                         c.gemma_norms = true;
+                         c.hidden_act = "gelu_pytorch_tanh";
+                         c.qk_norm = true;
+                         c.query_pre_attn_scalar = 24;
+                         c.rope_theta = 1000000;
+                         c.local_rope_theta = 10000;
+                         c.sliding_window = 32;
+                         c.sliding_layers = {true, false, true};  // layer 1 is global
+                         c.final_logit_softcap = 30;
+                       }),
+                       "int4-g32");
+    QCOMPARE(QString::fromStdString(m->fused_decode_unavailable()), QString());
+    compare_fused_to_op_by_op(*m, 1);
+    compare_fused_to_op_by_op(*m, 5);
+    compare_fused_to_op_by_op(*m, 16);
+  }
+
   void avx2_equals_op_by_op() {
     if (!cpu_supports(Isa::Avx2)) QSKIP("this CPU has no AVX2");
     const Isa was = active_isa();
@@ -323,12 +346,13 @@ class TestDecodeProgram : public QObject {
   void models_without_a_program_say_why() {
     const LlamaModel plain = tiny();
     QVERIFY(QString::fromStdString(plain.fused_decode_unavailable()).contains("plain libtorch tensors"));
-    const auto gemma = jit(tiny([](LlamaConfig& c) {
-                             c.gemma_norms = true;
-                             c.hidden_act = "gelu_pytorch_tanh";
-                           }),
-                           "int4-g32");
-    QVERIFY(QString::fromStdString(gemma->fused_decode_unavailable()).contains("Gemma"));
+    const auto gemma2 = jit(tiny([](LlamaConfig& c) {
+                              c.gemma_norms = true;
+                              c.hidden_act = "gelu_pytorch_tanh";
+                              c.attn_logit_softcap = 50;
+                            }),
+                            "int4-g32");
+    QVERIFY(QString::fromStdString(gemma2->fused_decode_unavailable()).contains("soft-capping"));
     const LlamaModel phi = tiny([](LlamaConfig& c) { c.rotary_dim = 8; });
     const auto partial = jit(phi, "int4-g32");
     QVERIFY(QString::fromStdString(partial->fused_decode_unavailable()).contains("partial rotary"));
