@@ -9,6 +9,8 @@ checking that a change to the model, a kernel, the KV cache or the scheduler did
 
 With --batch N the figure is the decode step of N rows at once (`bench batch-sweep --batch-sizes N`,
 N copies of one prompt) instead of batch-1 `bench kv-cache`: for changes to the batched kernels.
+With --prefill-tokens N it is the prefill of an N-token prompt (`bench kv-cache --prompt-tokens N`,
+the median of 3 repeats per run): for changes to the products of a few dozen to a few hundred rows.
 """
 import argparse
 import json
@@ -30,6 +32,11 @@ def step_ms(cli, extra, a):
                              check=True, capture_output=True, text=True).stdout
         (point,) = json.loads(out)["points"]
         return point["decode_step_ms"]
+    if a.prefill_tokens:
+        out = subprocess.run([cli, "bench", "kv-cache", *extra, "--device", a.device, "--dtype", a.dtype,
+                              "--threads", str(a.threads), "--prompt-tokens", str(a.prefill_tokens), "--new-tokens",
+                              "2", "--repeats", "3", "--json"], check=True, capture_output=True, text=True).stdout
+        return json.loads(out)["cache_ms"][0]  # the prefill step
     out = subprocess.run([cli, "bench", "kv-cache", *extra, "--device", a.device, "--dtype", a.dtype, "--threads",
                           str(a.threads), "--new-tokens", str(a.new_tokens), "--repeats", "1", "--json"],
                          check=True, capture_output=True, text=True).stdout
@@ -49,7 +56,10 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--batch", type=int, default=0, help="decode N rows at once (bench batch-sweep)")
+    ap.add_argument("--prefill-tokens", type=int, default=0, help="time the prefill of an N-token prompt instead")
     a = ap.parse_args()
+    if a.batch and a.prefill_tokens:
+        ap.error("--batch and --prefill-tokens measure different steps: give one")
     runs = {"a": [], "b": []}
     step_ms(a.a, shlex.split(a.a_args), a)  # warm both (file cache, CUDA context)
     step_ms(a.b, shlex.split(a.b_args), a)
@@ -57,12 +67,15 @@ def main():
         runs["a"].append(step_ms(a.a, shlex.split(a.a_args), a))
         runs["b"].append(step_ms(a.b, shlex.split(a.b_args), a))
     ma, mb = statistics.median(runs["a"]), statistics.median(runs["b"])
+    key = "prefill_ms_median" if a.prefill_tokens else "decode_ms_median"
     print(json.dumps({"machine": {**machine(), "threads": a.threads, "cpu_count": os.cpu_count()},
                       "device": a.device, "dtype": a.dtype, "new_tokens": a.new_tokens, "rounds": a.rounds,
-                      "batch": a.batch or 1,
-                      "a": {"cli": a.a, "args": a.a_args, "decode_ms_median": ma, "runs": runs["a"]},
-                      "b": {"cli": a.b, "args": a.b_args, "decode_ms_median": mb, "runs": runs["b"]},
-                      "b_over_a": mb / ma, "statistic": "median of per-run median decode step"}, indent=2))
+                      "batch": a.batch or 1, "prefill_tokens": a.prefill_tokens or None,
+                      "a": {"cli": a.a, "args": a.a_args, key: ma, "runs": runs["a"]},
+                      "b": {"cli": a.b, "args": a.b_args, key: mb, "runs": runs["b"]},
+                      "b_over_a": mb / ma,
+                      "statistic": "median of per-run prefill (median of 3)" if a.prefill_tokens
+                      else "median of per-run median decode step"}, indent=2))
 
 
 if __name__ == "__main__":
