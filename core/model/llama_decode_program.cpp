@@ -160,7 +160,12 @@ std::unique_ptr<LlamaDecodeProgram> LlamaDecodeProgram::make(
         return refuse("the kernels (" + kernels->description() + ") have no decode GEMV for the " +
                       kNames[i] + " products");
     for (const Group* g : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down})
-      for (const auto& p : g->parts) program->rows_limit_ = std::min(program->rows_limit_, p->max_rows());
+      for (const auto& p : g->parts) {
+        if (p->rows_follow_isa())
+          program->tiles_follow_isa_ = true;  // checked against the ISA of each step
+        else
+          program->rows_limit_ = std::min(program->rows_limit_, p->max_rows());
+      }
     const int64_t window = c.window_of(l);
     if (window > 0 && (program->narrowest_window_ == 0 || window < program->narrowest_window_))
       program->narrowest_window_ = window;
@@ -186,11 +191,14 @@ const char* LlamaDecodeProgram::refuses(const ForwardInput& in, const KvCache* c
     if (!cache) return "no KV cache";
     if (T != 1) return "several new tokens per row of a KV cache (a prompt or a chunk)";
   }
-  if (in.input_ids.size(0) * T > rows_limit_)
+  const int64_t rows = in.input_ids.size(0) * T;
+  if (rows > rows_limit_)
     return rows_limit_ < max_rows() ? "a plain fp32 matrix past the register GEMV's rows (libtorch's GEMM)"
                                     : "more rows than the tiled products take";
   const Isa isa = active_isa();
   if (isa != Isa::Avx512 && isa != Isa::Avx2) return "the portable ISA runs op by op";
+  if (tiles_follow_isa_ && rows > std::max(kFusedGemvMaxRows, tiled_max_rows(isa)))
+    return "more rows than the tiled products beat dequantize-once at under this ISA";
   if (backend != AttentionBackend::Sdpa) return "the manual attention backend runs op by op";
   if (narrowest_window_ > 0 && widest > narrowest_window_) return "the sliding window cuts into the keys";
   if (places) return nullptr;

@@ -111,6 +111,7 @@ class LlamaDecodeProgram {
   std::vector<at::Tensor> kept_;  // the tensors the pointers above read
   double scale_ = 1.0;
   int64_t rows_limit_ = max_rows();  // the fewest rows any of its products takes (DecodeGemv::max_rows)
+  bool tiles_follow_isa_ = false;    // some products' rows end at tiled_max_rows(active_isa()) too
   int64_t narrowest_window_ = 0;     // the smallest sliding window of any layer, 0: none
   mutable std::atomic<int64_t> steps_{0};
 };

@@ -265,6 +265,17 @@ void dequantize_rows_cpu(const QuantizedTensor& q, int64_t begin, at::Tensor& ou
 
 bool fused_linear_supported(const QuantizedTensor& w) { return vector_isa() && rows_readable(w); }
 
+int64_t tiled_max_rows(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return kDecodeGemvMaxRows;
+    case Isa::Avx2:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
 std::string fused_kernels(Isa isa) {
   switch (isa) {
     case Isa::Avx512:
@@ -475,9 +486,12 @@ class Fp32DecodeGemv final : public DecodeGemv {
         out_scale_(w.scheme == QuantScheme::PerChannelInt8 ? rows_.scale : nullptr) {}
 
   int64_t max_rows() const override {
-    // libtorch's GEMM runs a plain fp32 matrix past the GEMV's rows.
-    return rows_.scheme == QuantScheme::None ? kFusedGemvMaxRows : kDecodeGemvMaxRows;
+    // libtorch's GEMM runs a plain fp32 matrix past the GEMV's rows; a quantized one is dequantized
+    // once past the rows the tiles win at.
+    if (rows_.scheme == QuantScheme::None) return kFusedGemvMaxRows;
+    return std::clamp(tiled_max_rows(active_isa()), kFusedGemvMaxRows, kDecodeGemvMaxRows);
   }
+  bool rows_follow_isa() const override { return rows_.scheme != QuantScheme::None; }
   int64_t operand_floats(int64_t m) const override {
 #if SERVELAB_X86
     if (m > kFusedGemvMaxRows) return rows_.cols * tile_ldx(m);

@@ -50,6 +50,16 @@ bool fp32_gemv_supported(const at::Tensor& w);
 at::Tensor fp32_gemv_cpu(const at::Tensor& w, const at::Tensor& x);
 // The most rows a DecodeGemv takes: the JIT kernels' tiled products end there.
 constexpr int64_t kDecodeGemvMaxRows = 128;
+// The most rows for which the tiled products over fp32 activations (fused_linear_cpu from 8 rows,
+// DecodeGemv's tiles) run under `isa` before the JIT kernels dequantize the matrix once and
+// multiply through oneDNN; the decode program leaves steps past it to them. Measured on the
+// built-in model's Q4_1 matrices, two threads (docs/benchmarks.md): AVX2's 4-channel tiles,
+// FMA-bound on half the vector width, still win a 16-row decode step and lose from about 24 rows
+// (a 32-row step took 1.35x dequantize-once's time, a 100-token prefill 2.9x); AVX-512's win up to
+// about 64 rows, and from 72 to 128 dequantize-once runs either faster or slower than them from one
+// process to the next (77 or 130 ms for a 100-token prefill against the tiles' 112), so they keep
+// all 128. 0 where there are no tiles (the portable ISA).
+int64_t tiled_max_rows(Isa isa);
 // A decode product (1 to kDecodeGemvMaxRows rows) for a caller that runs its own threads: the decode
 // program (model/decode_program.h) runs a whole layer inside one parallel region and splits each
 // product by output channels itself, so it needs the kernel without fused_gemv_cpu's allocation,
@@ -68,8 +78,11 @@ class DecodeGemv {
   // Floats of scratch that prepare() may fill for m rows.
   virtual int64_t operand_floats(int64_t m) const = 0;
   // The most rows it runs the way the op-by-op product would: the GEMV up to kFusedGemvMaxRows,
-  // the tiles up to kDecodeGemvMaxRows where the JIT kernels tile the matrix.
+  // the tiles up to kDecodeGemvMaxRows where the JIT kernels tile the matrix (where
+  // rows_follow_isa(), up to tiled_max_rows(active_isa()) as well: read it when the step runs).
   virtual int64_t max_rows() const = 0;
+  // Whether max_rows() follows the active ISA (tiled_max_rows).
+  virtual bool rows_follow_isa() const { return false; }
   // Whether run() reads a prepared operand for m rows (x reordered, transposed, quantized, or with
   // its groups' sums) rather than x itself.
   virtual bool prepares(int64_t m) const = 0;

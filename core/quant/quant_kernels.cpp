@@ -144,19 +144,20 @@ class JitKernels final : public QuantKernelsBase {
     return "fused JIT dequantization (" + std::string(isa_name(active_isa())) + "): " +
            (fused_gemv_supported(*w) ? "1-" + std::to_string(kFusedGemvMaxRows) + " rows in registers, "
                                      : "") +
-           std::to_string(kFusedRows) + "-" + std::to_string(kFusedMaxRows) +
-           " rows 8 channels at a time into a GEMM kernel, else " + blocks;
+           (tiled_max_rows(active_isa()) >= kFusedRows
+                ? std::to_string(kFusedRows) + "-" + std::to_string(tiled_max_rows(active_isa())) +
+                      " rows 8 channels at a time into a GEMM kernel, "
+                : std::string()) +
+           "else " + blocks;
   }
 
  private:
-  // With many rows (a batch, a prefill) the GEMM dominates. Up to kFusedMaxRows the fused kernel
-  // runs (GPT-2 small's matrices at 64 rows: 88 ms against 95 for the blocks below); past it the
-  // blocks grow to what the last-level cache holds and run through oneDNN, which is twice as fast
-  // as addmm on wide matrices here and ahead of the fused kernel at 256 rows (346 against 383 ms).
+  // With many rows (a batch, a prefill) the GEMM dominates. Up to tiled_max_rows (per ISA; see
+  // its comment) the fused kernel runs; past it the blocks grow to what the last-level cache holds
+  // and run through oneDNN, which is twice as fast as addmm on wide matrices here.
   static constexpr int64_t kBatchedRows = 8;
   static constexpr int64_t kBatchedBlockBytes = int64_t{24} << 20;
   static constexpr int64_t kFusedRows = kBatchedRows;
-  static constexpr int64_t kFusedMaxRows = 128;
 
   at::Tensor product(const QuantizedTensor& w, const at::Tensor& x, const at::Tensor& bias) const {
     if (w.scheme == QuantScheme::None) {
@@ -176,7 +177,7 @@ class JitKernels final : public QuantKernelsBase {
       at::Tensor y = fused_gemv_cpu(w, x);
       return bias.defined() ? y.add_(bias) : y;
     }
-    if (act_ == at::kFloat && x.size(0) >= kFusedRows && x.size(0) <= kFusedMaxRows &&
+    if (act_ == at::kFloat && x.size(0) >= kFusedRows && x.size(0) <= tiled_max_rows(active_isa()) &&
         fused_linear_supported(w)) {
       at::Tensor y = fused_linear_cpu(w, x);
       return bias.defined() ? y.add_(bias) : y;
