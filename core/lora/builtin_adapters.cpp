@@ -12,12 +12,6 @@ namespace servelab {
 
 namespace {
 
-#if SERVELAB_BUILD_TREE_DATA
-constexpr bool kBuildTreeData = true;
-#else
-constexpr bool kBuildTreeData = false;
-#endif
-
 // The course's lesson-7 templates (pt_hellaswag_processed, pt_cnn, pt_conllpp), as Python's
 // str.format leaves them.
 const char* const kHellaswag =
@@ -110,7 +104,8 @@ std::string builtin_adapters_dir() {
     return has_all(env) ? std::string(env) : std::string();
   for (const fs::path& dir : data_dirs())
     if (has_all(dir / "adapters")) return (dir / "adapters").string();
-  if (kBuildTreeData && has_all(SERVELAB_BUILTIN_ADAPTERS_DIR)) return SERVELAB_BUILTIN_ADAPTERS_DIR;
+  if (build_tree_data_allowed() && has_all(SERVELAB_BUILTIN_ADAPTERS_DIR))
+    return SERVELAB_BUILTIN_ADAPTERS_DIR;
   return "";
 }
 

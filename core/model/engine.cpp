@@ -36,20 +36,14 @@ namespace servelab {
 namespace {
 
 // The build tree's copy of a data file (scripts/bootstrap's, compiled in), searched after
-// data_dirs(); CMake's SERVELAB_BUILD_TREE_DATA=OFF (packaged builds) leaves it out.
-#if SERVELAB_BUILD_TREE_DATA
-constexpr bool kBuildTreeData = true;
-#else
-constexpr bool kBuildTreeData = false;
-#endif
-
+// data_dirs() where build_tree_data_allowed().
 std::string build_tree_copy(const std::string& compiled_in) {
   std::error_code ec;
-  return kBuildTreeData && fs::exists(compiled_in, ec) ? compiled_in : "";
+  return build_tree_data_allowed() && fs::exists(compiled_in, ec) ? compiled_in : "";
 }
 
 std::string looked_in(const std::string& compiled_in) {
-  return data_dirs_text() + (kBuildTreeData ? ", " + compiled_in : std::string());
+  return data_dirs_text() + (build_tree_data_allowed() ? ", " + compiled_in : std::string());
 }
 
 }  // namespace

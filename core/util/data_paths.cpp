@@ -58,4 +58,12 @@ std::string data_dirs_text() {
   return text;
 }
 
+bool build_tree_data_allowed() {
+#if SERVELAB_BUILD_TREE_DATA
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace servelab

@@ -20,4 +20,8 @@ std::filesystem::path find_data_dir(const std::vector<std::string>& relatives);
 // data_dirs() as one line for error messages: "a, b, c".
 std::string data_dirs_text();
 
+// Whether the build tree's copies of the data (paths compiled into the engine and the built-in
+// adapters) are searched after data_dirs(): CMake's SERVELAB_BUILD_TREE_DATA, OFF for packages.
+bool build_tree_data_allowed();
+
 }  // namespace servelab
