@@ -90,12 +90,11 @@ class Lesson7(unittest.TestCase):
         self.assertTrue(all(0 < len(s) <= 64 for s in self.ns["durations_s"]))
         self.assertTrue(set(HUB) <= set(info(server("demo"))["adapters"]))
 
-    def test_4_structured_output(self):
-        """The lesson's bonus: a pydantic schema through response_format, on SmolLM2 (the random demo
-        model would fill a JSON string with noise until max_new_tokens, as any model may)."""
-        import jsonschema
+    @contextlib.contextmanager
+    def notebook_on_smol(self):
+        """The notebook's namespace with its Setup section run against the built-in model's server:
+        its `utils` module (the course's endpoint and headers) stands in as ours while it runs."""
         import types
-        require_structured_output()
         smol = types.ModuleType("utils")
         smol.endpoint_url, smol.headers = server("smol").url, {}
         saved = sys.modules.get("utils")
@@ -103,12 +102,19 @@ class Lesson7(unittest.TestCase):
         try:
             ns = {"__name__": "lesson7_smol"}
             exec(compile(self.sections["Setup"], "lesson7:Setup", "exec"), ns)
-            with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(self.sections["Bonus: Structured Generation"], "lesson7:Bonus", "exec"), ns)
-                person = json.loads(ns["resp"].generated_text)
-                jsonschema.validate(person, ns["schema"])
+            yield ns
         finally:
             sys.modules["utils"] = saved
+
+    def test_4_structured_output(self):
+        """The lesson's bonus: a pydantic schema through response_format, on SmolLM2 (the random demo
+        model would fill a JSON string with noise until max_new_tokens, as any model may)."""
+        import jsonschema
+        require_structured_output()
+        with self.notebook_on_smol() as ns, contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(self.sections["Bonus: Structured Generation"], "lesson7:Bonus", "exec"), ns)
+            person = json.loads(ns["resp"].generated_text)
+            jsonschema.validate(person, ns["schema"])
         print(f"\n    Person: {person}", file=sys.stderr)
         so = info(server("smol"))["structured_output"]
         print(f"    structured output on SmolLM2 (49,152 tokens): {so}", file=sys.stderr)
@@ -120,14 +126,7 @@ class Lesson7(unittest.TestCase):
         before it need the course's Mistral-7B: SmolLM2-135M alone, held to the Output schema,
         repeats inside a string until max_new_tokens; bench/lesson7.py records what it does.)"""
         import jsonschema
-        import types
-        smol = types.ModuleType("utils")
-        smol.endpoint_url, smol.headers = server("smol").url, {}
-        saved = sys.modules.get("utils")
-        sys.modules["utils"] = smol
-        try:
-            ns = {"__name__": "lesson7_smol"}
-            exec(compile(self.sections["Setup"], "lesson7:Setup", "exec"), ns)
+        with self.notebook_on_smol() as ns:
             cell = self.sections["Bonus: Structured Generation (NER)"]
             # The template, the Output model, then the last cell (the adapter's answer).
             template = cell[:cell.index("# Base Mistral-7B")]
@@ -137,8 +136,6 @@ class Lesson7(unittest.TestCase):
             exec(compile(template + model + "schema = Output.schema()\n" + last, "lesson7:NER", "exec"), ns)
             answer = json.loads(ns["resp"].generated_text)
             jsonschema.validate(answer, ns["schema"])
-        finally:
-            sys.modules["utils"] = saved
         print(f"\n    predibase/conllpp: {answer}", file=sys.stderr)
         self.assertEqual(answer, {"person": ["Fischler"], "organization": [], "location": ["France", "Britain"],
                                   "miscellaneous": []})
